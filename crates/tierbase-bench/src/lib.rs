@@ -1,0 +1,1 @@
+//! Benchmark harness for tierbase (placeholder; see issue 3).

@@ -1,0 +1,72 @@
+//! `tierbase`: the command-line front end. Thin by design: it parses arguments, calls the
+//! library, and prints. No storage logic lives here.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+mod util;
+
+/// tierbase: a storage engine for DRAM, persistent memory, SSDs and HDDs.
+#[derive(Parser, Debug)]
+#[command(name = "tierbase", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    /// Extra device-profile catalogue file (TOML, same format as the built-in catalogue);
+    /// may be given several times. The user file ($TIERBASE_PROFILES or
+    /// ~/.config/tierbase/profiles.toml) is always read when it exists.
+    #[arg(long = "profiles", global = true, value_name = "FILE")]
+    profiles: Vec<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List the device catalogue and report what this machine can really do.
+    Devices(cmd::devices::DevicesArgs),
+    /// Run benchmarks (YCSB core workloads).
+    Bench(cmd::bench::BenchArgs),
+    /// Turn benchmark JSON results into one HTML report with SVG charts.
+    Report(cmd::report::ReportArgs),
+    /// Measure a device (PerMA-Bench memory benchmarks, PIO block-device sweep).
+    Profile(cmd::profile::ProfileArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let ctx = cmd::Ctx {
+        profile_files: cli.profiles,
+    };
+    let result = match cli.command {
+        Command::Devices(a) => cmd::devices::run(a, &ctx),
+        Command::Bench(a) => cmd::bench::run(a, &ctx),
+        Command::Report(a) => cmd::report::run(a, &ctx),
+        Command::Profile(a) => cmd::profile::run(a, &ctx),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tierbase: error: {}", one_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line, skipping a cause whose text its parent already shows
+/// (library errors include their source in their message).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let msg = cause.to_string();
+        if !line.contains(&msg) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&msg);
+        }
+    }
+    line
+}

@@ -1,0 +1,181 @@
+//! Durability modes: what "persisted" means on a given medium.
+//!
+//! Owns: the [`DurabilityMode`] vocabulary shared by every store and the detection of which mode
+//! a path can offer. Must not touch: mappings or flushing (see `region`).
+
+use std::fmt;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// What a successful `persist` guarantees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DurabilityMode {
+    /// DAX mapping (`MAP_SYNC`): flush + fence reaches the persistence domain; survives power
+    /// loss.
+    Dax,
+    /// Page-cache mapping of a file on a disk: `persist` calls `msync` on the touched pages;
+    /// survives power loss, at the cost of a disk write per persist.
+    Msync,
+    /// Page-cache mapping of a file in memory (tmpfs): data survives a process crash
+    /// (`kill -9`) but **not** a reboot or power loss.
+    ProcessCrash,
+    /// Anonymous memory, or durability switched off: nothing survives the process.
+    None,
+}
+
+impl DurabilityMode {
+    /// Short name used in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            DurabilityMode::Dax => "dax",
+            DurabilityMode::Msync => "msync",
+            DurabilityMode::ProcessCrash => "process-crash",
+            DurabilityMode::None => "none",
+        }
+    }
+
+    /// One sentence a user can rely on.
+    pub fn guarantee(self) -> &'static str {
+        match self {
+            DurabilityMode::Dax => "survives power loss (flush + fence on a DAX mapping)",
+            DurabilityMode::Msync => "survives power loss (msync of touched pages on persist)",
+            DurabilityMode::ProcessCrash => {
+                "survives a process crash (kill -9), NOT a reboot or power loss (memory-backed file)"
+            }
+            DurabilityMode::None => "nothing survives the process (no durability)",
+        }
+    }
+
+    /// Whether acknowledged data survives a power loss.
+    pub fn survives_power_loss(self) -> bool {
+        matches!(self, DurabilityMode::Dax | DurabilityMode::Msync)
+    }
+
+    /// Whether acknowledged data survives the process being killed.
+    pub fn survives_process_crash(self) -> bool {
+        !matches!(self, DurabilityMode::None)
+    }
+
+    /// Strength rank: higher is stronger. `Dax` and `Msync` give the same guarantee.
+    fn rank(self) -> u8 {
+        match self {
+            DurabilityMode::Dax | DurabilityMode::Msync => 2,
+            DurabilityMode::ProcessCrash => 1,
+            DurabilityMode::None => 0,
+        }
+    }
+
+    /// Whether a medium offering `available` can run in mode `self`.
+    ///
+    /// Any weaker mode can be chosen deliberately (for example `None` on a DAX file for a
+    /// volatile benchmark). `Dax` needs a DAX mapping; `Msync` works on any file.
+    pub fn can_run_on(self, available: DurabilityMode) -> bool {
+        match self {
+            DurabilityMode::Dax => available == DurabilityMode::Dax,
+            // msync on a memory-backed file would claim a power-loss guarantee it cannot give.
+            DurabilityMode::Msync => available.rank() == 2,
+            _ => self.rank() <= available.rank(),
+        }
+    }
+
+    /// Parses [`DurabilityMode::name`].
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "dax" => Some(DurabilityMode::Dax),
+            "msync" => Some(DurabilityMode::Msync),
+            "process-crash" | "processcrash" => Some(DurabilityMode::ProcessCrash),
+            "none" => Some(DurabilityMode::None),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for DurabilityMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The kind of file system a path lives on, as far as durability is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FsKind {
+    /// tmpfs / ramfs: memory-backed.
+    Memory,
+    /// Anything else (ext4, xfs, ...): assumed disk-backed.
+    Disk,
+}
+
+/// Looks at the file system holding `path` (or its nearest existing ancestor).
+pub fn fs_kind(path: &Path) -> FsKind {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let mut probe = path;
+    loop {
+        if probe.exists() {
+            break;
+        }
+        match probe.parent() {
+            Some(p) if !p.as_os_str().is_empty() => probe = p,
+            _ => {
+                probe = Path::new(".");
+                break;
+            }
+        }
+    }
+    let Ok(cpath) = std::ffi::CString::new(probe.as_os_str().as_encoded_bytes()) else {
+        return FsKind::Disk;
+    };
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: `cpath` is a valid NUL-terminated string and `st` points to writable storage of
+    // the right type; statfs writes only into it.
+    let rc = unsafe { libc::statfs(cpath.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return FsKind::Disk;
+    }
+    // SAFETY: statfs returned 0, so it initialised the struct.
+    let st = unsafe { st.assume_init() };
+    #[allow(clippy::unnecessary_cast)]
+    let magic = st.f_type as i64;
+    if magic == TMPFS_MAGIC || magic == RAMFS_MAGIC {
+        FsKind::Memory
+    } else {
+        FsKind::Disk
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mode_ordering() {
+        use DurabilityMode::*;
+        assert!(Dax.can_run_on(Dax));
+        assert!(!Dax.can_run_on(Msync));
+        assert!(Msync.can_run_on(Dax));
+        assert!(Msync.can_run_on(Msync));
+        assert!(!Msync.can_run_on(ProcessCrash)); // tmpfs cannot survive power loss
+        assert!(!Msync.can_run_on(None));
+        assert!(ProcessCrash.can_run_on(Msync));
+        assert!(!ProcessCrash.can_run_on(None));
+        assert!(None.can_run_on(ProcessCrash));
+        for m in [Dax, Msync, ProcessCrash, None] {
+            assert_eq!(DurabilityMode::parse(m.name()), Some(m));
+        }
+        assert!(!ProcessCrash.survives_power_loss());
+        assert!(ProcessCrash.survives_process_crash());
+    }
+
+    #[test]
+    fn shm_is_memory_when_present() {
+        if Path::new("/dev/shm").exists() {
+            assert_eq!(
+                fs_kind(Path::new("/dev/shm/does/not/exist")),
+                FsKind::Memory
+            );
+        }
+    }
+}

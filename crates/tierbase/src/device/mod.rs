@@ -1,0 +1,31 @@
+//! The device layer: the only code in tierbase that touches hardware.
+//!
+//! Owns: mapping files as persistent regions ([`PmemRegion`]), block I/O with `O_DIRECT` and
+//! io_uring ([`BlockDevice`]), flush/fence/`msync` and the durability vocabulary
+//! ([`DurabilityMode`]), device profiles and their catalogue ([`DeviceProfile`],
+//! [`Catalogue`]), emulation of devices this machine does not have ([`Emulator`]), the
+//! power-loss simulator for tests, always-on counters, and the machine probe behind
+//! `tierbase devices`. Must not touch: records, pages, indexes or any store's format.
+
+mod aligned;
+mod block;
+mod counters;
+pub mod cpu;
+mod crash;
+mod durability;
+mod emulate;
+pub mod probe;
+mod profile;
+mod region;
+
+pub use aligned::{AlignedBuf, IO_ALIGN};
+pub use block::{BlockDevice, BlockInfo, BlockOptions, DirectIo, Io, IoEngineKind};
+pub use counters::{Counter, CounterSnapshot, DeviceCounters};
+pub use cpu::{CpuFeatures, FlushInstruction};
+pub use crash::CrashSimConfig;
+pub use durability::{DurabilityMode, FsKind, fs_kind};
+pub use emulate::{Direction, Emulator, EmulatorStats, Ticket, now_ns, spin_until};
+pub use profile::{Catalogue, DeviceKind, DeviceProfile};
+pub use region::{
+    MEDIA_LINE, MappingKind, PmemRegion, REGION_HEADER_LEN, RegionInfo, RegionOptions,
+};

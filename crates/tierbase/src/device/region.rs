@@ -1,0 +1,1017 @@
+//! Persistent regions: byte-addressable memory backed by a memory-mapped file.
+//!
+//! Owns: reserving address space, mapping the file (with `MAP_SYNC` on DAX), growing it in
+//! place, the region file header, and the persist API (`flush`, `drain`, `persist`,
+//! non-temporal writes) in the durability mode of the medium; also anonymous (volatile) regions
+//! and crash-simulated regions for tests. Must not touch: what the bytes mean (stores own their
+//! formats inside the data area).
+//!
+//! # Address stability
+//! A region reserves `RegionOptions::reserve` bytes of address space up front (`PROT_NONE`,
+//! no memory committed) and maps the file into the start of it. Growing maps the new part of the
+//! file right behind the old one (`MAP_FIXED` inside the reservation), so the base address never
+//! changes and concurrent readers never see a remap.
+//!
+//! # File format
+//! A region file is a 4 KiB header page followed by the data area. Offsets in this API are
+//! offsets into the data area. Header (little endian):
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0..8 | magic `TBREGION` |
+//! | 8..12 | format version (1) |
+//! | 12..16 | header length (4096) |
+//! | 16..20 | CRC32C of bytes 0..16 |
+//! | 20..24 | zero |
+//! | 24..32 | data length in bytes (updated, 8-byte atomically, after the file has grown durably) |
+//! | 32..4096 | zero |
+//!
+//! # Concurrency
+//! The mapping is shared memory, accessed only through raw-pointer copies and atomics — never
+//! through Rust references to the bytes — so concurrent writers and optimistic readers are
+//! well-defined at the hardware level; stores detect torn reads with their own version checks.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use super::counters::{CounterSnapshot, DeviceCounters};
+use super::cpu::{self, CACHE_LINE, FlushInstruction};
+use super::crash::{CrashSim, CrashSimConfig};
+use super::durability::{DurabilityMode, FsKind, fs_kind};
+use super::emulate::{Direction, Emulator};
+use super::profile::DeviceProfile;
+use crate::error::{Error, Result};
+
+/// Size of the region file header.
+pub const REGION_HEADER_LEN: usize = 4096;
+/// Optane's media access granularity, used for the write-amplification counter.
+pub const MEDIA_LINE: usize = 256;
+const MAGIC: &[u8; 8] = b"TBREGION";
+const FORMAT_VERSION: u32 = 1;
+const PAGE: usize = 4096;
+const DATA_LEN_OFFSET: usize = 24;
+
+/// How a region's memory is mapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MappingKind {
+    /// `MAP_SHARED_VALIDATE | MAP_SYNC` on a DAX file system.
+    DaxSync,
+    /// `MAP_SHARED` through the page cache.
+    Shared,
+    /// Anonymous private memory (volatile or crash-simulated).
+    Anonymous,
+}
+
+/// Options for creating or opening a region.
+#[derive(Clone, Debug)]
+pub struct RegionOptions {
+    /// Durability mode to run in; `None` = the strongest the medium offers. Asking for a
+    /// stronger mode than available is an error; a weaker one is honoured (e.g. `None` on disk
+    /// for a volatile benchmark).
+    pub durability: Option<DurabilityMode>,
+    /// Flush instruction override (must be supported); `None` = best by CPUID.
+    pub flush: Option<FlushInstruction>,
+    /// Address space to reserve, i.e. the largest size the region can grow to. Default 1 TiB
+    /// (virtual only; no memory or disk is committed).
+    pub reserve: u64,
+    /// Pre-fault every page at open and on growth, so page faults are not measured later.
+    pub prefault: bool,
+    /// Make the region behave like this memory profile (reads and persists are slowed down).
+    pub emulate: Option<DeviceProfile>,
+}
+
+impl Default for RegionOptions {
+    fn default() -> Self {
+        RegionOptions {
+            durability: None,
+            flush: None,
+            reserve: 1 << 40,
+            prefault: false,
+            emulate: None,
+        }
+    }
+}
+
+/// Facts about a region, for reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct RegionInfo {
+    /// Backing file, if any.
+    pub path: Option<PathBuf>,
+    /// Data bytes.
+    pub len: u64,
+    /// How it is mapped.
+    pub mapping: MappingKind,
+    /// Durability mode in effect.
+    pub durability: DurabilityMode,
+    /// What that mode guarantees, in words.
+    pub guarantee: &'static str,
+    /// Flush instruction in use.
+    pub flush: FlushInstruction,
+    /// "none" or "emulated <profile>".
+    pub emulation: String,
+    /// Whether this is a crash-simulated region.
+    pub crash_simulated: bool,
+}
+
+/// A byte-addressable persistent region. See the module docs.
+pub struct PmemRegion {
+    reservation: NonNull<u8>,
+    reserve: usize,
+    header_len: usize,
+    len: AtomicUsize,
+    file: Option<File>,
+    path: Option<PathBuf>,
+    grow_lock: Mutex<()>,
+    mapping: MappingKind,
+    mode: DurabilityMode,
+    flush: FlushInstruction,
+    prefault: bool,
+    counters: DeviceCounters,
+    sim: Option<CrashSim>,
+    emulator: Option<Emulator>,
+}
+
+// SAFETY: the mapping is process-wide shared memory; all access goes through raw-pointer copies
+// and atomics (see the module docs), and the mutable bookkeeping is behind atomics and a mutex.
+unsafe impl Send for PmemRegion {}
+// SAFETY: as above.
+unsafe impl Sync for PmemRegion {}
+
+impl std::fmt::Debug for PmemRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PmemRegion")
+            .field("path", &self.path)
+            .field("len", &self.len())
+            .field("mapping", &self.mapping)
+            .field("mode", &self.mode)
+            .field("flush", &self.flush)
+            .finish()
+    }
+}
+
+fn round_up(v: usize, to: usize) -> usize {
+    v.div_ceil(to) * to
+}
+
+fn os_err(op: &'static str, path: Option<&Path>) -> Error {
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::ENOSPC) {
+        return Error::DeviceFull {
+            path: path.map(Path::to_path_buf),
+            requested: 0,
+        };
+    }
+    Error::io(op, path, e)
+}
+
+/// Reserves `len` bytes of inaccessible address space.
+fn reserve_address_space(len: usize) -> Result<NonNull<u8>> {
+    // SAFETY: anonymous PROT_NONE mapping at a kernel-chosen address; touches no existing memory.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Error::io(
+            "reserve address space",
+            None,
+            std::io::Error::last_os_error(),
+        ));
+    }
+    NonNull::new(p.cast::<u8>()).ok_or_else(|| Error::InvalidArgument("mmap returned null".into()))
+}
+
+fn check_flush(requested: Option<FlushInstruction>) -> Result<FlushInstruction> {
+    match requested {
+        None => Ok(cpu::features().best_flush()),
+        Some(f) if f.is_supported() => Ok(f),
+        Some(f) => Err(Error::Unsupported(format!(
+            "flush instruction {f} is not supported by this CPU"
+        ))),
+    }
+}
+
+impl PmemRegion {
+    /// Creates a new region file of `len` data bytes at `path` (which must not exist).
+    ///
+    /// Disk space is allocated up front (`fallocate`), so a full device is reported here as
+    /// [`Error::DeviceFull`] instead of a crash on first write.
+    pub fn create(path: &Path, len: u64, opts: &RegionOptions) -> Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| Error::io("create", Some(path), e))?;
+        let result = Self::create_in(file, path, len, opts);
+        if result.is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        result
+    }
+
+    fn create_in(file: File, path: &Path, len: u64, opts: &RegionOptions) -> Result<Self> {
+        let data_len = round_up(usize::try_from(len).map_err(|_| too_big(len))?, PAGE);
+        let total = REGION_HEADER_LEN + data_len;
+        allocate_file(&file, path, 0, total)?;
+        let mut header = [0u8; REGION_HEADER_LEN];
+        write_header_fields(&mut header, 0);
+        // The header goes to the file with pwrite + fdatasync before anything is mapped, so a
+        // crash right after create leaves a valid, empty region.
+        std::os::unix::fs::FileExt::write_all_at(&file, &header, 0)
+            .map_err(|e| Error::io("write header", Some(path), e))?;
+        let region = Self::map_file(file, path, 0, opts)?;
+        region.grow(data_len as u64)?;
+        Ok(region)
+    }
+
+    /// Opens an existing region file, validating its header.
+    pub fn open(path: &Path, opts: &RegionOptions) -> Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io("open", Some(path), e))?;
+        let file_len = file
+            .metadata()
+            .map_err(|e| Error::io("stat", Some(path), e))?
+            .len();
+        if file_len < REGION_HEADER_LEN as u64 {
+            return Err(Error::TooSmall {
+                path: path.to_path_buf(),
+                actual: file_len,
+                minimum: REGION_HEADER_LEN as u64,
+            });
+        }
+        let mut header = [0u8; REGION_HEADER_LEN];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut header, 0)
+            .map_err(|e| Error::io("read header", Some(path), e))?;
+        let data_len = parse_header(&header, path)?;
+        let needed = REGION_HEADER_LEN as u64 + data_len;
+        if file_len < needed {
+            return Err(Error::Truncated {
+                path: path.to_path_buf(),
+                expected: needed,
+                actual: file_len,
+            });
+        }
+        let data_len = usize::try_from(data_len).map_err(|_| too_big(data_len))?;
+        Self::map_file(file, path, data_len, opts)
+    }
+
+    /// Opens `path` if it exists, else creates it with `len` bytes.
+    pub fn open_or_create(path: &Path, len: u64, opts: &RegionOptions) -> Result<Self> {
+        if path.exists() {
+            Self::open(path, opts)
+        } else {
+            Self::create(path, len, opts)
+        }
+    }
+
+    fn map_file(file: File, path: &Path, data_len: usize, opts: &RegionOptions) -> Result<Self> {
+        let flush = check_flush(opts.flush)?;
+        let reserve = usize::try_from(opts.reserve).map_err(|_| too_big(opts.reserve))?;
+        let reserve = round_up(reserve.max(REGION_HEADER_LEN + data_len), PAGE);
+        let reservation = reserve_address_space(reserve)?;
+        let mut region = PmemRegion {
+            reservation,
+            reserve,
+            header_len: REGION_HEADER_LEN,
+            len: AtomicUsize::new(data_len),
+            file: Some(file),
+            path: Some(path.to_path_buf()),
+            grow_lock: Mutex::new(()),
+            mapping: MappingKind::Shared,
+            mode: DurabilityMode::None,
+            flush,
+            prefault: opts.prefault,
+            counters: DeviceCounters::default(),
+            sim: None,
+            emulator: None,
+        };
+        // Map the header and the existing data; the first mapping decides DAX or not.
+        region.mapping = region.map_range(0, REGION_HEADER_LEN + data_len, true)?;
+        let available = match region.mapping {
+            MappingKind::DaxSync => DurabilityMode::Dax,
+            _ => match fs_kind(path) {
+                FsKind::Memory => DurabilityMode::ProcessCrash,
+                FsKind::Disk => DurabilityMode::Msync,
+            },
+        };
+        region.mode = resolve_mode(opts.durability, available)?;
+        if let Some(p) = &opts.emulate {
+            region.emulator = Some(Emulator::new(p)?);
+        }
+        if region.prefault {
+            region.prefault_range(0, data_len);
+        }
+        Ok(region)
+    }
+
+    /// A volatile region in anonymous memory (durability `None`).
+    pub fn anonymous(len: u64, opts: &RegionOptions) -> Result<Self> {
+        Self::anonymous_inner(len, opts, None)
+    }
+
+    /// A crash-simulated region in anonymous memory: every persist is also tracked in a shadow
+    /// image, and [`PmemRegion::power_loss`] returns what media would hold after a power loss.
+    /// It reports durability `Dax`, since it simulates a DAX device.
+    pub fn simulated(len: u64, config: CrashSimConfig, opts: &RegionOptions) -> Result<Self> {
+        let data_len = round_up(usize::try_from(len).map_err(|_| too_big(len))?, PAGE);
+        let sim = CrashSim::new(config, vec![0; data_len]);
+        Self::anonymous_inner(len, opts, Some(sim))
+    }
+
+    /// A crash-simulated region whose contents (durable and working) start as `image` — the
+    /// "reboot" after [`PmemRegion::power_loss`]. `image.len()` must be a multiple of 4 KiB.
+    pub fn from_image(image: &[u8], config: CrashSimConfig, opts: &RegionOptions) -> Result<Self> {
+        if !image.len().is_multiple_of(PAGE) {
+            return Err(Error::InvalidArgument(format!(
+                "image length {} is not a multiple of 4096",
+                image.len()
+            )));
+        }
+        let sim = CrashSim::new(config, image.to_vec());
+        let region = Self::anonymous_inner(image.len() as u64, opts, Some(sim))?;
+        // SAFETY: the region's data area is mapped read-write for image.len() bytes, and nothing
+        // else references it yet.
+        unsafe {
+            std::ptr::copy_nonoverlapping(image.as_ptr(), region.base_ptr(), image.len());
+        }
+        Ok(region)
+    }
+
+    fn anonymous_inner(len: u64, opts: &RegionOptions, sim: Option<CrashSim>) -> Result<Self> {
+        let flush = check_flush(opts.flush)?;
+        let data_len = round_up(usize::try_from(len).map_err(|_| too_big(len))?, PAGE);
+        let reserve = usize::try_from(opts.reserve).map_err(|_| too_big(opts.reserve))?;
+        let reserve = round_up(reserve.max(data_len.max(PAGE)), PAGE);
+        let reservation = reserve_address_space(reserve)?;
+        let simulated = sim.is_some();
+        let mut region = PmemRegion {
+            reservation,
+            reserve,
+            header_len: 0,
+            len: AtomicUsize::new(0),
+            file: None,
+            path: None,
+            grow_lock: Mutex::new(()),
+            mapping: MappingKind::Anonymous,
+            mode: if simulated {
+                DurabilityMode::Dax
+            } else {
+                DurabilityMode::None
+            },
+            flush,
+            prefault: opts.prefault,
+            counters: DeviceCounters::default(),
+            sim,
+            emulator: None,
+        };
+        if let Some(requested) = opts.durability {
+            region.mode = resolve_mode(Some(requested), region.mode)?;
+        }
+        if let Some(p) = &opts.emulate {
+            region.emulator = Some(Emulator::new(p)?);
+        }
+        region.grow(data_len as u64)?;
+        Ok(region)
+    }
+
+    /// Maps `[file_off, file_off + len)` of the backing (file or anonymous) at the same offset
+    /// inside the reservation.
+    fn map_range(&self, file_off: usize, len: usize, first: bool) -> Result<MappingKind> {
+        if len == 0 {
+            return Ok(self.mapping);
+        }
+        // SAFETY: `file_off + len <= reserve` is checked by every caller, so the address range
+        // lies inside our own reservation.
+        let addr = unsafe { self.reservation.as_ptr().add(file_off) }.cast::<libc::c_void>();
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let Some(file) = &self.file else {
+            // SAFETY: changes protection of pages inside our own reservation only.
+            let rc = unsafe { libc::mprotect(addr, len, prot) };
+            if rc != 0 {
+                return Err(os_err("mprotect", None));
+            }
+            return Ok(MappingKind::Anonymous);
+        };
+        let fd = file.as_raw_fd();
+        let off = libc::off_t::try_from(file_off).map_err(|_| too_big(file_off as u64))?;
+        let try_sync = first || self.mapping == MappingKind::DaxSync;
+        if try_sync {
+            // SAFETY: MAP_FIXED replaces part of our own PROT_NONE reservation with the file;
+            // nothing else can be mapped there. Flag validation fails before any unmapping.
+            let p = unsafe {
+                libc::mmap(
+                    addr,
+                    len,
+                    prot,
+                    libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC | libc::MAP_FIXED,
+                    fd,
+                    off,
+                )
+            };
+            if p != libc::MAP_FAILED {
+                return Ok(MappingKind::DaxSync);
+            }
+            let err = std::io::Error::last_os_error();
+            let not_dax = matches!(
+                err.raw_os_error(),
+                Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
+            );
+            if !not_dax || !first {
+                return Err(Error::io("mmap (MAP_SYNC)", self.path.as_deref(), err));
+            }
+        }
+        // SAFETY: as above, with a plain shared mapping.
+        let p = unsafe { libc::mmap(addr, len, prot, libc::MAP_SHARED | libc::MAP_FIXED, fd, off) };
+        if p == libc::MAP_FAILED {
+            return Err(os_err("mmap", self.path.as_deref()));
+        }
+        Ok(MappingKind::Shared)
+    }
+
+    /// Grows the data area to at least `new_len` bytes (rounded up to 4 KiB). Contents and the
+    /// base address are preserved; new bytes are zero. The new length is durable before this
+    /// returns (in `Dax`/`Msync` modes).
+    pub fn grow(&self, new_len: u64) -> Result<()> {
+        let _g = self.grow_lock.lock();
+        let old = self.len.load(Ordering::Acquire);
+        let new = round_up(
+            usize::try_from(new_len).map_err(|_| too_big(new_len))?,
+            PAGE,
+        );
+        if new <= old {
+            return Ok(());
+        }
+        if self.header_len + new > self.reserve {
+            return Err(Error::RegionLimit {
+                requested: new as u64,
+                limit: (self.reserve - self.header_len) as u64,
+            });
+        }
+        if let Some(file) = &self.file {
+            allocate_file(
+                file,
+                self.path.as_deref().unwrap_or(Path::new("")),
+                0,
+                self.header_len + new,
+            )?;
+            if self.mode.survives_power_loss() {
+                file.sync_data()
+                    .map_err(|e| Error::io("fdatasync", self.path.as_deref(), e))?;
+                self.counters.syncs.incr();
+            }
+        }
+        self.map_range(self.header_len + old, new - old, false)?;
+        if let Some(sim) = &self.sim {
+            sim.grow(new);
+        }
+        if self.prefault {
+            self.prefault_range(old, new - old);
+        }
+        if self.file.is_some() {
+            // Record the new length in the header (one aligned 8-byte store), then persist it.
+            let hdr = self.header_u64(DATA_LEN_OFFSET);
+            hdr.store((new as u64).to_le(), Ordering::Release);
+            self.persist_header_line()?;
+        }
+        self.len.store(new, Ordering::Release);
+        Ok(())
+    }
+
+    fn header_u64(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: the header page is mapped for the region's lifetime, `off` is 8-aligned and
+        // inside it, and the reservation base is page-aligned.
+        unsafe { AtomicU64::from_ptr(self.reservation.as_ptr().add(off).cast::<u64>()) }
+    }
+
+    fn persist_header_line(&self) -> Result<()> {
+        let ptr = self.reservation.as_ptr();
+        match self.mode {
+            DurabilityMode::Dax | DurabilityMode::ProcessCrash => {
+                // SAFETY: the header page is mapped and the instruction was checked at open.
+                unsafe { cpu::flush_range(self.flush, ptr.add(DATA_LEN_OFFSET), 8) };
+                cpu::sfence();
+                Ok(())
+            }
+            DurabilityMode::Msync => self.msync_abs(0, PAGE),
+            DurabilityMode::None => Ok(()),
+        }
+    }
+
+    fn prefault_range(&self, off: usize, len: usize) {
+        if len == 0 {
+            return;
+        }
+        // SAFETY: the range is mapped read-write inside the reservation.
+        let addr = unsafe { self.base_ptr().add(off) };
+        // SAFETY: madvise on our own mapping; MADV_POPULATE_WRITE only faults pages in.
+        let rc = unsafe { libc::madvise(addr.cast(), len, libc::MADV_POPULATE_WRITE) };
+        if rc != 0 {
+            // Older kernels: touch one byte per page with an atomic no-op to fault it in writable.
+            let mut o = off;
+            while o < off + len {
+                self.atomic_u8_unchecked(o).fetch_add(0, Ordering::Relaxed);
+                o += PAGE;
+            }
+        }
+    }
+
+    #[inline]
+    fn base_ptr(&self) -> *mut u8 {
+        // SAFETY: header_len <= reserve, so the result stays inside the reservation.
+        unsafe { self.reservation.as_ptr().add(self.header_len) }
+    }
+
+    /// Data bytes currently mapped.
+    #[inline]
+    pub fn len(&self) -> u64 {
+        self.len.load(Ordering::Acquire) as u64
+    }
+
+    /// Whether the data area is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The largest size the region can grow to.
+    pub fn max_len(&self) -> u64 {
+        (self.reserve - self.header_len) as u64
+    }
+
+    /// Durability mode in effect.
+    pub fn durability(&self) -> DurabilityMode {
+        self.mode
+    }
+
+    /// How the memory is mapped.
+    pub fn mapping(&self) -> MappingKind {
+        self.mapping
+    }
+
+    /// Flush instruction in use.
+    pub fn flush_instruction(&self) -> FlushInstruction {
+        self.flush
+    }
+
+    /// Backing file path, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The emulator, when a profile is emulated.
+    pub fn emulator(&self) -> Option<&Emulator> {
+        self.emulator.as_ref()
+    }
+
+    /// Facts for reports.
+    pub fn info(&self) -> RegionInfo {
+        RegionInfo {
+            path: self.path.clone(),
+            len: self.len(),
+            mapping: self.mapping,
+            durability: self.mode,
+            guarantee: self.mode.guarantee(),
+            flush: self.flush,
+            emulation: self
+                .emulator
+                .as_ref()
+                .map_or_else(|| "none".to_string(), Emulator::label),
+            crash_simulated: self.sim.is_some(),
+        }
+    }
+
+    /// Counter snapshot.
+    pub fn counters(&self) -> CounterSnapshot {
+        self.counters.snapshot()
+    }
+
+    #[inline]
+    fn check(&self, off: u64, len: usize) -> Result<usize> {
+        let size = self.len();
+        match off.checked_add(len as u64) {
+            Some(end) if end <= size => Ok(off as usize),
+            _ => Err(Error::OutOfRange {
+                offset: off,
+                len: len as u64,
+                size,
+            }),
+        }
+    }
+
+    /// Copies `buf.len()` bytes at `off` into `buf`.
+    #[inline]
+    pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        let o = self.check(off, buf.len())?;
+        // SAFETY: bounds checked above; the range is mapped and `buf` is a distinct allocation.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.base_ptr().add(o), buf.as_mut_ptr(), buf.len())
+        };
+        self.counters.reads.incr();
+        self.counters.bytes_read.add(buf.len() as u64);
+        if let Some(e) = &self.emulator {
+            e.charge(Direction::Read, buf.len() as u64);
+        }
+        Ok(())
+    }
+
+    /// Reads a little-endian u64 at `off` (no alignment requirement).
+    pub fn read_u64(&self, off: u64) -> Result<u64> {
+        let mut b = [0u8; 8];
+        self.read(off, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Copies `data` to `off`. Not durable until persisted.
+    #[inline]
+    pub fn write(&self, off: u64, data: &[u8]) -> Result<()> {
+        let o = self.check(off, data.len())?;
+        // SAFETY: bounds checked above; the range is mapped writable and `data` is distinct.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base_ptr().add(o), data.len()) };
+        self.counters.writes.incr();
+        self.counters.bytes_written.add(data.len() as u64);
+        Ok(())
+    }
+
+    /// Fills `[off, off+len)` with `byte`. Not durable until persisted.
+    pub fn fill(&self, off: u64, len: usize, byte: u8) -> Result<()> {
+        let o = self.check(off, len)?;
+        // SAFETY: bounds checked above.
+        unsafe { std::ptr::write_bytes(self.base_ptr().add(o), byte, len) };
+        self.counters.writes.incr();
+        self.counters.bytes_written.add(len as u64);
+        Ok(())
+    }
+
+    /// Writes back (without fence) every cache line overlapping `[off, off+len)`. In `Msync`
+    /// mode this is the `msync` itself (which is synchronous, so it also orders).
+    pub fn flush(&self, off: u64, len: usize) -> Result<()> {
+        let o = self.check(off, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        match self.mode {
+            DurabilityMode::Dax | DurabilityMode::ProcessCrash => {
+                // SAFETY: bounds checked; the instruction was checked at open.
+                let lines = unsafe { cpu::flush_range(self.flush, self.base_ptr().add(o), len) };
+                self.counters.flushes.add(lines);
+            }
+            DurabilityMode::Msync => self.msync_abs(self.header_len + o, len)?,
+            DurabilityMode::None => {}
+        }
+        if self.mode != DurabilityMode::None {
+            self.counters
+                .media_lines_written
+                .add(media_lines(self.header_len + o, len));
+        }
+        if let Some(sim) = &self.sim {
+            sim.flush(self.capture_lines(o, len));
+        }
+        if let Some(e) = &self.emulator {
+            e.charge(Direction::Write, len as u64);
+        }
+        Ok(())
+    }
+
+    /// Store fence: every earlier flush is durable once this returns.
+    pub fn drain(&self) {
+        if matches!(
+            self.mode,
+            DurabilityMode::Dax | DurabilityMode::ProcessCrash
+        ) {
+            cpu::sfence();
+            self.counters.fences.incr();
+        }
+        if let Some(sim) = &self.sim
+            && sim.fence()
+            && sim.wants_unflushed()
+        {
+            sim.merge_unflushed(&self.copy_working());
+        }
+    }
+
+    /// Makes `[off, off+len)` durable: flush, then fence.
+    #[inline]
+    pub fn persist(&self, off: u64, len: usize) -> Result<()> {
+        self.flush(off, len)?;
+        self.drain();
+        Ok(())
+    }
+
+    /// Copies `data` to `off` with non-temporal stores (bypassing the cache; best for large
+    /// sequential writes) and makes it durable (fence, or `msync` in `Msync` mode).
+    pub fn write_nt_persist(&self, off: u64, data: &[u8]) -> Result<()> {
+        let o = self.check(off, data.len())?;
+        match self.mode {
+            DurabilityMode::Dax | DurabilityMode::ProcessCrash => {
+                // SAFETY: bounds checked; `data` is a distinct allocation; instruction checked.
+                let lines = unsafe { cpu::nt_copy(self.base_ptr().add(o), data, self.flush) };
+                self.counters.flushes.add(lines);
+                self.counters.writes.incr();
+                self.counters.bytes_written.add(data.len() as u64);
+                self.counters
+                    .media_lines_written
+                    .add(media_lines(self.header_len + o, data.len()));
+                if let Some(sim) = &self.sim {
+                    sim.flush(self.capture_lines(o, data.len()));
+                }
+                if let Some(e) = &self.emulator {
+                    e.charge(Direction::Write, data.len() as u64);
+                }
+                self.drain();
+                Ok(())
+            }
+            DurabilityMode::Msync | DurabilityMode::None => {
+                self.write(off, data)?;
+                self.persist(off, data.len())
+            }
+        }
+    }
+
+    fn msync_abs(&self, abs_off: usize, len: usize) -> Result<()> {
+        let start = abs_off & !(PAGE - 1);
+        let end = round_up(abs_off + len, PAGE);
+        // SAFETY: [start, end) lies inside the mapped part of our reservation (abs_off + len is
+        // within header + data, rounded to whole mapped pages).
+        let rc = unsafe {
+            libc::msync(
+                self.reservation.as_ptr().add(start).cast(),
+                end - start,
+                libc::MS_SYNC,
+            )
+        };
+        self.counters.syncs.incr();
+        if rc != 0 {
+            return Err(os_err("msync", self.path.as_deref()));
+        }
+        Ok(())
+    }
+
+    /// An atomic view of the 8 bytes at `off` (must be 8-aligned).
+    pub fn atomic_u64(&self, off: u64) -> Result<&AtomicU64> {
+        let o = self.check_aligned(off, 8)?;
+        // SAFETY: in bounds, 8-aligned (the base is page-aligned), mapped for `&self`'s lifetime
+        // (the reservation is only unmapped on drop and never moves), and only ever accessed
+        // atomically or by raw copies.
+        Ok(unsafe { AtomicU64::from_ptr(self.base_ptr().add(o).cast::<u64>()) })
+    }
+
+    /// An atomic view of the 4 bytes at `off` (must be 4-aligned).
+    pub fn atomic_u32(&self, off: u64) -> Result<&AtomicU32> {
+        let o = self.check_aligned(off, 4)?;
+        // SAFETY: as for `atomic_u64`.
+        Ok(unsafe { AtomicU32::from_ptr(self.base_ptr().add(o).cast::<u32>()) })
+    }
+
+    /// An atomic view of the byte at `off`.
+    pub fn atomic_u8(&self, off: u64) -> Result<&AtomicU8> {
+        let o = self.check(off, 1)?;
+        Ok(self.atomic_u8_unchecked(o))
+    }
+
+    fn atomic_u8_unchecked(&self, o: usize) -> &AtomicU8 {
+        // SAFETY: callers pass an in-bounds offset; as for `atomic_u64`.
+        unsafe { AtomicU8::from_ptr(self.base_ptr().add(o)) }
+    }
+
+    fn check_aligned(&self, off: u64, align: u64) -> Result<usize> {
+        if !off.is_multiple_of(align) {
+            return Err(Error::Misaligned {
+                offset: off,
+                len: align,
+                alignment: align,
+            });
+        }
+        self.check(off, align as usize)
+    }
+
+    fn capture_lines(&self, o: usize, len: usize) -> Vec<(usize, [u8; CACHE_LINE])> {
+        let size = self.len.load(Ordering::Acquire);
+        let first = o / CACHE_LINE;
+        let last = (o + len.max(1) - 1) / CACHE_LINE;
+        (first..=last)
+            .map(|line| {
+                let start = line * CACHE_LINE;
+                let n = CACHE_LINE.min(size.saturating_sub(start));
+                let mut buf = [0u8; CACHE_LINE];
+                // SAFETY: [start, start+n) is inside the mapped data area.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(self.base_ptr().add(start), buf.as_mut_ptr(), n)
+                };
+                (start, buf)
+            })
+            .collect()
+    }
+
+    fn copy_working(&self) -> Vec<u8> {
+        let n = self.len.load(Ordering::Acquire);
+        let mut v = vec![0u8; n];
+        // SAFETY: the data area is mapped for n bytes.
+        unsafe { std::ptr::copy_nonoverlapping(self.base_ptr(), v.as_mut_ptr(), n) };
+        v
+    }
+
+    /// Crash-simulated regions: loses power now (if the configured persist point has not done
+    /// so already) and returns the image media holds. `None` for real regions.
+    pub fn power_loss(&self) -> Option<Vec<u8>> {
+        let sim = self.sim.as_ref()?;
+        if sim.lose_power() && sim.wants_unflushed() {
+            sim.merge_unflushed(&self.copy_working());
+        }
+        sim.image()
+    }
+
+    /// Crash-simulated regions: whether the configured power loss has happened.
+    pub fn crashed(&self) -> bool {
+        self.sim.as_ref().is_some_and(CrashSim::crashed)
+    }
+
+    /// Crash-simulated regions: fences that took effect so far (persist points passed).
+    pub fn persist_points(&self) -> u64 {
+        self.sim.as_ref().map_or(0, CrashSim::fences)
+    }
+
+    /// Copies the whole data area out (for tests, inspection and `verify`).
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.copy_working()
+    }
+}
+
+impl Drop for PmemRegion {
+    fn drop(&mut self) {
+        // SAFETY: we own the whole reservation; no references into it outlive `self`.
+        unsafe { libc::munmap(self.reservation.as_ptr().cast(), self.reserve) };
+    }
+}
+
+fn too_big(v: u64) -> Error {
+    Error::InvalidArgument(format!(
+        "size {v} does not fit this platform's address space"
+    ))
+}
+
+fn resolve_mode(
+    requested: Option<DurabilityMode>,
+    available: DurabilityMode,
+) -> Result<DurabilityMode> {
+    match requested {
+        None => Ok(available),
+        Some(m) if m.can_run_on(available) => Ok(m),
+        Some(m) => Err(Error::DurabilityUnavailable {
+            requested: m,
+            available,
+        }),
+    }
+}
+
+/// Number of distinct 256-byte media lines overlapping `[abs_off, abs_off + len)`.
+fn media_lines(abs_off: usize, len: usize) -> u64 {
+    if len == 0 {
+        return 0;
+    }
+    ((abs_off + len - 1) / MEDIA_LINE - abs_off / MEDIA_LINE + 1) as u64
+}
+
+fn allocate_file(file: &File, path: &Path, offset: usize, len: usize) -> Result<()> {
+    let (Ok(off), Ok(l)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(too_big(len as u64));
+    };
+    // SAFETY: fallocate on our own open file descriptor with plain integer arguments.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, off, l) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EFBIG) => Err(Error::DeviceFull {
+            path: Some(path.to_path_buf()),
+            requested: len as u64,
+        }),
+        Some(libc::EOPNOTSUPP) => {
+            // File systems without fallocate: extend with set_len (sparse; a later full disk can
+            // still surface as SIGBUS, which is why fallocate is preferred).
+            let cur = file
+                .metadata()
+                .map_err(|e| Error::io("stat", Some(path), e))?
+                .len();
+            if cur < len as u64 {
+                file.set_len(len as u64)
+                    .map_err(|e| Error::io("truncate", Some(path), e))?;
+            }
+            Ok(())
+        }
+        _ => Err(Error::io("fallocate", Some(path), err)),
+    }
+}
+
+fn write_header_fields(header: &mut [u8; REGION_HEADER_LEN], data_len: u64) {
+    header[0..8].copy_from_slice(MAGIC);
+    header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header[12..16].copy_from_slice(&(REGION_HEADER_LEN as u32).to_le_bytes());
+    let crc = crc32c::crc32c(&header[0..16]);
+    header[16..20].copy_from_slice(&crc.to_le_bytes());
+    header[DATA_LEN_OFFSET..DATA_LEN_OFFSET + 8].copy_from_slice(&data_len.to_le_bytes());
+}
+
+fn parse_header(header: &[u8; REGION_HEADER_LEN], path: &Path) -> Result<u64> {
+    let field = |a: usize, b: usize| header.get(a..b).unwrap_or_default();
+    if field(0, 8) != MAGIC {
+        return Err(Error::BadMagic {
+            path: Some(path.to_path_buf()),
+            expected: "tierbase region",
+        });
+    }
+    let u32_at = |a: usize| {
+        let mut b = [0u8; 4];
+        b.copy_from_slice(field(a, a + 4));
+        u32::from_le_bytes(b)
+    };
+    let stored_crc = u32_at(16);
+    if crc32c::crc32c(field(0, 16)) != stored_crc {
+        return Err(Error::corrupt(
+            Some(path),
+            "region header checksum mismatch",
+        ));
+    }
+    let version = u32_at(8);
+    if version != FORMAT_VERSION {
+        return Err(Error::UnsupportedVersion {
+            path: Some(path.to_path_buf()),
+            what: "region",
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    if u32_at(12) as usize != REGION_HEADER_LEN {
+        return Err(Error::corrupt(
+            Some(path),
+            "region header length is not 4096",
+        ));
+    }
+    let mut b = [0u8; 8];
+    b.copy_from_slice(field(DATA_LEN_OFFSET, DATA_LEN_OFFSET + 8));
+    let data_len = u64::from_le_bytes(b);
+    if data_len % PAGE as u64 != 0 {
+        return Err(Error::corrupt(
+            Some(path),
+            format!("region data length {data_len} is not a multiple of 4096"),
+        ));
+    }
+    Ok(data_len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn media_line_count() {
+        assert_eq!(media_lines(0, 0), 0);
+        assert_eq!(media_lines(0, 1), 1);
+        assert_eq!(media_lines(0, 256), 1);
+        assert_eq!(media_lines(255, 2), 2);
+        assert_eq!(media_lines(100, 600), 3);
+    }
+
+    #[test]
+    fn header_round_trip_and_corruption() {
+        let mut h = [0u8; REGION_HEADER_LEN];
+        write_header_fields(&mut h, 8192);
+        assert_eq!(parse_header(&h, Path::new("x")).unwrap(), 8192);
+        let mut bad = h;
+        bad[0] = b'X';
+        assert!(matches!(
+            parse_header(&bad, Path::new("x")),
+            Err(Error::BadMagic { .. })
+        ));
+        let mut bad = h;
+        bad[13] ^= 1;
+        assert!(matches!(
+            parse_header(&bad, Path::new("x")),
+            Err(Error::Corrupt { .. })
+        ));
+        let mut bad = h;
+        bad[8] = 9;
+        let crc = crc32c::crc32c(&bad[0..16]);
+        bad[16..20].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            parse_header(&bad, Path::new("x")),
+            Err(Error::UnsupportedVersion { found: 9, .. })
+        ));
+    }
+}

@@ -1,0 +1,192 @@
+//! The crate's one error type.
+//!
+//! Every fallible library call returns [`Result`]. Variants say what went wrong in terms a user
+//! can act on (which path, which offset, which limit); the CLI prints them as one line.
+
+use std::path::PathBuf;
+
+use crate::device::DurabilityMode;
+
+/// Result alias used throughout tierbase.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in tierbase.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system call failed.
+    #[error("{op} {}: {source}", path_display(.path))]
+    Io {
+        /// What we were doing ("open", "mmap", "fallocate", ...).
+        op: &'static str,
+        /// The file involved, when there is one.
+        path: Option<PathBuf>,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The device or file system has no space left for the requested size.
+    #[error("device full: cannot allocate {requested} bytes for {}", path_display(.path))]
+    DeviceFull {
+        /// The file that could not grow.
+        path: Option<PathBuf>,
+        /// Bytes requested.
+        requested: u64,
+    },
+
+    /// A region was asked to grow beyond the address space reserved for it.
+    #[error("region limit reached: {requested} bytes requested, at most {limit} bytes reserved")]
+    RegionLimit {
+        /// Requested length in bytes.
+        requested: u64,
+        /// The reservation in bytes.
+        limit: u64,
+    },
+
+    /// A request was not aligned as the device requires.
+    #[error(
+        "misaligned request: offset {offset}, length {len} (both must be multiples of {alignment})"
+    )]
+    Misaligned {
+        /// Requested offset.
+        offset: u64,
+        /// Requested length.
+        len: u64,
+        /// Required alignment in bytes.
+        alignment: u64,
+    },
+
+    /// A request touched bytes beyond the end of a device or region.
+    #[error("out of range: offset {offset} + length {len} exceeds size {size}")]
+    OutOfRange {
+        /// Requested offset.
+        offset: u64,
+        /// Requested length.
+        len: u64,
+        /// Size of the device or region.
+        size: u64,
+    },
+
+    /// A file is shorter than its own header says it must be.
+    #[error("{}: file is truncated: {actual} bytes on disk, {expected} expected", .path.display())]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// Bytes the header requires.
+        expected: u64,
+        /// Bytes actually present.
+        actual: u64,
+    },
+
+    /// A file is too small to hold even a header.
+    #[error("{}: file too small ({actual} bytes, at least {minimum} needed)", .path.display())]
+    TooSmall {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        actual: u64,
+        /// The minimum.
+        minimum: u64,
+    },
+
+    /// A file does not start with the expected magic number: it is not ours, or it is damaged.
+    #[error("{}: not a {expected} file (bad magic number)", path_display(.path))]
+    BadMagic {
+        /// The file.
+        path: Option<PathBuf>,
+        /// What kind of file was expected.
+        expected: &'static str,
+    },
+
+    /// A file was written by an incompatible format version.
+    #[error("{}: unsupported {what} format version {found} (this build reads version {supported})", path_display(.path))]
+    UnsupportedVersion {
+        /// The file.
+        path: Option<PathBuf>,
+        /// Which format.
+        what: &'static str,
+        /// Version found.
+        found: u32,
+        /// Version this build understands.
+        supported: u32,
+    },
+
+    /// On-media data failed a consistency check.
+    #[error("corrupt data{}: {detail}", path_suffix(.path))]
+    Corrupt {
+        /// The file, when known.
+        path: Option<PathBuf>,
+        /// What is wrong, where.
+        detail: String,
+    },
+
+    /// The caller asked for a durability mode the medium cannot give.
+    #[error("durability mode {requested} is not available here (best available: {available})")]
+    DurabilityUnavailable {
+        /// Mode requested.
+        requested: DurabilityMode,
+        /// Strongest mode available on this medium.
+        available: DurabilityMode,
+    },
+
+    /// A device profile name is not in the catalogue.
+    #[error("unknown device profile '{name}' (known: {known})")]
+    UnknownProfile {
+        /// Requested name.
+        name: String,
+        /// Comma-separated list of known names.
+        known: String,
+    },
+
+    /// A device profile or catalogue file is malformed.
+    #[error("invalid device profile{}: {detail}", path_suffix(.path))]
+    InvalidProfile {
+        /// The catalogue file, when the profile came from one.
+        path: Option<PathBuf>,
+        /// What is wrong.
+        detail: String,
+    },
+
+    /// A parameter is outside what the call accepts.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// A feature this call needs is not available on this machine or build.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+}
+
+impl Error {
+    /// Wraps an I/O error with the operation and path it came from, mapping `ENOSPC` to
+    /// [`Error::DeviceFull`] so that callers can tell a full device from other failures.
+    pub fn io(op: &'static str, path: Option<&std::path::Path>, source: std::io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.map(std::path::Path::to_path_buf),
+            source,
+        }
+    }
+
+    /// Shorthand for [`Error::Corrupt`].
+    pub fn corrupt(path: Option<&std::path::Path>, detail: impl Into<String>) -> Self {
+        Error::Corrupt {
+            path: path.map(std::path::Path::to_path_buf),
+            detail: detail.into(),
+        }
+    }
+}
+
+fn path_display(path: &Option<PathBuf>) -> String {
+    match path {
+        Some(p) => p.display().to_string(),
+        None => "<memory>".to_string(),
+    }
+}
+
+fn path_suffix(path: &Option<PathBuf>) -> String {
+    match path {
+        Some(p) => format!(" in {}", p.display()),
+        None => String::new(),
+    }
+}

@@ -1,0 +1,29 @@
+//! tierbase: a storage engine for the modern storage hierarchy.
+//!
+//! Layers (see `docs/ARCHITECTURE.md`):
+//! - [`device`]: persistent regions, block devices, durability modes, device profiles,
+//!   emulation and counters — the only code that touches hardware;
+//! - stores built on it (added issue by issue);
+//! - front ends (the `tierbase` CLI, benchmarks) live in their own crates.
+//!
+//! ```
+//! use tierbase::device::{PmemRegion, RegionOptions};
+//! # fn main() -> tierbase::Result<()> {
+//! let dir = std::env::temp_dir().join(format!("tierbase-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir).unwrap();
+//! let path = dir.join("example.region");
+//! # let _ = std::fs::remove_file(&path);
+//! let region = PmemRegion::create(&path, 1 << 20, &RegionOptions::default())?;
+//! region.write(0, b"hello")?;
+//! region.persist(0, 5)?; // durable in the medium's mode (DAX, msync, or process-crash on tmpfs)
+//! println!("durability: {}", region.durability().guarantee());
+//! # drop(region); std::fs::remove_dir_all(&dir).unwrap();
+//! # Ok(()) }
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod device;
+mod error;
+
+pub use error::{Error, Result};
