@@ -148,6 +148,62 @@ pub enum Error {
         detail: String,
     },
 
+    /// A key is empty; stores require at least one byte.
+    #[error("empty key: keys must have at least one byte")]
+    EmptyKey,
+
+    /// A key is longer than the store accepts.
+    #[error("key too large: {len} bytes (this store accepts at most {max})")]
+    KeyTooLarge {
+        /// Length given.
+        len: usize,
+        /// Largest accepted length.
+        max: usize,
+    },
+
+    /// A value is longer than the store accepts.
+    #[error("value too large: {len} bytes (this store accepts at most {max})")]
+    ValueTooLarge {
+        /// Length given.
+        len: usize,
+        /// Largest accepted length.
+        max: usize,
+    },
+
+    /// A fixed-size store was given a key or value of the wrong size.
+    #[error("wrong {what} size: {len} bytes (this store holds fixed {expected}-byte {what}s)")]
+    WrongSize {
+        /// "key" or "value".
+        what: &'static str,
+        /// Length given.
+        len: usize,
+        /// The store's fixed size.
+        expected: usize,
+    },
+
+    /// The store cannot take more data: its region may not grow (growth disabled or the
+    /// reservation is exhausted). Existing data is untouched.
+    #[error("store full: {used} of {capacity} bytes in use and the region may not grow ({reason})")]
+    StoreFull {
+        /// Bytes in use.
+        used: u64,
+        /// Current capacity.
+        capacity: u64,
+        /// Why it cannot grow.
+        reason: String,
+    },
+
+    /// A store was opened with options that contradict how it was created.
+    #[error("{}: store was created with {found}, but {requested} was requested", path_display(.path))]
+    LayoutMismatch {
+        /// The store file.
+        path: Option<PathBuf>,
+        /// What the file says.
+        found: String,
+        /// What the caller asked for.
+        requested: String,
+    },
+
     /// A parameter is outside what the call accepts.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -25,5 +25,6 @@
 
 pub mod device;
 mod error;
+pub mod kv;
 
 pub use error::{Error, Result};

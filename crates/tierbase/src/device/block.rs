@@ -6,23 +6,41 @@
 //! Must not touch: what the blocks mean (pages, logs and their formats belong to stores).
 //!
 //! io_uring submission is the one place where the kernel holds raw pointers into our buffers;
-//! [`BlockDevice::submit`] never returns while any submitted operation is still in flight, which
-//! is what makes the safe `&mut AlignedBuf` API sound.
+//! [`BlockDevice::submit`] never returns (nor unwinds) while any submitted operation is still in
+//! flight, which is what makes the safe `&mut AlignedBuf` API sound.
+//!
+//! In-flight limits: one [`BlockDevice::submit`] call keeps at most `queue_depth` operations in
+//! flight; with an emulated profile additionally at most `k_r` reads and `k_w` writes. The
+//! `max_in_flight` counter is the largest number of operations observed in flight on the whole
+//! device (so concurrent `submit` calls from several threads can add up beyond one batch's
+//! depth).
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use io_uring::{IoUring, opcode, types};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 
 use super::aligned::AlignedBuf;
 use super::counters::{CounterSnapshot, DeviceCounters};
-use super::emulate::{Direction, Emulator};
+use super::emulate::{Direction, Emulator, now_ns};
 use super::profile::DeviceProfile;
+use super::region::{io_err, sync_parent_dir};
 use crate::error::{Error, Result};
+
+/// Largest transfer Linux performs in one read/write call (`MAX_RW_COUNT`); longer requests are
+/// split, and short transfers are resubmitted for the remainder.
+const MAX_RW: usize = 0x7fff_f000;
+/// Most threads the thread-pool engine uses for one batch.
+const MAX_THREADS: usize = 16;
+/// How often one operation may come back `EINTR`/`EAGAIN` before the error is reported.
+const MAX_RETRIES: u32 = 16;
 
 /// Whether to use `O_DIRECT`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -57,7 +75,8 @@ pub struct BlockOptions {
     pub direct: DirectIo,
     /// Engine choice.
     pub engine: IoEngineKind,
-    /// Most I/Os in flight at once per batch (io_uring ring size; threads in the fallback).
+    /// Most I/Os in flight at once per [`BlockDevice::submit`] call (io_uring ring size;
+    /// threads in the fallback, at most 16).
     pub queue_depth: u32,
     /// Required alignment of offsets and lengths (the logical block size). Default 4096.
     pub block_size: u64,
@@ -148,7 +167,56 @@ pub struct BlockDevice {
     rings: Option<Mutex<Vec<IoUring>>>,
     engine_note: Option<String>,
     counters: DeviceCounters,
+    /// Operations in flight on the whole device right now (for `max_in_flight`).
+    in_flight: AtomicU64,
     emulator: Option<Emulator>,
+}
+
+/// In-flight limits for one batch.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    total: usize,
+    read: usize,
+    write: usize,
+}
+
+/// Which operation of a batch to issue next: the lowest-numbered one whose direction still has
+/// room under `lim`. Returns `None` when nothing may be issued now.
+fn pick_next(
+    reads: &mut VecDeque<usize>,
+    writes: &mut VecDeque<usize>,
+    out: (usize, usize),
+    lim: Limits,
+) -> Option<(usize, Direction)> {
+    if out.0 + out.1 >= lim.total {
+        return None;
+    }
+    let read_ok = out.0 < lim.read;
+    let write_ok = out.1 < lim.write;
+    let take_read = match (reads.front(), writes.front()) {
+        (Some(&r), Some(&w)) if read_ok && write_ok => r < w,
+        (Some(_), _) if read_ok => true,
+        (_, Some(_)) if write_ok => false,
+        _ => return None,
+    };
+    if take_read {
+        reads.pop_front().map(|i| (i, Direction::Read))
+    } else {
+        writes.pop_front().map(|i| (i, Direction::Write))
+    }
+}
+
+/// Aborts the process if dropped during a panic. Lives on the stack of code that has handed
+/// buffer pointers to the kernel: unwinding out of it would free or reuse buffers the kernel
+/// may still write into, so a panic there must not unwind.
+struct AbortOnUnwind;
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            std::process::abort();
+        }
+    }
 }
 
 impl std::fmt::Debug for BlockDevice {
@@ -164,63 +232,41 @@ impl std::fmt::Debug for BlockDevice {
 
 impl BlockDevice {
     /// Creates a file of `len` bytes (must not exist; space allocated up front) and opens it.
+    ///
+    /// On a file system without `fallocate` the file is extended sparsely instead. On any error
+    /// the new file is removed again.
     pub fn create(path: &Path, len: u64, opts: &BlockOptions) -> Result<Self> {
-        if len == 0 || !len.is_multiple_of(opts.block_size.max(1)) {
+        check_options(opts)?;
+        if len == 0 || !len.is_multiple_of(opts.block_size) {
             return Err(Error::Misaligned {
                 offset: 0,
                 len,
                 alignment: opts.block_size,
             });
         }
+        let Ok(l) = libc::off_t::try_from(len) else {
+            return Err(Error::InvalidArgument(format!("size {len} too large")));
+        };
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .open(path)
-            .map_err(|e| Error::io("create", Some(path), e))?;
-        let Ok(l) = libc::off_t::try_from(len) else {
-            return Err(Error::InvalidArgument(format!("size {len} too large")));
-        };
-        // SAFETY: fallocate on our own descriptor with integer arguments.
-        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, l) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            let full = matches!(err.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EFBIG));
-            let fallback = err.raw_os_error() == Some(libc::EOPNOTSUPP);
-            if fallback {
-                file.set_len(len)
-                    .map_err(|e| Error::io("truncate", Some(path), e))?;
-            } else {
-                drop(file);
-                let _ = std::fs::remove_file(path);
-                if full {
-                    return Err(Error::DeviceFull {
-                        path: Some(path.to_path_buf()),
-                        requested: len,
-                    });
-                }
-                return Err(Error::io("fallocate", Some(path), err));
-            }
-        }
-        file.sync_all()
-            .map_err(|e| Error::io("fsync", Some(path), e))?;
+            .map_err(|e| io_err("create", Some(path), e))?;
+        let result = allocate(&file, path, l)
+            .and_then(|()| file.sync_all().map_err(|e| io_err("fsync", Some(path), e)))
+            .and_then(|()| sync_parent_dir(path));
         drop(file);
-        Self::open(path, opts)
+        let result = result.and_then(|()| Self::open(path, opts));
+        if result.is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        result
     }
 
     /// Opens an existing file or block device.
     pub fn open(path: &Path, opts: &BlockOptions) -> Result<Self> {
-        if opts.queue_depth == 0 {
-            return Err(Error::InvalidArgument(
-                "queue depth must be at least 1".into(),
-            ));
-        }
-        if !opts.block_size.is_power_of_two() {
-            return Err(Error::InvalidArgument(format!(
-                "block size {} is not a power of two",
-                opts.block_size
-            )));
-        }
+        check_options(opts)?;
         let open = |direct: bool| {
             let mut o = OpenOptions::new();
             o.read(true).write(true);
@@ -270,6 +316,7 @@ impl BlockDevice {
             rings,
             engine_note,
             counters: DeviceCounters::default(),
+            in_flight: AtomicU64::new(0),
             emulator,
         })
     }
@@ -365,8 +412,10 @@ impl BlockDevice {
     /// Issues every I/O in `ios` (up to the queue depth at once) and waits for all of them.
     ///
     /// All requests are validated before any is issued, so a misaligned or out-of-range
-    /// request fails the whole batch without side effects. On an I/O error the remaining
-    /// in-flight operations are still awaited, and the first error is returned.
+    /// request fails the whole batch without side effects (no I/O, counters unchanged). On an
+    /// I/O error no further operations are issued, the ones in flight are still awaited, and
+    /// the first error is returned; the counters then count every operation of the batch.
+    /// Short transfers are resubmitted for the remainder. Several threads may call this at once.
     pub fn submit(&self, ios: &mut [Io<'_>]) -> Result<()> {
         for io in ios.iter() {
             self.validate(io)?;
@@ -374,27 +423,36 @@ impl BlockDevice {
         if ios.is_empty() {
             return Ok(());
         }
+        // The whole batch is issued at one virtual instant: its emulated makespan depends only
+        // on the profile and the batch, not on how fast this thread walks the list.
         let emulated_end = self.emulator.as_ref().map(|e| {
+            let now = now_ns();
             ios.iter()
-                .map(|io| e.schedule(io.direction(), io.len() as u64).end_ns)
+                .map(|io| e.schedule_at(io.direction(), io.len() as u64, now).end_ns)
                 .max()
-                .unwrap_or(0)
+                .unwrap_or(now)
         });
         let result = match &self.rings {
             Some(pool) => {
                 let ring = pool.lock().pop();
-                let mut ring = match ring {
-                    Some(r) => r,
+                let ring = match ring {
+                    Some(r) => Ok(r),
                     None => IoUring::new(self.queue_depth.next_power_of_two())
-                        .map_err(|e| Error::io("io_uring setup", Some(&self.path), e))?,
+                        .map_err(|e| Error::io("io_uring setup", Some(&self.path), e)),
                 };
-                let (result, reusable) = self.run_uring(&mut ring, ios);
-                if reusable {
-                    pool.lock().push(ring);
+                match ring {
+                    Ok(mut ring) => {
+                        let lim = self.limits(ring.params().sq_entries() as usize);
+                        let (result, reusable) = self.run_uring(&mut ring, ios, lim);
+                        if reusable {
+                            pool.lock().push(ring);
+                        }
+                        result
+                    }
+                    Err(e) => Err(e),
                 }
-                result
             }
-            None => self.run_threads(ios),
+            None => self.run_threads(ios, self.limits(MAX_THREADS)),
         };
         if let (Some(e), Some(end)) = (&self.emulator, emulated_end) {
             e.wait_until(end);
@@ -415,67 +473,112 @@ impl BlockDevice {
         result
     }
 
+    /// In-flight limits for one batch on an engine that can hold `engine_max` at once.
+    fn limits(&self, engine_max: usize) -> Limits {
+        let total = (self.queue_depth as usize).min(engine_max).max(1);
+        let (read, write) = self.emulator.as_ref().map_or((total, total), |e| {
+            let p = e.profile();
+            (p.k_r as usize, p.k_w as usize)
+        });
+        Limits {
+            total,
+            read: read.clamp(1, total),
+            write: write.clamp(1, total),
+        }
+    }
+
+    fn io_error(&self, source: std::io::Error) -> Error {
+        io_err("block I/O", Some(&self.path), source)
+    }
+
+    fn enter_flight(&self) {
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.counters.observe_in_flight(now);
+    }
+
+    fn leave_flight(&self, n: u64) {
+        self.in_flight.fetch_sub(n, Ordering::Relaxed);
+    }
+
     /// Runs a batch on `ring`. Returns the result and whether the ring may be reused (it may
     /// not if the kernel refused a submission and left entries queued).
-    fn run_uring(&self, ring: &mut IoUring, ios: &mut [Io<'_>]) -> (Result<()>, bool) {
+    ///
+    /// Invariant: this function does not return, and cannot unwind, while the kernel has
+    /// consumed an entry whose completion it has not yet reaped.
+    fn run_uring(&self, ring: &mut IoUring, ios: &mut [Io<'_>], lim: Limits) -> (Result<()>, bool) {
+        let _no_unwind = AbortOnUnwind;
         let n = ios.len();
-        let depth = (self.queue_depth as usize)
-            .min(ring.params().sq_entries() as usize)
-            .max(1);
         let fd = types::Fd(self.file.as_raw_fd());
-        let mut next = 0usize;
-        let mut queued = 0usize; // pushed to the SQ, not yet consumed by the kernel
-        let mut in_flight = 0usize; // consumed by the kernel, not yet completed
+        let dirs: Vec<Direction> = ios.iter().map(Io::direction).collect();
+        let mut reads: VecDeque<usize> = (0..n).filter(|&i| dirs[i] == Direction::Read).collect();
+        let mut writes: VecDeque<usize> = (0..n).filter(|&i| dirs[i] == Direction::Write).collect();
+        let mut progress = vec![0usize; n]; // bytes transferred so far, per operation
+        let mut retries = vec![0u32; n];
+        let mut out = (0usize, 0usize); // (reads, writes) pushed and not yet completed
+        let mut unconsumed = 0usize; // pushed to the SQ, not yet consumed by the kernel
         let mut first_err: Option<Error> = None;
-        let mut done = 0usize;
-        while done < n {
-            while first_err.is_none() && next < n && queued + in_flight < depth {
-                let Some(io) = ios.get_mut(next) else { break };
+        loop {
+            while first_err.is_none() {
+                let Some((idx, dir)) = pick_next(&mut reads, &mut writes, out, lim) else {
+                    break;
+                };
+                let (Some(io), Some(&done)) = (ios.get_mut(idx), progress.get(idx)) else {
+                    break;
+                };
+                let len = (io.len() - done).min(MAX_RW) as u32;
+                let offset = io.offset() + done as u64;
                 let entry = match io {
-                    Io::Read { offset, buf } => {
-                        opcode::Read::new(fd, buf.as_mut_ptr(), buf.len() as u32)
-                            .offset(*offset)
+                    // SAFETY: `done < buf.len()`, so the pointer stays inside the buffer.
+                    Io::Read { buf, .. } => unsafe {
+                        opcode::Read::new(fd, buf.as_mut_ptr().add(done), len)
+                            .offset(offset)
                             .build()
-                    }
-                    Io::Write { offset, buf } => {
-                        opcode::Write::new(fd, buf.as_ptr(), buf.len() as u32)
-                            .offset(*offset)
+                    },
+                    // SAFETY: as above.
+                    Io::Write { buf, .. } => unsafe {
+                        opcode::Write::new(fd, buf.as_ptr().add(done), len)
+                            .offset(offset)
                             .build()
-                    }
+                    },
                 }
-                .user_data(next as u64);
-                // SAFETY: the buffer behind the entry is borrowed mutably (reads) or shared
-                // (writes) for the whole of `submit`, and this function does not return until
-                // every consumed entry has completed (or, on a failed submit, the ring is
-                // discarded with unconsumed entries never handed to the kernel).
+                .user_data(idx as u64);
+                // SAFETY: the entry points at `len` bytes of a buffer that is borrowed
+                // (mutably for reads) for the whole of `submit`, and this function neither
+                // returns nor unwinds until every entry the kernel consumed has completed (on
+                // a failed submit, entries the kernel never consumed die with the ring).
                 let pushed = unsafe { ring.submission().push(&entry) };
                 if pushed.is_err() {
+                    match dir {
+                        Direction::Read => reads.push_front(idx),
+                        Direction::Write => writes.push_front(idx),
+                    }
                     break;
                 }
-                next += 1;
-                queued += 1;
+                unconsumed += 1;
+                match dir {
+                    Direction::Read => out.0 += 1,
+                    Direction::Write => out.1 += 1,
+                }
+                self.enter_flight();
             }
-            if queued + in_flight == 0 {
-                // Nothing outstanding and nothing more will be issued (error stop).
+            if out.0 + out.1 == 0 {
+                // Everything completed (or an error stopped issuing and nothing is left).
                 break;
             }
-            self.counters.observe_in_flight((queued + in_flight) as u64);
             match ring.submit_and_wait(1) {
-                Ok(consumed) => {
-                    let consumed = consumed.min(queued);
-                    queued -= consumed;
-                    in_flight += consumed;
-                }
+                Ok(consumed) => unconsumed -= consumed.min(unconsumed),
                 Err(e)
                     if matches!(
                         e.raw_os_error(),
                         Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
                     ) => {}
                 Err(e) => {
-                    // The kernel took none of the queued entries. Wait out what it already has
-                    // (without submitting the rest), then discard the ring.
-                    let err = Error::io("io_uring submit", Some(&self.path), e);
-                    while in_flight > 0 {
+                    // io_uring_enter reports an error only when it consumed no entry, so the
+                    // `unconsumed` ones were never seen by the kernel. Reap everything it did
+                    // take (without submitting more), then discard the ring.
+                    let err = self.io_error(e);
+                    let mut in_kernel = out.0 + out.1 - unconsumed;
+                    while in_kernel > 0 {
                         // SAFETY: to_submit = 0 never hands the queued entries to the kernel;
                         // GETEVENTS with min_complete = 1 only waits for completions.
                         let waited = unsafe {
@@ -487,72 +590,150 @@ impl BlockDevice {
                             )
                         };
                         if waited.is_err() {
+                            // Returning now would be unsound; keep waiting, politely.
                             std::thread::yield_now();
                         }
-                        in_flight = in_flight.saturating_sub(ring.completion().count());
+                        let reaped = ring.completion().count();
+                        in_kernel = in_kernel.saturating_sub(reaped);
+                        self.leave_flight(reaped as u64);
                     }
+                    self.leave_flight(unconsumed as u64);
                     return (Err(first_err.unwrap_or(err)), false);
                 }
             }
             for cqe in ring.completion() {
-                in_flight = in_flight.saturating_sub(1);
-                done += 1;
+                self.leave_flight(1);
                 let idx = cqe.user_data() as usize;
                 let res = cqe.result();
-                let expected = ios.get(idx).map_or(0, Io::len);
+                let (Some(&dir), Some(io)) = (dirs.get(idx), ios.get(idx)) else {
+                    continue; // cannot happen: we only submit indices of this batch
+                };
+                match dir {
+                    Direction::Read => out.0 -= 1,
+                    Direction::Write => out.1 -= 1,
+                }
+                let requeue = |q: &mut VecDeque<usize>| q.push_front(idx);
+                let queue = match dir {
+                    Direction::Read => &mut reads,
+                    Direction::Write => &mut writes,
+                };
                 if res < 0 {
+                    let retry = matches!(-res, libc::EINTR | libc::EAGAIN)
+                        && retries.get(idx).is_some_and(|&r| r < MAX_RETRIES);
+                    if retry {
+                        if let Some(r) = retries.get_mut(idx) {
+                            *r += 1;
+                        }
+                        requeue(queue);
+                    } else {
+                        first_err.get_or_insert_with(|| {
+                            self.io_error(std::io::Error::from_raw_os_error(-res))
+                        });
+                    }
+                    continue;
+                }
+                let Some(done) = progress.get_mut(idx) else {
+                    continue;
+                };
+                *done += res as usize;
+                if *done >= io.len() {
+                    continue;
+                }
+                if res == 0 {
+                    let expected = io.len();
+                    let got = *done;
                     first_err.get_or_insert_with(|| {
-                        Error::io(
-                            "block I/O",
-                            Some(&self.path),
-                            std::io::Error::from_raw_os_error(-res),
-                        )
+                        self.io_error(std::io::Error::new(
+                            std::io::ErrorKind::UnexpectedEof,
+                            format!("short transfer: {got} of {expected} bytes"),
+                        ))
                     });
-                } else if res as usize != expected {
-                    first_err.get_or_insert_with(|| {
-                        Error::io(
-                            "block I/O",
-                            Some(&self.path),
-                            std::io::Error::new(
-                                std::io::ErrorKind::UnexpectedEof,
-                                format!("short transfer: {res} of {expected} bytes"),
-                            ),
-                        )
-                    });
+                } else {
+                    requeue(queue);
                 }
             }
-            if first_err.is_some() && queued == 0 && in_flight == 0 {
-                break;
-            }
+        }
+        if first_err.is_none() && !(reads.is_empty() && writes.is_empty()) {
+            // Only reachable if the submission queue refused an entry with nothing in flight.
+            first_err = Some(Error::Unsupported(
+                "io_uring submission queue refused an entry".into(),
+            ));
         }
         (first_err.map_or(Ok(()), Err), true)
     }
 
-    fn run_threads(&self, ios: &mut [Io<'_>]) -> Result<()> {
-        let workers = ios.len().min(self.queue_depth as usize).clamp(1, 16);
-        self.counters.observe_in_flight(workers as u64);
-        if workers == 1 {
-            return ios.iter_mut().try_for_each(|io| self.blocking_io(io));
+    fn run_threads(&self, ios: &mut [Io<'_>], lim: Limits) -> Result<()> {
+        struct Sched {
+            reads: VecDeque<usize>,
+            writes: VecDeque<usize>,
+            out: (usize, usize),
+            failed: Option<Error>,
         }
-        let chunk = ios.len().div_ceil(workers);
-        std::thread::scope(|s| {
-            let handles: Vec<_> = ios
-                .chunks_mut(chunk)
-                .map(|part| {
-                    s.spawn(move || part.iter_mut().try_for_each(|io| self.blocking_io(io)))
-                })
-                .collect();
-            let mut first = Ok(());
-            for h in handles {
-                let r = h
-                    .join()
-                    .unwrap_or_else(|_| Err(Error::Unsupported("I/O worker panicked".into())));
-                if first.is_ok() {
-                    first = r;
+        let n = ios.len();
+        let workers = n.min(lim.total).max(1);
+        let dirs: Vec<Direction> = ios.iter().map(Io::direction).collect();
+        let sched = Mutex::new(Sched {
+            reads: (0..n).filter(|&i| dirs[i] == Direction::Read).collect(),
+            writes: (0..n).filter(|&i| dirs[i] == Direction::Write).collect(),
+            out: (0, 0),
+            failed: None,
+        });
+        let wake = Condvar::new();
+        let slots: Vec<Mutex<&mut Io<'_>>> = ios.iter_mut().map(Mutex::new).collect();
+        let work = || {
+            loop {
+                let (idx, dir) = {
+                    let mut s = sched.lock();
+                    loop {
+                        if s.failed.is_some() || (s.reads.is_empty() && s.writes.is_empty()) {
+                            return;
+                        }
+                        let out = s.out;
+                        let st = &mut *s;
+                        if let Some(next) = pick_next(&mut st.reads, &mut st.writes, out, lim) {
+                            match next.1 {
+                                Direction::Read => s.out.0 += 1,
+                                Direction::Write => s.out.1 += 1,
+                            }
+                            break next;
+                        }
+                        // A direction is at its limit: some operation is in flight and will
+                        // wake us when it completes.
+                        wake.wait(&mut s);
+                    }
+                };
+                self.enter_flight();
+                let r = match slots.get(idx) {
+                    Some(slot) => self.blocking_io(&mut slot.lock()),
+                    None => Ok(()),
+                };
+                self.leave_flight(1);
+                let mut s = sched.lock();
+                match dir {
+                    Direction::Read => s.out.0 -= 1,
+                    Direction::Write => s.out.1 -= 1,
                 }
+                if let Err(e) = r {
+                    s.failed.get_or_insert(e);
+                }
+                wake.notify_all();
             }
-            first
-        })
+        };
+        if workers == 1 {
+            work();
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..workers).map(|_| s.spawn(work)).collect();
+                for h in handles {
+                    if h.join().is_err() {
+                        sched.lock().failed.get_or_insert_with(|| {
+                            Error::Unsupported("I/O worker panicked".into())
+                        });
+                    }
+                }
+            });
+        }
+        sched.into_inner().failed.map_or(Ok(()), Err)
     }
 
     fn blocking_io(&self, io: &mut Io<'_>) -> Result<()> {
@@ -560,7 +741,55 @@ impl BlockDevice {
             Io::Read { offset, buf } => self.file.read_exact_at(buf, *offset),
             Io::Write { offset, buf } => self.file.write_all_at(buf, *offset),
         }
-        .map_err(|e| Error::io("block I/O", Some(&self.path), e))
+        .map_err(|e| self.io_error(e))
+    }
+}
+
+fn check_options(opts: &BlockOptions) -> Result<()> {
+    if opts.queue_depth == 0 {
+        return Err(Error::InvalidArgument(
+            "queue depth must be at least 1".into(),
+        ));
+    }
+    if !opts.block_size.is_power_of_two() {
+        return Err(Error::InvalidArgument(format!(
+            "block size {} is not a power of two",
+            opts.block_size
+        )));
+    }
+    if let Some(p) = &opts.emulate {
+        p.validate()?;
+    }
+    Ok(())
+}
+
+/// Allocates `len` bytes for a new file: `fallocate`, or a sparse `set_len` where the file
+/// system has no `fallocate`.
+fn allocate(file: &File, path: &Path, len: libc::off_t) -> Result<()> {
+    let err = loop {
+        // SAFETY: fallocate on our own descriptor with integer arguments.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            break err;
+        }
+    };
+    let full = || Error::DeviceFull {
+        path: Some(path.to_path_buf()),
+        requested: len as u64,
+    };
+    match err.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EFBIG) => Err(full()),
+        Some(libc::EOPNOTSUPP) => file
+            .set_len(len as u64)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EFBIG) => full(),
+                _ => io_err("truncate", Some(path), e),
+            }),
+        _ => Err(io_err("fallocate", Some(path), err)),
     }
 }
 

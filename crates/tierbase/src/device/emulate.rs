@@ -229,28 +229,13 @@ pub fn now_ns() -> u64 {
     epoch().elapsed().as_nanos() as u64
 }
 
-/// Cost of reading the clock once, measured at first use (median of 101 samples, in ns).
-pub fn clock_overhead_ns() -> u64 {
-    static OVERHEAD: OnceLock<u64> = OnceLock::new();
-    *OVERHEAD.get_or_init(|| {
-        let mut samples: Vec<u64> = (0..101)
-            .map(|_| {
-                let a = Instant::now();
-                let _ = now_ns();
-                a.elapsed().as_nanos() as u64
-            })
-            .collect();
-        samples.sort_unstable();
-        samples.get(50).copied().unwrap_or(0)
-    })
-}
-
-/// Spins until `end_ns`; sleeps through most of waits longer than 200 µs so that a long
-/// emulated latency does not burn a core (the last 100 µs are always spun for accuracy).
+/// Spins until the clock reads at least `end_ns`, so an emulated operation never completes
+/// before its scheduled end (it may overshoot by one clock read). Waits longer than 200 µs
+/// sleep through all but their last 100 µs, so a long emulated latency does not burn a core;
+/// the remainder is always spun for accuracy.
 pub fn spin_until(end_ns: u64) {
-    let slack = clock_overhead_ns() / 2;
     loop {
-        let now = now_ns() + slack;
+        let now = now_ns();
         if now >= end_ns {
             return;
         }

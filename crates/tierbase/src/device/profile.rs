@@ -182,7 +182,8 @@ impl Catalogue {
             path: path.map(Path::to_path_buf),
             detail,
         };
-        let file: CatalogueFile = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        let file: CatalogueFile =
+            toml::from_str(text).map_err(|e| invalid(one_line_toml_error(&e, text)))?;
         let mut cat = Catalogue::default();
         for p in file.profile {
             p.validate().map_err(|e| match e {
@@ -266,6 +267,21 @@ impl Catalogue {
         std::fs::write(&tmp, text).map_err(|e| Error::io("write", Some(&tmp), e))?;
         std::fs::rename(&tmp, path).map_err(|e| Error::io("rename", Some(path), e))?;
         Ok(())
+    }
+}
+
+/// A TOML error as one line ("line L, column C: message"); the `Display` form of
+/// `toml::de::Error` spans several lines with a source excerpt, which a CLI must not print.
+fn one_line_toml_error(e: &toml::de::Error, text: &str) -> String {
+    let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    match e.span() {
+        Some(span) => {
+            let before = text.get(..span.start).unwrap_or(text);
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message,
     }
 }
 

@@ -14,7 +14,7 @@
 //!
 //! # File format
 //! A region file is a 4 KiB header page followed by the data area. Offsets in this API are
-//! offsets into the data area. Header (little endian):
+//! offsets into the data area. Header (little endian; byte by byte in `docs/FORMAT-region.md`):
 //!
 //! | bytes | field |
 //! |---|---|
@@ -23,8 +23,13 @@
 //! | 12..16 | header length (4096) |
 //! | 16..20 | CRC32C of bytes 0..16 |
 //! | 20..24 | zero |
-//! | 24..32 | data length in bytes (updated, 8-byte atomically, after the file has grown durably) |
+//! | 24..28 | data length in 4 KiB pages |
+//! | 28..32 | CRC32C of bytes 24..28 |
 //! | 32..4096 | zero |
+//!
+//! Bytes 24..32 form one aligned 8-byte word, replaced by a single atomic store after the file
+//! has grown durably, so the length is both checksummed and failure-atomic. The data area is at
+//! most `u32::MAX` pages (just under 16 TiB).
 //!
 //! # Concurrency
 //! The mapping is shared memory, accessed only through raw-pointer copies and atomics — never
@@ -44,7 +49,7 @@ use super::counters::{CounterSnapshot, DeviceCounters};
 use super::cpu::{self, CACHE_LINE, FlushInstruction};
 use super::crash::{CrashSim, CrashSimConfig};
 use super::durability::{DurabilityMode, FsKind, fs_kind};
-use super::emulate::{Direction, Emulator};
+use super::emulate::{Direction, Emulator, now_ns};
 use super::profile::DeviceProfile;
 use crate::error::{Error, Result};
 
@@ -56,6 +61,8 @@ const MAGIC: &[u8; 8] = b"TBREGION";
 const FORMAT_VERSION: u32 = 1;
 const PAGE: usize = 4096;
 const DATA_LEN_OFFSET: usize = 24;
+/// Largest data area the header's 32-bit page count can describe.
+const MAX_DATA_LEN: usize = u32::MAX as usize * PAGE;
 
 /// How a region's memory is mapped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -160,8 +167,21 @@ fn round_up(v: usize, to: usize) -> usize {
     v.div_ceil(to) * to
 }
 
+/// `len` rounded up to whole pages, or an error if that does not fit the address space.
+fn page_len(len: u64) -> Result<usize> {
+    usize::try_from(len)
+        .ok()
+        .and_then(|l| l.checked_next_multiple_of(PAGE))
+        .ok_or_else(|| too_big(len))
+}
+
 fn os_err(op: &'static str, path: Option<&Path>) -> Error {
-    let e = std::io::Error::last_os_error();
+    io_err(op, path, std::io::Error::last_os_error())
+}
+
+/// [`Error::io`], except that `ENOSPC` becomes [`Error::DeviceFull`] (which `Error::io` itself
+/// does not do), so that a full device is always reported as such.
+pub(crate) fn io_err(op: &'static str, path: Option<&Path>, e: std::io::Error) -> Error {
     if e.raw_os_error() == Some(libc::ENOSPC) {
         return Error::DeviceFull {
             path: path.map(Path::to_path_buf),
@@ -169,6 +189,17 @@ fn os_err(op: &'static str, path: Option<&Path>) -> Error {
         };
     }
     Error::io(op, path, e)
+}
+
+/// `fsync` of the directory holding `path`, so that a newly created file's name is durable.
+pub(crate) fn sync_parent_dir(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_err("fsync directory", Some(dir), e))
 }
 
 /// Reserves `len` bytes of inaccessible address space.
@@ -215,7 +246,7 @@ impl PmemRegion {
             .write(true)
             .create_new(true)
             .open(path)
-            .map_err(|e| Error::io("create", Some(path), e))?;
+            .map_err(|e| io_err("create", Some(path), e))?;
         let result = Self::create_in(file, path, len, opts);
         if result.is_err() {
             let _ = std::fs::remove_file(path);
@@ -224,15 +255,27 @@ impl PmemRegion {
     }
 
     fn create_in(file: File, path: &Path, len: u64, opts: &RegionOptions) -> Result<Self> {
-        let data_len = round_up(usize::try_from(len).map_err(|_| too_big(len))?, PAGE);
+        let data_len = page_len(len)?;
+        // Refuse before allocating anything if the region could never be that large.
+        let limit = file_data_limit(opts.reserve);
+        if data_len as u64 > limit {
+            return Err(Error::RegionLimit {
+                requested: data_len as u64,
+                limit,
+            });
+        }
         let total = REGION_HEADER_LEN + data_len;
         allocate_file(&file, path, 0, total)?;
         let mut header = [0u8; REGION_HEADER_LEN];
         write_header_fields(&mut header, 0);
-        // The header goes to the file with pwrite + fdatasync before anything is mapped, so a
-        // crash right after create leaves a valid, empty region.
+        // The header goes to the file with pwrite + fdatasync (and the new name with an fsync
+        // of the directory) before anything is mapped, so a crash right after create leaves a
+        // valid, empty region (or no file at all).
         std::os::unix::fs::FileExt::write_all_at(&file, &header, 0)
-            .map_err(|e| Error::io("write header", Some(path), e))?;
+            .map_err(|e| io_err("write header", Some(path), e))?;
+        file.sync_data()
+            .map_err(|e| io_err("fdatasync", Some(path), e))?;
+        sync_parent_dir(path)?;
         let region = Self::map_file(file, path, 0, opts)?;
         region.grow(data_len as u64)?;
         Ok(region)
@@ -283,8 +326,10 @@ impl PmemRegion {
 
     fn map_file(file: File, path: &Path, data_len: usize, opts: &RegionOptions) -> Result<Self> {
         let flush = check_flush(opts.flush)?;
-        let reserve = usize::try_from(opts.reserve).map_err(|_| too_big(opts.reserve))?;
-        let reserve = round_up(reserve.max(REGION_HEADER_LEN + data_len), PAGE);
+        // `reserve` bounds the data area; the header page comes on top of it.
+        let limit =
+            usize::try_from(file_data_limit(opts.reserve)).map_err(|_| too_big(opts.reserve))?;
+        let reserve = REGION_HEADER_LEN + limit.max(data_len);
         let reservation = reserve_address_space(reserve)?;
         let mut region = PmemRegion {
             reservation,
@@ -330,7 +375,7 @@ impl PmemRegion {
     /// image, and [`PmemRegion::power_loss`] returns what media would hold after a power loss.
     /// It reports durability `Dax`, since it simulates a DAX device.
     pub fn simulated(len: u64, config: CrashSimConfig, opts: &RegionOptions) -> Result<Self> {
-        let data_len = round_up(usize::try_from(len).map_err(|_| too_big(len))?, PAGE);
+        let data_len = page_len(len)?;
         let sim = CrashSim::new(config, vec![0; data_len]);
         Self::anonymous_inner(len, opts, Some(sim))
     }
@@ -356,9 +401,8 @@ impl PmemRegion {
 
     fn anonymous_inner(len: u64, opts: &RegionOptions, sim: Option<CrashSim>) -> Result<Self> {
         let flush = check_flush(opts.flush)?;
-        let data_len = round_up(usize::try_from(len).map_err(|_| too_big(len))?, PAGE);
-        let reserve = usize::try_from(opts.reserve).map_err(|_| too_big(opts.reserve))?;
-        let reserve = round_up(reserve.max(data_len.max(PAGE)), PAGE);
+        let data_len = page_len(len)?;
+        let reserve = page_len(opts.reserve)?.max(data_len).max(PAGE);
         let reservation = reserve_address_space(reserve)?;
         let simulated = sim.is_some();
         let mut region = PmemRegion {
@@ -392,11 +436,13 @@ impl PmemRegion {
     }
 
     /// Maps `[file_off, file_off + len)` of the backing (file or anonymous) at the same offset
-    /// inside the reservation.
+    /// inside the reservation. `first`: this is the initial mapping, which decides between
+    /// `MAP_SYNC` (DAX) and a plain shared mapping.
     fn map_range(&self, file_off: usize, len: usize, first: bool) -> Result<MappingKind> {
         if len == 0 {
             return Ok(self.mapping);
         }
+        debug_assert!(file_off + len <= self.reserve);
         // SAFETY: `file_off + len <= reserve` is checked by every caller, so the address range
         // lies inside our own reservation.
         let addr = unsafe { self.reservation.as_ptr().add(file_off) }.cast::<libc::c_void>();
@@ -411,38 +457,42 @@ impl PmemRegion {
         };
         let fd = file.as_raw_fd();
         let off = libc::off_t::try_from(file_off).map_err(|_| too_big(file_off as u64))?;
-        let try_sync = first || self.mapping == MappingKind::DaxSync;
-        if try_sync {
-            // SAFETY: MAP_FIXED replaces part of our own PROT_NONE reservation with the file;
-            // nothing else can be mapped there. Flag validation fails before any unmapping.
-            let p = unsafe {
+        // Decide DAX with a probe mapping at a kernel-chosen address, never with MAP_FIXED on
+        // the reservation: on a non-DAX file system the kernel rejects MAP_SYNC only *after* it
+        // has unmapped the target range, which would punch a hole into the reservation that
+        // another thread's mmap could then take.
+        let kind = if first {
+            probe_map_sync(fd, self.path.as_deref())?
+        } else {
+            self.mapping
+        };
+        let flags = match kind {
+            MappingKind::DaxSync => libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC | libc::MAP_FIXED,
+            _ => libc::MAP_SHARED | libc::MAP_FIXED,
+        };
+        // SAFETY: MAP_FIXED replaces pages of our own reservation (PROT_NONE, or an earlier
+        // mapping of the same file range that nothing references beyond `len`), so no memory
+        // anyone else owns is touched.
+        let p = unsafe { libc::mmap(addr, len, prot, flags, fd, off) };
+        if p == libc::MAP_FAILED {
+            let err = os_err("mmap", self.path.as_deref());
+            // A failed MAP_FIXED may already have unmapped the range: put the PROT_NONE
+            // reservation back so the hole cannot be handed to anyone else and our final
+            // munmap covers only our own pages.
+            // SAFETY: as above, the range is inside our reservation.
+            unsafe {
                 libc::mmap(
                     addr,
                     len,
-                    prot,
-                    libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC | libc::MAP_FIXED,
-                    fd,
-                    off,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                    -1,
+                    0,
                 )
             };
-            if p != libc::MAP_FAILED {
-                return Ok(MappingKind::DaxSync);
-            }
-            let err = std::io::Error::last_os_error();
-            let not_dax = matches!(
-                err.raw_os_error(),
-                Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
-            );
-            if !not_dax || !first {
-                return Err(Error::io("mmap (MAP_SYNC)", self.path.as_deref(), err));
-            }
+            return Err(err);
         }
-        // SAFETY: as above, with a plain shared mapping.
-        let p = unsafe { libc::mmap(addr, len, prot, libc::MAP_SHARED | libc::MAP_FIXED, fd, off) };
-        if p == libc::MAP_FAILED {
-            return Err(os_err("mmap", self.path.as_deref()));
-        }
-        Ok(MappingKind::Shared)
+        Ok(kind)
     }
 
     /// Grows the data area to at least `new_len` bytes (rounded up to 4 KiB). Contents and the
@@ -451,19 +501,24 @@ impl PmemRegion {
     pub fn grow(&self, new_len: u64) -> Result<()> {
         let _g = self.grow_lock.lock();
         let old = self.len.load(Ordering::Acquire);
-        let new = round_up(
-            usize::try_from(new_len).map_err(|_| too_big(new_len))?,
-            PAGE,
-        );
+        let limit = self.reserve - self.header_len;
+        let new = match page_len(new_len) {
+            Ok(n) if n <= limit => n,
+            _ if new_len <= old as u64 => return Ok(()),
+            _ => {
+                return Err(Error::RegionLimit {
+                    requested: new_len,
+                    limit: limit as u64,
+                });
+            }
+        };
         if new <= old {
             return Ok(());
         }
-        if self.header_len + new > self.reserve {
-            return Err(Error::RegionLimit {
-                requested: new as u64,
-                limit: (self.reserve - self.header_len) as u64,
-            });
-        }
+        // Growth protocol (docs/FORMAT-region.md): 1. allocate the file's new size and make
+        // that durable; 2. map it; 3. publish the new length in the header with one 8-byte
+        // store; 4. persist the header line. A crash before 4 completes leaves the old length
+        // in a file at least that long, which opens with every persisted byte.
         if let Some(file) = &self.file {
             allocate_file(
                 file,
@@ -473,10 +528,11 @@ impl PmemRegion {
             )?;
             if self.mode.survives_power_loss() {
                 file.sync_data()
-                    .map_err(|e| Error::io("fdatasync", self.path.as_deref(), e))?;
+                    .map_err(|e| io_err("fdatasync", self.path.as_deref(), e))?;
                 self.counters.syncs.incr();
             }
         }
+        grow_stop_point(1)?;
         self.map_range(self.header_len + old, new - old, false)?;
         if let Some(sim) = &self.sim {
             sim.grow(new);
@@ -484,10 +540,11 @@ impl PmemRegion {
         if self.prefault {
             self.prefault_range(old, new - old);
         }
+        grow_stop_point(2)?;
         if self.file.is_some() {
-            // Record the new length in the header (one aligned 8-byte store), then persist it.
             let hdr = self.header_u64(DATA_LEN_OFFSET);
-            hdr.store((new as u64).to_le(), Ordering::Release);
+            hdr.store(encode_len_word(new as u64).to_le(), Ordering::Release);
+            grow_stop_point(3)?;
             self.persist_header_line()?;
         }
         self.len.store(new, Ordering::Release);
@@ -505,8 +562,10 @@ impl PmemRegion {
         match self.mode {
             DurabilityMode::Dax | DurabilityMode::ProcessCrash => {
                 // SAFETY: the header page is mapped and the instruction was checked at open.
-                unsafe { cpu::flush_range(self.flush, ptr.add(DATA_LEN_OFFSET), 8) };
+                let lines = unsafe { cpu::flush_range(self.flush, ptr.add(DATA_LEN_OFFSET), 8) };
                 cpu::sfence();
+                self.counters.flushes.add(lines);
+                self.counters.fences.incr();
                 Ok(())
             }
             DurabilityMode::Msync => self.msync_abs(0, PAGE),
@@ -618,15 +677,14 @@ impl PmemRegion {
     #[inline]
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         let o = self.check(off, buf.len())?;
+        let issued = self.emulation_start();
         // SAFETY: bounds checked above; the range is mapped and `buf` is a distinct allocation.
         unsafe {
             std::ptr::copy_nonoverlapping(self.base_ptr().add(o), buf.as_mut_ptr(), buf.len())
         };
         self.counters.reads.incr();
         self.counters.bytes_read.add(buf.len() as u64);
-        if let Some(e) = &self.emulator {
-            e.charge(Direction::Read, buf.len() as u64);
-        }
+        self.emulation_finish(issued, Direction::Read, buf.len());
         Ok(())
     }
 
@@ -665,6 +723,7 @@ impl PmemRegion {
         if len == 0 {
             return Ok(());
         }
+        let issued = self.emulation_start();
         match self.mode {
             DurabilityMode::Dax | DurabilityMode::ProcessCrash => {
                 // SAFETY: bounds checked; the instruction was checked at open.
@@ -682,10 +741,24 @@ impl PmemRegion {
         if let Some(sim) = &self.sim {
             sim.flush(self.capture_lines(o, len));
         }
-        if let Some(e) = &self.emulator {
-            e.charge(Direction::Write, len as u64);
-        }
+        self.emulation_finish(issued, Direction::Write, len);
         Ok(())
+    }
+
+    /// Emulation: the virtual issue time of an operation about to run natively.
+    #[inline]
+    fn emulation_start(&self) -> u64 {
+        if self.emulator.is_some() { now_ns() } else { 0 }
+    }
+
+    /// Emulation: schedules the operation as issued at `issued` and waits for its emulated end,
+    /// so that its latency is max(native, profile) — the same rule as for block devices.
+    #[inline]
+    fn emulation_finish(&self, issued: u64, dir: Direction, bytes: usize) {
+        if let Some(e) = &self.emulator {
+            let t = e.schedule_at(dir, bytes as u64, issued);
+            e.wait(&t);
+        }
     }
 
     /// Store fence: every earlier flush is durable once this returns.
@@ -717,8 +790,14 @@ impl PmemRegion {
     /// sequential writes) and makes it durable (fence, or `msync` in `Msync` mode).
     pub fn write_nt_persist(&self, off: u64, data: &[u8]) -> Result<()> {
         let o = self.check(off, data.len())?;
+        if data.is_empty() {
+            // Nothing to write or flush; still a persist point, like `persist(off, 0)`.
+            self.drain();
+            return Ok(());
+        }
         match self.mode {
             DurabilityMode::Dax | DurabilityMode::ProcessCrash => {
+                let issued = self.emulation_start();
                 // SAFETY: bounds checked; `data` is a distinct allocation; instruction checked.
                 let lines = unsafe { cpu::nt_copy(self.base_ptr().add(o), data, self.flush) };
                 self.counters.flushes.add(lines);
@@ -730,9 +809,7 @@ impl PmemRegion {
                 if let Some(sim) = &self.sim {
                     sim.flush(self.capture_lines(o, data.len()));
                 }
-                if let Some(e) = &self.emulator {
-                    e.charge(Direction::Write, data.len() as u64);
-                }
+                self.emulation_finish(issued, Direction::Write, data.len());
                 self.drain();
                 Ok(())
             }
@@ -859,6 +936,62 @@ impl Drop for PmemRegion {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Unit tests: make `grow` stop (as if the process died) after this protocol step.
+    static GROW_STOP: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+fn grow_stop_point(step: u8) -> Result<()> {
+    if GROW_STOP.with(std::cell::Cell::get) == step {
+        return Err(Error::InvalidArgument(format!(
+            "test stop after grow step {step}"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn grow_stop_point(_step: u8) -> Result<()> {
+    Ok(())
+}
+
+/// Whether `fd` can be mapped with `MAP_SYNC` (a DAX file), tried on one page at an address
+/// the kernel chooses and unmapped again.
+fn probe_map_sync(fd: libc::c_int, path: Option<&Path>) -> Result<MappingKind> {
+    // SAFETY: a fresh one-page mapping at a kernel-chosen address; it replaces nothing.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            PAGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        let err = std::io::Error::last_os_error();
+        return match err.raw_os_error() {
+            Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) => Ok(MappingKind::Shared),
+            _ => Err(io_err("mmap (MAP_SYNC probe)", path, err)),
+        };
+    }
+    // SAFETY: unmaps exactly the probe mapping created above, which nothing references.
+    unsafe { libc::munmap(p, PAGE) };
+    Ok(MappingKind::DaxSync)
+}
+
+/// The largest data area a file region may have with `reserve` bytes reserved.
+fn file_data_limit(reserve: u64) -> u64 {
+    reserve
+        .checked_next_multiple_of(PAGE as u64)
+        .unwrap_or(u64::MAX - (PAGE as u64 - 1))
+        .min(MAX_DATA_LEN as u64)
+}
+
 fn too_big(v: u64) -> Error {
     Error::InvalidArgument(format!(
         "size {v} does not fit this platform's address space"
@@ -891,12 +1024,17 @@ fn allocate_file(file: &File, path: &Path, offset: usize, len: usize) -> Result<
     let (Ok(off), Ok(l)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
         return Err(too_big(len as u64));
     };
-    // SAFETY: fallocate on our own open file descriptor with plain integer arguments.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, off, l) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
+    let err = loop {
+        // SAFETY: fallocate on our own open file descriptor with plain integer arguments.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, off, l) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            break err;
+        }
+    };
     match err.raw_os_error() {
         Some(libc::ENOSPC) | Some(libc::EFBIG) => Err(Error::DeviceFull {
             path: Some(path.to_path_buf()),
@@ -907,16 +1045,38 @@ fn allocate_file(file: &File, path: &Path, offset: usize, len: usize) -> Result<
             // still surface as SIGBUS, which is why fallocate is preferred).
             let cur = file
                 .metadata()
-                .map_err(|e| Error::io("stat", Some(path), e))?
+                .map_err(|e| io_err("stat", Some(path), e))?
                 .len();
             if cur < len as u64 {
                 file.set_len(len as u64)
-                    .map_err(|e| Error::io("truncate", Some(path), e))?;
+                    .map_err(|e| match e.raw_os_error() {
+                        Some(libc::EFBIG) => Error::DeviceFull {
+                            path: Some(path.to_path_buf()),
+                            requested: len as u64,
+                        },
+                        _ => io_err("truncate", Some(path), e),
+                    })?;
             }
             Ok(())
         }
-        _ => Err(Error::io("fallocate", Some(path), err)),
+        _ => Err(io_err("fallocate", Some(path), err)),
     }
+}
+
+/// The 8-byte length word at [`DATA_LEN_OFFSET`]: data length in 4 KiB pages (low 32 bits)
+/// and the CRC32C of those 4 little-endian bytes (high 32 bits). One aligned 8-byte store
+/// replaces both halves at once, so the length is checksummed and still updated atomically.
+fn encode_len_word(data_len: u64) -> u64 {
+    let pages = (data_len / PAGE as u64) as u32;
+    let crc = crc32c::crc32c(&pages.to_le_bytes());
+    u64::from(pages) | (u64::from(crc) << 32)
+}
+
+/// Inverse of [`encode_len_word`]: the data length in bytes, or `None` if the checksum fails.
+fn decode_len_word(word: u64) -> Option<u64> {
+    let pages = word as u32;
+    let crc = (word >> 32) as u32;
+    (crc32c::crc32c(&pages.to_le_bytes()) == crc).then(|| u64::from(pages) * PAGE as u64)
 }
 
 fn write_header_fields(header: &mut [u8; REGION_HEADER_LEN], data_len: u64) {
@@ -925,7 +1085,8 @@ fn write_header_fields(header: &mut [u8; REGION_HEADER_LEN], data_len: u64) {
     header[12..16].copy_from_slice(&(REGION_HEADER_LEN as u32).to_le_bytes());
     let crc = crc32c::crc32c(&header[0..16]);
     header[16..20].copy_from_slice(&crc.to_le_bytes());
-    header[DATA_LEN_OFFSET..DATA_LEN_OFFSET + 8].copy_from_slice(&data_len.to_le_bytes());
+    header[DATA_LEN_OFFSET..DATA_LEN_OFFSET + 8]
+        .copy_from_slice(&encode_len_word(data_len).to_le_bytes());
 }
 
 fn parse_header(header: &[u8; REGION_HEADER_LEN], path: &Path) -> Result<u64> {
@@ -963,21 +1124,82 @@ fn parse_header(header: &[u8; REGION_HEADER_LEN], path: &Path) -> Result<u64> {
             "region header length is not 4096",
         ));
     }
-    let mut b = [0u8; 8];
-    b.copy_from_slice(field(DATA_LEN_OFFSET, DATA_LEN_OFFSET + 8));
-    let data_len = u64::from_le_bytes(b);
-    if data_len % PAGE as u64 != 0 {
+    // Reserved bytes must be zero: with them checked, a change to any header byte is detected.
+    let reserved_zero = field(20, DATA_LEN_OFFSET)
+        .iter()
+        .chain(field(DATA_LEN_OFFSET + 8, REGION_HEADER_LEN))
+        .all(|&b| b == 0);
+    if !reserved_zero {
         return Err(Error::corrupt(
             Some(path),
-            format!("region data length {data_len} is not a multiple of 4096"),
+            "reserved region header bytes are not zero",
         ));
     }
-    Ok(data_len)
+    let mut b = [0u8; 8];
+    b.copy_from_slice(field(DATA_LEN_OFFSET, DATA_LEN_OFFSET + 8));
+    decode_len_word(u64::from_le_bytes(b))
+        .ok_or_else(|| Error::corrupt(Some(path), "region data length checksum mismatch"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn growth_stopped_after_any_step_leaves_an_openable_region() {
+        let mut dirs = vec![tempfile::tempdir().unwrap()];
+        if let Ok(d) = tempfile::tempdir_in("/dev/shm") {
+            dirs.push(d);
+        }
+        for dir in &dirs {
+            for step in 1..=3u8 {
+                let path = dir.path().join(format!("grow-{step}.region"));
+                let r = PmemRegion::create(&path, 8192, &RegionOptions::default()).unwrap();
+                r.write(0, b"first page").unwrap();
+                r.persist(0, 10).unwrap();
+                r.write(8184, b"lastword").unwrap();
+                r.persist(8184, 8).unwrap();
+                GROW_STOP.with(|c| c.set(step));
+                let stopped = r.grow(65536);
+                GROW_STOP.with(|c| c.set(0));
+                assert!(stopped.is_err(), "step {step}: the stop point was reached");
+                // The process "dies" here: nothing else is written or synced.
+                drop(r);
+                let r = PmemRegion::open(&path, &RegionOptions::default())
+                    .unwrap_or_else(|e| panic!("step {step}: region must open: {e}"));
+                // Before the header store the old length stands; after it (in the page cache)
+                // the new one, whose bytes were allocated first.
+                let want = if step < 3 { 8192 } else { 65536 };
+                assert_eq!(r.len(), want, "step {step}");
+                let mut buf = [0u8; 10];
+                r.read(0, &mut buf).unwrap();
+                assert_eq!(&buf, b"first page", "step {step}");
+                assert_eq!(&r.read_u64(8184).unwrap().to_le_bytes(), b"lastword");
+                r.grow(65536).unwrap();
+                let mut rest = vec![1u8; 65536 - 8192];
+                r.read(8192, &mut rest).unwrap();
+                assert!(
+                    rest.iter().all(|&b| b == 0),
+                    "step {step}: new bytes are zero"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn length_word_round_trips_and_detects_any_bit_flip() {
+        for len in [0u64, 4096, 1 << 30, MAX_DATA_LEN as u64] {
+            let w = encode_len_word(len);
+            assert_eq!(decode_len_word(w), Some(len));
+            for bit in 0..64 {
+                assert_eq!(
+                    decode_len_word(w ^ (1 << bit)),
+                    None,
+                    "len {len}, bit {bit}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn media_line_count() {

@@ -1,0 +1,429 @@
+//! The KV store's on-media format: store header, blocks, pages, fixed slots, variable records,
+//! large records, and the 64-bit record offset. Pure arithmetic and encoding; no I/O.
+//!
+//! Owns: every constant and byte position of the format (docs/FORMAT-kv.md mirrors this file).
+//! Must not touch: regions, locks, the index.
+
+use crate::error::{Error, Result};
+
+/// Magic number at byte 0 of the store header.
+pub const MAGIC: &[u8; 8] = b"TBKVSTR1";
+/// Format version this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// Bytes reserved for the store header at the start of the region's data area.
+pub const HEADER_LEN: u64 = 4096;
+/// Base page size.
+pub const PAGE: u64 = 4096;
+/// Most pages per block (the offset has 3 page bits).
+pub const MAX_PAGES_PER_BLOCK: u32 = 8;
+/// Longest key of a variable-size store (14 length bits).
+pub const MAX_VAR_KEY: usize = (1 << 14) - 1;
+/// Longest value stored inline in a block log (16 length bits); longer values become large
+/// records.
+pub const MAX_INLINE_VALUE: usize = (1 << 16) - 1;
+/// Longest value of a large record (bounded so sizes stay far from overflow).
+pub const MAX_LARGE_VALUE: usize = 1 << 30;
+
+/// Byte positions in the store header.
+pub mod header {
+    /// Magic, 8 bytes.
+    pub const MAGIC: usize = 0;
+    /// Format version, u32.
+    pub const VERSION: usize = 8;
+    /// Layout kind, u32: 1 fixed, 2 variable.
+    pub const KIND: usize = 12;
+    /// Fixed key size, u32 (0 for variable).
+    pub const KEY_SIZE: usize = 16;
+    /// Fixed value size, u32 (0 for variable).
+    pub const VALUE_SIZE: usize = 20;
+    /// Page size in bytes, u32.
+    pub const PAGE_SIZE: usize = 24;
+    /// Pages per block, u32.
+    pub const PAGES_PER_BLOCK: usize = 28;
+    /// Slots per page (fixed), u32.
+    pub const SLOTS: usize = 32;
+    /// Blocks per allocation chunk, u32.
+    pub const CHUNK_BLOCKS: usize = 36;
+    /// CRC32C of bytes 0..40, u32.
+    pub const CRC: usize = 40;
+    /// End of the checksummed part.
+    pub const CRC_COVERS: usize = 40;
+    /// Used-block high-water mark, u64 (8-byte aligned; updated atomically and persisted
+    /// before a block beyond it is first written).
+    pub const USED_BLOCKS: usize = 48;
+}
+
+/// How records are laid out, fixed at creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecordLayout {
+    /// Every key and every value has exactly these sizes (slots with a bitset per page).
+    Fixed {
+        /// Key size in bytes (1..=65536).
+        key_size: u32,
+        /// Value size in bytes (0..=1 GiB).
+        value_size: u32,
+    },
+    /// Keys and values of any size (a log per block; large records span blocks).
+    Variable,
+}
+
+impl std::fmt::Display for RecordLayout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordLayout::Fixed {
+                key_size,
+                value_size,
+            } => write!(f, "fixed {key_size}-byte keys / {value_size}-byte values"),
+            RecordLayout::Variable => f.write_str("variable-size records"),
+        }
+    }
+}
+
+/// Rounds `v` up to a multiple of 8.
+#[inline]
+pub const fn pad8(v: u64) -> u64 {
+    (v + 7) & !7
+}
+
+/// Geometry derived from the layout: everything needed to find a byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Layout.
+    pub layout: RecordLayout,
+    /// Page size (4 KiB, or a multiple for fixed records that do not fit one).
+    pub page_size: u64,
+    /// Pages per block.
+    pub pages_per_block: u32,
+    /// Fixed layout: slots per page.
+    pub slots: u32,
+    /// Fixed layout: bytes per slot.
+    pub slot_size: u64,
+    /// Fixed layout: u64 words of the bitset at the start of each page.
+    pub bitset_words: u32,
+    /// Blocks per allocation chunk.
+    pub chunk_blocks: u32,
+}
+
+impl Geometry {
+    /// Computes the geometry for a new store.
+    pub fn new(layout: RecordLayout, pages_per_block: u32, chunk_bytes: u64) -> Result<Self> {
+        if pages_per_block == 0 || pages_per_block > MAX_PAGES_PER_BLOCK {
+            return Err(Error::InvalidArgument(format!(
+                "pages per block must be 1..={MAX_PAGES_PER_BLOCK}, got {pages_per_block}"
+            )));
+        }
+        let (page_size, slots, slot_size, words) = match layout {
+            RecordLayout::Fixed {
+                key_size,
+                value_size,
+            } => {
+                if key_size == 0 || key_size > 65536 {
+                    return Err(Error::InvalidArgument(format!(
+                        "fixed key size must be 1..=65536 bytes, got {key_size}"
+                    )));
+                }
+                if value_size as usize > MAX_LARGE_VALUE {
+                    return Err(Error::InvalidArgument(format!(
+                        "fixed value size must be at most {MAX_LARGE_VALUE} bytes, got {value_size}"
+                    )));
+                }
+                let slot = slot_size(key_size, value_size);
+                let page = if 8 + slot <= PAGE {
+                    PAGE
+                } else {
+                    (8 + slot).div_ceil(PAGE) * PAGE
+                };
+                let (n, words) = slots_per_page(page, slot);
+                (page, n, slot, words)
+            }
+            RecordLayout::Variable => (PAGE, 0, 0, 0),
+        };
+        let block = page_size * u64::from(pages_per_block);
+        let chunk_blocks = (chunk_bytes / block).clamp(1, u64::from(u32::MAX)) as u32;
+        Ok(Geometry {
+            layout,
+            page_size,
+            pages_per_block,
+            slots,
+            slot_size,
+            bitset_words: words,
+            chunk_blocks,
+        })
+    }
+
+    /// Bytes per block.
+    #[inline]
+    pub fn block_size(&self) -> u64 {
+        self.page_size * u64::from(self.pages_per_block)
+    }
+
+    /// Region offset of block `b`.
+    #[inline]
+    pub fn block_offset(&self, b: u64) -> u64 {
+        HEADER_LEN + b * self.block_size()
+    }
+
+    /// Region offset of page `p` of block `b`.
+    #[inline]
+    pub fn page_offset(&self, b: u64, p: u32) -> u64 {
+        self.block_offset(b) + u64::from(p) * self.page_size
+    }
+
+    /// Global page number (for the lock table) of page `p` of block `b`.
+    #[inline]
+    pub fn page_number(&self, b: u64, p: u32) -> u64 {
+        b * u64::from(self.pages_per_block) + u64::from(p)
+    }
+
+    /// Fixed layout: region offset of slot `s` of page `p` of block `b`.
+    #[inline]
+    pub fn slot_offset(&self, b: u64, p: u32, s: u32) -> u64 {
+        self.page_offset(b, p) + u64::from(self.bitset_words) * 8 + u64::from(s) * self.slot_size
+    }
+
+    /// Region size needed for `blocks` blocks.
+    #[inline]
+    pub fn region_len_for(&self, blocks: u64) -> u64 {
+        HEADER_LEN + blocks * self.block_size()
+    }
+
+    /// Whole blocks that fit in a region of `len` data bytes.
+    #[inline]
+    pub fn blocks_in(&self, len: u64) -> u64 {
+        len.saturating_sub(HEADER_LEN) / self.block_size()
+    }
+
+    /// Fixed layout: (key size, value size).
+    pub fn fixed_sizes(&self) -> Option<(usize, usize)> {
+        match self.layout {
+            RecordLayout::Fixed {
+                key_size,
+                value_size,
+            } => Some((key_size as usize, value_size as usize)),
+            RecordLayout::Variable => None,
+        }
+    }
+}
+
+/// Fixed slot: `[seq u64][value, padded to 8][key, padded to 8]` — the value first so that
+/// values up to 8 bytes sit in one aligned word and can be updated atomically in place.
+pub fn slot_size(key_size: u32, value_size: u32) -> u64 {
+    8 + pad8(u64::from(value_size)) + pad8(u64::from(key_size))
+}
+
+/// Byte position of the value inside a fixed slot.
+pub const SLOT_VALUE: u64 = 8;
+
+/// Largest `n` with `8 * ceil(n / 64) + n * slot <= page`, and the bitset words it needs.
+pub fn slots_per_page(page: u64, slot: u64) -> (u32, u32) {
+    let mut n = (page - 8) / slot;
+    while n > 0 && n.div_ceil(64) * 8 + n * slot > page {
+        n -= 1;
+    }
+    let n = n.min(u64::from(u16::MAX)) as u32;
+    (n, n.div_ceil(64).max(1))
+}
+
+/// A record's location: block (45 bits) | page (3 bits) | position (16 bits). The position is
+/// the slot index (fixed) or the byte offset of the record header in the page (variable).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RecordOffset(pub u64);
+
+impl RecordOffset {
+    /// Largest block id the offset can hold.
+    pub const MAX_BLOCK: u64 = (1 << 45) - 1;
+
+    /// Packs the three fields.
+    #[inline]
+    pub fn new(block: u64, page: u32, pos: u32) -> Self {
+        debug_assert!(block <= Self::MAX_BLOCK && page < 8 && pos <= 0xFFFF);
+        RecordOffset((block << 19) | (u64::from(page & 7) << 16) | u64::from(pos & 0xFFFF))
+    }
+
+    /// Block id.
+    #[inline]
+    pub fn block(self) -> u64 {
+        self.0 >> 19
+    }
+
+    /// Page within the block.
+    #[inline]
+    pub fn page(self) -> u32 {
+        ((self.0 >> 16) & 7) as u32
+    }
+
+    /// Slot (fixed) or byte position in the page (variable).
+    #[inline]
+    pub fn pos(self) -> u32 {
+        (self.0 & 0xFFFF) as u32
+    }
+}
+
+impl std::fmt::Display for RecordOffset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.block(), self.page(), self.pos())
+    }
+}
+
+/// Variable-record header word (u32, 4-byte aligned, so it is written failure-atomically).
+///
+/// Bit 0: valid. Bit 1: 0 = inline record, 1 = large-record marker. Inline: bits 2..16 key
+/// length (1..16383), bits 16..32 value length. Large: bit 2 = 0 head, 1 continuation; head
+/// lengths follow in the record body; continuation: bits 3..32 = distance to the head block.
+pub mod var {
+    /// Valid bit.
+    pub const VALID: u32 = 1;
+    /// Large-record bit.
+    pub const LARGE: u32 = 2;
+    /// Continuation bit (with LARGE).
+    pub const CONT: u32 = 4;
+    /// Inline record: header (u32) + reserved (u32) + seq (u64), then key, value.
+    pub const INLINE_HEADER: u64 = 16;
+    /// Large head: header (u32) + key length (u32) + seq (u64) + value length (u64) +
+    /// reserved (u64), then key, value — spanning blocks.
+    pub const LARGE_HEADER: u64 = 32;
+    /// Each continuation block of a large record starts with an 8-byte prefix.
+    pub const CONT_PREFIX: u64 = 8;
+
+    /// Header word of a valid inline record.
+    #[inline]
+    pub fn inline_word(key_len: usize, value_len: usize) -> u32 {
+        VALID | ((key_len as u32 & 0x3FFF) << 2) | ((value_len as u32 & 0xFFFF) << 16)
+    }
+
+    /// Inline record lengths, `None` if the word is not an inline header.
+    #[inline]
+    pub fn inline_lengths(word: u32) -> Option<(usize, usize)> {
+        if word & LARGE != 0 {
+            return None;
+        }
+        let key = ((word >> 2) & 0x3FFF) as usize;
+        if key == 0 {
+            return None;
+        }
+        Some((key, (word >> 16) as usize))
+    }
+
+    /// Bytes an inline record occupies in the log (8-aligned).
+    #[inline]
+    pub fn inline_size(key_len: usize, value_len: usize) -> u64 {
+        super::pad8(INLINE_HEADER + key_len as u64 + value_len as u64)
+    }
+
+    /// Continuation prefix word for a block `distance` blocks after the head.
+    #[inline]
+    pub fn cont_word(distance: u64) -> u32 {
+        LARGE | CONT | ((distance.min((1 << 29) - 1) as u32) << 3)
+    }
+}
+
+/// Payload bytes of a large record split over `n` blocks of `block` bytes.
+pub fn large_blocks(block: u64, key_len: usize, value_len: usize) -> u64 {
+    let total = var::LARGE_HEADER + key_len as u64 + value_len as u64;
+    if total <= block {
+        return 1;
+    }
+    let rest = total - block;
+    1 + rest.div_ceil(block - var::CONT_PREFIX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn viper_216_byte_records_fit_18_per_page() {
+        let g = Geometry::new(
+            RecordLayout::Fixed {
+                key_size: 16,
+                value_size: 200,
+            },
+            6,
+            1 << 30,
+        )
+        .unwrap();
+        assert_eq!(g.slot_size, 224);
+        assert_eq!(g.slots, 18);
+        assert_eq!(g.bitset_words, 1);
+        assert_eq!(g.page_size, 4096);
+        assert_eq!(g.block_size(), 6 * 4096);
+        assert!(g.bitset_words as u64 * 8 + g.slots as u64 * g.slot_size <= g.page_size);
+    }
+
+    #[test]
+    fn slot_math_is_tight() {
+        for (k, v) in [
+            (8, 8),
+            (1, 0),
+            (16, 100),
+            (32, 500),
+            (100, 900),
+            (8, 4000),
+            (16, 9000),
+        ] {
+            let g = Geometry::new(
+                RecordLayout::Fixed {
+                    key_size: k,
+                    value_size: v,
+                },
+                4,
+                1 << 20,
+            )
+            .unwrap();
+            let used = g.bitset_words as u64 * 8 + g.slots as u64 * g.slot_size;
+            assert!(used <= g.page_size, "{k}/{v}");
+            assert!(g.slots >= 1);
+            // One more slot would not fit.
+            let more = (g.slots as u64 + 1).div_ceil(64) * 8 + (g.slots as u64 + 1) * g.slot_size;
+            assert!(more > g.page_size, "{k}/{v} not tight");
+        }
+    }
+
+    #[test]
+    fn offsets_round_trip() {
+        for (b, p, s) in [(0, 0, 0), (1, 7, 65535), (RecordOffset::MAX_BLOCK, 3, 17)] {
+            let o = RecordOffset::new(b, p, s);
+            assert_eq!((o.block(), o.page(), o.pos()), (b, p, s));
+        }
+        assert!(RecordOffset::new(1, 0, 0) > RecordOffset::new(0, 7, 65535));
+    }
+
+    #[test]
+    fn var_header_round_trip() {
+        let w = var::inline_word(16, 200);
+        assert_eq!(w & var::VALID, 1);
+        assert_eq!(var::inline_lengths(w), Some((16, 200)));
+        assert_eq!(var::inline_lengths(w & !var::VALID), Some((16, 200)));
+        assert_eq!(var::inline_lengths(0), None);
+        assert_eq!(var::inline_lengths(var::cont_word(3)), None);
+        assert_eq!(var::inline_size(16, 200), 232);
+    }
+
+    #[test]
+    fn large_block_count() {
+        let block = 4096;
+        assert_eq!(large_blocks(block, 10, 100), 1);
+        assert_eq!(large_blocks(block, 10, 4096 - 32 - 10), 1);
+        assert_eq!(large_blocks(block, 10, 4096 - 32 - 10 + 1), 2);
+        assert_eq!(large_blocks(block, 10, 4096 - 42 + 4088), 2);
+        assert_eq!(large_blocks(block, 10, 4096 - 42 + 4088 + 1), 3);
+    }
+
+    #[test]
+    fn bad_geometry_is_an_error() {
+        assert!(Geometry::new(RecordLayout::Variable, 0, 1 << 20).is_err());
+        assert!(Geometry::new(RecordLayout::Variable, 9, 1 << 20).is_err());
+        assert!(
+            Geometry::new(
+                RecordLayout::Fixed {
+                    key_size: 0,
+                    value_size: 8
+                },
+                4,
+                1 << 20
+            )
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,103 @@
+//! Quick end-to-end checks of the KV store on real files.
+
+use tierbase::kv::{KvOptions, KvStore, RecordLayout};
+
+fn opts(layout: RecordLayout) -> KvOptions {
+    KvOptions {
+        layout: Some(layout),
+        chunk_size: 1 << 20,
+        ..KvOptions::default()
+    }
+}
+
+#[test]
+fn fixed_put_get_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.tb");
+    let o = opts(RecordLayout::Fixed {
+        key_size: 16,
+        value_size: 200,
+    });
+    let store = KvStore::create(&path, &o).unwrap();
+    let mut c = store.client();
+    for i in 0..5000u64 {
+        let mut k = [0u8; 16];
+        k[..8].copy_from_slice(&i.to_le_bytes());
+        let v = vec![(i % 251) as u8; 200];
+        assert!(c.put(&k, &v).unwrap());
+    }
+    for i in (0..5000u64).step_by(3) {
+        let mut k = [0u8; 16];
+        k[..8].copy_from_slice(&i.to_le_bytes());
+        let v = vec![(i % 7) as u8; 200];
+        assert!(!c.put(&k, &v).unwrap());
+    }
+    drop(c);
+    assert_eq!(store.len(), 5000);
+    store.close().unwrap();
+    let store = KvStore::open(&path, &o).unwrap();
+    assert_eq!(store.len(), 5000);
+    assert_eq!(store.recovery().duplicates_resolved, 0);
+    let mut v = Vec::new();
+    for i in 0..5000u64 {
+        let mut k = [0u8; 16];
+        k[..8].copy_from_slice(&i.to_le_bytes());
+        assert!(store.get(&k, &mut v).unwrap());
+        let expect = if i % 3 == 0 {
+            (i % 7) as u8
+        } else {
+            (i % 251) as u8
+        };
+        assert_eq!(v, vec![expect; 200], "key {i}");
+    }
+    let s = store.stats();
+    assert_eq!(s.records, 5000);
+    println!("{s:#?}");
+}
+
+#[test]
+fn variable_put_get_delete_large_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.tb");
+    let o = opts(RecordLayout::Variable);
+    let store = KvStore::create(&path, &o).unwrap();
+    let mut c = store.client();
+    let big = vec![7u8; 100_000];
+    c.put(b"big", &big).unwrap();
+    for i in 0..3000u32 {
+        let k = format!("key-{i}");
+        let v = vec![(i % 13) as u8; (i % 300) as usize];
+        c.put(k.as_bytes(), &v).unwrap();
+    }
+    for i in (0..3000u32).step_by(5) {
+        assert!(c.delete(format!("key-{i}").as_bytes()).unwrap());
+    }
+    drop(c);
+    let mut v = Vec::new();
+    assert!(store.get(b"big", &mut v).unwrap());
+    assert_eq!(v, big);
+    store.close().unwrap();
+    let store = KvStore::open(&path, &o).unwrap();
+    assert_eq!(store.len(), 1 + 3000 - 600);
+    assert!(store.get(b"big", &mut v).unwrap());
+    assert_eq!(v, big);
+    for i in 0..3000u32 {
+        let k = format!("key-{i}");
+        let found = store.get(k.as_bytes(), &mut v).unwrap();
+        assert_eq!(found, i % 5 != 0, "{k}");
+        if found {
+            assert_eq!(v, vec![(i % 13) as u8; (i % 300) as usize]);
+        }
+    }
+    let mut n = 0;
+    store.for_each(|_, _| n += 1).unwrap();
+    assert_eq!(n, store.len());
+    let (blocks, moved) = store.compact(0.1).unwrap();
+    println!("compacted {blocks} blocks, moved {moved}");
+    for i in 0..3000u32 {
+        let k = format!("key-{i}");
+        assert_eq!(store.get(k.as_bytes(), &mut v).unwrap(), i % 5 != 0, "{k}");
+    }
+    let report = tierbase::kv::verify(&path).unwrap();
+    assert!(report.is_ok(), "{:?}", report.problems);
+}
