@@ -134,10 +134,10 @@ impl<'a> Client<'a> {
         self.inner.check_key(key)?;
         self.check_value(value)?;
         let inner = self.inner;
-        if let Some((_, vsize)) = inner.geo.fixed_sizes() {
-            if vsize <= 8 {
-                return self.update_in_place(key, value);
-            }
+        if let Some((_, vsize)) = inner.geo.fixed_sizes()
+            && vsize <= 8
+        {
+            return self.update_in_place(key, value);
         }
         let Some(mut cur) = inner.locate(key, &mut self.scratch) else {
             inner.metrics.updates.incr();

@@ -343,7 +343,7 @@ impl OffsetIndex {
             if seg.version.load(Ordering::Relaxed) != v1 {
                 continue;
             }
-            return seen.iter().any(|off| visit(off));
+            return seen.iter().any(&mut *visit);
         }
     }
 

@@ -61,7 +61,7 @@ pub use index::OffsetIndex;
 pub use layout::{RecordLayout, RecordOffset};
 pub use metrics::KvMetrics;
 pub use recovery::RecoveryReport;
-pub use verify::{VerifyReport, verify};
+pub use verify::{VerifyReport, verify, verify_region};
 
 use self::layout::{FORMAT_VERSION, Geometry, HEADER_LEN, MAGIC, header};
 use self::store::{FREE, Inner, LARGE, OWNED, SEALED};
@@ -227,14 +227,14 @@ impl KvStore {
         let mut hdr = [0u8; HEADER_LEN as usize];
         region.read(0, &mut hdr)?;
         let geo = decode_header(&hdr, path.as_deref(), opts.chunk_size)?;
-        if let Some(requested) = opts.layout {
-            if requested != geo.layout {
-                return Err(Error::LayoutMismatch {
-                    path,
-                    found: geo.layout.to_string(),
-                    requested: requested.to_string(),
-                });
-            }
+        if let Some(requested) = opts.layout
+            && requested != geo.layout
+        {
+            return Err(Error::LayoutMismatch {
+                path,
+                found: geo.layout.to_string(),
+                requested: requested.to_string(),
+            });
         }
         let exact_keys =
             matches!(geo.layout, RecordLayout::Fixed { key_size, .. } if key_size <= 8);

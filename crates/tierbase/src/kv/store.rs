@@ -557,10 +557,11 @@ impl Inner {
         }
     }
 
-    /// Returns a (now invalid) large record's blocks to the free queue, after bumping the head
-    /// page version so that a reader still copying it notices.
+    /// Returns a (now invalid) large record's blocks to the free queue, after moving the head
+    /// page's version on by two (parity kept, so it works whether or not the caller holds that
+    /// lock) so that a reader still copying the record notices and retries.
     fn free_large(&self, head: u64) -> Result<()> {
-        drop(self.lock_page(head, 0)?);
+        self.page_lock(head, 0)?.fetch_add(2, Ordering::AcqRel);
         let span = u64::from(self.block_meta(head)?.span.load(Ordering::Acquire)).max(1);
         for b in head..head + span {
             let m = self.block_meta(b)?;

@@ -83,6 +83,11 @@ const MAX_PROBLEMS: usize = 1000;
 /// everything wrong inside it is listed in the report.
 pub fn verify(path: &Path) -> Result<VerifyReport> {
     let region = PmemRegion::open(path, &RegionOptions::default())?;
+    verify_region(&region)
+}
+
+/// [`verify`] on an open region (for example a crash-simulated image).
+pub fn verify_region(region: &PmemRegion) -> Result<VerifyReport> {
     let mut report = VerifyReport::default();
     if region.len() < HEADER_LEN {
         report.problems.push(format!(
@@ -93,7 +98,7 @@ pub fn verify(path: &Path) -> Result<VerifyReport> {
     }
     let mut hdr = [0u8; HEADER_LEN as usize];
     region.read(0, &mut hdr)?;
-    let geo = match super::decode_header(&hdr, Some(path), 1 << 30) {
+    let geo = match super::decode_header(&hdr, region.path(), 1 << 30) {
         Ok(g) => g,
         Err(e) => {
             report.problems.push(e.to_string());
@@ -110,7 +115,7 @@ pub fn verify(path: &Path) -> Result<VerifyReport> {
         return Ok(report);
     }
     report.blocks_checked = used;
-    check_blocks(&region, &geo, used, &mut report)?;
+    check_blocks(region, &geo, used, &mut report)?;
     Ok(report)
 }
 
