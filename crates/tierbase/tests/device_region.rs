@@ -268,9 +268,9 @@ fn every_flipped_header_byte_is_detected() {
         .write(true)
         .open(&path)
         .unwrap();
-    for i in 0..REGION_HEADER_LEN {
+    for (i, &orig) in pristine.iter().enumerate().take(REGION_HEADER_LEN) {
         for mask in [0x01u8, 0x10, 0x80] {
-            let flipped = pristine[i] ^ mask;
+            let flipped = orig ^ mask;
             file.write_all_at(&[flipped], i as u64).unwrap();
             let r = PmemRegion::open(&path, &opts());
             match (i, &r) {
@@ -278,7 +278,7 @@ fn every_flipped_header_byte_is_detected() {
                 (8.., Err(Error::Corrupt { .. })) => {}
                 _ => panic!("byte {i} ^ {mask:#x}: expected BadMagic/Corrupt, got {r:?}"),
             }
-            file.write_all_at(&[pristine[i]], i as u64).unwrap();
+            file.write_all_at(&[orig], i as u64).unwrap();
         }
     }
     assert!(
@@ -489,4 +489,134 @@ fn region_info_tells_the_truth() {
         assert!(!info.crash_simulated);
         assert!(r.emulator().is_none());
     }
+}
+
+/// Dirty and under-writeback page counts of a file range, by `cachestat(2)` (Linux 6.5+);
+/// `None` where the kernel lacks it.
+fn dirty_pages(file: &std::fs::File, off: u64, len: u64) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct CacheStat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    const SYS_CACHESTAT: libc::c_long = 451; // same number on every Linux architecture
+    let range = Range { off, len };
+    let mut st = CacheStat::default();
+    // SAFETY: cachestat reads `range` and writes `st`, both live and of the kernel's layout.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            file.as_raw_fd(),
+            &range as *const Range,
+            &mut st as *mut CacheStat,
+            0u32,
+        )
+    };
+    (rc == 0).then_some(st.nr_dirty + st.nr_writeback)
+}
+
+#[test]
+fn msync_mode_writes_back_every_page_a_persist_touches() {
+    let d = disk_dir();
+    if d.expected_durability() != DurabilityMode::Msync {
+        return; // the target directory is memory-backed here
+    }
+    let path = d.join("msync.region");
+    let r = PmemRegion::create(&path, 16 * 4096, &opts()).unwrap();
+    assert_eq!(r.durability(), DurabilityMode::Msync);
+    let file = std::fs::File::open(&path).unwrap();
+    let Some(_) = dirty_pages(&file, 0, 4096) else {
+        eprintln!("note: cachestat(2) unavailable; skipping");
+        return;
+    };
+    assert_eq!(
+        dirty_pages(&file, 0, 4096),
+        Some(0),
+        "header page written back by create"
+    );
+    // Odd ranges: crossing one page boundary, within one page, and a single byte.
+    for (off, len) in [
+        (4096 * 2 + 4000, 200usize),
+        (4096 * 6 + 5, 10),
+        (4096 * 9 + 4095, 1),
+    ] {
+        let first = (HDR + off) / 4096 * 4096;
+        let end = (HDR + off + len as u64).div_ceil(4096) * 4096;
+        r.write(off, &pattern(off, len)).unwrap();
+        assert!(
+            dirty_pages(&file, first, end - first).unwrap() > 0,
+            "store at {off} dirties its page(s)"
+        );
+        r.persist(off, len).unwrap();
+        assert_eq!(
+            dirty_pages(&file, first, end - first),
+            Some(0),
+            "persist({off}, {len}) must leave no page of [{first}, {end}) dirty"
+        );
+    }
+    // Growth writes the header back as well.
+    r.grow(32 * 4096).unwrap();
+    assert_eq!(
+        dirty_pages(&file, 0, 4096),
+        Some(0),
+        "header page after grow"
+    );
+}
+
+#[test]
+fn prefault_and_flush_overrides() {
+    use tierbase::device::FlushInstruction;
+    let d = shm_dir().unwrap_or_else(disk_dir);
+    let o = RegionOptions {
+        prefault: true,
+        ..opts()
+    };
+    let r = PmemRegion::create(&d.join("prefault.region"), 1 << 20, &o).unwrap();
+    r.grow(2 << 20).unwrap();
+    let mut buf = vec![1u8; 2 << 20];
+    r.read(0, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+
+    for f in [
+        FlushInstruction::Clflush,
+        FlushInstruction::Clflushopt,
+        FlushInstruction::Clwb,
+    ] {
+        let o = RegionOptions {
+            flush: Some(f),
+            ..opts()
+        };
+        let r = PmemRegion::anonymous(4096, &o);
+        if !f.is_supported() {
+            assert!(matches!(r, Err(Error::Unsupported(_))), "{f}");
+            continue;
+        }
+        let sim = PmemRegion::simulated(4096, Default::default(), &o).unwrap();
+        assert_eq!(sim.flush_instruction(), f);
+        sim.write(0, &[1; 200]).unwrap();
+        sim.persist(0, 200).unwrap();
+        assert_eq!(sim.counters().flushes, 4, "{f}: 200 bytes from 0 = 4 lines");
+        assert_eq!(&sim.power_loss().unwrap()[..200], &[1; 200][..]);
+    }
+    let o = RegionOptions {
+        flush: Some(FlushInstruction::None),
+        ..opts()
+    };
+    let sim = PmemRegion::simulated(4096, Default::default(), &o).unwrap();
+    sim.persist(0, 200).unwrap();
+    assert_eq!(
+        sim.counters().flushes,
+        0,
+        "no flush instruction: nothing counted"
+    );
 }

@@ -669,9 +669,42 @@ impl BlockDevice {
             out: (usize, usize),
             failed: Option<Error>,
         }
+        struct Release<'s> {
+            dev: &'s BlockDevice,
+            sched: &'s Mutex<Sched>,
+            wake: &'s Condvar,
+            dir: Direction,
+            result: Option<Result<()>>,
+        }
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                self.dev.leave_flight(1);
+                let mut s = self.sched.lock();
+                match self.dir {
+                    Direction::Read => s.out.0 -= 1,
+                    Direction::Write => s.out.1 -= 1,
+                }
+                match self.result.take() {
+                    Some(Ok(())) => {}
+                    Some(Err(e)) => {
+                        s.failed.get_or_insert(e);
+                    }
+                    None => {
+                        s.failed.get_or_insert_with(|| {
+                            Error::Unsupported("I/O worker panicked".into())
+                        });
+                    }
+                }
+                self.wake.notify_all();
+            }
+        }
         let n = ios.len();
-        let workers = n.min(lim.total).max(1);
         let dirs: Vec<Direction> = ios.iter().map(Io::direction).collect();
+        // No more threads than operations may be in flight at once.
+        let has = |d: Direction| dirs.contains(&d);
+        let cap = if has(Direction::Read) { lim.read } else { 0 }
+            + if has(Direction::Write) { lim.write } else { 0 };
+        let workers = n.min(lim.total).min(cap).max(1);
         let sched = Mutex::new(Sched {
             reads: (0..n).filter(|&i| dirs[i] == Direction::Read).collect(),
             writes: (0..n).filter(|&i| dirs[i] == Direction::Write).collect(),
@@ -703,20 +736,19 @@ impl BlockDevice {
                     }
                 };
                 self.enter_flight();
-                let r = match slots.get(idx) {
+                // Releases the operation's in-flight slot however the I/O ends — even by a
+                // panic, which would otherwise leave capped workers waiting forever.
+                let mut done = Release {
+                    dev: self,
+                    sched: &sched,
+                    wake: &wake,
+                    dir,
+                    result: None,
+                };
+                done.result = Some(match slots.get(idx) {
                     Some(slot) => self.blocking_io(&mut slot.lock()),
                     None => Ok(()),
-                };
-                self.leave_flight(1);
-                let mut s = sched.lock();
-                match dir {
-                    Direction::Read => s.out.0 -= 1,
-                    Direction::Write => s.out.1 -= 1,
-                }
-                if let Err(e) = r {
-                    s.failed.get_or_insert(e);
-                }
-                wake.notify_all();
+                });
             }
         };
         if workers == 1 {
@@ -812,4 +844,44 @@ fn device_len(file: &File, path: &Path) -> Result<u64> {
         ));
     }
     Ok(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queues(dirs: &[Direction]) -> (VecDeque<usize>, VecDeque<usize>) {
+        let pick = |d: Direction| (0..dirs.len()).filter(|&i| dirs[i] == d).collect();
+        (pick(Direction::Read), pick(Direction::Write))
+    }
+
+    #[test]
+    fn pick_next_keeps_order_and_per_direction_limits() {
+        use Direction::{Read as R, Write as W};
+        let lim = Limits {
+            total: 4,
+            read: 3,
+            write: 1,
+        };
+        let (mut r, mut w) = queues(&[W, W, R, R, R, R, W]);
+        let mut out = (0, 0);
+        let mut issued = Vec::new();
+        while let Some((i, d)) = pick_next(&mut r, &mut w, out, lim) {
+            match d {
+                R => out.0 += 1,
+                W => out.1 += 1,
+            }
+            issued.push(i);
+        }
+        // Write 0 (the one write allowed), then reads 2, 3, 4 skip past the waiting write 1.
+        assert_eq!(issued, vec![0, 2, 3, 4]);
+        assert_eq!(out, (3, 1));
+        // One write completes: write 1 is next, ahead of read 5 (which is at its limit anyway).
+        out.1 -= 1;
+        assert_eq!(pick_next(&mut r, &mut w, out, lim), Some((1, W)));
+        out.1 += 1;
+        assert_eq!(pick_next(&mut r, &mut w, out, lim), None, "total limit");
+        out.0 -= 1;
+        assert_eq!(pick_next(&mut r, &mut w, out, lim), Some((5, R)));
+    }
 }

@@ -345,6 +345,15 @@ mod tests {
             Catalogue::parse("[[profile]]\nname = 3", None),
             Err(Error::InvalidProfile { .. })
         ));
+        // Syntax errors are one line with a position (the CLI prints them as they are).
+        let err = Catalogue::parse("[[profile]]\nname = \n", Some(Path::new("p.toml")))
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains('\n'), "one line: {err}");
+        assert!(
+            err.contains("p.toml") && err.contains("line 2, column 8"),
+            "{err}"
+        );
         let dup = format!(
             "{BUILTIN}\n{}",
             &BUILTIN[BUILTIN.find("[[profile]]").unwrap()..]

@@ -85,8 +85,9 @@ pub struct RegionOptions {
     pub durability: Option<DurabilityMode>,
     /// Flush instruction override (must be supported); `None` = best by CPUID.
     pub flush: Option<FlushInstruction>,
-    /// Address space to reserve, i.e. the largest size the region can grow to. Default 1 TiB
-    /// (virtual only; no memory or disk is committed).
+    /// Address space to reserve, i.e. the largest size (in data bytes) the region can grow to;
+    /// a file region's header page comes on top, and file regions are limited to just under
+    /// 16 TiB by their format. Default 1 TiB (virtual only; no memory or disk is committed).
     pub reserve: u64,
     /// Pre-fault every page at open and on growth, so page faults are not measured later.
     pub prefault: bool,
