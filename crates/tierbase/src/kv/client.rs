@@ -114,10 +114,9 @@ impl<'a> Client<'a> {
         let seq = inner.next_seq();
         let (off, guards) = self.write_record(key, value, seq)?;
         let kw = inner.key_word(key);
-        let exact = inner.exact_keys;
         let scratch = &mut self.scratch;
         let old = inner.index.upsert(kw, off.0, &mut |o| {
-            o != off.0 && (exact || inner.holds_key(RecordOffset(o), key, scratch))
+            o != off.0 && inner.holds_key(RecordOffset(o), key, scratch)
         });
         if let Some(old) = old {
             inner.invalidate(RecordOffset(old))?;

@@ -225,14 +225,16 @@ pub fn slots_per_page(page: u64, slot: u64) -> (u32, u32) {
     (n, n.div_ceil(64).max(1))
 }
 
-/// A record's location: block (45 bits) | page (3 bits) | position (16 bits). The position is
+/// A record's location: block (45 bits, of which a store uses at most 29) | page (3 bits) |
+/// position (16 bits). The position is
 /// the slot index (fixed) or the byte offset of the record header in the page (variable).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RecordOffset(pub u64);
 
 impl RecordOffset {
-    /// Largest block id the offset can hold.
-    pub const MAX_BLOCK: u64 = (1 << 45) - 1;
+    /// Largest block id a store may use: offsets must fit the DRAM index's 48-bit slots
+    /// (2^29 blocks: 2 TiB of 1-page blocks, 12 TiB of Viper's 6-page blocks).
+    pub const MAX_BLOCK: u64 = (1 << 29) - 2;
 
     /// Packs the three fields.
     #[inline]
@@ -382,9 +384,14 @@ mod tests {
 
     #[test]
     fn offsets_round_trip() {
-        for (b, p, s) in [(0, 0, 0), (1, 7, 65535), (RecordOffset::MAX_BLOCK, 3, 17)] {
+        for (b, p, s) in [
+            (0, 0, 0),
+            (1, 7, 65535),
+            (RecordOffset::MAX_BLOCK, 7, 65535),
+        ] {
             let o = RecordOffset::new(b, p, s);
             assert_eq!((o.block(), o.page(), o.pos()), (b, p, s));
+            assert!(o.0 <= crate::kv::index::MAX_OFFSET);
         }
         assert!(RecordOffset::new(1, 0, 0) > RecordOffset::new(0, 7, 65535));
     }

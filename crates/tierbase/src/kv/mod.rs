@@ -236,14 +236,14 @@ impl KvStore {
                 requested: requested.to_string(),
             });
         }
-        let exact_keys =
+        let short_keys =
             matches!(geo.layout, RecordLayout::Fixed { key_size, .. } if key_size <= 8);
         let inner = Arc::new(Inner {
             region,
             geo,
             path,
             index: OffsetIndex::new(),
-            exact_keys,
+            short_keys,
             fingerprint_mask: opts.fingerprint_mask,
             pages: boxcar::Vec::new(),
             blocks: boxcar::Vec::new(),

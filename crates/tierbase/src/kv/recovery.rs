@@ -157,7 +157,7 @@ fn scan_block(
     let walked = walk_block(&inner.region, &geo, b, used, bs, &mut |entry| {
         match entry {
             Entry::Slot(off) => {
-                let seq = inner.seq_at(off)?;
+                let seq = valid_seq(inner, off)?;
                 inner.read_key_at(off, key)?;
                 insert(inner, key, off, seq, r, scratch)?;
                 live += 1;
@@ -167,7 +167,7 @@ fn scan_block(
                 valid: true,
                 size,
             } => {
-                let seq = inner.seq_at(off)?;
+                let seq = valid_seq(inner, off)?;
                 inner.read_key_at(off, key)?;
                 insert(inner, key, off, seq, r, scratch)?;
                 live += size;
@@ -202,6 +202,20 @@ fn scan_block(
     Ok(())
 }
 
+/// The sequence number of a valid record; 0 is never written, so it means damage.
+fn valid_seq(inner: &Inner, off: RecordOffset) -> Result<u64> {
+    let seq = inner.seq_at(off)?;
+    if seq == 0 {
+        return Err(inner.corrupt(format!(
+            "block {} page {} position {}: valid record with sequence number 0",
+            off.block(),
+            off.page(),
+            off.pos()
+        )));
+    }
+    Ok(seq)
+}
+
 /// Inserts a found record, resolving a duplicate key by sequence number.
 fn insert(
     inner: &Inner,
@@ -214,10 +228,9 @@ fn insert(
     r.records += 1;
     r.max_seq = r.max_seq.max(seq);
     let kw = inner.key_word(key);
-    let exact = inner.exact_keys;
     loop {
         let existing = inner.index.insert_if_absent(kw, off.0, &mut |o| {
-            exact || inner.holds_key(RecordOffset(o), key, scratch)
+            inner.holds_key(RecordOffset(o), key, scratch)
         });
         let Err(existing) = existing else {
             return Ok(());

@@ -75,8 +75,9 @@ pub(crate) struct Inner {
     pub geo: Geometry,
     pub path: Option<PathBuf>,
     pub index: OffsetIndex,
-    /// Keys of at most 8 bytes in a fixed layout are stored exactly as the index key word.
-    pub exact_keys: bool,
+    /// Keys of at most 8 bytes in a fixed layout are their own key word (no hashing needed;
+    /// the index still keeps only a tag, so matches are always confirmed on media).
+    pub short_keys: bool,
     pub fingerprint_mask: u64,
     pub pages: boxcar::Vec<AtomicU32>,
     pub blocks: boxcar::Vec<BlockMeta>,
@@ -126,7 +127,7 @@ impl Inner {
     /// The index key word for `key`.
     #[inline]
     pub fn key_word(&self, key: &[u8]) -> u64 {
-        if self.exact_keys {
+        if self.short_keys {
             let mut b = [0u8; 8];
             if let Some(dst) = b.get_mut(..key.len()) {
                 dst.copy_from_slice(key);
@@ -482,7 +483,7 @@ impl Inner {
         let kw = self.key_word(key);
         let mut found = None;
         self.index.find(kw, &mut |o| {
-            if self.exact_keys || self.holds_key(RecordOffset(o), key, scratch) {
+            if self.holds_key(RecordOffset(o), key, scratch) {
                 found = Some(RecordOffset(o));
                 true
             } else {

@@ -82,7 +82,12 @@ const MAX_PROBLEMS: usize = 1000;
 /// changing nothing. Errors only if the file cannot be read at all (missing, not a region);
 /// everything wrong inside it is listed in the report.
 pub fn verify(path: &Path) -> Result<VerifyReport> {
-    let region = PmemRegion::open(path, &RegionOptions::default())?;
+    // Reserve no room to grow: verify only reads what is there.
+    let opts = RegionOptions {
+        reserve: 0,
+        ..RegionOptions::default()
+    };
+    let region = PmemRegion::open(path, &opts)?;
     verify_region(&region)
 }
 
@@ -136,7 +141,12 @@ fn check_blocks(
                 Entry::Slot(off) => {
                     let slot = geo.slot_offset(off.block(), off.page(), off.pos());
                     if region.read_u64(slot)? == 0 {
-                        problems.push(format!("slot {off}: valid record with sequence number 0"));
+                        problems.push(format!(
+                            "block {} page {} slot {}: valid record with sequence number 0",
+                            off.block(),
+                            off.page(),
+                            off.pos()
+                        ));
                     }
                     if let Some((k, v)) = geo.fixed_sizes() {
                         key.resize(k, 0);
@@ -155,8 +165,12 @@ fn check_blocks(
                             *copies.entry(xxhash_rust::xxh3::xxh3_64(&key)).or_default() += 1;
                         }
                         if region.read_u64(pos + 8)? == 0 {
-                            problems
-                                .push(format!("record {off}: valid record with sequence number 0"));
+                            problems.push(format!(
+                                "block {} page {} byte {}: valid record with sequence number 0",
+                                off.block(),
+                                off.page(),
+                                off.pos()
+                            ));
                         }
                         report.valid_records += 1;
                     } else {

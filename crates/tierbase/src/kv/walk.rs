@@ -59,7 +59,7 @@ pub(crate) fn walk_block(
                     };
                     if bits & !valid != 0 {
                         return Ok(Err(Malformed(format!(
-                            "page {b}:{p}: bitset marks slots beyond the {} the page holds",
+                            "block {b} page {p}: bitset marks slots beyond the {} the page holds",
                             geo.slots
                         ))));
                     }
