@@ -182,7 +182,7 @@ fn main() {
         "{:<15} {:>7} {:>9} {:>9} {:>9} {:>9} {:>11}",
         "map", "threads", "insert", "get-hit", "get-miss", "replace", "bytes/entry"
     );
-    let makers: [(&str, Box<dyn Fn() -> Box<dyn Map>>); 2] = [
+    let makers: [MakeMap; 2] = [
         (
             "cceh",
             Box::new(|| Box::new(OffsetIndex::new()) as Box<dyn Map>),

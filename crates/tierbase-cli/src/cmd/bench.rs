@@ -1,12 +1,317 @@
-//! `tierbase bench` (not yet implemented).
+//! `tierbase bench`: YCSB core workloads against a store, a result table and a JSON file.
+//!
+//! Thin by design: parses arguments into a [`BenchPlan`], runs it with
+//! [`tierbase_bench::plan::run_plan`], prints the table and writes the JSON. Every check that
+//! can fail on user input lives in the library and comes back as one error line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use tierbase_bench::adapter::STORES;
+use tierbase_bench::measure::OpKind;
+use tierbase_bench::plan::{
+    BenchPlan, DEFAULT_SEED, DEFAULT_STORE, Warmup, parse_thread_list, run_plan,
+};
+use tierbase_bench::progress::{self, ProgressSink, SilentProgress, format_rate};
+use tierbase_bench::report::svg::ValueFormat;
+use tierbase_bench::results::{ResultFile, RunResult, check_writable};
+use tierbase_bench::workload::{
+    DEFAULT_OPERATION_COUNT, DEFAULT_RECORD_COUNT, RequestDistribution, SizeSpec, WorkloadSpec,
+    parse_workload_list,
+};
 
 use super::Ctx;
 
 /// Arguments of `tierbase bench`.
 #[derive(clap::Args, Debug)]
-pub struct BenchArgs {}
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum BenchCommand {
+    /// Run YCSB core workloads (load, A-F) against a store; print a table, write JSON.
+    Ycsb(Box<YcsbArgs>),
+    /// List the stores that can be benchmarked.
+    Stores,
+}
+
+/// Arguments of `tierbase bench ycsb`.
+#[derive(clap::Args, Debug)]
+struct YcsbArgs {
+    /// Store to benchmark (`tierbase bench stores` lists them).
+    #[arg(long, default_value = DEFAULT_STORE, value_name = "NAME")]
+    store: String,
+    /// Workloads to run, comma-separated: load, a, b, c, d, e, f. Each runs on a freshly
+    /// opened and loaded store.
+    #[arg(long, default_value = "a", value_name = "LIST")]
+    workload: String,
+    /// A workload described in TOML (fields of a workload spec on top of `base = "a"`…`"f"`);
+    /// replaces --workload. Options given explicitly override the file.
+    #[arg(long, value_name = "FILE")]
+    workload_file: Option<PathBuf>,
+    /// Records loaded before each run [default: 100000].
+    #[arg(long, value_name = "N")]
+    records: Option<u64>,
+    /// Measured operations per run [default: 1000000].
+    #[arg(long, value_name = "N")]
+    ops: Option<u64>,
+    /// Thread counts, comma-separated; each is a separate run.
+    #[arg(long, default_value = "1,2", value_name = "LIST")]
+    threads: String,
+    /// Key size in bytes (23 or more gives YCSB's `user<hash>` names) [default: 24].
+    #[arg(long, value_name = "BYTES")]
+    key_size: Option<String>,
+    /// Value size: bytes (100, 4K), or uniform:MIN-MAX, or zipfian:MIN-MAX [default: 100].
+    #[arg(long, value_name = "SIZE")]
+    value_size: Option<String>,
+    /// Key chooser: uniform, zipfian or latest [default: the workload's own].
+    #[arg(long, value_name = "NAME")]
+    distribution: Option<String>,
+    /// Zipfian constant θ, between 0 and 1 [default: 0.99].
+    #[arg(long, value_name = "THETA")]
+    zipfian_theta: Option<f64>,
+    /// Seed of the operation streams (same seed, same operations).
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    seed: u64,
+    /// Unmeasured warm-up before each run: operations (5000) or a share of --ops (10%).
+    #[arg(long, default_value = "10%", value_name = "OPS|PCT")]
+    warmup: String,
+    /// Repetitions of each configuration; the median is reported.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    repeat: usize,
+    /// Time limit of each measured run in seconds (0 = none); the result says if it hit.
+    #[arg(long, default_value_t = 20.0, value_name = "SECS")]
+    max_time: f64,
+    /// Directory for the stores' data [default: a fresh temporary directory, removed after].
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Keep each run's data directory (under --dir) instead of removing it.
+    #[arg(long)]
+    keep_data: bool,
+    /// JSON result file to write.
+    #[arg(long, default_value = "ycsb-results.json", value_name = "FILE")]
+    out: PathBuf,
+    /// Make the store behave like this device profile (`tierbase devices` lists them).
+    #[arg(long, value_name = "PROFILE")]
+    emulate: Option<String>,
+    /// Do not check that values read back carry their key's fingerprint.
+    #[arg(long)]
+    no_verify: bool,
+    /// No progress output.
+    #[arg(long, short)]
+    quiet: bool,
+}
 
 /// Runs the command.
-pub fn run(_args: BenchArgs, _ctx: &Ctx) -> anyhow::Result<()> {
-    anyhow::bail!("'tierbase bench' is not implemented yet")
+pub fn run(args: BenchArgs, ctx: &Ctx) -> anyhow::Result<()> {
+    match args.command {
+        BenchCommand::Ycsb(a) => ycsb(*a, ctx),
+        BenchCommand::Stores => {
+            stores();
+            Ok(())
+        }
+    }
+}
+
+fn stores() {
+    println!("{:<16} {:<6} summary", "store", "built");
+    for e in STORES {
+        let built = if e.built {
+            "yes".to_string()
+        } else {
+            format!("no (--features {})", e.feature.unwrap_or("?"))
+        };
+        println!("{:<16} {:<6} {}", e.name, built, e.summary);
+    }
+}
+
+/// The workloads the arguments describe, overrides applied.
+fn workloads(a: &YcsbArgs) -> anyhow::Result<Vec<WorkloadSpec>> {
+    let mut specs = match &a.workload_file {
+        Some(path) => vec![WorkloadSpec::from_toml_file(path)?],
+        None => parse_workload_list(&a.workload)?
+            .into_iter()
+            .map(|w| w.spec(DEFAULT_RECORD_COUNT, DEFAULT_OPERATION_COUNT))
+            .collect(),
+    };
+    let key_size = a
+        .key_size
+        .as_deref()
+        .map(|k| {
+            let n = crate::util::parse_size(k).map_err(|e| anyhow::anyhow!("--key-size: {e}"))?;
+            usize::try_from(n).map_err(|_| anyhow::anyhow!("--key-size {k} is too large"))
+        })
+        .transpose()?;
+    let value_size = a
+        .value_size
+        .as_deref()
+        .map(str::parse::<SizeSpec>)
+        .transpose()?;
+    let distribution = a
+        .distribution
+        .as_deref()
+        .map(RequestDistribution::parse)
+        .transpose()?;
+    for s in &mut specs {
+        if let Some(n) = a.records {
+            s.record_count = n;
+        }
+        if let Some(n) = a.ops {
+            s.operation_count = n;
+        }
+        if let Some(n) = key_size {
+            s.key_size = n;
+        }
+        if let Some(v) = value_size {
+            s.value_size = v;
+        }
+        if let Some(d) = distribution {
+            s.request_distribution = d;
+        }
+        if let Some(t) = a.zipfian_theta {
+            s.zipfian_theta = t;
+        }
+        s.validate()?;
+    }
+    Ok(specs)
+}
+
+fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
+    let mut plan = BenchPlan::new(a.store.trim());
+    plan.workloads = workloads(a)?;
+    plan.threads = parse_thread_list(&a.threads)?;
+    plan.seed = a.seed;
+    plan.warmup = Warmup::parse(&a.warmup)?;
+    plan.repetitions = a.repeat;
+    plan.max_time = if a.max_time.is_finite() && a.max_time > 0.0 {
+        Some(Duration::from_secs_f64(a.max_time))
+    } else if a.max_time == 0.0 {
+        None
+    } else {
+        anyhow::bail!(
+            "invalid --max-time {}: give seconds, or 0 for no limit",
+            a.max_time
+        );
+    };
+    plan.dir = a.dir.clone();
+    plan.keep_data = a.keep_data;
+    plan.verify = !a.no_verify;
+    if let Some(name) = &a.emulate {
+        let catalogue = ctx.catalogue()?;
+        plan.emulate = Some(catalogue.require(name)?.clone());
+    }
+    plan.validate()?;
+    Ok(plan)
+}
+
+fn ycsb(a: YcsbArgs, ctx: &Ctx) -> anyhow::Result<()> {
+    let plan = plan(&a, ctx)?;
+    check_writable(&a.out)?;
+    let progress: Box<dyn ProgressSink> = if a.quiet {
+        Box::new(SilentProgress)
+    } else {
+        progress::auto()
+    };
+    let runs = run_plan(&plan, progress.as_ref())?;
+    let file = ResultFile::new(runs);
+    file.write(&a.out)
+        .with_context(|| format!("writing results to {}", a.out.display()))?;
+    print_table(&file.runs);
+    println!(
+        "\nresults: {} ({} run{}); HTML report: tierbase report {} --out report.html",
+        a.out.display(),
+        file.runs.len(),
+        if file.runs.len() == 1 { "" } else { "s" },
+        a.out.display()
+    );
+    Ok(())
+}
+
+fn ns(v: u64) -> String {
+    ValueFormat::Nanos.format(v as f64)
+}
+
+fn print_table(runs: &[RunResult]) {
+    let Some(first) = runs.first() else { return };
+    println!();
+    let data = first
+        .record_count
+        .saturating_mul((first.key_size as u64).saturating_add(first.value_size.max()));
+    println!(
+        "store {} | {} records (up to {} of keys and values), key {} B, value {} B, seed {}{}",
+        first.store_label,
+        first.record_count,
+        crate::util::format_size(data),
+        first.key_size,
+        first.value_size,
+        first.seed,
+        if first.repetitions > 1 {
+            format!(", median of {} repetitions", first.repetitions)
+        } else {
+            String::new()
+        }
+    );
+    println!(
+        "{:<9} {:>7} {:>11} {:>10}  {:<17} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "workload",
+        "threads",
+        "ops/s",
+        "load ops/s",
+        "operation",
+        "count",
+        "miss",
+        "p50",
+        "p90",
+        "p99",
+        "p99.9",
+        "max"
+    );
+    for r in runs {
+        let mut first_line = true;
+        for kind in OpKind::ALL {
+            let Some(s) = r.operations.get(&kind) else {
+                continue;
+            };
+            let l = s.latency_ns;
+            let (w, t, tp, load) = if first_line {
+                (
+                    r.workload.clone(),
+                    r.threads.to_string(),
+                    format_rate(r.throughput),
+                    r.load
+                        .as_ref()
+                        .map_or_else(|| "-".into(), |l| format_rate(l.throughput)),
+                )
+            } else {
+                Default::default()
+            };
+            first_line = false;
+            println!(
+                "{w:<9} {t:>7} {tp:>11} {load:>10}  {:<17} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                kind.name(),
+                s.count,
+                s.not_found,
+                ns(l.p50),
+                ns(l.p90),
+                ns(l.p99),
+                ns(l.p999),
+                ns(l.max)
+            );
+        }
+        if r.stopped_early {
+            println!(
+                "          note: the time limit ended this run after {} of {} operations",
+                r.measured_ops, r.operation_count
+            );
+        }
+        if r.verify_failures > 0 {
+            println!(
+                "          WARNING: {} values came back with another key's fingerprint",
+                r.verify_failures
+            );
+        }
+    }
 }

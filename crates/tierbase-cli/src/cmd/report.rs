@@ -1,12 +1,39 @@
-//! `tierbase report` (not yet implemented).
+//! `tierbase report`: benchmark JSON results to one self-contained HTML page with SVG charts.
+
+use std::path::PathBuf;
+
+use tierbase_bench::report::write_report;
 
 use super::Ctx;
 
 /// Arguments of `tierbase report`.
 #[derive(clap::Args, Debug)]
-pub struct ReportArgs {}
+pub struct ReportArgs {
+    /// Result files written by `tierbase bench ycsb --out`.
+    #[arg(required = true, value_name = "JSON")]
+    inputs: Vec<PathBuf>,
+    /// HTML file to write.
+    #[arg(
+        long,
+        short,
+        default_value = "tierbase-report.html",
+        value_name = "FILE"
+    )]
+    out: PathBuf,
+    /// Title of the page.
+    #[arg(long, default_value = "tierbase benchmark report")]
+    title: String,
+}
 
 /// Runs the command.
-pub fn run(_args: ReportArgs, _ctx: &Ctx) -> anyhow::Result<()> {
-    anyhow::bail!("'tierbase report' is not implemented yet")
+pub fn run(args: ReportArgs, _ctx: &Ctx) -> anyhow::Result<()> {
+    let s = write_report(&args.inputs, &args.out, &args.title)?;
+    println!(
+        "wrote {}: {} runs, {} workloads, {} charts",
+        s.path.display(),
+        s.runs,
+        s.workloads,
+        s.charts
+    );
+    Ok(())
 }
