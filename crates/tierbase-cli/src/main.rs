@@ -33,6 +33,8 @@ enum Command {
     Report(cmd::report::ReportArgs),
     /// Measure a device (PerMA-Bench memory benchmarks, PIO block-device sweep).
     Profile(cmd::profile::ProfileArgs),
+    /// Operate a hybrid KV store file: create, put, get, delete, scan, stats, verify.
+    Kv(cmd::kv::KvArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,13 +43,16 @@ fn main() -> ExitCode {
         profile_files: cli.profiles,
     };
     let result = match cli.command {
-        Command::Devices(a) => cmd::devices::run(a, &ctx),
-        Command::Bench(a) => cmd::bench::run(a, &ctx),
-        Command::Report(a) => cmd::report::run(a, &ctx),
-        Command::Profile(a) => cmd::profile::run(a, &ctx),
+        Command::Devices(a) => cmd::devices::run(a, &ctx).map(|()| true),
+        Command::Bench(a) => cmd::bench::run(a, &ctx).map(|()| true),
+        Command::Report(a) => cmd::report::run(a, &ctx).map(|()| true),
+        Command::Profile(a) => cmd::profile::run(a, &ctx).map(|()| true),
+        Command::Kv(a) => cmd::kv::run(a, &ctx),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        // A negative answer ("not found", "verify found problems"), already printed.
+        Ok(false) => ExitCode::from(1),
         Err(e) => {
             eprintln!("tierbase: error: {}", one_line(&e));
             ExitCode::FAILURE

@@ -6,6 +6,7 @@ use tierbase::device::Catalogue;
 
 pub mod bench;
 pub mod devices;
+pub mod kv;
 pub mod profile;
 pub mod report;
 

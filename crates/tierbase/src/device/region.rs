@@ -203,27 +203,39 @@ pub(crate) fn sync_parent_dir(path: &Path) -> Result<()> {
         .map_err(|e| io_err("fsync directory", Some(dir), e))
 }
 
-/// Reserves `len` bytes of inaccessible address space.
-fn reserve_address_space(len: usize) -> Result<NonNull<u8>> {
-    // SAFETY: anonymous PROT_NONE mapping at a kernel-chosen address; touches no existing memory.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(Error::io(
-            "reserve address space",
-            None,
-            std::io::Error::last_os_error(),
-        ));
+/// Reserves up to `wanted` bytes of inaccessible address space, and at least `minimum`.
+///
+/// Where the full reservation is refused (a tight `RLIMIT_AS`, valgrind, 32-bit-ish address
+/// spaces), it halves the request down to `minimum`; the region can then grow only that far,
+/// and growing beyond says so with [`Error::RegionLimit`]. Returns the base and the size won.
+fn reserve_address_space(wanted: usize, minimum: usize) -> Result<(NonNull<u8>, usize)> {
+    let minimum = minimum.max(PAGE);
+    let mut len = wanted.max(minimum);
+    loop {
+        // SAFETY: anonymous PROT_NONE mapping at a kernel-chosen address; touches no existing
+        // memory.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p != libc::MAP_FAILED {
+            let base = NonNull::new(p.cast::<u8>())
+                .ok_or_else(|| Error::InvalidArgument("mmap returned null".into()))?;
+            return Ok((base, len));
+        }
+        let err = std::io::Error::last_os_error();
+        let next = (len / 2) & !(PAGE - 1);
+        if next < minimum {
+            return Err(Error::io("reserve address space", None, err));
+        }
+        len = next;
     }
-    NonNull::new(p.cast::<u8>()).ok_or_else(|| Error::InvalidArgument("mmap returned null".into()))
 }
 
 fn check_flush(requested: Option<FlushInstruction>) -> Result<FlushInstruction> {
@@ -330,8 +342,10 @@ impl PmemRegion {
         // `reserve` bounds the data area; the header page comes on top of it.
         let limit =
             usize::try_from(file_data_limit(opts.reserve)).map_err(|_| too_big(opts.reserve))?;
-        let reserve = REGION_HEADER_LEN + limit.max(data_len);
-        let reservation = reserve_address_space(reserve)?;
+        let (reservation, reserve) = reserve_address_space(
+            REGION_HEADER_LEN + limit.max(data_len),
+            REGION_HEADER_LEN + data_len,
+        )?;
         let mut region = PmemRegion {
             reservation,
             reserve,
@@ -403,8 +417,8 @@ impl PmemRegion {
     fn anonymous_inner(len: u64, opts: &RegionOptions, sim: Option<CrashSim>) -> Result<Self> {
         let flush = check_flush(opts.flush)?;
         let data_len = page_len(len)?;
-        let reserve = page_len(opts.reserve)?.max(data_len).max(PAGE);
-        let reservation = reserve_address_space(reserve)?;
+        let (reservation, reserve) =
+            reserve_address_space(page_len(opts.reserve)?.max(data_len).max(PAGE), data_len)?;
         let simulated = sim.is_some();
         let mut region = PmemRegion {
             reservation,

@@ -16,7 +16,7 @@
 use std::sync::atomic::Ordering;
 
 use super::layout::{self, RecordLayout, RecordOffset, var};
-use super::store::{Inner, LARGE, PageGuard, backoff};
+use super::store::{Inner, LARGE, PageRun, backoff};
 use crate::error::{Error, Result};
 
 /// A handle for one thread's writes (and reads). Create one per thread with
@@ -210,7 +210,7 @@ impl<'a> Client<'a> {
         key: &[u8],
         value: &[u8],
         seq: u64,
-    ) -> Result<(RecordOffset, Vec<PageGuard<'a>>)> {
+    ) -> Result<(RecordOffset, PageRun<'a>)> {
         match self.inner.geo.layout {
             RecordLayout::Fixed { .. } => self.write_fixed(key, value, seq),
             RecordLayout::Variable => {
@@ -229,12 +229,12 @@ impl<'a> Client<'a> {
         key: &[u8],
         value: &[u8],
         seq: u64,
-    ) -> Result<(RecordOffset, Vec<PageGuard<'a>>)> {
+    ) -> Result<(RecordOffset, PageRun<'a>)> {
         let inner = self.inner;
         let geo = inner.geo;
         loop {
             let b = self.current_block()?;
-            let guard = inner.lock_page(b, self.page)?;
+            let guard = inner.lock_pages(b, self.page, self.page)?;
             let page_off = geo.page_offset(b, self.page);
             let mut free_slot = None;
             for w in 0..geo.bitset_words {
@@ -273,6 +273,8 @@ impl<'a> Client<'a> {
             buf.extend_from_slice(key);
             buf.resize(geo.slot_size as usize, 0);
             let at = inner.slot_pos(off);
+            // Regular stores + write-back (clwb): measured faster here than non-temporal
+            // stores for 224-byte slots (docs/BENCHMARKS.md).
             inner.region.write(at, buf)?;
             inner.region.persist(at, buf.len())?;
             let (word, bit) = inner.bit_of(off);
@@ -282,7 +284,7 @@ impl<'a> Client<'a> {
                 .fetch_or(bit, Ordering::AcqRel);
             inner.region.persist(word, 8)?;
             inner.block_meta(b)?.live.fetch_add(1, Ordering::Relaxed);
-            return Ok((off, vec![guard]));
+            return Ok((off, guard));
         }
     }
 
@@ -292,7 +294,7 @@ impl<'a> Client<'a> {
         value: &[u8],
         seq: u64,
         size: u64,
-    ) -> Result<(RecordOffset, Vec<PageGuard<'a>>)> {
+    ) -> Result<(RecordOffset, PageRun<'a>)> {
         let inner = self.inner;
         let geo = inner.geo;
         loop {
@@ -333,7 +335,7 @@ impl<'a> Client<'a> {
         key: &[u8],
         value: &[u8],
         seq: u64,
-    ) -> Result<(RecordOffset, Vec<PageGuard<'a>>)> {
+    ) -> Result<(RecordOffset, PageRun<'a>)> {
         let inner = self.inner;
         let geo = inner.geo;
         let n = layout::large_blocks(geo.block_size(), key.len(), value.len());
@@ -362,7 +364,7 @@ impl<'a> Client<'a> {
         inner
             .region
             .persist(geo.block_offset(head), (n * geo.block_size()) as usize)?;
-        let guard = inner.lock_page(head, 0)?;
+        let guard = inner.lock_pages(head, 0, 0)?;
         let pos = geo.block_offset(head);
         inner
             .region
@@ -370,6 +372,6 @@ impl<'a> Client<'a> {
             .store(var::VALID | var::LARGE, Ordering::Release);
         inner.region.persist(pos, 4)?;
         inner.metrics.large_records.incr();
-        Ok((RecordOffset::new(head, 0, 0), vec![guard]))
+        Ok((RecordOffset::new(head, 0, 0), guard))
     }
 }

@@ -62,6 +62,24 @@ impl Drop for PageGuard<'_> {
     }
 }
 
+/// Held version locks of consecutive pages of one block (no allocation); released on drop.
+pub(crate) struct PageRun<'a> {
+    inner: &'a Inner,
+    block: u64,
+    first: u32,
+    held: u32,
+}
+
+impl Drop for PageRun<'_> {
+    fn drop(&mut self) {
+        for p in self.first..self.first + self.held {
+            if let Ok(lock) = self.inner.page_lock(self.block, p) {
+                lock.fetch_add(1, Ordering::Release);
+            }
+        }
+    }
+}
+
 /// Result of trying to read one candidate record.
 pub(crate) enum ReadOutcome {
     Found,
@@ -173,8 +191,19 @@ impl Inner {
     }
 
     /// Locks pages `first..=last` of `block` in ascending order.
-    pub fn lock_pages(&self, block: u64, first: u32, last: u32) -> Result<Vec<PageGuard<'_>>> {
-        (first..=last).map(|p| self.lock_page(block, p)).collect()
+    pub fn lock_pages(&self, block: u64, first: u32, last: u32) -> Result<PageRun<'_>> {
+        let mut run = PageRun {
+            inner: self,
+            block,
+            first,
+            held: 0,
+        };
+        for p in first..=last {
+            // On error the pages locked so far are released by the run's drop.
+            std::mem::forget(self.lock_page(block, p)?);
+            run.held += 1;
+        }
+        Ok(run)
     }
 
     // ----- byte positions -------------------------------------------------------------------

@@ -1,0 +1,280 @@
+//! `tierbase kv`: operator commands for the hybrid KV store (what `ldb` is for RocksDB).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use tierbase::kv::{KvOptions, KvStore, RecordLayout};
+
+use super::Ctx;
+use crate::util::{format_size, parse_size};
+
+/// Arguments of `tierbase kv`.
+#[derive(clap::Args, Debug)]
+pub struct KvArgs {
+    /// The store file.
+    #[arg(long, global = true, value_name = "FILE")]
+    path: Option<PathBuf>,
+    /// Keys and values on the command line (and in output) are hex instead of UTF-8 text.
+    #[arg(long, global = true)]
+    hex: bool,
+    #[command(subcommand)]
+    command: KvCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum KvCommand {
+    /// Create a new, empty store.
+    Create {
+        /// Fixed-size records as KEY_BYTES:VALUE_BYTES (e.g. 16:200); omit for variable sizes.
+        #[arg(long, value_name = "K:V")]
+        fixed: Option<String>,
+        /// Pages per block (1..=8; the number of interleaved DIMMs of the target device).
+        #[arg(long, default_value_t = tierbase::kv::DEFAULT_PAGES_PER_BLOCK)]
+        pages_per_block: u32,
+        /// Growth step of the region, e.g. 64M or 1G.
+        #[arg(long, default_value = "1G", value_parser = parse_size)]
+        chunk: u64,
+    },
+    /// Insert or replace a key.
+    Put {
+        /// Key.
+        key: String,
+        /// Value.
+        value: String,
+    },
+    /// Print a key's value (exit code 1 if absent).
+    Get {
+        /// Key.
+        key: String,
+    },
+    /// Delete a key (exit code 1 if absent).
+    Delete {
+        /// Key.
+        key: String,
+    },
+    /// Print records, in no particular order (the store has a hash index: no ordered scans).
+    Scan {
+        /// Stop after this many records.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Print record count, live/dead bytes, blocks, DRAM use, durability mode, recovery time.
+    Stats {
+        /// Machine-readable JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check every page and record against the format without changing anything
+    /// (exit code 1 if anything is wrong).
+    Verify {
+        /// Machine-readable JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_fixed(s: &str) -> anyhow::Result<RecordLayout> {
+    let (k, v) = s
+        .split_once(':')
+        .with_context(|| format!("--fixed '{s}': expected KEY_BYTES:VALUE_BYTES, e.g. 16:200"))?;
+    let key_size: u32 = k
+        .trim()
+        .parse()
+        .with_context(|| format!("--fixed '{s}': key size '{k}' is not a number"))?;
+    let value_size: u32 = v
+        .trim()
+        .parse()
+        .with_context(|| format!("--fixed '{s}': value size '{v}' is not a number"))?;
+    Ok(RecordLayout::Fixed {
+        key_size,
+        value_size,
+    })
+}
+
+fn decode(hex: bool, s: &str, what: &str) -> anyhow::Result<Vec<u8>> {
+    if !hex {
+        return Ok(s.as_bytes().to_vec());
+    }
+    let s = s.trim_start_matches("0x");
+    if s.len() % 2 != 0 {
+        bail!("{what} '{s}' is not hex: odd number of digits");
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(&s[i..i + 2], 16).with_context(|| format!("{what} '{s}' is not hex"))
+        })
+        .collect()
+}
+
+fn encode(hex: bool, b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) if !hex && !s.chars().any(char::is_control) => s.to_string(),
+        _ => b.iter().map(|x| format!("{x:02x}")).collect(),
+    }
+}
+
+/// Runs the command. Returns `Ok(false)` for "not found" answers (exit code 1, no error text).
+pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
+    let path = args
+        .path
+        .clone()
+        .context("--path <FILE> is required: the store file")?;
+    let hex = args.hex;
+    if let KvCommand::Verify { json } = args.command {
+        let report =
+            tierbase::kv::verify(&path).with_context(|| format!("verifying {}", path.display()))?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            if let Some(l) = report.layout {
+                println!("layout          {l}");
+            }
+            println!("blocks checked  {}", report.blocks_checked);
+            println!("valid records   {}", report.valid_records);
+            println!("deleted records {}", report.deleted_records);
+            println!(
+                "duplicate keys  {} (by 64-bit fingerprint; recovery keeps the newest)",
+                report.duplicate_keys
+            );
+            if report.is_ok() {
+                println!("OK: no format violations");
+            } else {
+                println!("{} problem(s):", report.problems.len());
+                for p in &report.problems {
+                    println!("  {p}");
+                }
+            }
+        }
+        return Ok(report.is_ok());
+    }
+    if let KvCommand::Create {
+        fixed,
+        pages_per_block,
+        chunk,
+    } = &args.command
+    {
+        let layout = fixed.as_deref().map(parse_fixed).transpose()?;
+        let opts = KvOptions {
+            layout,
+            pages_per_block: *pages_per_block,
+            chunk_size: *chunk,
+            ..KvOptions::default()
+        };
+        let store = KvStore::create(&path, &opts)
+            .with_context(|| format!("creating {}", path.display()))?;
+        println!(
+            "created {} ({}, {}; {})",
+            path.display(),
+            store.layout(),
+            format_size(store.region().len()),
+            store.durability().guarantee()
+        );
+        store.close()?;
+        return Ok(true);
+    }
+    let store = KvStore::open(&path, &KvOptions::default())
+        .with_context(|| format!("opening {}", path.display()))?;
+    let found = match args.command {
+        KvCommand::Put { key, value } => {
+            let (k, v) = (decode(hex, &key, "key")?, decode(hex, &value, "value")?);
+            let new = store.put(&k, &v)?;
+            println!("{}", if new { "inserted" } else { "replaced" });
+            true
+        }
+        KvCommand::Get { key } => {
+            let mut v = Vec::new();
+            let found = store.get(&decode(hex, &key, "key")?, &mut v)?;
+            if found {
+                println!("{}", encode(hex, &v));
+            } else {
+                eprintln!("not found");
+            }
+            found
+        }
+        KvCommand::Delete { key } => {
+            let found = store.delete(&decode(hex, &key, "key")?)?;
+            println!("{}", if found { "deleted" } else { "not found" });
+            found
+        }
+        KvCommand::Scan { limit } => {
+            let mut n = 0;
+            store.for_each(|k, v| {
+                if n < limit {
+                    println!("{}\t{}", encode(hex, k), encode(hex, v));
+                }
+                n += 1;
+            })?;
+            if n > limit {
+                eprintln!("... {} more (raise --limit)", n - limit);
+            }
+            true
+        }
+        KvCommand::Stats { json } => {
+            let stats = store.stats();
+            if json {
+                let v = serde_json::json!({
+                    "stats": stats,
+                    "recovery": store.recovery(),
+                    "metrics": store.metrics(),
+                    "region": store.region().info(),
+                });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print_stats(&store);
+            }
+            true
+        }
+        KvCommand::Create { .. } | KvCommand::Verify { .. } => true,
+    };
+    store.close()?;
+    Ok(found)
+}
+
+fn print_stats(store: &KvStore) {
+    let s = store.stats();
+    let r = store.recovery();
+    let per = |b: u64| {
+        if s.records == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.1} B/record", b as f64 / s.records as f64)
+        }
+    };
+    println!("layout        {}", s.layout);
+    println!("records       {}", s.records);
+    println!("durability    {} ({})", s.durability, s.guarantee);
+    println!("emulation     {}", s.emulation);
+    println!("region        {}", format_size(s.region_bytes));
+    println!(
+        "blocks        {} allocated, {} used ({} sealed, {} owned, {} large, {} free), {} each",
+        s.blocks_allocated,
+        s.blocks_used,
+        s.blocks_sealed,
+        s.blocks_owned,
+        s.blocks_large,
+        s.blocks_free,
+        format_size(s.block_bytes)
+    );
+    println!("live bytes    {}", format_size(s.live_bytes));
+    println!("dead bytes    {}", format_size(s.dead_bytes));
+    println!(
+        "DRAM index    {} ({})",
+        format_size(s.index_bytes),
+        per(s.index_bytes)
+    );
+    println!(
+        "DRAM total    {} ({})",
+        format_size(s.dram_bytes),
+        per(s.dram_bytes)
+    );
+    println!(
+        "recovery      {:.3} s with {} threads ({} blocks, {} records, {} duplicates resolved)",
+        r.duration.as_secs_f64(),
+        r.threads,
+        r.blocks_scanned,
+        r.records_found,
+        r.duplicates_resolved
+    );
+}
