@@ -97,7 +97,7 @@ fn decode(hex: bool, s: &str, what: &str) -> anyhow::Result<Vec<u8>> {
         return Ok(s.as_bytes().to_vec());
     }
     let s = s.trim_start_matches("0x");
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         bail!("{what} '{s}' is not hex: odd number of digits");
     }
     (0..s.len())
