@@ -1,0 +1,270 @@
+//! The store adapter contract and the registry of stores.
+//!
+//! Owns: the [`Store`] and [`Client`] traits every benchmarked store implements (tierbase's
+//! stores and the baselines alike), [`StoreInfo`] (what a result says about the store: medium,
+//! durability, emulation, capabilities), [`StoreOptions`], and [`open_store`], the registry by
+//! name. Must not touch: workloads or measurement; a store knows nothing about YCSB.
+//!
+//! Stores registered here:
+//! - `memory`: the in-memory reference, a sharded concurrent hash map in anonymous DRAM; the
+//!   upper bound. No ordered scans (workload E needs `memory-btree`).
+//! - `memory-btree`: an ordered in-memory map (`BTreeMap` behind a read-write lock), for
+//!   workload E and for checking scans.
+//! - `rocksdb` (feature `rocksdb`): RocksDB through the system library, WAL on, `sync=true`.
+//! - `rocksdb-nosync` (feature `rocksdb`): the same with `sync=false`.
+//!
+//! To add a store: implement [`Store`] and [`Client`] in a module here, add a [`StoreEntry`]
+//! to [`STORES`], and run [`crate::contract::run_contract_suite`] on it from a test.
+
+mod memory;
+#[cfg(feature = "rocksdb")]
+mod rocksdb;
+#[cfg(feature = "rocksdb")]
+mod rocksdb_ffi;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tierbase::device::{DeviceProfile, FsKind, fs_kind};
+
+pub use crate::error::{BenchError, Result};
+pub use memory::{MemoryBTreeStore, MemoryStore};
+
+/// A store under benchmark: shared by all worker threads, each of which takes a [`Client`].
+pub trait Store: Send + Sync {
+    /// What the store is and on what it runs; recorded with every result.
+    fn info(&self) -> StoreInfo;
+
+    /// A new client for one worker thread.
+    fn client(&self) -> Result<Box<dyn Client + '_>>;
+
+    /// Closes the store, flushing whatever it must. Called once, after the last client is gone.
+    fn close(self: Box<Self>) -> Result<()>;
+}
+
+/// One worker thread's handle on a [`Store`].
+pub trait Client: Send {
+    /// Inserts `key` or replaces its value.
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
+
+    /// Reads `key` into `out` (replacing its contents); `false` when the key is absent.
+    fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
+
+    /// Replaces the value of `key` only if present; `false` (and no change) when absent.
+    fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool>;
+
+    /// Removes `key`; `false` when it was absent.
+    fn delete(&mut self, key: &[u8]) -> Result<bool>;
+
+    /// Visits up to `count` records in key order (byte-wise lexicographic), starting at the
+    /// first key `>= start`, and returns how many were visited. A store without ordered scans
+    /// returns [`BenchError::Unsupported`] (see [`BenchError::is_unsupported`]).
+    fn scan(
+        &mut self,
+        start: &[u8],
+        count: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize>;
+}
+
+/// What a store can do beyond put/get/update/delete.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// [`Client::scan`] works (keys are kept in order).
+    pub ordered_scan: bool,
+    /// [`Client::update`] and [`Client::delete`] check presence and write atomically with
+    /// respect to other clients (otherwise they are a read followed by a write).
+    pub atomic_update: bool,
+}
+
+/// What a result says about the store it measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoreInfo {
+    /// Registry name (`memory`, `rocksdb`, ...).
+    pub name: String,
+    /// Where the data lives, truthfully: `DRAM (anonymous)`, `tmpfs file`, `disk file`, `DAX`.
+    pub medium: String,
+    /// What an acknowledged write survives: `none`, `process-crash`, `msync`, `wal+fsync`, ...
+    pub durability: String,
+    /// The device profile emulated on top of the medium, if any.
+    pub emulated: Option<String>,
+    /// What the store supports.
+    pub capabilities: Capabilities,
+    /// Free-form notes: settings, caveats (shown in reports).
+    pub notes: Vec<String>,
+}
+
+impl StoreInfo {
+    /// Info with no emulation, no capabilities and no notes.
+    pub fn new(
+        name: impl Into<String>,
+        medium: impl Into<String>,
+        durability: impl Into<String>,
+    ) -> Self {
+        StoreInfo {
+            name: name.into(),
+            medium: medium.into(),
+            durability: durability.into(),
+            emulated: None,
+            capabilities: Capabilities::default(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// One label naming the store, its durability, medium and emulation, as reports show it:
+    /// `rocksdb (wal+fsync) · disk file` or `memory (none) · DRAM (anonymous) · emulated hdd`.
+    pub fn label(&self) -> String {
+        series_label(
+            &self.name,
+            &self.durability,
+            &self.medium,
+            self.emulated.as_deref(),
+        )
+    }
+}
+
+/// The label of a (store, durability, medium, emulation) combination (see [`StoreInfo::label`]).
+pub fn series_label(name: &str, durability: &str, medium: &str, emulated: Option<&str>) -> String {
+    let mut s = format!("{name} ({durability}) · {medium}");
+    if let Some(p) = emulated {
+        s.push_str(" · emulated ");
+        s.push_str(p);
+    }
+    s
+}
+
+/// The truthful medium label of files in `dir`: `tmpfs file` on a memory-backed file system,
+/// `disk file` otherwise (see [`tierbase::device::fs_kind`]).
+pub fn file_medium(dir: &Path) -> &'static str {
+    match fs_kind(dir) {
+        FsKind::Memory => "tmpfs file",
+        FsKind::Disk => "disk file",
+    }
+}
+
+/// How to open a store.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct StoreOptions {
+    /// Directory the store may use (created if missing; in-memory stores ignore it).
+    pub dir: PathBuf,
+    /// Expected number of records (a sizing hint).
+    pub records: u64,
+    /// Key size in bytes (a hint).
+    pub key_size: usize,
+    /// Largest value size in bytes (a hint).
+    pub value_size: usize,
+    /// Worker threads that will use the store (a hint).
+    pub threads: usize,
+    /// Make the store behave like this device profile, if it can.
+    pub emulate: Option<DeviceProfile>,
+}
+
+impl StoreOptions {
+    /// Options for a store in `dir`, with small sizing hints and no emulation.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        StoreOptions {
+            dir: dir.into(),
+            records: 1_000,
+            key_size: 24,
+            value_size: 100,
+            threads: 1,
+            emulate: None,
+        }
+    }
+}
+
+/// A registered store.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreEntry {
+    /// Registry name.
+    pub name: &'static str,
+    /// One line for `tierbase bench stores`.
+    pub summary: &'static str,
+    /// The cargo feature it needs, if any.
+    pub feature: Option<&'static str>,
+    /// Whether this build includes it.
+    pub built: bool,
+    open: fn(&StoreOptions) -> Result<Box<dyn Store>>,
+}
+
+#[cfg(feature = "rocksdb")]
+const ROCKSDB_BUILT: bool = true;
+#[cfg(not(feature = "rocksdb"))]
+const ROCKSDB_BUILT: bool = false;
+
+/// Every store this crate knows, built or not.
+pub const STORES: &[StoreEntry] = &[
+    StoreEntry {
+        name: "memory",
+        summary: "in-memory reference: sharded concurrent hash map in DRAM, no durability, no scans",
+        feature: None,
+        built: true,
+        open: |o| Ok(Box::new(MemoryStore::open(o)?)),
+    },
+    StoreEntry {
+        name: "memory-btree",
+        summary: "in-memory ordered map (BTreeMap behind a read-write lock), no durability",
+        feature: None,
+        built: true,
+        open: |o| Ok(Box::new(MemoryBTreeStore::open(o)?)),
+    },
+    StoreEntry {
+        name: "rocksdb",
+        summary: "RocksDB (system librocksdb), WAL on, sync=true: every write is fsynced",
+        feature: Some("rocksdb"),
+        built: ROCKSDB_BUILT,
+        open: open_rocksdb_sync,
+    },
+    StoreEntry {
+        name: "rocksdb-nosync",
+        summary: "RocksDB (system librocksdb), WAL on, sync=false: survives a process crash only",
+        feature: Some("rocksdb"),
+        built: ROCKSDB_BUILT,
+        open: open_rocksdb_nosync,
+    },
+];
+
+#[cfg(feature = "rocksdb")]
+fn open_rocksdb_sync(o: &StoreOptions) -> Result<Box<dyn Store>> {
+    Ok(Box::new(rocksdb::RocksDbStore::open(o, true)?))
+}
+#[cfg(feature = "rocksdb")]
+fn open_rocksdb_nosync(o: &StoreOptions) -> Result<Box<dyn Store>> {
+    Ok(Box::new(rocksdb::RocksDbStore::open(o, false)?))
+}
+#[cfg(not(feature = "rocksdb"))]
+fn open_rocksdb_sync(_: &StoreOptions) -> Result<Box<dyn Store>> {
+    Err(not_built("rocksdb"))
+}
+#[cfg(not(feature = "rocksdb"))]
+fn open_rocksdb_nosync(_: &StoreOptions) -> Result<Box<dyn Store>> {
+    Err(not_built("rocksdb-nosync"))
+}
+
+#[cfg(not(feature = "rocksdb"))]
+fn not_built(name: &str) -> BenchError {
+    BenchError::StoreNotBuilt {
+        name: name.to_string(),
+        feature: "rocksdb",
+        hint: "needs librocksdb-dev; see docs/BENCHMARKS.md",
+    }
+}
+
+/// Looks a store up by name (case-insensitive).
+pub fn find_store(name: &str) -> Result<&'static StoreEntry> {
+    STORES
+        .iter()
+        .find(|e| e.name.eq_ignore_ascii_case(name.trim()))
+        .ok_or_else(|| BenchError::UnknownStore {
+            name: name.to_string(),
+            known: STORES.iter().map(|e| e.name).collect::<Vec<_>>().join(", "),
+        })
+}
+
+/// Opens the store registered as `name` with `opts`. Unknown names list the known ones; a
+/// store whose cargo feature is off says which feature to enable.
+pub fn open_store(name: &str, opts: &StoreOptions) -> Result<Box<dyn Store>> {
+    let entry = find_store(name)?;
+    (entry.open)(opts)
+}

@@ -1,0 +1,169 @@
+//! The RocksDB baselines: `rocksdb` (WAL on, `sync=true`) and `rocksdb-nosync` (WAL on,
+//! `sync=false`).
+//!
+//! Owns: the [`Store`]/[`Client`] adapter over the safe wrappers of `rocksdb_ffi` (this file
+//! has no `unsafe`). Must not touch: RocksDB's C API directly.
+//!
+//! Settings: RocksDB's defaults, plus `create_if_missing` and `increase_parallelism(cpus)`;
+//! one database per run in `<dir>/rocksdb`. `update` and `delete` must report whether the key
+//! was present, which RocksDB's blind writes do not, so they are a point lookup followed by the
+//! write (not atomic across clients, as in YCSB's RocksDB binding, which reads before it
+//! merges). Scans use a RocksDB iterator.
+
+use super::rocksdb_ffi::{Db, ReadOptions, WriteOptions};
+use super::{Capabilities, Client, Store, StoreInfo, StoreOptions, file_medium};
+use crate::error::{BenchError, Result};
+
+/// A RocksDB database opened for benchmarking.
+#[derive(Debug)]
+pub struct RocksDbStore {
+    db: Db,
+    sync: bool,
+    info: StoreInfo,
+}
+
+fn store_error(name: &str, operation: &'static str, detail: String) -> BenchError {
+    BenchError::Store {
+        store: name.to_string(),
+        operation,
+        detail,
+    }
+}
+
+impl RocksDbStore {
+    /// Opens a new database in `opts.dir`; `sync` = fsync the WAL on every write.
+    pub fn open(opts: &StoreOptions, sync: bool) -> Result<Self> {
+        let name = if sync { "rocksdb" } else { "rocksdb-nosync" };
+        if let Some(p) = &opts.emulate {
+            return Err(BenchError::unsupported(
+                name,
+                format!(
+                    "device emulation (--emulate {}): RocksDB does its own I/O; run it on the \
+                     real medium",
+                    p.name
+                ),
+            ));
+        }
+        std::fs::create_dir_all(&opts.dir)
+            .map_err(|e| BenchError::io("create directory", &opts.dir, e))?;
+        let path = opts.dir.join("rocksdb");
+        let cpus = std::thread::available_parallelism().map_or(2, usize::from);
+        let db = Db::open(&path, i32::try_from(cpus).unwrap_or(2))
+            .map_err(|e| store_error(name, "open", e))?;
+        let medium = file_medium(&opts.dir);
+        let memory_backed = medium == "tmpfs file";
+        let durability = match (sync, memory_backed) {
+            (true, false) => "wal+fsync",
+            (true, true) => "wal+fsync on tmpfs (process-crash)",
+            (false, _) => "wal, no fsync (process-crash)",
+        };
+        let mut info = StoreInfo::new(name, medium, durability);
+        info.capabilities = Capabilities {
+            ordered_scan: true,
+            atomic_update: false,
+        };
+        info.notes.push(format!(
+            "RocksDB (system librocksdb) default options + increase_parallelism({cpus}); WAL on, \
+             sync={sync}"
+        ));
+        if memory_backed {
+            info.notes
+                .push("on tmpfs an fsync reaches memory only: no power-loss durability".into());
+        }
+        info.notes
+            .push("update/delete = point lookup + write (not atomic across clients)".into());
+        Ok(RocksDbStore { db, sync, info })
+    }
+}
+
+impl Store for RocksDbStore {
+    fn info(&self) -> StoreInfo {
+        self.info.clone()
+    }
+
+    fn client(&self) -> Result<Box<dyn Client + '_>> {
+        let name = self.info.name.as_str();
+        Ok(Box::new(RocksDbClient {
+            db: &self.db,
+            name,
+            write: WriteOptions::new(self.sync).map_err(|e| store_error(name, "client", e))?,
+            read: ReadOptions::new().map_err(|e| store_error(name, "client", e))?,
+        }))
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        drop(self); // rocksdb_close flushes nothing it has not already logged
+        Ok(())
+    }
+}
+
+struct RocksDbClient<'a> {
+    db: &'a Db,
+    name: &'a str,
+    write: WriteOptions,
+    read: ReadOptions,
+}
+
+impl Client for RocksDbClient<'_> {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.db
+            .put(&self.write, key, value)
+            .map_err(|e| store_error(self.name, "put", e))
+    }
+
+    fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        out.clear();
+        self.db
+            .get(&self.read, key, Some(out))
+            .map_err(|e| store_error(self.name, "get", e))
+    }
+
+    fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
+        let present = self
+            .db
+            .get(&self.read, key, None)
+            .map_err(|e| store_error(self.name, "update", e))?;
+        if present {
+            self.put(key, value)?;
+        }
+        Ok(present)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        let present = self
+            .db
+            .get(&self.read, key, None)
+            .map_err(|e| store_error(self.name, "delete", e))?;
+        if present {
+            self.db
+                .delete(&self.write, key)
+                .map_err(|e| store_error(self.name, "delete", e))?;
+        }
+        Ok(present)
+    }
+
+    fn scan(
+        &mut self,
+        start: &[u8],
+        count: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        if count == 0 {
+            return Ok(0);
+        }
+        let mut it = self
+            .db
+            .iter(&self.read)
+            .map_err(|e| store_error(self.name, "scan", e))?;
+        it.seek(start);
+        let mut visited = 0;
+        while visited < count {
+            let Some((k, v)) = it.entry() else { break };
+            visit(k, v);
+            visited += 1;
+            it.next();
+        }
+        it.status().map_err(|e| store_error(self.name, "scan", e))?;
+        Ok(visited)
+    }
+}

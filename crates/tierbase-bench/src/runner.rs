@@ -1,0 +1,518 @@
+//! Running one measured phase (load or run) on a store with several worker threads.
+//!
+//! Owns: the worker threads, the warm-up and the start gate, the live progress counters, the
+//! optional time limit, and the execution of each [`Operation`] against a [`Client`] with its
+//! latency recorded. Must not touch: store internals, workload definitions, result formats.
+//!
+//! Method:
+//! - each worker opens its own client and its own [`OperationStream`];
+//! - in the run phase each worker first performs its share of the warm-up operations,
+//!   unmeasured (cut short by the time limit, if one is set); then all workers meet at a start
+//!   gate, and the measured window starts when the last one arrives, so no thread is measured
+//!   while another still warms up;
+//! - each operation's latency (key and value built beforehand, as YCSB does) goes into the
+//!   worker's HdrHistogram for its type; completions are counted in 1 s timeline buckets;
+//! - throughput = measured operations ÷ (last worker's end − gate opening);
+//! - a failing operation stops the phase and is returned as the error; a panicking worker
+//!   releases the others and is reported as [`BenchError::WorkerPanicked`].
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+use parking_lot::{Condvar, Mutex};
+
+use crate::adapter::{Client, Store};
+use crate::error::{BenchError, Result};
+use crate::measure::{Measurements, ThreadRecorder};
+use crate::progress::{ProgressSink, format_rate};
+use crate::workload::WorkloadSpec;
+use crate::workload::keys::{build_key, value_matches_key};
+use crate::workload::ops::{
+    KeySpace, LOAD_STREAM, Operation, OperationStream, RUN_STREAM, WorkloadGenerators,
+};
+
+/// How often the monitor refreshes progress and checks the time limit.
+const MONITOR_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Parameters of one phase.
+#[derive(Clone, Debug)]
+pub struct PhaseConfig {
+    /// Label shown in progress output.
+    pub label: String,
+    /// Worker threads (at least 1).
+    pub threads: usize,
+    /// Seed of the operation streams.
+    pub seed: u64,
+    /// Unmeasured operations before the measured window (run phase; split over the threads).
+    pub warmup_ops: u64,
+    /// Stop the measured window after this long (the result says it stopped early).
+    pub max_time: Option<Duration>,
+    /// Check value fingerprints on reads and scans.
+    pub verify: bool,
+}
+
+/// What a phase measured.
+#[derive(Debug)]
+pub struct PhaseOutcome {
+    /// Merged histograms, counts and timeline.
+    pub measurements: Measurements,
+    /// The measured window: gate opening to the last worker's end.
+    pub elapsed: Duration,
+    /// Values whose key fingerprint did not match (store returned the wrong record).
+    pub verify_failures: u64,
+    /// The time limit ended the phase before all operations were done.
+    pub stopped_early: bool,
+}
+
+impl PhaseOutcome {
+    /// Measured operations per second.
+    pub fn throughput(&self) -> f64 {
+        let s = self.elapsed.as_secs_f64();
+        if s > 0.0 {
+            self.measurements.total_ops() as f64 / s
+        } else {
+            0.0
+        }
+    }
+}
+
+/// All workers meet here after the warm-up; the last to arrive opens it for everyone.
+#[derive(Debug)]
+struct StartGate {
+    state: Mutex<GateState>,
+    opened: Condvar,
+}
+
+#[derive(Debug)]
+struct GateState {
+    parties: usize,
+    arrived: usize,
+    opened_at: Option<Instant>,
+    aborted: bool,
+}
+
+impl StartGate {
+    fn new(parties: usize) -> Self {
+        StartGate {
+            state: Mutex::new(GateState {
+                parties,
+                arrived: 0,
+                opened_at: None,
+                aborted: false,
+            }),
+            opened: Condvar::new(),
+        }
+    }
+
+    /// Waits for all parties; the measured start, or `None` when the phase was aborted.
+    fn arrive(&self) -> Option<Instant> {
+        let mut st = self.state.lock();
+        if st.aborted {
+            return None;
+        }
+        st.arrived += 1;
+        if st.arrived >= st.parties {
+            let now = Instant::now();
+            st.opened_at = Some(now);
+            self.opened.notify_all();
+            return Some(now);
+        }
+        loop {
+            self.opened.wait(&mut st);
+            if st.aborted {
+                return None;
+            }
+            if let Some(t) = st.opened_at {
+                return Some(t);
+            }
+        }
+    }
+
+    fn abort(&self) {
+        self.state.lock().aborted = true;
+        self.opened.notify_all();
+    }
+
+    fn opened_at(&self) -> Option<Instant> {
+        self.state.lock().opened_at
+    }
+}
+
+/// Shared between the workers and the monitor.
+struct Shared {
+    gate: StartGate,
+    stop: AtomicBool,
+    done: Vec<CachePadded<AtomicU64>>,
+}
+
+impl Shared {
+    fn halt(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.gate.abort();
+    }
+
+    #[inline]
+    fn report_done(&self, thread: usize, done: u64) {
+        if let Some(c) = self.done.get(thread) {
+            c.store(done, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Releases the other workers if this one unwinds before reaching the gate.
+struct PanicGuard<'a>(&'a Shared);
+
+impl Drop for PanicGuard<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.halt();
+        }
+    }
+}
+
+/// One worker's measured result.
+struct WorkerResult {
+    recorder: ThreadRecorder,
+    end: Instant,
+    verify_failures: u64,
+}
+
+/// Operations for worker `t` of `threads` when `total` are split as evenly as possible.
+fn share(total: u64, threads: usize, t: usize) -> u64 {
+    let n = threads.max(1) as u64;
+    total / n + u64::from((t as u64) < total % n)
+}
+
+/// Loads `spec.record_count` records (key numbers from `keyspace`) with `cfg.threads` workers.
+/// Every insert is measured (no warm-up).
+pub fn run_load(
+    store: &dyn Store,
+    spec: &WorkloadSpec,
+    keyspace: &KeySpace,
+    cfg: &PhaseConfig,
+    progress: &dyn ProgressSink,
+) -> Result<PhaseOutcome> {
+    let gens = WorkloadGenerators::new(spec, 0)?;
+    run_phase(
+        store,
+        cfg,
+        spec.record_count,
+        progress,
+        |t, client, shared| {
+            let mut stream = gens.stream(cfg.seed, LOAD_STREAM, t as u64, keyspace);
+            let mut w = Worker::new(client, stream.key_size(), cfg.verify);
+            let Some(start) = shared.gate.arrive() else {
+                return Ok(None);
+            };
+            let mut rec = ThreadRecorder::new(start);
+            let mut done = 0u64;
+            while let Some(keynum) = keyspace.next_load_keynum() {
+                if shared.stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                w.perform(
+                    &mut stream,
+                    keyspace,
+                    Operation::Insert { keynum },
+                    Some(&mut rec),
+                )?;
+                done += 1;
+                shared.report_done(t, done);
+            }
+            Ok(Some(w.finish(rec)))
+        },
+    )
+}
+
+/// Runs `spec.operation_count` measured operations (plus `cfg.warmup_ops` unmeasured ones
+/// first) of the workload on a loaded store.
+pub fn run_transactions(
+    store: &dyn Store,
+    spec: &WorkloadSpec,
+    keyspace: &KeySpace,
+    cfg: &PhaseConfig,
+    progress: &dyn ProgressSink,
+) -> Result<PhaseOutcome> {
+    let total = spec.operation_count.saturating_add(cfg.warmup_ops);
+    let gens = WorkloadGenerators::new(spec, total)?;
+    let threads = cfg.threads;
+    let warmup_deadline = cfg.max_time.map(|limit| Instant::now() + limit);
+    run_phase(store, cfg, total, progress, |t, client, shared| {
+        let mut stream = gens.stream(cfg.seed, RUN_STREAM, t as u64, keyspace);
+        let mut w = Worker::new(client, stream.key_size(), cfg.verify);
+        let mut done = 0u64;
+        for i in 0..share(cfg.warmup_ops, threads, t) {
+            if shared.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            // The time limit also bounds the warm-up (checked every 64 operations).
+            if i % 64 == 0 && warmup_deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
+            let op = stream.next_operation();
+            w.perform(&mut stream, keyspace, op, None)?;
+            done += 1;
+            shared.report_done(t, done);
+        }
+        let Some(start) = shared.gate.arrive() else {
+            return Ok(None);
+        };
+        let mut rec = ThreadRecorder::new(start);
+        for _ in 0..share(spec.operation_count, threads, t) {
+            if shared.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let op = stream.next_operation();
+            w.perform(&mut stream, keyspace, op, Some(&mut rec))?;
+            done += 1;
+            shared.report_done(t, done);
+        }
+        Ok(Some(w.finish(rec)))
+    })
+}
+
+/// Runs `work` on `cfg.threads` workers, each with its own client, while this thread shows
+/// progress and enforces the time limit. `work` returns `None` when the phase was aborted
+/// before its measured window.
+fn run_phase<F>(
+    store: &dyn Store,
+    cfg: &PhaseConfig,
+    total_ops: u64,
+    progress: &dyn ProgressSink,
+    work: F,
+) -> Result<PhaseOutcome>
+where
+    F: Fn(usize, &mut dyn Client, &Shared) -> Result<Option<WorkerResult>> + Sync,
+{
+    if cfg.threads == 0 {
+        return Err(BenchError::invalid("thread count must be at least 1"));
+    }
+    let shared = Shared {
+        gate: StartGate::new(cfg.threads),
+        stop: AtomicBool::new(false),
+        done: (0..cfg.threads)
+            .map(|_| CachePadded::new(AtomicU64::new(0)))
+            .collect(),
+    };
+    progress.start(&cfg.label, total_ops);
+    let (finished_tx, finished_rx) = mpsc::channel::<()>();
+    let results: Vec<Result<Option<WorkerResult>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..cfg.threads)
+            .map(|t| {
+                let finished = finished_tx.clone();
+                let shared = &shared;
+                let work = &work;
+                s.spawn(move || {
+                    let _guard = PanicGuard(shared);
+                    let r = store.client().and_then(|mut c| work(t, c.as_mut(), shared));
+                    if r.is_err() {
+                        shared.halt();
+                    }
+                    let _ = finished.send(());
+                    r
+                })
+            })
+            .collect();
+        drop(finished_tx);
+        monitor(cfg, &shared, progress, &finished_rx);
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|payload| {
+                    let msg = payload
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_string())
+                        .or_else(|| payload.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".into());
+                    Err(BenchError::WorkerPanicked(msg))
+                })
+            })
+            .collect()
+    });
+    let stopped_early = shared.stop.load(Ordering::Relaxed);
+    let mut measurements = Measurements::default();
+    let mut verify_failures = 0;
+    let mut last_end = None::<Instant>;
+    let mut first_error = None;
+    for r in results {
+        match r {
+            Ok(Some(w)) => {
+                verify_failures += w.verify_failures;
+                last_end = Some(last_end.map_or(w.end, |e| e.max(w.end)));
+                measurements.merge(w.recorder);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                // Keep the root cause: the first real error, not a panic report of a bystander.
+                if first_error.is_none()
+                    || matches!(first_error, Some(BenchError::WorkerPanicked(_)))
+                {
+                    first_error = Some(e);
+                }
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        progress.finish(&format!("{}: failed", cfg.label));
+        return Err(e);
+    }
+    let elapsed = match (shared.gate.opened_at(), last_end) {
+        (Some(start), Some(end)) => end.saturating_duration_since(start),
+        _ => Duration::ZERO,
+    };
+    let outcome = PhaseOutcome {
+        measurements,
+        elapsed,
+        verify_failures,
+        stopped_early,
+    };
+    progress.finish(&format!(
+        "{}: {} ops in {:.2} s, {} ops/s{}",
+        cfg.label,
+        outcome.measurements.total_ops(),
+        elapsed.as_secs_f64(),
+        format_rate(outcome.throughput()),
+        if stopped_early {
+            " (time limit reached)"
+        } else {
+            ""
+        }
+    ));
+    Ok(outcome)
+}
+
+/// Shows progress until every worker has finished; stops the phase at the time limit.
+fn monitor(
+    cfg: &PhaseConfig,
+    shared: &Shared,
+    progress: &dyn ProgressSink,
+    finished: &mpsc::Receiver<()>,
+) {
+    let mut remaining = cfg.threads;
+    let mut last = (Instant::now(), 0u64);
+    while remaining > 0 {
+        match finished.recv_timeout(MONITOR_INTERVAL) {
+            Ok(()) => remaining -= 1,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        let done: u64 = shared.done.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        let now = Instant::now();
+        let dt = now.saturating_duration_since(last.0).as_secs_f64();
+        if dt >= MONITOR_INTERVAL.as_secs_f64() / 2.0 {
+            progress.update(done, done.saturating_sub(last.1) as f64 / dt);
+            last = (now, done);
+        }
+        if let (Some(limit), Some(start)) = (cfg.max_time, shared.gate.opened_at())
+            && now.saturating_duration_since(start) >= limit
+        {
+            shared.stop.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A worker's client and reusable buffers.
+struct Worker<'c> {
+    client: &'c mut dyn Client,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    read_buf: Vec<u8>,
+    verify: bool,
+    verify_failures: u64,
+}
+
+impl<'c> Worker<'c> {
+    fn new(client: &'c mut dyn Client, key_size: usize, verify: bool) -> Self {
+        Worker {
+            client,
+            key: Vec::with_capacity(key_size),
+            value: Vec::new(),
+            read_buf: Vec::new(),
+            verify,
+            verify_failures: 0,
+        }
+    }
+
+    fn finish(self, recorder: ThreadRecorder) -> WorkerResult {
+        WorkerResult {
+            recorder,
+            end: Instant::now(),
+            verify_failures: self.verify_failures,
+        }
+    }
+
+    fn check(&mut self, found: bool) {
+        if self.verify && found && !value_matches_key(&self.key, &self.read_buf) {
+            self.verify_failures += 1;
+        }
+    }
+
+    /// Performs `op`, recording its latency in `rec` when measuring.
+    fn perform(
+        &mut self,
+        stream: &mut OperationStream<'_>,
+        keyspace: &KeySpace,
+        op: Operation,
+        rec: Option<&mut ThreadRecorder>,
+    ) -> Result<()> {
+        build_key(op.keynum(), stream.key_size(), &mut self.key);
+        if matches!(
+            op,
+            Operation::Update { .. } | Operation::Insert { .. } | Operation::ReadModifyWrite { .. }
+        ) {
+            stream.build_value(&self.key, &mut self.value);
+        }
+        let t0 = Instant::now();
+        let found = match op {
+            Operation::Read { .. } => {
+                let found = self.client.get(&self.key, &mut self.read_buf)?;
+                self.check(found);
+                found
+            }
+            Operation::Update { .. } => self.client.update(&self.key, &self.value)?,
+            Operation::Insert { keynum } => {
+                self.client.put(&self.key, &self.value)?;
+                keyspace.acknowledge_insert(keynum);
+                true
+            }
+            Operation::Scan { length, .. } => {
+                let verify = self.verify;
+                let mut bad = 0u64;
+                let n = self.client.scan(&self.key, length, &mut |k, v| {
+                    if verify && !value_matches_key(k, v) {
+                        bad += 1;
+                    }
+                })?;
+                self.verify_failures += bad;
+                n > 0
+            }
+            Operation::ReadModifyWrite { .. } => {
+                let found = self.client.get(&self.key, &mut self.read_buf)?;
+                self.check(found);
+                found && self.client.update(&self.key, &self.value)?
+            }
+        };
+        let t1 = Instant::now();
+        if let Some(rec) = rec {
+            rec.record(op.kind(), t1.saturating_duration_since(t0), t1, found);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_add_up() {
+        for total in [0u64, 1, 7, 100, 101] {
+            for threads in 1..5 {
+                let sum: u64 = (0..threads).map(|t| share(total, threads, t)).sum();
+                assert_eq!(sum, total);
+            }
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! The contract suite and a short benchmark on the RocksDB baselines (feature `rocksdb`,
+//! which links the system librocksdb).
+#![cfg(feature = "rocksdb")]
+
+use tierbase_bench::adapter::{StoreOptions, open_store};
+use tierbase_bench::contract::run_contract_suite;
+use tierbase_bench::measure::OpKind;
+use tierbase_bench::plan::{BenchPlan, run_plan};
+use tierbase_bench::progress::SilentProgress;
+use tierbase_bench::workload::CoreWorkload;
+
+fn contract(name: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(name, &StoreOptions::new(dir.path())).unwrap();
+    let info = store.info();
+    assert!(info.capabilities.ordered_scan);
+    run_contract_suite(store.as_ref()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    store.close().unwrap();
+    assert!(dir.path().join("rocksdb").join("CURRENT").exists());
+}
+
+#[test]
+fn rocksdb_sync_passes_the_contract() {
+    contract("rocksdb");
+}
+
+#[test]
+fn rocksdb_nosync_passes_the_contract() {
+    contract("rocksdb-nosync");
+}
+
+#[test]
+fn durability_and_medium_are_stated() {
+    let dir = tempfile::tempdir().unwrap();
+    let sync = open_store("rocksdb", &StoreOptions::new(dir.path().join("a"))).unwrap();
+    let nosync = open_store("rocksdb-nosync", &StoreOptions::new(dir.path().join("b"))).unwrap();
+    let (s, n) = (sync.info(), nosync.info());
+    assert!(s.durability.starts_with("wal+fsync"), "{}", s.durability);
+    assert!(
+        n.durability.starts_with("wal, no fsync"),
+        "{}",
+        n.durability
+    );
+    assert!(s.notes.iter().any(|x| x.contains("sync=true")));
+    assert!(n.notes.iter().any(|x| x.contains("sync=false")));
+    let expect = tierbase_bench::adapter::file_medium(dir.path());
+    assert_eq!(s.medium, expect);
+    if std::path::Path::new("/dev/shm").is_dir() {
+        let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+        let on_shm = open_store("rocksdb", &StoreOptions::new(shm.path())).unwrap();
+        assert_eq!(on_shm.info().medium, "tmpfs file");
+        assert!(on_shm.info().durability.contains("process-crash"));
+    }
+}
+
+#[test]
+fn emulation_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = StoreOptions::new(dir.path());
+    opts.emulate = tierbase::device::Catalogue::builtin().get("hdd").cloned();
+    let e = open_store("rocksdb", &opts).err().unwrap();
+    assert!(e.is_unsupported());
+    assert!(e.to_string().contains("device emulation"), "{e}");
+}
+
+#[test]
+fn short_ycsb_runs_verify() {
+    let mut plan = BenchPlan::new("rocksdb-nosync");
+    plan.workloads = vec![
+        CoreWorkload::A.spec(1_000, 2_000),
+        CoreWorkload::E.spec(1_000, 500),
+    ];
+    plan.threads = vec![2];
+    let runs = run_plan(&plan, &SilentProgress).unwrap();
+    for r in &runs {
+        assert_eq!(r.verify_failures, 0);
+        assert!(r.durability.contains("no fsync"));
+    }
+    assert_eq!(runs[0].operations[&OpKind::Read].not_found, 0);
+    assert!(runs[1].operations[&OpKind::Scan].count > 400);
+}

@@ -1,0 +1,368 @@
+//! Workload streams (operation mix, determinism, key choice) and whole benchmark plans on the
+//! in-memory stores.
+
+use std::collections::HashMap;
+
+use tierbase_bench::BenchError;
+use tierbase_bench::measure::OpKind;
+use tierbase_bench::plan::{BenchPlan, Warmup, run_plan};
+use tierbase_bench::progress::SilentProgress;
+use tierbase_bench::workload::ops::{KeySpace, Operation, WorkloadGenerators};
+use tierbase_bench::workload::{CoreWorkload, RequestDistribution, SizeSpec, WorkloadSpec};
+
+const RUN: u64 = 2;
+
+/// `n` operations of a single-threaded stream, inserts acknowledged as they are issued.
+fn ops(spec: &WorkloadSpec, seed: u64, thread: u64, n: usize) -> Vec<(Operation, Vec<u8>)> {
+    let ks = KeySpace::new(spec.record_count);
+    let gens = WorkloadGenerators::new(spec, n as u64).unwrap();
+    let mut stream = gens.stream(seed, RUN, thread, &ks);
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let op = stream.next_operation();
+        let mut value = Vec::new();
+        if matches!(op, Operation::Update { .. } | Operation::Insert { .. }) {
+            stream.build_value(b"k", &mut value);
+        }
+        if let Operation::Insert { keynum } = op {
+            ks.acknowledge_insert(keynum);
+        }
+        out.push((op, value));
+    }
+    out
+}
+
+#[test]
+fn operation_mix_matches_each_core_workload() {
+    let n = 100_000;
+    for w in [
+        CoreWorkload::A,
+        CoreWorkload::B,
+        CoreWorkload::C,
+        CoreWorkload::D,
+        CoreWorkload::E,
+        CoreWorkload::F,
+    ] {
+        let spec = w.spec(10_000, n as u64);
+        let mut counts: HashMap<OpKind, usize> = HashMap::new();
+        for (op, _) in ops(&spec, 1, 0, n) {
+            *counts.entry(op.kind()).or_default() += 1;
+        }
+        for (kind, p) in spec.mix() {
+            let got = counts.get(&kind).copied().unwrap_or(0) as f64 / n as f64;
+            // 5 standard deviations of a binomial share at n = 100k is below 0.008.
+            assert!(
+                (got - p).abs() < 0.008,
+                "workload {w}: {} share {got:.4}, expected {p}",
+                kind.name()
+            );
+        }
+        let kinds: Vec<_> = counts.keys().copied().collect();
+        for k in kinds {
+            assert!(
+                spec.mix().iter().any(|(m, _)| *m == k),
+                "workload {w} issued {k:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn same_seed_same_sequence() {
+    let spec = CoreWorkload::D.spec(5_000, 10_000);
+    let a = ops(&spec, 42, 0, 10_000);
+    let b = ops(&spec, 42, 0, 10_000);
+    assert_eq!(
+        a, b,
+        "same seed and thread: identical operations and values"
+    );
+    let c = ops(&spec, 43, 0, 10_000);
+    assert_ne!(a, c, "another seed differs");
+    let d = ops(&spec, 42, 1, 10_000);
+    assert_ne!(a, d, "another thread differs");
+    // Scans and value sizes are part of the sequence too.
+    let mut e = CoreWorkload::E.spec(5_000, 5_000);
+    e.value_size = SizeSpec::Uniform { min: 8, max: 300 };
+    assert_eq!(ops(&e, 9, 0, 5_000), ops(&e, 9, 0, 5_000));
+}
+
+#[test]
+fn reads_only_choose_inserted_keys_and_latest_prefers_new_ones() {
+    let records = 10_000;
+    let spec = CoreWorkload::D.spec(records, 40_000);
+    let seq = ops(&spec, 3, 0, 40_000);
+    let mut inserted = records;
+    let mut reads = 0u64;
+    let mut reads_of_new = 0u64;
+    for (op, _) in &seq {
+        match *op {
+            Operation::Insert { keynum } => {
+                assert_eq!(keynum, inserted, "inserts take consecutive new key numbers");
+                inserted += 1;
+            }
+            Operation::Read { keynum } => {
+                assert!(keynum < inserted, "read of a key not yet inserted");
+                reads += 1;
+                if keynum >= records {
+                    reads_of_new += 1;
+                }
+            }
+            other => panic!("workload D issued {other:?}"),
+        }
+    }
+    // About 2000 new keys (17% of the space) get far more than their share of the reads.
+    let share = reads_of_new as f64 / reads as f64;
+    assert!(share > 0.5, "reads of new keys: {share:.3}");
+
+    let mut uniform = spec.clone();
+    uniform.request_distribution = RequestDistribution::Uniform;
+    let max = ops(&uniform, 3, 0, 20_000)
+        .iter()
+        .filter(|(op, _)| matches!(op, Operation::Read { .. }))
+        .map(|(op, _)| op.keynum())
+        .max()
+        .unwrap();
+    assert!(
+        max < records,
+        "uniform (as YCSB) reads only the loaded records"
+    );
+}
+
+fn small_plan(store: &str, workloads: &[CoreWorkload], threads: &[usize]) -> BenchPlan {
+    let mut plan = BenchPlan::new(store);
+    plan.workloads = workloads.iter().map(|w| w.spec(2_000, 4_000)).collect();
+    plan.threads = threads.to_vec();
+    plan.max_time = None;
+    plan
+}
+
+#[test]
+fn plan_runs_every_configuration_and_records_it() {
+    let plan = small_plan(
+        "memory-btree",
+        &[
+            CoreWorkload::Load,
+            CoreWorkload::A,
+            CoreWorkload::E,
+            CoreWorkload::F,
+        ],
+        &[1, 2],
+    );
+    let runs = run_plan(&plan, &SilentProgress).unwrap();
+    assert_eq!(runs.len(), 8);
+    for r in &runs {
+        assert_eq!(r.store, "memory-btree");
+        assert_eq!(r.medium, "DRAM (anonymous)");
+        assert_eq!(r.durability, "none");
+        assert_eq!(r.emulated, None);
+        assert_eq!(r.verify_failures, 0, "{}", r.workload);
+        assert!(r.throughput > 0.0);
+        assert!(!r.timeline.is_empty());
+        assert_eq!(r.throughput_samples.len(), 1);
+        let total: u64 = r.operations.values().map(|s| s.count).sum();
+        assert_eq!(total, r.measured_ops);
+        if r.workload == "load" {
+            assert_eq!(r.measured_ops, 2_000);
+            assert!(r.load.is_none());
+            assert_eq!(r.warmup_ops, 0);
+        } else {
+            assert_eq!(r.measured_ops, 4_000);
+            assert_eq!(r.warmup_ops, 400);
+            assert!(r.load.as_ref().is_some_and(|l| l.records == 2_000));
+            // Reads and updates target loaded keys only: nothing is ever missing.
+            for (kind, s) in &r.operations {
+                if *kind != OpKind::Scan {
+                    assert_eq!(s.not_found, 0, "{} {}", r.workload, kind.name());
+                }
+                let l = s.latency_ns;
+                assert!(l.min <= l.p50 && l.p50 <= l.p90 && l.p90 <= l.p99);
+                assert!(l.p99 <= l.p999 && l.p999 <= l.max);
+            }
+        }
+    }
+    let e = runs.iter().find(|r| r.workload == "e").unwrap();
+    assert!(e.operations.contains_key(&OpKind::Scan));
+}
+
+#[test]
+fn same_seed_same_operation_counts_end_to_end() {
+    // Operation types are per-thread deterministic even with two threads and inserts.
+    let plan = small_plan("memory-btree", &[CoreWorkload::B, CoreWorkload::E], &[1, 2]);
+    let a = run_plan(&plan, &SilentProgress).unwrap();
+    let b = run_plan(&plan, &SilentProgress).unwrap();
+    let counts = |r: &tierbase_bench::results::RunResult| {
+        r.operations
+            .iter()
+            .map(|(k, s)| (*k, s.count))
+            .collect::<Vec<_>>()
+    };
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(counts(x), counts(y), "{} t={}", x.workload, x.threads);
+    }
+}
+
+#[test]
+fn repetitions_report_the_median() {
+    let mut plan = small_plan("memory", &[CoreWorkload::C], &[1]);
+    plan.repetitions = 3;
+    plan.warmup = Warmup::Ops(0);
+    let runs = run_plan(&plan, &SilentProgress).unwrap();
+    let r = &runs[0];
+    assert_eq!(r.repetitions, 3);
+    let mut s = r.throughput_samples.clone();
+    s.sort_by(f64::total_cmp);
+    assert_eq!(r.throughput, s[1]);
+}
+
+#[test]
+fn emulation_is_recorded_and_slows_the_store() {
+    let cat = tierbase::device::Catalogue::builtin();
+    let hdd = cat.require("hdd").unwrap().clone();
+    let mut plan = small_plan("memory", &[CoreWorkload::C], &[1]);
+    plan.workloads = vec![CoreWorkload::C.spec(50, 50)];
+    plan.emulate = Some(hdd.clone());
+    let runs = run_plan(&plan, &SilentProgress).unwrap();
+    let r = &runs[0];
+    assert_eq!(r.emulated.as_deref(), Some(hdd.name.as_str()));
+    assert!(r.store_label.contains("emulated hdd"), "{}", r.store_label);
+    let read = r.operations[&OpKind::Read].latency_ns;
+    assert!(
+        read.p50 as f64 >= hdd.read_latency_ns * 0.9,
+        "emulated read p50 {} ns vs profile {} ns",
+        read.p50,
+        hdd.read_latency_ns
+    );
+}
+
+#[test]
+fn bad_plans_are_one_clear_error() {
+    let check = |plan: BenchPlan, want: &str| {
+        let e = run_plan(&plan, &SilentProgress).unwrap_err().to_string();
+        assert!(e.contains(want), "expected '{want}' in '{e}'");
+        assert!(!e.contains('\n'), "one line: {e}");
+    };
+    let mut p = small_plan("memory", &[CoreWorkload::A], &[1]);
+    p.threads = vec![0];
+    check(p, "thread count must be at least 1");
+    let mut p = small_plan("memory", &[CoreWorkload::A], &[1]);
+    p.workloads[0].value_size = SizeSpec::Fixed(3);
+    check(p, "value size 3 is too small");
+    check(
+        small_plan("nope", &[CoreWorkload::A], &[1]),
+        "unknown store 'nope' (known: memory",
+    );
+    check(
+        small_plan("memory", &[CoreWorkload::E], &[1]),
+        "does not support ordered scans, which workload 'e' needs",
+    );
+    let mut p = small_plan("memory", &[CoreWorkload::A], &[1]);
+    p.repetitions = 0;
+    check(p, "repetitions");
+}
+
+#[test]
+fn scans_on_a_hash_store_are_the_typed_unsupported_error() {
+    let plan = small_plan("memory", &[CoreWorkload::E], &[1]);
+    let e = run_plan(&plan, &SilentProgress).unwrap_err();
+    assert!(e.is_unsupported());
+    assert!(matches!(e, BenchError::Unsupported { .. }));
+}
+
+/// A store that fails (or panics) on the n-th read, to check that a phase stops cleanly.
+struct Failing {
+    inner: Box<dyn tierbase_bench::adapter::Store>,
+    reads: std::sync::atomic::AtomicU64,
+    fail_at: u64,
+    panic: bool,
+}
+
+struct FailingClient<'a> {
+    store: &'a Failing,
+    inner: Box<dyn tierbase_bench::adapter::Client + 'a>,
+}
+
+impl tierbase_bench::adapter::Store for Failing {
+    fn info(&self) -> tierbase_bench::adapter::StoreInfo {
+        self.inner.info()
+    }
+    fn client(&self) -> tierbase_bench::Result<Box<dyn tierbase_bench::adapter::Client + '_>> {
+        Ok(Box::new(FailingClient {
+            store: self,
+            inner: self.inner.client()?,
+        }))
+    }
+    fn close(self: Box<Self>) -> tierbase_bench::Result<()> {
+        self.inner.close()
+    }
+}
+
+impl tierbase_bench::adapter::Client for FailingClient<'_> {
+    fn put(&mut self, k: &[u8], v: &[u8]) -> tierbase_bench::Result<()> {
+        self.inner.put(k, v)
+    }
+    fn get(&mut self, k: &[u8], out: &mut Vec<u8>) -> tierbase_bench::Result<bool> {
+        let n = self
+            .store
+            .reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n == self.store.fail_at {
+            if self.store.panic {
+                panic!("injected panic");
+            }
+            return Err(BenchError::Store {
+                store: "failing".into(),
+                operation: "get",
+                detail: "injected failure".into(),
+            });
+        }
+        self.inner.get(k, out)
+    }
+    fn update(&mut self, k: &[u8], v: &[u8]) -> tierbase_bench::Result<bool> {
+        self.inner.update(k, v)
+    }
+    fn delete(&mut self, k: &[u8]) -> tierbase_bench::Result<bool> {
+        self.inner.delete(k)
+    }
+    fn scan(
+        &mut self,
+        s: &[u8],
+        c: usize,
+        v: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> tierbase_bench::Result<usize> {
+        self.inner.scan(s, c, v)
+    }
+}
+
+#[test]
+fn a_failing_or_panicking_store_stops_the_phase_with_its_error() {
+    use tierbase_bench::adapter::{StoreOptions, open_store};
+    use tierbase_bench::runner::{PhaseConfig, run_load, run_transactions};
+    for (panic, fail_at) in [(false, 0), (false, 500), (true, 0), (true, 500)] {
+        let store = Failing {
+            inner: open_store("memory", &StoreOptions::new(".")).unwrap(),
+            reads: Default::default(),
+            fail_at,
+            panic,
+        };
+        let spec = CoreWorkload::C.spec(1_000, 2_000);
+        let ks = KeySpace::new(spec.record_count);
+        let cfg = PhaseConfig {
+            label: "test".into(),
+            threads: 2,
+            seed: 1,
+            warmup_ops: 100,
+            max_time: None,
+            verify: true,
+        };
+        run_load(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
+        let e = run_transactions(&store, &spec, &ks, &cfg, &SilentProgress).unwrap_err();
+        if panic {
+            assert!(
+                matches!(&e, BenchError::WorkerPanicked(m) if m.contains("injected panic")),
+                "{e}"
+            );
+        } else {
+            assert!(e.to_string().contains("injected failure"), "{e}");
+        }
+    }
+}

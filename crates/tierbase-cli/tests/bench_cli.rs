@@ -1,0 +1,260 @@
+//! `tierbase bench` and `tierbase report` as a user runs them: the built binary, real files.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn tierbase(args: &[&str], tmp: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tierbase"))
+        .args(args)
+        .current_dir(tmp)
+        .env("TMPDIR", tmp)
+        .env("TIERBASE_PROFILES", tmp.join("no-user-profiles.toml"))
+        .output()
+        .expect("run tierbase")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs with `args`, expects failure with exactly one stderr line containing `want`.
+fn fails_with(args: &[&str], want: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tierbase(args, tmp.path());
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{args:?} succeeded: {err}");
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "{args:?}: one line expected, got:\n{err}"
+    );
+    assert!(err.starts_with("tierbase: error: "), "{args:?}: {err}");
+    assert!(err.contains(want), "{args:?}: expected '{want}' in: {err}");
+    // Nothing was written: no result file, no leftover temporary data.
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "bad.toml" && n != "bad.json")
+        .collect();
+    assert!(left.is_empty(), "{args:?} left {left:?}");
+}
+
+const SMALL: &[&str] = &["--records", "300", "--ops", "600", "-q"];
+
+fn ycsb<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["bench", "ycsb"];
+    v.extend_from_slice(SMALL);
+    v.extend_from_slice(extra);
+    v
+}
+
+#[test]
+fn bad_bench_input_is_one_clear_error() {
+    fails_with(
+        &ycsb(&["--threads", "0"]),
+        "thread count must be at least 1",
+    );
+    fails_with(&ycsb(&["--threads", "1,x"]), "invalid thread count 'x'");
+    fails_with(
+        &ycsb(&["--value-size", "4"]),
+        "value size 4 is too small: values carry an 8-byte key fingerprint",
+    );
+    fails_with(&ycsb(&["--value-size", "big"]), "invalid size 'big'");
+    fails_with(&ycsb(&["--key-size", "3"]), "key size 3 is out of range");
+    fails_with(
+        &ycsb(&["--workload", "z"]),
+        "unknown workload 'z' (known: load, a, b, c, d, e, f)",
+    );
+    fails_with(
+        &ycsb(&["--store", "nope"]),
+        "unknown store 'nope' (known: memory, memory-btree, rocksdb, rocksdb-nosync)",
+    );
+    fails_with(
+        &ycsb(&["--out", "/nonexistent-dir/r.json"]),
+        "directory /nonexistent-dir does not exist",
+    );
+    fails_with(&ycsb(&["--out", "."]), "is a directory");
+    fails_with(
+        &ycsb(&["--distribution", "normal"]),
+        "unknown request distribution 'normal'",
+    );
+    fails_with(
+        &ycsb(&["--zipfian-theta", "1.5"]),
+        "zipfian constant must be between 0 and 1",
+    );
+    fails_with(
+        &ycsb(&["--emulate", "floppy"]),
+        "unknown device profile 'floppy'",
+    );
+    fails_with(
+        &ycsb(&["--repeat", "0"]),
+        "repetitions must be between 1 and",
+    );
+    fails_with(&ycsb(&["--warmup", "lots"]), "invalid warm-up 'lots'");
+    fails_with(&ycsb(&["--max-time=-1"]), "invalid --max-time");
+    fails_with(
+        &["bench", "ycsb", "--records", "0", "-q"],
+        "record count must be at least 1",
+    );
+    fails_with(
+        &ycsb(&["--workload", "e", "--store", "memory"]),
+        "does not support ordered scans, which workload 'e' needs",
+    );
+    fails_with(&ycsb(&["--workload-file", "missing.toml"]), "missing.toml");
+}
+
+#[test]
+fn malformed_workload_file_is_one_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("bad.toml"), "read_proportion = \"lots\"\n").unwrap();
+    let out = tierbase(&ycsb(&["--workload-file", "bad.toml"]), tmp.path());
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("bad.toml: invalid workload file: line 1, column 19: invalid type"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn malformed_report_input_is_one_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("bad.json"), "{\"format\": ").unwrap();
+    let out = tierbase(&["report", "bad.json", "--out", "r.html"], tmp.path());
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.starts_with(
+            "tierbase: error: bad.json: not a valid tierbase benchmark result: invalid JSON"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(!tmp.path().join("r.html").exists());
+    fails_with(&["report", "nothing-here.json"], "nothing-here.json");
+}
+
+#[test]
+fn bench_then_report_end_to_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let out = tierbase(
+        &ycsb(&[
+            "--store",
+            "memory-btree",
+            "--workload",
+            "a,e",
+            "--threads",
+            "1,2",
+            "--value-size",
+            "uniform:16-200",
+            "--dir",
+            data.to_str().unwrap(),
+            "--out",
+            "r.json",
+        ]),
+        tmp.path(),
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("store memory-btree (none) · DRAM (anonymous)"),
+        "{stdout}"
+    );
+    for want in [
+        "workload",
+        "p99.9",
+        "read",
+        "update",
+        "scan",
+        "insert",
+        "results: r.json (4 runs)",
+    ] {
+        assert!(stdout.contains(want), "missing '{want}' in:\n{stdout}");
+    }
+    // The runs' data directories were removed; the given --dir itself stays.
+    assert!(data.is_dir());
+    assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("r.json")).unwrap()).unwrap();
+    assert_eq!(v["runs"].as_array().unwrap().len(), 4);
+    assert_eq!(v["runs"][0]["value_size"], "uniform:16-200");
+    assert_eq!(v["runs"][0]["medium"], "DRAM (anonymous)");
+
+    let out = tierbase(&["report", "r.json", "--out", "r.html"], tmp.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("4 runs, 2 workloads"));
+    let html = std::fs::read_to_string(tmp.path().join("r.html")).unwrap();
+    assert!(html.contains("<svg"));
+    assert!(html.contains("data-series=\"memory-btree (none) · DRAM (anonymous)\""));
+}
+
+#[test]
+fn default_temp_dir_is_removed_and_keep_data_keeps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tierbase(&ycsb(&["--threads", "1", "--out", "r.json"]), tmp.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, vec!["r.json".to_string()], "temporary data removed");
+
+    let keep = tmp.path().join("keep");
+    let out = tierbase(
+        &ycsb(&[
+            "--threads",
+            "1",
+            "--dir",
+            keep.to_str().unwrap(),
+            "--keep-data",
+            "--out",
+            "k.json",
+        ]),
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_dir(&keep).unwrap().count(), 1, "one run kept");
+}
+
+#[test]
+fn workload_file_and_overrides() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("w.toml"),
+        "base = \"b\"\nname = \"b-uniform\"\nrequest_distribution = \"uniform\"\nrecord_count = 5000\n",
+    )
+    .unwrap();
+    let out = tierbase(
+        &ycsb(&[
+            "--workload-file",
+            "w.toml",
+            "--threads",
+            "1",
+            "--out",
+            "w.json",
+        ]),
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("w.json")).unwrap()).unwrap();
+    let run = &v["runs"][0];
+    assert_eq!(run["workload"], "b-uniform");
+    assert_eq!(run["request_distribution"], "uniform");
+    assert_eq!(run["record_count"], 300, "--records overrides the file");
+    assert_eq!(run["workload_spec"]["read_proportion"], 0.95);
+}
+
+#[test]
+fn stores_are_listed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tierbase(&["bench", "stores"], tmp.path());
+    assert!(out.status.success());
+    let s = text(&out.stdout);
+    for name in ["memory", "memory-btree", "rocksdb", "rocksdb-nosync"] {
+        assert!(s.contains(name), "{s}");
+    }
+}
