@@ -41,6 +41,7 @@ pub mod contract;
 mod error;
 pub mod generator;
 pub mod measure;
+pub mod micro;
 pub mod plan;
 pub mod progress;
 pub mod report;

@@ -36,16 +36,19 @@ pub enum OpKind {
     Scan,
     /// Read then update, timed together.
     ReadModifyWrite,
+    /// Delete of a key (tierbase's micro benchmarks; not in YCSB's core workloads).
+    Delete,
 }
 
 impl OpKind {
     /// All kinds, in report order.
-    pub const ALL: [OpKind; 5] = [
+    pub const ALL: [OpKind; 6] = [
         OpKind::Insert,
         OpKind::Read,
         OpKind::Update,
         OpKind::Scan,
         OpKind::ReadModifyWrite,
+        OpKind::Delete,
     ];
 
     /// Name used in result files and reports.
@@ -56,6 +59,7 @@ impl OpKind {
             OpKind::Update => "update",
             OpKind::Scan => "scan",
             OpKind::ReadModifyWrite => "read-modify-write",
+            OpKind::Delete => "delete",
         }
     }
 
@@ -66,6 +70,7 @@ impl OpKind {
             OpKind::Update => 2,
             OpKind::Scan => 3,
             OpKind::ReadModifyWrite => 4,
+            OpKind::Delete => 5,
         }
     }
 }
@@ -102,7 +107,7 @@ impl KindRecord {
 #[derive(Debug)]
 pub struct ThreadRecorder {
     start: Instant,
-    kinds: [Option<KindRecord>; 5],
+    kinds: [Option<KindRecord>; 6],
     timeline: Vec<u64>,
 }
 

@@ -26,7 +26,7 @@ use crate::workload::{CoreWorkload, WorkloadSpec};
 
 /// The store `tierbase bench ycsb` uses when none is given. Change it here (one place) when a
 /// tierbase store becomes the default.
-pub const DEFAULT_STORE: &str = "memory";
+pub const DEFAULT_STORE: &str = "kv";
 /// Default thread counts.
 pub const DEFAULT_THREADS: &[usize] = &[1, 2];
 /// Default seed.
@@ -141,6 +141,8 @@ pub struct BenchPlan {
     pub emulate: Option<DeviceProfile>,
     /// Check value fingerprints on reads.
     pub verify: bool,
+    /// Flush instruction for stores on persistent regions (see [`StoreOptions::flush`]).
+    pub flush: Option<tierbase::device::FlushInstruction>,
 }
 
 impl BenchPlan {
@@ -162,6 +164,7 @@ impl BenchPlan {
             keep_data: false,
             emulate: None,
             verify: true,
+            flush: None,
         }
     }
 
@@ -193,6 +196,13 @@ impl BenchPlan {
         }
         if let Some(p) = &self.emulate {
             p.validate()?;
+        }
+        if let Some(f) = self.flush
+            && !f.is_supported()
+        {
+            return Err(BenchError::invalid(format!(
+                "flush instruction {f} is not supported by this CPU"
+            )));
         }
         Ok(())
     }
@@ -261,8 +271,10 @@ fn run_repetition(
     opts.records = spec.record_count;
     opts.key_size = spec.key_size;
     opts.value_size = usize::try_from(spec.value_size.max()).unwrap_or(usize::MAX);
+    opts.value_size_fixed = spec.value_size.min() == spec.value_size.max();
     opts.threads = threads;
     opts.emulate = plan.emulate.clone();
+    opts.flush = plan.flush;
     let store = open_store(&plan.store, &opts)?;
     let info = store.info();
     if spec.has_scans() && !info.capabilities.ordered_scan {

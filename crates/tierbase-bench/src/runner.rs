@@ -493,6 +493,7 @@ impl<'c> Worker<'c> {
                 self.check(found);
                 found && self.client.update(&self.key, &self.value)?
             }
+            Operation::Delete { .. } => self.client.delete(&self.key)?,
         };
         let t1 = Instant::now();
         if let Some(rec) = rec {

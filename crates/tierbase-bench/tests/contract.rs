@@ -39,7 +39,7 @@ fn unknown_store_lists_the_known_ones() {
     let e = open_store("lmdb", &StoreOptions::new(".")).err().unwrap();
     let msg = e.to_string();
     assert!(
-        msg.starts_with("unknown store 'lmdb' (known: memory, memory-btree, rocksdb"),
+        msg.starts_with("unknown store 'lmdb' (known: kv, kv-var, memory, memory-btree, rocksdb"),
         "{msg}"
     );
 }

@@ -22,6 +22,9 @@ fn main() -> tierbase::Result<()> {
         }),
         region: tierbase::device::RegionOptions {
             prefault: std::env::var_os("PREFAULT").is_some(),
+            flush: std::env::var("FLUSH")
+                .ok()
+                .and_then(|f| tierbase::device::FlushInstruction::parse(&f)),
             ..Default::default()
         },
         ..KvOptions::default()

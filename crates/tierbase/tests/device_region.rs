@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use device_common::{Mount, TestDir, disk_dir, pattern, shm_dir, test_dirs};
 use tierbase::Error;
 use tierbase::device::probe::probe;
-use tierbase::device::{DurabilityMode, MappingKind, PmemRegion, REGION_HEADER_LEN, RegionOptions};
+use tierbase::device::{
+    DurabilityMode, FlushInstruction, MappingKind, PmemRegion, REGION_HEADER_LEN, RegionOptions,
+};
 
 const HDR: u64 = REGION_HEADER_LEN as u64;
 
@@ -484,7 +486,13 @@ fn region_info_tells_the_truth() {
         assert_eq!(info.mapping, r.mapping());
         assert_eq!(info.durability, d.expected_durability());
         assert_eq!(info.guarantee, d.expected_durability().guarantee());
-        assert_eq!(info.flush, tierbase::device::cpu::features().best_flush());
+        // Process-crash durability (tmpfs) needs no cache flushes, so none is used by default.
+        let expected_flush = if d.expected_durability() == DurabilityMode::ProcessCrash {
+            FlushInstruction::None
+        } else {
+            tierbase::device::cpu::features().best_flush()
+        };
+        assert_eq!(info.flush, expected_flush);
         assert_eq!(info.emulation, "none");
         assert!(!info.crash_simulated);
         assert!(r.emulator().is_none());

@@ -6,6 +6,9 @@
 //! name. Must not touch: workloads or measurement; a store knows nothing about YCSB.
 //!
 //! Stores registered here:
+//! - `kv`: tierbase's hybrid persistent KV store (Viper design): records in a persistent
+//!   region file in the run's directory, index in DRAM; fixed-size records when the workload's
+//!   values have one size. `kv-var`: the same with variable-size records always.
 //! - `memory`: the in-memory reference, a sharded concurrent hash map in anonymous DRAM; the
 //!   upper bound. No ordered scans (workload E needs `memory-btree`).
 //! - `memory-btree`: an ordered in-memory map (`BTreeMap` behind a read-write lock), for
@@ -16,6 +19,7 @@
 //! To add a store: implement [`Store`] and [`Client`] in a module here, add a [`StoreEntry`]
 //! to [`STORES`], and run [`crate::contract::run_contract_suite`] on it from a test.
 
+mod kv;
 mod memory;
 #[cfg(feature = "rocksdb")]
 mod rocksdb;
@@ -28,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use tierbase::device::{DeviceProfile, FsKind, fs_kind};
 
 pub use crate::error::{BenchError, Result};
+pub use kv::KvBenchStore;
 pub use memory::{MemoryBTreeStore, MemoryStore};
 
 /// A store under benchmark: shared by all worker threads, each of which takes a [`Client`].
@@ -154,10 +159,15 @@ pub struct StoreOptions {
     pub key_size: usize,
     /// Largest value size in bytes (a hint).
     pub value_size: usize,
+    /// Every value has exactly `value_size` bytes (lets a store use fixed-size records).
+    pub value_size_fixed: bool,
     /// Worker threads that will use the store (a hint).
     pub threads: usize,
     /// Make the store behave like this device profile, if it can.
     pub emulate: Option<DeviceProfile>,
+    /// Cache-line flush instruction for stores on persistent regions (`kv`); `None` = the
+    /// region's default for its medium. Other stores ignore it.
+    pub flush: Option<tierbase::device::FlushInstruction>,
 }
 
 impl StoreOptions {
@@ -168,8 +178,10 @@ impl StoreOptions {
             records: 1_000,
             key_size: 24,
             value_size: 100,
+            value_size_fixed: false,
             threads: 1,
             emulate: None,
+            flush: None,
         }
     }
 }
@@ -195,6 +207,21 @@ const ROCKSDB_BUILT: bool = false;
 
 /// Every store this crate knows, built or not.
 pub const STORES: &[StoreEntry] = &[
+    StoreEntry {
+        name: "kv",
+        summary: "tierbase hybrid KV (Viper): records in a persistent region file, DRAM index; \
+                  durable per the medium (process-crash on tmpfs, msync on disk, dax on DAX)",
+        feature: None,
+        built: true,
+        open: |o| Ok(Box::new(KvBenchStore::open(o, false)?)),
+    },
+    StoreEntry {
+        name: "kv-var",
+        summary: "tierbase hybrid KV with variable-size records always",
+        feature: None,
+        built: true,
+        open: |o| Ok(Box::new(KvBenchStore::open(o, true)?)),
+    },
     StoreEntry {
         name: "memory",
         summary: "in-memory reference: sharded concurrent hash map in DRAM, no durability, no scans",

@@ -107,6 +107,7 @@ impl CoreWorkload {
             insert_proportion: 0.0,
             scan_proportion: 0.0,
             read_modify_write_proportion: 0.0,
+            delete_proportion: 0.0,
             request_distribution: RequestDistribution::Zipfian,
             zipfian_theta: YCSB_ZIPFIAN_CONSTANT,
             max_scan_length: 100,
@@ -356,6 +357,9 @@ pub struct WorkloadSpec {
     pub scan_proportion: f64,
     /// Share of read-modify-writes (read, then update the same key; timed as one operation).
     pub read_modify_write_proportion: f64,
+    /// Share of deletes of existing keys (tierbase micro benchmarks; not a YCSB property).
+    #[serde(default)]
+    pub delete_proportion: f64,
     /// Key chooser for reads, updates, scans, read-modify-writes.
     pub request_distribution: RequestDistribution,
     /// Zipfian constant θ (YCSB `zipfian.constant`, 0.99).
@@ -383,6 +387,7 @@ struct WorkloadFile {
     insert_proportion: Option<f64>,
     scan_proportion: Option<f64>,
     read_modify_write_proportion: Option<f64>,
+    delete_proportion: Option<f64>,
     request_distribution: Option<RequestDistribution>,
     zipfian_theta: Option<f64>,
     max_scan_length: Option<u64>,
@@ -439,6 +444,7 @@ impl WorkloadSpec {
             insert_proportion,
             scan_proportion,
             read_modify_write_proportion,
+            delete_proportion,
             request_distribution,
             zipfian_theta,
             max_scan_length,
@@ -500,6 +506,7 @@ impl WorkloadSpec {
                     "read_modify_write_proportion",
                     self.read_modify_write_proportion,
                 ),
+                ("delete_proportion", self.delete_proportion),
             ];
             for (field, v) in props {
                 if !v.is_finite() || v < 0.0 {
@@ -530,6 +537,7 @@ impl WorkloadSpec {
             (OpKind::Insert, self.insert_proportion),
             (OpKind::Scan, self.scan_proportion),
             (OpKind::ReadModifyWrite, self.read_modify_write_proportion),
+            (OpKind::Delete, self.delete_proportion),
         ]
         .into_iter()
         .filter(|(_, p)| *p > 0.0)

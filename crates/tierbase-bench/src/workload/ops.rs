@@ -62,6 +62,11 @@ pub enum Operation {
         /// Key number.
         keynum: u64,
     },
+    /// Delete a record (micro benchmarks).
+    Delete {
+        /// Key number.
+        keynum: u64,
+    },
 }
 
 impl Operation {
@@ -73,6 +78,7 @@ impl Operation {
             Operation::Insert { .. } => OpKind::Insert,
             Operation::Scan { .. } => OpKind::Scan,
             Operation::ReadModifyWrite { .. } => OpKind::ReadModifyWrite,
+            Operation::Delete { .. } => OpKind::Delete,
         }
     }
 
@@ -83,7 +89,8 @@ impl Operation {
             | Operation::Update { keynum }
             | Operation::Insert { keynum }
             | Operation::Scan { keynum, .. }
-            | Operation::ReadModifyWrite { keynum } => keynum,
+            | Operation::ReadModifyWrite { keynum }
+            | Operation::Delete { keynum } => keynum,
         }
     }
 }
@@ -292,6 +299,9 @@ impl OperationStream<'_> {
                 }
             }
             OpKind::ReadModifyWrite => Operation::ReadModifyWrite {
+                keynum: self.next_keynum(),
+            },
+            OpKind::Delete => Operation::Delete {
                 keynum: self.next_keynum(),
             },
         }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tierbase_bench::adapter::STORES;
 use tierbase_bench::measure::OpKind;
+use tierbase_bench::micro::{self, MicroOp};
 use tierbase_bench::plan::{
     BenchPlan, DEFAULT_SEED, DEFAULT_STORE, Warmup, parse_thread_list, run_plan,
 };
@@ -34,6 +35,11 @@ pub struct BenchArgs {
 enum BenchCommand {
     /// Run YCSB core workloads (load, A-F) against a store; print a table, write JSON.
     Ycsb(Box<YcsbArgs>),
+    /// Micro benchmarks (insert / get / update / delete, uniform and zipfian keys) of several
+    /// stores back to back, with each store's throughput relative to the last one listed.
+    Micro(Box<MicroArgs>),
+    /// Time the KV store's recovery (index rebuild on open) with 1, 2, ... threads.
+    Recovery(RecoveryArgs),
     /// List the stores that can be benchmarked.
     Stores,
 }
@@ -100,15 +106,101 @@ struct YcsbArgs {
     /// Do not check that values read back carry their key's fingerprint.
     #[arg(long)]
     no_verify: bool,
+    /// Cache-line flush instruction for `kv` (clwb, clflushopt, clflush, none) [default: the
+    /// medium's: best by CPUID on DAX, none on tmpfs where flushing buys no durability].
+    #[arg(long, value_name = "NAME", value_parser = parse_flush)]
+    flush: Option<tierbase::device::FlushInstruction>,
+
     /// No progress output.
     #[arg(long, short)]
     quiet: bool,
+}
+
+/// Arguments of `tierbase bench micro`.
+#[derive(clap::Args, Debug)]
+struct MicroArgs {
+    /// Stores to compare, comma-separated; ratios are relative to the last one.
+    #[arg(long, default_value = "kv,memory", value_name = "LIST")]
+    stores: String,
+    /// Operations: insert, get, update, delete, or all.
+    #[arg(long, default_value = "all", value_name = "LIST")]
+    ops: String,
+    /// Key distributions for get/update/delete: uniform, zipfian, latest.
+    #[arg(long, default_value = "uniform,zipfian", value_name = "LIST")]
+    distributions: String,
+    /// Thread counts, comma-separated.
+    #[arg(long, default_value = "1,2", value_name = "LIST")]
+    threads: String,
+    /// Records loaded before each get/update/delete run (and inserted by the insert run).
+    #[arg(long, default_value_t = 1_000_000, value_name = "N")]
+    records: u64,
+    /// Measured operations of each get/update run (deletes: at most half the records).
+    #[arg(long, default_value_t = 1_000_000, value_name = "N")]
+    operations: u64,
+    /// Key size in bytes.
+    #[arg(long, default_value_t = 16, value_name = "BYTES")]
+    key_size: usize,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 200, value_name = "BYTES")]
+    value_size: u64,
+    /// Seed of the operation streams.
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    seed: u64,
+    /// Repetitions of each configuration; the median is reported.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    repeat: usize,
+    /// Time limit of each measured run in seconds (0 = none).
+    #[arg(long, default_value_t = 20.0, value_name = "SECS")]
+    max_time: f64,
+    /// Directory for the stores' data (its file system decides the medium: tmpfs or disk)
+    /// [default: a fresh temporary directory].
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// JSON result file to write (all stores' runs; `tierbase report` renders it).
+    #[arg(long, default_value = "micro-results.json", value_name = "FILE")]
+    out: PathBuf,
+    /// Make the stores behave like this device profile.
+    #[arg(long, value_name = "PROFILE")]
+    emulate: Option<String>,
+    /// Cache-line flush instruction for `kv` (clwb, clflushopt, clflush, none) [default: the
+    /// medium's: best by CPUID on DAX, none on tmpfs where flushing buys no durability].
+    #[arg(long, value_name = "NAME", value_parser = parse_flush)]
+    flush: Option<tierbase::device::FlushInstruction>,
+
+    /// No progress output.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// Arguments of `tierbase bench recovery`.
+#[derive(clap::Args, Debug)]
+struct RecoveryArgs {
+    /// Records in the store.
+    #[arg(long, default_value_t = 10_000_000, value_name = "N")]
+    records: u64,
+    /// Recovery thread counts to time, comma-separated.
+    #[arg(long, default_value = "1,2", value_name = "LIST")]
+    threads: String,
+    /// Key size in bytes.
+    #[arg(long, default_value_t = 16, value_name = "BYTES")]
+    key_size: usize,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 200, value_name = "BYTES")]
+    value_size: usize,
+    /// Opens timed per thread count; the median is reported.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    repeat: usize,
+    /// Directory for the store file [default: /dev/shm if present, else the temp directory].
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
 }
 
 /// Runs the command.
 pub fn run(args: BenchArgs, ctx: &Ctx) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Ycsb(a) => ycsb(*a, ctx),
+        BenchCommand::Micro(a) => micro(*a, ctx),
+        BenchCommand::Recovery(a) => recovery(a),
         BenchCommand::Stores => {
             stores();
             Ok(())
@@ -179,6 +271,180 @@ fn workloads(a: &YcsbArgs) -> anyhow::Result<Vec<WorkloadSpec>> {
     Ok(specs)
 }
 
+fn parse_flush(s: &str) -> Result<tierbase::device::FlushInstruction, String> {
+    tierbase::device::FlushInstruction::parse(s)
+        .ok_or_else(|| format!("unknown flush instruction '{s}' (clwb, clflushopt, clflush, none)"))
+}
+
+fn max_time(secs: f64) -> anyhow::Result<Option<Duration>> {
+    if secs.is_finite() && secs > 0.0 {
+        Ok(Some(Duration::from_secs_f64(secs)))
+    } else if secs == 0.0 {
+        Ok(None)
+    } else {
+        anyhow::bail!("invalid --max-time {secs}: give seconds, or 0 for no limit")
+    }
+}
+
+fn micro(a: MicroArgs, ctx: &Ctx) -> anyhow::Result<()> {
+    let stores: Vec<String> = a
+        .stores
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if stores.is_empty() {
+        anyhow::bail!("--stores: no store given");
+    }
+    let ops = MicroOp::parse_list(&a.ops)?;
+    let dists = micro::parse_distributions(&a.distributions)?;
+    let specs = micro::specs(
+        &ops,
+        &dists,
+        a.records,
+        a.operations,
+        a.key_size,
+        a.value_size,
+    )?;
+    let emulate = match &a.emulate {
+        Some(name) => Some(ctx.catalogue()?.require(name)?.clone()),
+        None => None,
+    };
+    let mut plans = Vec::new();
+    for store in &stores {
+        let mut plan = BenchPlan::new(store.as_str());
+        plan.workloads = specs.clone();
+        plan.threads = parse_thread_list(&a.threads)?;
+        plan.seed = a.seed;
+        plan.repetitions = a.repeat;
+        plan.max_time = max_time(a.max_time)?;
+        plan.dir = a.dir.clone();
+        plan.emulate = emulate.clone();
+        plan.flush = a.flush;
+        plan.validate()?;
+        plans.push(plan);
+    }
+    check_writable(&a.out)?;
+    let progress: Box<dyn ProgressSink> = if a.quiet {
+        Box::new(SilentProgress)
+    } else {
+        progress::auto()
+    };
+    let mut runs = Vec::new();
+    for plan in &plans {
+        runs.extend(run_plan(plan, progress.as_ref())?);
+    }
+    let file = ResultFile::new(runs);
+    file.write(&a.out)
+        .with_context(|| format!("writing results to {}", a.out.display()))?;
+    print_micro_table(&file.runs, &stores);
+    println!(
+        "\nresults: {} ({} runs); HTML report: tierbase report {} --out report.html",
+        a.out.display(),
+        file.runs.len(),
+        a.out.display()
+    );
+    Ok(())
+}
+
+/// One row per (workload, threads), one throughput column per store, and each store's ratio
+/// to the last store listed (the baseline).
+fn print_micro_table(runs: &[RunResult], stores: &[String]) {
+    let Some(first) = runs.first() else { return };
+    println!(
+        "\n{} records, key {} B, value {} B, seed {}",
+        first.record_count, first.key_size, first.value_size, first.seed
+    );
+    for name in stores {
+        if let Some(r) = runs.iter().find(|r| &r.store == name) {
+            println!("  {name}: {}", r.store_label);
+        }
+    }
+    let base = stores.last().map(String::as_str).unwrap_or_default();
+    print!("{:<16} {:>7}", "workload", "threads");
+    for name in stores {
+        print!(" {:>12}", format!("{name} ops/s"));
+    }
+    for name in &stores[..stores.len().saturating_sub(1)] {
+        print!(" {:>12}", format!("{name}/{base}"));
+    }
+    println!(" {:>10}", "p99 (1st)");
+    let mut keys: Vec<(String, usize)> = Vec::new();
+    for r in runs {
+        let k = (r.workload.clone(), r.threads);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    for (workload, threads) in keys {
+        let find = |store: &str| {
+            runs.iter()
+                .find(|r| r.store == store && r.workload == workload && r.threads == threads)
+        };
+        print!("{workload:<16} {threads:>7}");
+        for name in stores {
+            print!(
+                " {:>12}",
+                find(name).map_or("-".into(), |r| format_rate(r.throughput))
+            );
+        }
+        let base_tp = find(base).map(|r| r.throughput);
+        for name in &stores[..stores.len().saturating_sub(1)] {
+            let ratio = match (find(name).map(|r| r.throughput), base_tp) {
+                (Some(x), Some(b)) if b > 0.0 => format!("{:.2}x", x / b),
+                _ => "-".into(),
+            };
+            print!(" {ratio:>12}");
+        }
+        let p99 = stores
+            .first()
+            .and_then(|s| find(s))
+            .and_then(|r| r.operations.values().next().map(|o| ns(o.latency_ns.p99)))
+            .unwrap_or_else(|| "-".into());
+        println!(" {p99:>10}");
+    }
+}
+
+fn recovery(a: RecoveryArgs) -> anyhow::Result<()> {
+    let threads = parse_thread_list(&a.threads)?;
+    let dir = a.dir.clone().unwrap_or_else(|| {
+        let shm = PathBuf::from("/dev/shm");
+        if shm.is_dir() {
+            shm
+        } else {
+            std::env::temp_dir()
+        }
+    });
+    let report = tierbase_bench::micro::recovery(
+        &dir,
+        a.records,
+        a.key_size,
+        a.value_size,
+        &threads,
+        a.repeat,
+        &mut |line| eprintln!("{line}"),
+    )?;
+    println!(
+        "\nkv recovery: {} records ({} B keys, {} B values), {} store on {} ({})",
+        report.records,
+        a.key_size,
+        a.value_size,
+        crate::util::format_size(report.region_bytes),
+        report.medium,
+        report.durability
+    );
+    println!("{:>8} {:>12} {:>14}", "threads", "median s", "records/s");
+    for r in &report.runs {
+        println!(
+            "{:>8} {:>12.3} {:>14}",
+            r.threads,
+            r.median_s,
+            format_rate(report.records as f64 / r.median_s.max(1e-9))
+        );
+    }
+    Ok(())
+}
+
 fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
     let mut plan = BenchPlan::new(a.store.trim());
     plan.workloads = workloads(a)?;
@@ -186,19 +452,11 @@ fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
     plan.seed = a.seed;
     plan.warmup = Warmup::parse(&a.warmup)?;
     plan.repetitions = a.repeat;
-    plan.max_time = if a.max_time.is_finite() && a.max_time > 0.0 {
-        Some(Duration::from_secs_f64(a.max_time))
-    } else if a.max_time == 0.0 {
-        None
-    } else {
-        anyhow::bail!(
-            "invalid --max-time {}: give seconds, or 0 for no limit",
-            a.max_time
-        );
-    };
+    plan.max_time = max_time(a.max_time)?;
     plan.dir = a.dir.clone();
     plan.keep_data = a.keep_data;
     plan.verify = !a.no_verify;
+    plan.flush = a.flush;
     if let Some(name) = &a.emulate {
         let catalogue = ctx.catalogue()?;
         plan.emulate = Some(catalogue.require(name)?.clone());

@@ -83,7 +83,9 @@ pub struct RegionOptions {
     /// stronger mode than available is an error; a weaker one is honoured (e.g. `None` on disk
     /// for a volatile benchmark).
     pub durability: Option<DurabilityMode>,
-    /// Flush instruction override (must be supported); `None` = best by CPUID.
+    /// Flush instruction override (must be supported). `None` = the best by CPUID on DAX and
+    /// simulated regions; no flushing in `process-crash` mode (tmpfs), where it adds cost but
+    /// no durability.
     pub flush: Option<FlushInstruction>,
     /// Address space to reserve, i.e. the largest size (in data bytes) the region can grow to;
     /// a file region's header page comes on top, and file regions are limited to just under
@@ -372,6 +374,12 @@ impl PmemRegion {
             },
         };
         region.mode = resolve_mode(opts.durability, available)?;
+        if region.mode == DurabilityMode::ProcessCrash && opts.flush.is_none() {
+            // A memory-backed file survives kill -9 from the page cache; writing cache lines
+            // back buys nothing there, so by default nothing is flushed (fences stay). Ask for
+            // a flush instruction explicitly to model persistent-memory costs on tmpfs.
+            region.flush = FlushInstruction::None;
+        }
         if let Some(p) = &opts.emulate {
             region.emulator = Some(Emulator::new(p)?);
         }

@@ -57,7 +57,7 @@ use serde::Serialize;
 
 pub use client::Client;
 pub use compact::ReclaimOptions;
-pub use index::OffsetIndex;
+pub use index::{OffsetIndex, mix as index_mix};
 pub use layout::{RecordLayout, RecordOffset};
 pub use metrics::KvMetrics;
 pub use recovery::RecoveryReport;

@@ -1,0 +1,303 @@
+//! Micro benchmarks in Viper's style: insert, get, update and delete measured separately, each
+//! on a freshly loaded store, with uniform or zipfian keys.
+//!
+//! Owns: turning a list of micro operations and key distributions into workload specs for
+//! [`crate::plan::run_plan`]. Must not touch: measurement or output (the plan and the result
+//! file do that, so micro results render in `tierbase report` like any other run).
+
+use crate::error::{BenchError, Result};
+use crate::workload::{CoreWorkload, RequestDistribution, SizeSpec, WorkloadSpec};
+
+/// One micro operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MicroOp {
+    /// Insert `record_count` new keys (the load phase, measured).
+    Insert,
+    /// Point reads of existing keys.
+    Get,
+    /// Replacing the values of existing keys.
+    Update,
+    /// Deleting existing keys.
+    Delete,
+}
+
+impl MicroOp {
+    /// All micro operations, in report order.
+    pub const ALL: [MicroOp; 4] = [
+        MicroOp::Insert,
+        MicroOp::Get,
+        MicroOp::Update,
+        MicroOp::Delete,
+    ];
+
+    /// Name on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            MicroOp::Insert => "insert",
+            MicroOp::Get => "get",
+            MicroOp::Update => "update",
+            MicroOp::Delete => "delete",
+        }
+    }
+
+    /// Parses a comma-separated list (`insert,get`); `all` means every operation.
+    pub fn parse_list(list: &str) -> Result<Vec<MicroOp>> {
+        let mut out = Vec::new();
+        for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            if part.eq_ignore_ascii_case("all") {
+                out.extend(MicroOp::ALL);
+                continue;
+            }
+            let op = MicroOp::ALL
+                .into_iter()
+                .find(|o| o.name().eq_ignore_ascii_case(part))
+                .ok_or_else(|| {
+                    BenchError::invalid(format!(
+                        "unknown micro operation '{part}' (known: insert, get, update, delete, all)"
+                    ))
+                })?;
+            out.push(op);
+        }
+        if out.is_empty() {
+            return Err(BenchError::invalid("no micro operation given"));
+        }
+        out.dedup();
+        Ok(out)
+    }
+}
+
+/// Parses a comma-separated list of key distributions (`uniform,zipfian`).
+pub fn parse_distributions(list: &str) -> Result<Vec<RequestDistribution>> {
+    let out: Vec<RequestDistribution> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(RequestDistribution::parse)
+        .collect::<Result<_>>()?;
+    if out.is_empty() {
+        return Err(BenchError::invalid("no key distribution given"));
+    }
+    Ok(out)
+}
+
+/// The workload specs of a micro benchmark: one insert run (distributions do not apply), and
+/// one get/update/delete run per distribution. Deletes run `operations / 2` times at most (and
+/// at most half the records), so that most of them find a key.
+pub fn specs(
+    ops: &[MicroOp],
+    distributions: &[RequestDistribution],
+    records: u64,
+    operations: u64,
+    key_size: usize,
+    value_size: u64,
+) -> Result<Vec<WorkloadSpec>> {
+    let mut out = Vec::new();
+    for &op in ops {
+        let base = |name: String, dist: RequestDistribution| {
+            let mut s = CoreWorkload::C.spec(records, operations);
+            s.name = name;
+            s.read_proportion = 0.0;
+            s.request_distribution = dist;
+            s.key_size = key_size;
+            s.value_size = SizeSpec::Fixed(value_size);
+            s
+        };
+        if op == MicroOp::Insert {
+            let mut s = CoreWorkload::Load.spec(records, 0);
+            s.name = "insert".into();
+            s.key_size = key_size;
+            s.value_size = SizeSpec::Fixed(value_size);
+            out.push(s);
+            continue;
+        }
+        for &dist in distributions {
+            let mut s = base(format!("{}-{}", op.name(), dist.name()), dist);
+            match op {
+                MicroOp::Get => s.read_proportion = 1.0,
+                MicroOp::Update => s.update_proportion = 1.0,
+                MicroOp::Delete => {
+                    s.delete_proportion = 1.0;
+                    s.operation_count = operations.min(records / 2).max(1);
+                }
+                MicroOp::Insert => {}
+            }
+            out.push(s);
+        }
+    }
+    for s in &out {
+        s.validate()?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_cover_each_operation_once_per_distribution() {
+        let dists = [RequestDistribution::Uniform, RequestDistribution::Zipfian];
+        let s = specs(&MicroOp::ALL, &dists, 1000, 500, 16, 200).unwrap();
+        let names: Vec<&str> = s.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "insert",
+                "get-uniform",
+                "get-zipfian",
+                "update-uniform",
+                "update-zipfian",
+                "delete-uniform",
+                "delete-zipfian"
+            ]
+        );
+        assert!(s[0].load_only);
+        assert_eq!(s[5].delete_proportion, 1.0);
+        assert_eq!(s[5].operation_count, 500);
+        assert!(
+            s.iter()
+                .all(|w| w.key_size == 16 && w.value_size == SizeSpec::Fixed(200))
+        );
+        assert!(MicroOp::parse_list("get,bogus").is_err());
+        assert_eq!(MicroOp::parse_list("all").unwrap(), MicroOp::ALL);
+        assert!(parse_distributions("uniform,latest,nope").is_err());
+    }
+}
+
+/// One thread count's recovery timings.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RecoveryRun {
+    /// Recovery threads.
+    pub threads: usize,
+    /// Median of the samples, in seconds.
+    pub median_s: f64,
+    /// Every timed open, in seconds (index rebuild as the store reports it).
+    pub samples_s: Vec<f64>,
+}
+
+/// What [`recovery`] measured.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RecoveryReport {
+    /// Records in the store.
+    pub records: u64,
+    /// Region size in bytes.
+    pub region_bytes: u64,
+    /// Medium of the store file.
+    pub medium: String,
+    /// Durability mode of the store.
+    pub durability: String,
+    /// One entry per thread count.
+    pub runs: Vec<RecoveryRun>,
+}
+
+/// Builds a fixed-layout `kv` store with `records` records in a fresh directory under `dir`,
+/// then times reopening it (the parallel recovery scan that rebuilds the DRAM index) `repeat`
+/// times per thread count. Checks that every open recovers every record. Removes the store.
+pub fn recovery(
+    dir: &std::path::Path,
+    records: u64,
+    key_size: usize,
+    value_size: usize,
+    threads: &[usize],
+    repeat: usize,
+    log: &mut dyn FnMut(&str),
+) -> Result<RecoveryReport> {
+    use tierbase::kv::{KvOptions, KvStore, RecordLayout};
+    if records == 0 || repeat == 0 || threads.is_empty() {
+        return Err(BenchError::invalid(
+            "recovery needs at least 1 record, 1 repetition and 1 thread count",
+        ));
+    }
+    if !(8..=4096).contains(&key_size) || value_size > 1 << 20 {
+        return Err(BenchError::invalid(format!(
+            "recovery: key size must be 8..=4096 bytes and value size at most 1 MiB \
+             (got {key_size} and {value_size})"
+        )));
+    }
+    let work = tempfile::Builder::new()
+        .prefix("tierbase-recovery-")
+        .tempdir_in(dir)
+        .map_err(|e| BenchError::io("create directory in", dir, e))?;
+    let path = work.path().join("kv.tb");
+    let layout = RecordLayout::Fixed {
+        key_size: key_size as u32,
+        value_size: value_size as u32,
+    };
+    let record_bytes = tierbase::kv::layout::slot_size(key_size as u32, value_size as u32);
+    let opts = KvOptions {
+        layout: Some(layout),
+        chunk_size: (records * record_bytes * 11 / 10).clamp(16 << 20, 1 << 30),
+        ..KvOptions::default()
+    };
+    let store = KvStore::create(&path, &opts)?;
+    log(&format!(
+        "loading {records} records into {}",
+        path.display()
+    ));
+    let loaders = 2u64;
+    std::thread::scope(|s| -> Result<()> {
+        let handles: Vec<_> = (0..loaders)
+            .map(|t| {
+                let store = &store;
+                s.spawn(move || -> Result<()> {
+                    let mut c = store.client();
+                    let mut key = vec![0u8; key_size];
+                    let value = vec![0xA5u8; value_size];
+                    let mut i = t;
+                    while i < records {
+                        key[..8].copy_from_slice(&tierbase::kv::index_mix(i).to_le_bytes());
+                        c.put(&key, &value)?;
+                        i += loaders;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join()
+                .map_err(|_| BenchError::WorkerPanicked("recovery loader".into()))??;
+        }
+        Ok(())
+    })?;
+    let region_bytes = store.region().len();
+    let durability = store.durability().name().to_string();
+    store.close()?;
+    let medium = crate::adapter::file_medium(work.path()).to_string();
+    let mut runs = Vec::new();
+    for &t in threads {
+        let mut samples = Vec::new();
+        for _ in 0..repeat {
+            let o = KvOptions {
+                recovery_threads: t,
+                ..opts.clone()
+            };
+            let store = KvStore::open(&path, &o)?;
+            if store.len() as u64 != records {
+                return Err(BenchError::invalid(format!(
+                    "recovery found {} records, expected {records}",
+                    store.len()
+                )));
+            }
+            samples.push(store.recovery().duration.as_secs_f64());
+            store.close()?;
+        }
+        let mut sorted = samples.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median_s = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+        log(&format!(
+            "recovery with {t} thread(s): median {median_s:.3} s"
+        ));
+        runs.push(RecoveryRun {
+            threads: t,
+            median_s,
+            samples_s: samples,
+        });
+    }
+    Ok(RecoveryReport {
+        records,
+        region_bytes,
+        medium,
+        durability,
+        runs,
+    })
+}
