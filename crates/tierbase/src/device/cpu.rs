@@ -188,6 +188,20 @@ unsafe fn flush_line(instr: FlushInstruction, line: *const u8) {
 #[inline(always)]
 unsafe fn flush_line(_instr: FlushInstruction, _line: *const u8) {}
 
+/// Hints the CPU to start loading the cache line at `p` (a no-op elsewhere). Used to overlap
+/// the cache misses of a batch of hash-table probes.
+#[inline(always)]
+pub fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `prefetcht0` is a hint: it never faults, whatever the address, and SSE is part
+        // of every x86-64 CPU.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Store fence: orders earlier flushes and non-temporal stores before later stores. Together
 /// with a preceding flush this makes data durable on a DAX mapping.
 #[inline]

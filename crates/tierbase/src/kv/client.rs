@@ -184,7 +184,7 @@ impl<'a> Client<'a> {
                 backoff(&mut round);
                 continue;
             }
-            let at = inner.slot_pos(off) + layout::SLOT_VALUE;
+            let at = inner.slot_pos(off) + layout::slot_value(key.len());
             inner.region.atomic_u64(at)?.store(word, Ordering::Release);
             inner.region.persist(at, 8)?;
             drop(guard);
@@ -264,13 +264,13 @@ impl<'a> Client<'a> {
                 continue;
             };
             let off = RecordOffset::new(b, self.page, slot);
-            // Slot: [seq][value, padded][key, padded].
+            // Slot: [seq][key, padded][value, padded].
             let buf = &mut self.buf;
             buf.clear();
             buf.extend_from_slice(&seq.to_le_bytes());
-            buf.extend_from_slice(value);
-            buf.resize(8 + layout::pad8(value.len() as u64) as usize, 0);
             buf.extend_from_slice(key);
+            buf.resize(layout::slot_value(key.len()) as usize, 0);
+            buf.extend_from_slice(value);
             buf.resize(geo.slot_size as usize, 0);
             let at = inner.slot_pos(off);
             // Regular stores + write-back (clwb): measured faster here than non-temporal

@@ -140,9 +140,9 @@ fn read_record_locked(
         Some((k, v)) => {
             let slot = inner.slot_pos(off);
             key.resize(k, 0);
-            inner.region.read(slot + 8 + layout::pad8(v as u64), key)?;
+            inner.region.read(slot + layout::SLOT_KEY, key)?;
             value.resize(v, 0);
-            inner.region.read(slot + layout::SLOT_VALUE, value)?;
+            inner.region.read(slot + layout::slot_value(k), value)?;
         }
         None => {
             let pos = inner.var_pos(off);

@@ -374,6 +374,47 @@ impl OffsetIndex {
         }
     }
 
+    /// An empty index pre-split for about `entries` entries, so that filling it (recovery)
+    /// needs no splits. Costs the DRAM those entries would need anyway.
+    pub fn with_capacity(entries: u64) -> Self {
+        let per_segment = (BUCKETS * SLOTS) as u64 * 3 / 4;
+        let mut depth = 0u32;
+        while depth < 12 && (per_segment << depth) < entries {
+            depth += 1;
+        }
+        if depth == 0 {
+            return Self::new();
+        }
+        let dirs: Box<[OnceLock<Box<[AtomicU32]>>]> =
+            (0..=MAX_DEPTH).map(|_| OnceLock::new()).collect();
+        let segments = boxcar::Vec::new();
+        let dir: Box<[AtomicU32]> = (0..1u64 << depth)
+            .map(|prefix| AtomicU32::new(segments.push(Segment::new(depth, prefix)) as u32))
+            .collect();
+        if let Some(slot) = dirs.get(depth as usize) {
+            let _ = slot.set(dir);
+        }
+        OffsetIndex {
+            global_depth: AtomicU32::new(depth),
+            dirs,
+            segments,
+            split_lock: Mutex::new(()),
+        }
+    }
+
+    /// Starts loading the two buckets `key` may live in, so that a later operation on it
+    /// does not stall on the cache misses (recovery prefetches a batch, then inserts it).
+    pub fn prefetch(&self, key: u64) {
+        let h = mix(key);
+        if let Some(seg) = self.segment_for(h) {
+            for b in buckets_of(h) {
+                if let Some(bucket) = seg.bucket(b) {
+                    crate::device::cpu::prefetch(bucket as *const Bucket);
+                }
+            }
+        }
+    }
+
     fn segment_for(&self, h: u64) -> Option<&Segment> {
         let d = self.global_depth.load(Ordering::Acquire);
         let dir = self.dirs.get(d as usize)?.get()?;

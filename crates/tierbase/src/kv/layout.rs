@@ -206,14 +206,20 @@ impl Geometry {
     }
 }
 
-/// Fixed slot: `[seq u64][value, padded to 8][key, padded to 8]` — the value first so that
-/// values up to 8 bytes sit in one aligned word and can be updated atomically in place.
+/// Fixed slot: `[seq u64][key, padded to 8][value, padded to 8]`. The sequence number and the
+/// key share the slot's first cache line (recovery reads only those), and the value starts
+/// 8-aligned, so values of at most 8 bytes are one word and can be updated atomically in place.
 pub fn slot_size(key_size: u32, value_size: u32) -> u64 {
-    8 + pad8(u64::from(value_size)) + pad8(u64::from(key_size))
+    8 + pad8(u64::from(key_size)) + pad8(u64::from(value_size))
 }
 
-/// Byte position of the value inside a fixed slot.
-pub const SLOT_VALUE: u64 = 8;
+/// Byte position of the key inside a fixed slot.
+pub const SLOT_KEY: u64 = 8;
+
+/// Byte position of the value inside a fixed slot with keys of `key_size` bytes.
+pub fn slot_value(key_size: usize) -> u64 {
+    SLOT_KEY + pad8(key_size as u64)
+}
 
 /// Largest `n` with `8 * ceil(n / 64) + n * slot <= page`, and the bitset words it needs.
 pub fn slots_per_page(page: u64, slot: u64) -> (u32, u32) {

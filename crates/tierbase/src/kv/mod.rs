@@ -236,13 +236,24 @@ impl KvStore {
                 requested: requested.to_string(),
             });
         }
+        // Size the index for what the used blocks hold when they are 3/4 full, so that
+        // recovery rarely splits segments (sizing for completely full blocks would waste DRAM
+        // on stores with many deletes).
+        let used_blocks = region
+            .atomic_u64(header::USED_BLOCKS as u64)?
+            .load(std::sync::atomic::Ordering::Acquire);
+        let per_block = match geo.layout {
+            RecordLayout::Fixed { .. } => u64::from(geo.slots) * u64::from(geo.pages_per_block),
+            RecordLayout::Variable => geo.block_size() / 256,
+        };
+        let index = OffsetIndex::with_capacity(used_blocks.saturating_mul(per_block) * 3 / 4);
         let short_keys =
             matches!(geo.layout, RecordLayout::Fixed { key_size, .. } if key_size <= 8);
         let inner = Arc::new(Inner {
             region,
             geo,
             path,
-            index: OffsetIndex::new(),
+            index,
             short_keys,
             fingerprint_mask: opts.fingerprint_mask,
             pages: boxcar::Vec::new(),

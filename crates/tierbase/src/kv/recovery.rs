@@ -71,15 +71,22 @@ pub(crate) fn recover(inner: &Inner, threads: usize) -> Result<RecoveryReport> {
                     let mut r = ThreadResult::default();
                     let mut key = Vec::new();
                     let mut scratch = Vec::new();
+                    let mut batch = Batch::default();
                     loop {
                         let from = next.fetch_add(CHUNK, Ordering::Relaxed);
                         if from >= used || first_error.lock().is_some() {
                             break;
                         }
                         for b in from..(from + CHUNK).min(used) {
-                            if let Err(e) =
-                                scan_block(inner, b, used, &mut r, &mut key, &mut scratch)
-                            {
+                            if let Err(e) = scan_block(
+                                inner,
+                                b,
+                                used,
+                                &mut r,
+                                &mut batch,
+                                &mut key,
+                                &mut scratch,
+                            ) {
                                 first_error.lock().get_or_insert(e);
                                 return r;
                             }
@@ -143,11 +150,42 @@ pub(crate) fn recover(inner: &Inner, threads: usize) -> Result<RecoveryReport> {
     Ok(report)
 }
 
+/// Records found in one block, inserted after their index buckets have been prefetched.
+#[derive(Default)]
+pub(crate) struct Batch {
+    keys: Vec<u8>,
+    found: Vec<(u64, RecordOffset, u64, std::ops::Range<usize>)>,
+}
+
+impl Batch {
+    fn push(&mut self, inner: &Inner, off: RecordOffset, seq: u64, key: &[u8]) {
+        let at = self.keys.len();
+        self.keys.extend_from_slice(key);
+        self.found
+            .push((inner.key_word(key), off, seq, at..self.keys.len()));
+    }
+
+    /// Inserts everything found: first touch every bucket the batch needs (the misses overlap),
+    /// then insert — recovery is bound by DRAM misses in the index, not by the scan.
+    fn flush(&mut self, inner: &Inner, r: &mut ThreadResult, scratch: &mut Vec<u8>) -> Result<()> {
+        for &(kw, ..) in &self.found {
+            inner.index.prefetch(kw);
+        }
+        for (kw, off, seq, range) in self.found.drain(..) {
+            let key = self.keys.get(range).unwrap_or_default();
+            insert(inner, key, kw, off, seq, r, scratch)?;
+        }
+        self.keys.clear();
+        Ok(())
+    }
+}
+
 fn scan_block(
     inner: &Inner,
     b: u64,
     used: u64,
     r: &mut ThreadResult,
+    batch: &mut Batch,
     key: &mut Vec<u8>,
     scratch: &mut Vec<u8>,
 ) -> Result<()> {
@@ -159,7 +197,7 @@ fn scan_block(
             Entry::Slot(off) => {
                 let seq = valid_seq(inner, off)?;
                 inner.read_key_at(off, key)?;
-                insert(inner, key, off, seq, r, scratch)?;
+                batch.push(inner, off, seq, key);
                 live += 1;
             }
             Entry::Inline {
@@ -169,7 +207,7 @@ fn scan_block(
             } => {
                 let seq = valid_seq(inner, off)?;
                 inner.read_key_at(off, key)?;
-                insert(inner, key, off, seq, r, scratch)?;
+                batch.push(inner, off, seq, key);
                 live += size;
             }
             Entry::LargeHead { valid: true, span } => {
@@ -185,7 +223,7 @@ fn scan_block(
                 let head = inner.block_meta(b)?;
                 head.span.store(span as u32, Ordering::Release);
                 head.live.store(span * bs, Ordering::Release);
-                insert(inner, key, RecordOffset::new(b, 0, 0), seq, r, scratch)?;
+                batch.push(inner, RecordOffset::new(b, 0, 0), seq, key);
             }
             // Deleted records, dead large heads and continuation blocks (claimed by their head,
             // if it is valid) hold nothing to index.
@@ -196,6 +234,7 @@ fn scan_block(
         Ok(())
     })?;
     let tail = walked.map_err(|Malformed(detail)| inner.corrupt(detail))?;
+    batch.flush(inner, r, scratch)?;
     let m = inner.block_meta(b)?;
     m.tail.store(tail as u32, Ordering::Release);
     m.live.fetch_add(live, Ordering::AcqRel);
@@ -220,6 +259,7 @@ fn valid_seq(inner: &Inner, off: RecordOffset) -> Result<u64> {
 fn insert(
     inner: &Inner,
     key: &[u8],
+    kw: u64,
     off: RecordOffset,
     seq: u64,
     r: &mut ThreadResult,
@@ -227,7 +267,6 @@ fn insert(
 ) -> Result<()> {
     r.records += 1;
     r.max_seq = r.max_seq.max(seq);
-    let kw = inner.key_word(key);
     loop {
         let existing = inner.index.insert_if_absent(kw, off.0, &mut |o| {
             inner.holds_key(RecordOffset(o), key, scratch)

@@ -239,10 +239,10 @@ impl Inner {
     /// immutable while indexed). Returns false if `off` holds no readable record.
     pub fn read_key_at(&self, off: RecordOffset, buf: &mut Vec<u8>) -> Result<bool> {
         match self.geo.fixed_sizes() {
-            Some((k, v)) => {
+            Some((k, _)) => {
                 buf.resize(k, 0);
                 self.region
-                    .read(self.slot_pos(off) + 8 + layout::pad8(v as u64), buf)?;
+                    .read(self.slot_pos(off) + layout::SLOT_KEY, buf)?;
                 Ok(true)
             }
             None => {
@@ -361,10 +361,9 @@ impl Inner {
                 }
                 let slot = self.slot_pos(off);
                 scratch.resize(k, 0);
-                self.region
-                    .read(slot + 8 + layout::pad8(v as u64), scratch)?;
+                self.region.read(slot + layout::SLOT_KEY, scratch)?;
                 value.resize(v, 0);
-                self.region.read(slot + layout::SLOT_VALUE, value)?;
+                self.region.read(slot + layout::slot_value(k), value)?;
                 fence(Ordering::Acquire);
                 if lock.load(Ordering::Relaxed) != v1 {
                     return Ok(ReadOutcome::Retry);

@@ -148,9 +148,9 @@ fn check_blocks(
                             off.pos()
                         ));
                     }
-                    if let Some((k, v)) = geo.fixed_sizes() {
+                    if let Some((k, _)) = geo.fixed_sizes() {
                         key.resize(k, 0);
-                        region.read(slot + 8 + layout::pad8(v as u64), &mut key)?;
+                        region.read(slot + layout::SLOT_KEY, &mut key)?;
                         *copies.entry(xxhash_rust::xxh3::xxh3_64(&key)).or_default() += 1;
                     }
                     report.valid_records += 1;
