@@ -186,6 +186,10 @@ pub struct RecoveryReport {
     pub medium: String,
     /// Durability mode of the store.
     pub durability: String,
+    /// DRAM the reopened store holds (index and page/block metadata), in bytes.
+    pub dram_bytes: u64,
+    /// DRAM of the index alone, in bytes.
+    pub index_bytes: u64,
     /// One entry per thread count.
     pub runs: Vec<RecoveryRun>,
 }
@@ -264,6 +268,7 @@ pub fn recovery(
     store.close()?;
     let medium = crate::adapter::file_medium(work.path()).to_string();
     let mut runs = Vec::new();
+    let (mut dram_bytes, mut index_bytes) = (0, 0);
     for &t in threads {
         let mut samples = Vec::new();
         for _ in 0..repeat {
@@ -279,6 +284,9 @@ pub fn recovery(
                 )));
             }
             samples.push(store.recovery().duration.as_secs_f64());
+            let stats = store.stats();
+            dram_bytes = stats.dram_bytes;
+            index_bytes = stats.index_bytes;
             store.close()?;
         }
         let mut sorted = samples.clone();
@@ -298,6 +306,8 @@ pub fn recovery(
         region_bytes,
         medium,
         durability,
+        dram_bytes,
+        index_bytes,
         runs,
     })
 }

@@ -116,6 +116,25 @@ fn check_threads(threads: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// Where runs keep their data when no directory is given: `/dev/shm` when it is a writable
+/// memory-backed file system — the stand-in for persistent memory on machines without it
+/// (process-crash durability) — else the temporary directory. Every result names the medium
+/// it actually ran on.
+pub fn default_data_root() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let usable = shm.is_dir()
+        && tierbase::device::fs_kind(shm) == tierbase::device::FsKind::Memory
+        && tempfile::Builder::new()
+            .prefix(".tierbase-probe-")
+            .tempdir_in(shm)
+            .is_ok();
+    if usable {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 /// A benchmark to run.
 #[derive(Clone, Debug)]
 pub struct BenchPlan {
@@ -232,12 +251,11 @@ pub fn run_plan(plan: &BenchPlan, progress: &dyn ProgressSink) -> Result<Vec<Run
             d
         }
         None => {
+            let root = default_data_root();
             temp_root = tempfile::Builder::new()
                 .prefix("tierbase-bench-")
-                .tempdir()
-                .map_err(|e| {
-                    BenchError::io("create temporary directory in", std::env::temp_dir(), e)
-                })?;
+                .tempdir_in(&root)
+                .map_err(|e| BenchError::io("create temporary directory in", &root, e))?;
             temp_root.path()
         }
     };

@@ -91,7 +91,8 @@ struct YcsbArgs {
     /// Time limit of each measured run in seconds (0 = none); the result says if it hit.
     #[arg(long, default_value_t = 20.0, value_name = "SECS")]
     max_time: f64,
-    /// Directory for the stores' data [default: a fresh temporary directory, removed after].
+    /// Directory for the stores' data [default: a fresh directory under /dev/shm (tmpfs,
+    /// the persistent-memory stand-in) if usable, else under the temp directory; removed after].
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
     /// Keep each run's data directory (under --dir) instead of removing it.
@@ -153,7 +154,7 @@ struct MicroArgs {
     #[arg(long, default_value_t = 20.0, value_name = "SECS")]
     max_time: f64,
     /// Directory for the stores' data (its file system decides the medium: tmpfs or disk)
-    /// [default: a fresh temporary directory].
+    /// [default: as for `bench ycsb`].
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
     /// JSON result file to write (all stores' runs; `tierbase report` renders it).
@@ -432,6 +433,13 @@ fn recovery(a: RecoveryArgs) -> anyhow::Result<()> {
         crate::util::format_size(report.region_bytes),
         report.medium,
         report.durability
+    );
+    let per = |b: u64| b as f64 / report.records.max(1) as f64;
+    println!(
+        "DRAM after recovery: {} ({:.1} B/record; index {:.1} B/record)",
+        crate::util::format_size(report.dram_bytes),
+        per(report.dram_bytes),
+        per(report.index_bytes)
     );
     println!("{:>8} {:>12} {:>14}", "threads", "median s", "records/s");
     for r in &report.runs {

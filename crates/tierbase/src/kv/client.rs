@@ -242,13 +242,7 @@ impl<'a> Client<'a> {
                     .region
                     .atomic_u64(page_off + u64::from(w) * 8)?
                     .load(Ordering::Acquire);
-                let in_word = (geo.slots - w * 64).min(64);
-                let mask = if in_word == 64 {
-                    u64::MAX
-                } else {
-                    (1u64 << in_word) - 1
-                };
-                let free = !bits & mask;
+                let free = !bits & geo.bitset_mask(w);
                 if free != 0 {
                     free_slot = Some(w * 64 + free.trailing_zeros());
                     break;

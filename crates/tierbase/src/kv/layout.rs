@@ -182,6 +182,15 @@ impl Geometry {
         self.page_offset(b, p) + u64::from(self.bitset_words) * 8 + u64::from(s) * self.slot_size
     }
 
+    /// Fixed layout: the bits of bitset word `w` that stand for real slots.
+    #[inline]
+    pub fn bitset_mask(&self, w: u32) -> u64 {
+        match self.slots.saturating_sub(w * 64) {
+            n if n >= 64 => u64::MAX,
+            n => (1u64 << n) - 1,
+        }
+    }
+
     /// Region size needed for `blocks` blocks.
     #[inline]
     pub fn region_len_for(&self, blocks: u64) -> u64 {

@@ -313,32 +313,46 @@ impl Inner {
         )
     }
 
+    /// The pieces of `len` bytes of a large record from logical offset `from`: each a region
+    /// offset and the matching range of the caller's buffer (pieces end at block boundaries,
+    /// where continuation prefixes interrupt the payload).
+    fn large_pieces(
+        &self,
+        head: u64,
+        from: u64,
+        len: usize,
+    ) -> impl Iterator<Item = (u64, std::ops::Range<usize>)> + '_ {
+        let mut done = 0usize;
+        std::iter::from_fn(move || {
+            if done >= len {
+                return None;
+            }
+            let (at, avail) = self.large_locate(head, from + done as u64);
+            let n = (avail as usize).min(len - done);
+            let piece = (at, done..done + n);
+            done += n;
+            Some(piece)
+        })
+    }
+
     /// Reads `buf.len()` bytes of a large record starting at logical offset `from`.
     pub fn read_large(&self, head: u64, from: u64, buf: &mut [u8]) -> Result<()> {
-        let mut done = 0usize;
-        while done < buf.len() {
-            let (at, avail) = self.large_locate(head, from + done as u64);
-            let n = (avail as usize).min(buf.len() - done);
+        for (at, range) in self.large_pieces(head, from, buf.len()) {
             let dst = buf
-                .get_mut(done..done + n)
+                .get_mut(range)
                 .ok_or_else(|| self.corrupt("large record read out of bounds"))?;
             self.region.read(at, dst)?;
-            done += n;
         }
         Ok(())
     }
 
     /// Writes `data` into a large record at logical offset `from` (no persist).
     pub fn write_large(&self, head: u64, from: u64, data: &[u8]) -> Result<()> {
-        let mut done = 0usize;
-        while done < data.len() {
-            let (at, avail) = self.large_locate(head, from + done as u64);
-            let n = (avail as usize).min(data.len() - done);
+        for (at, range) in self.large_pieces(head, from, data.len()) {
             let src = data
-                .get(done..done + n)
+                .get(range)
                 .ok_or_else(|| self.corrupt("large record write out of bounds"))?;
             self.region.write(at, src)?;
-            done += n;
         }
         Ok(())
     }

@@ -51,13 +51,7 @@ pub(crate) fn walk_block(
                     let bits = region
                         .atomic_u64(page + u64::from(w) * 8)?
                         .load(Ordering::Acquire);
-                    let in_word = geo.slots.saturating_sub(w * 64).min(64);
-                    let valid = if in_word == 64 {
-                        u64::MAX
-                    } else {
-                        (1u64 << in_word) - 1
-                    };
-                    if bits & !valid != 0 {
+                    if bits & !geo.bitset_mask(w) != 0 {
                         return Ok(Err(Malformed(format!(
                             "block {b} page {p}: bitset marks slots beyond the {} the page holds",
                             geo.slots
