@@ -160,13 +160,18 @@ fn read_record_locked(
     Ok(())
 }
 
-/// Compacts every candidate block once. Returns (blocks compacted, records moved).
-pub(crate) fn compact_all(inner: &Inner, threshold: f64) -> Result<(u64, u64)> {
-    let mut client = Client::new(inner);
+/// Compacts every candidate block once, copying live records through `client` (keep one
+/// client across rounds, so that its partly filled block is not itself a victim next time).
+/// Returns (blocks compacted, records moved).
+pub(crate) fn compact_all(
+    inner: &Inner,
+    threshold: f64,
+    client: &mut Client<'_>,
+) -> Result<(u64, u64)> {
     let mut blocks = 0;
     let mut moved = 0;
     for b in candidates(inner, threshold) {
-        if let Some(m) = compact_block(inner, b, &mut client)? {
+        if let Some(m) = compact_block(inner, b, client)? {
             blocks += 1;
             moved += m;
         }
@@ -187,12 +192,13 @@ impl Reclaimer {
         let thread = std::thread::Builder::new()
             .name("tierbase-kv-reclaim".into())
             .spawn(move || {
+                let mut client = Client::new(&inner);
                 while !flag.load(Ordering::Acquire) {
                     std::thread::park_timeout(opts.interval);
                     if flag.load(Ordering::Acquire) {
                         break;
                     }
-                    if let Err(e) = compact_all(&inner, opts.free_threshold) {
+                    if let Err(e) = compact_all(&inner, opts.free_threshold, &mut client) {
                         tracing::error!("kv reclamation failed: {e}");
                         inner.metrics.reclaim_errors.incr();
                     }

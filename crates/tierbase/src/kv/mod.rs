@@ -343,7 +343,7 @@ impl KvStore {
     /// Compacts every sealed block at least `free_threshold` free (0..1). Returns
     /// (blocks compacted, records moved). Safe to call while other threads use the store.
     pub fn compact(&self, free_threshold: f64) -> Result<(u64, u64)> {
-        compact::compact_all(&self.inner, free_threshold)
+        compact::compact_all(&self.inner, free_threshold, &mut self.client())
     }
 
     /// Calls `f` with every live record, in no particular order. Weakly consistent: a record
