@@ -11,10 +11,10 @@
 //! (a concurrent put or delete got there first), the copy is invalidated instead. A crash at any
 //! point leaves either one copy, or two identical copies with the same sequence number.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::background::Ticker;
 use super::client::Client;
 use super::layout::{self, RecordLayout, RecordOffset, var};
 use super::store::{COMPACTING, FREE, Inner, SEALED};
@@ -179,46 +179,14 @@ pub(crate) fn compact_all(
     Ok((blocks, moved))
 }
 
-/// The background reclaimer: wakes every `interval` and compacts candidates.
-pub(crate) struct Reclaimer {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Reclaimer {
-    pub(crate) fn start(inner: Arc<Inner>, opts: ReclaimOptions) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("tierbase-kv-reclaim".into())
-            .spawn(move || {
-                let mut client = Client::new(&inner);
-                while !flag.load(Ordering::Acquire) {
-                    std::thread::park_timeout(opts.interval);
-                    if flag.load(Ordering::Acquire) {
-                        break;
-                    }
-                    if let Err(e) = compact_all(&inner, opts.free_threshold, &mut client) {
-                        tracing::error!("kv reclamation failed: {e}");
-                        inner.metrics.reclaim_errors.incr();
-                    }
-                }
-            })
-            .ok();
-        Reclaimer { stop, thread }
-    }
-
-    pub(crate) fn stop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            let _ = t.join();
+/// The reclaimer's body: every `interval`, compact the candidates, through one client kept
+/// for the thread's lifetime.
+pub(crate) fn reclaim_loop(inner: &Inner, ticker: &Ticker, opts: &ReclaimOptions) {
+    let mut client = Client::new(inner);
+    while ticker.next() {
+        if let Err(e) = compact_all(inner, opts.free_threshold, &mut client) {
+            tracing::error!("kv reclamation failed: {e}");
+            inner.metrics.reclaim_errors.incr();
         }
-    }
-}
-
-impl Drop for Reclaimer {
-    fn drop(&mut self) {
-        self.stop();
     }
 }

@@ -37,6 +37,7 @@
 //! | durability | every acknowledged write, in the region's [`DurabilityMode`] |
 //! | multi-process access | no (one process opens a store) |
 
+mod background;
 mod client;
 mod compact;
 mod index;
@@ -155,7 +156,8 @@ pub struct KvStats {
 pub struct KvStore {
     inner: Arc<Inner>,
     recovery: RecoveryReport,
-    reclaimer: Mutex<Option<compact::Reclaimer>>,
+    reclaimer: Mutex<Option<background::Background>>,
+    grower: Mutex<Option<background::Background>>,
     shared_client: Mutex<()>,
 }
 
@@ -267,16 +269,31 @@ impl KvStore {
             metrics: metrics::Metrics::default(),
             compaction_gate: RwLock::new(()),
             closed: AtomicBool::new(false),
+            grower: Mutex::new(None),
         });
         let recovery = recovery::recover(&inner, opts.recovery_threads.max(1))?;
-        let reclaimer = opts
-            .reclaim
-            .clone()
-            .map(|r| compact::Reclaimer::start(inner.clone(), r));
+        let reclaimer = opts.reclaim.clone().map(|r| {
+            background::Background::spawn(
+                "tierbase-kv-reclaim",
+                inner.clone(),
+                r.interval,
+                move |inner, ticker| compact::reclaim_loop(inner, ticker, &r),
+            )
+        });
+        let grower = opts.allow_growth.then(|| {
+            background::Background::spawn(
+                "tierbase-kv-grow",
+                inner.clone(),
+                std::time::Duration::from_millis(100),
+                store::grow_loop,
+            )
+        });
+        *inner.grower.lock() = grower.as_ref().and_then(background::Background::handle);
         Ok(KvStore {
             inner,
             recovery,
             reclaimer: Mutex::new(reclaimer),
+            grower: Mutex::new(grower),
             shared_client: Mutex::new(()),
         })
     }
@@ -436,9 +453,12 @@ impl KvStore {
     }
 
     fn shutdown(&self) {
-        if let Some(mut r) = self.reclaimer.lock().take() {
-            r.stop();
+        for worker in [&self.reclaimer, &self.grower] {
+            if let Some(mut w) = worker.lock().take() {
+                w.stop();
+            }
         }
+        *self.inner.grower.lock() = None;
         self.inner.closed.store(true, Ordering::Release);
     }
 }

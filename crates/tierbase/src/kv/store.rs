@@ -109,6 +109,8 @@ pub(crate) struct Inner {
     /// Iteration holds it shared; compaction of a block holds it exclusively.
     pub compaction_gate: RwLock<()>,
     pub closed: AtomicBool,
+    /// The background grower, woken when fresh blocks run low.
+    pub grower: Mutex<Option<std::thread::Thread>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -118,6 +120,18 @@ impl std::fmt::Debug for Inner {
             .field("layout", &self.geo.layout)
             .field("records", &self.index.len())
             .finish()
+    }
+}
+
+/// The grower's body: whenever woken (or every interval), add a chunk if three quarters of
+/// the mapped blocks are in use. A failure here is not reported: the client that really runs
+/// out of blocks grows (or fails with a clear error) itself.
+pub(crate) fn grow_loop(inner: &Inner, ticker: &super::background::Ticker) {
+    while ticker.next() {
+        if inner.growth_due() {
+            let allocated = inner.allocated_blocks.load(Ordering::Acquire);
+            let _ = inner.ensure_allocated(allocated + u64::from(inner.geo.chunk_blocks));
+        }
     }
 }
 
@@ -710,7 +724,19 @@ impl Inner {
         let used = self.region.atomic_u64(header::USED_BLOCKS as u64)?;
         used.fetch_max(cur + n, Ordering::AcqRel);
         self.region.persist(header::USED_BLOCKS as u64, 8)?;
+        if self.growth_due()
+            && let Some(t) = self.grower.lock().as_ref()
+        {
+            t.unpark();
+        }
         Ok(cur)
+    }
+
+    /// Whether three quarters of the mapped blocks are in use (Viper grows at a fill degree
+    /// too), so the grower should add a chunk before clients run out.
+    fn growth_due(&self) -> bool {
+        let allocated = self.allocated_blocks.load(Ordering::Acquire);
+        self.allow_growth && self.next_block.load(Ordering::Acquire) * 4 >= allocated * 3
     }
 
     /// A block for a client's inserts: a reclaimed one if available, else a fresh one.
