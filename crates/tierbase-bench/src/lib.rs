@@ -43,6 +43,7 @@ pub mod generator;
 pub mod measure;
 pub mod micro;
 pub mod plan;
+pub mod profile;
 pub mod progress;
 pub mod report;
 pub mod results;

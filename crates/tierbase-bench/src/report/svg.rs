@@ -35,6 +35,10 @@ pub enum ValueFormat {
     Nanos,
     /// Seconds: `0`, `2.5`, `10`.
     Seconds,
+    /// The value is log2 of a count, written as the count: 6 → `64` (log-scale depth axes).
+    Exp2,
+    /// The value is log2 of a byte size, written as the size: 12 → `4 KiB`.
+    Exp2Bytes,
 }
 
 impl ValueFormat {
@@ -66,6 +70,25 @@ impl ValueFormat {
                 }
             }
             ValueFormat::Seconds => trim(format!("{v:.3}")),
+            ValueFormat::Exp2 => {
+                let x = v.exp2();
+                if (x - x.round()).abs() < 1e-6 * x.max(1.0) {
+                    ValueFormat::Count.format(x.round())
+                } else {
+                    ValueFormat::Count.format(x)
+                }
+            }
+            ValueFormat::Exp2Bytes => {
+                let x = v.exp2();
+                let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+                let mut u = 0;
+                let mut y = x;
+                while y >= 1024.0 && u + 1 < units.len() {
+                    y /= 1024.0;
+                    u += 1;
+                }
+                format!("{} {}", trim(format!("{y:.1}")), units[u])
+            }
         }
     }
 }

@@ -1,0 +1,167 @@
+//! The profile result file (JSON), read by `tierbase report`.
+//!
+//! Owns: the schema and its version, atomic writing, strict reading. Must not touch:
+//! measurement or rendering.
+//!
+//! Schema, format version 1 (`"format": "tierbase-profile-results"`):
+//!
+//! ```text
+//! { format, format_version: 1, generator, created_unix_s, created_utc,
+//!   host: { cpus, cpu_model, kernel },
+//!   memory: [ { benchmark, matrix: [[key, value], ..], config: { access_size, memory_range,
+//!               dram_memory_range, number_operations, number_threads, run_time, operation,
+//!               exec_mode, persist_instruction, number_partitions, random_distribution,
+//!               zipf_alpha, custom_operations, latency_sample_frequency, prefault, huge_pages,
+//!               package_size, memory_path, emulate, seed },
+//!               medium, path, emulated, huge_pages_advised, ops, bytes, elapsed_s, ops_per_s,
+//!               bandwidth_gb_s, latency_ns: { samples, min, mean, p50, p90, p99, p999, max }
+//!               or null, packages, cpus } ],
+//!   skipped: [ { benchmark, matrix, reason } ],
+//!   block: [ { path, temporary, medium, direct_io, engine, engine_note, emulated,
+//!              emulation: { profile, alpha, k_r, k_w, batches, native_slower } or null,
+//!              mode, size, precondition_passes, precondition_s, ops_per_point, repetitions,
+//!              threshold,
+//!              curves: [ { direction, access_size, points: [ { depth, ops, elapsed_s, iops,
+//!                          mb_s, rep_iops, mean_latency_ns, round_latency_ns } ],
+//!                          knee: { k, plateau, peak_depth, saturated, threshold } } ],
+//!              derived: [ { access_size, figures: { read: knee, write: knee, k_r, k_w, alpha,
+//!                           alpha_qd1 }, read_qd1_latency_ns, write_qd1_latency_ns,
+//!                           read_mb_s, write_mb_s } ],
+//!              sweep_s } ],
+//!   saved_profile: { name, catalogue, profile: { ..DeviceProfile.. } } or null }
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tierbase::device::DeviceProfile;
+
+use super::block::BlockRun;
+use super::memory::{MemoryRun, SkippedRun};
+use crate::error::{BenchError, Result};
+use crate::results::HostInfo;
+
+/// Value of the `format` field.
+pub const PROFILE_FORMAT: &str = "tierbase-profile-results";
+/// Version this build writes and reads.
+pub const PROFILE_FORMAT_VERSION: u32 = 1;
+
+/// A profile saved into a catalogue by `--save`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SavedProfile {
+    /// Its name.
+    pub name: String,
+    /// The catalogue file written.
+    pub catalogue: PathBuf,
+    /// The entry.
+    pub profile: DeviceProfile,
+}
+
+/// A profile result file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProfileResultFile {
+    /// Always [`PROFILE_FORMAT`].
+    pub format: String,
+    /// [`PROFILE_FORMAT_VERSION`].
+    pub format_version: u32,
+    /// `tierbase-bench <version>`.
+    pub generator: String,
+    /// Seconds since the Unix epoch.
+    pub created_unix_s: u64,
+    /// The same as a UTC timestamp.
+    pub created_utc: String,
+    /// The machine.
+    pub host: HostInfo,
+    /// Memory benchmark results.
+    #[serde(default)]
+    pub memory: Vec<MemoryRun>,
+    /// Memory benchmarks not run (unsupported persist instruction, ...).
+    #[serde(default)]
+    pub skipped: Vec<SkippedRun>,
+    /// Block-device sweeps.
+    #[serde(default)]
+    pub block: Vec<BlockRun>,
+    /// The profile written by `--save`.
+    #[serde(default)]
+    pub saved_profile: Option<SavedProfile>,
+}
+
+impl ProfileResultFile {
+    /// An empty file for this machine, now.
+    pub fn new() -> Self {
+        let now = super::unix_now();
+        ProfileResultFile {
+            format: PROFILE_FORMAT.into(),
+            format_version: PROFILE_FORMAT_VERSION,
+            generator: format!("tierbase-bench {}", env!("CARGO_PKG_VERSION")),
+            created_unix_s: now,
+            created_utc: super::utc_timestamp(now),
+            host: HostInfo::current(),
+            memory: Vec::new(),
+            skipped: Vec::new(),
+            block: Vec::new(),
+            saved_profile: None,
+        }
+    }
+
+    /// Writes atomically (temporary sibling, then rename).
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|e| BenchError::invalid(format!("cannot encode results: {e}")))?;
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".tmp-{}", std::process::id()));
+        let tmp = path.with_file_name(name);
+        std::fs::write(&tmp, text + "\n").map_err(|e| BenchError::io("write", &tmp, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            BenchError::io("rename into", path, e)
+        })
+    }
+
+    /// Whether JSON text claims to be a profile result file (its `format` field).
+    pub fn is_profile_format(text: &str) -> bool {
+        serde_json::from_str::<serde_json::Value>(text)
+            .ok()
+            .and_then(|v| v.get("format")?.as_str().map(|f| f == PROFILE_FORMAT))
+            .unwrap_or(false)
+    }
+
+    /// Parses and checks a profile result file; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Self> {
+        let malformed = |detail: String| BenchError::MalformedResult {
+            path: path.to_path_buf(),
+            detail,
+        };
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| malformed(format!("invalid JSON: {e}")))?;
+        if value.get("format").and_then(|f| f.as_str()) != Some(PROFILE_FORMAT) {
+            return Err(malformed(format!(
+                "missing \"format\": \"{PROFILE_FORMAT}\" (was it written by `tierbase profile`?)"
+            )));
+        }
+        let version = value
+            .get("format_version")
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| malformed("missing numeric \"format_version\"".into()))?;
+        if version != u64::from(PROFILE_FORMAT_VERSION) {
+            return Err(BenchError::UnsupportedResultVersion {
+                path: path.to_path_buf(),
+                found: version,
+                supported: PROFILE_FORMAT_VERSION,
+            });
+        }
+        serde_json::from_value(value).map_err(|e| malformed(e.to_string()))
+    }
+
+    /// Reads and checks a file.
+    pub fn read(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| BenchError::io("read", path, e))?;
+        Self::parse(&text, path)
+    }
+}
+
+impl Default for ProfileResultFile {
+    fn default() -> Self {
+        Self::new()
+    }
+}
