@@ -61,6 +61,7 @@ fn an_emulated_profile_is_measured_back() {
         k_w: 5,
         price_per_gb: 0.0,
         capacity_gb: 1.0,
+        interleave_ways: None,
         source: None,
     };
     let dir = scratch();

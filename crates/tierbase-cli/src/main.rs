@@ -38,7 +38,22 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version are not errors: clap prints them as usual.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            // One line, like every other error (clap's own text adds usage and a hint).
+            let text = e.to_string();
+            let first = text
+                .lines()
+                .next()
+                .unwrap_or("invalid arguments")
+                .trim_start_matches("error: ");
+            eprintln!("tierbase: error: {first} (see --help)");
+            return ExitCode::from(2);
+        }
+    };
     let ctx = cmd::Ctx {
         profile_files: cli.profiles,
     };

@@ -37,6 +37,7 @@ fn profile(
         k_w,
         price_per_gb: 0.0,
         capacity_gb: 1.0,
+        interleave_ways: None,
         source: None,
     }
 }

@@ -49,7 +49,7 @@ fn hammer(layout: RecordLayout, mask: u64) {
     let path = dir.path().join("c.tb");
     let opts = KvOptions {
         layout: Some(layout),
-        pages_per_block: 2,
+        pages_per_block: Some(2),
         chunk_size: 64 * 8192,
         fingerprint_mask: mask,
         region: RegionOptions {

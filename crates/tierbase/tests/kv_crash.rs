@@ -97,7 +97,7 @@ fn script(layout: RecordLayout) -> Vec<Step> {
 fn opts(layout: RecordLayout) -> KvOptions {
     KvOptions {
         layout: Some(layout),
-        pages_per_block: 2,
+        pages_per_block: Some(2),
         chunk_size: 4 * 2 * 4096,
         recovery_threads: 2,
         region: RegionOptions {

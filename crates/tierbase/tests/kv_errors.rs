@@ -11,7 +11,7 @@ use tierbase::kv::{KvOptions, KvStore, RecordLayout};
 fn opts(layout: RecordLayout) -> KvOptions {
     KvOptions {
         layout: Some(layout),
-        pages_per_block: 2,
+        pages_per_block: Some(2),
         chunk_size: 4 * 8192,
         ..KvOptions::default()
     }

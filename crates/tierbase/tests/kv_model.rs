@@ -70,7 +70,7 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
 fn kv_opts(setup: &Setup) -> KvOptions {
     KvOptions {
         layout: Some(setup.layout),
-        pages_per_block: 6,
+        pages_per_block: Some(6),
         chunk_size: 2 * 6 * 4096,
         recovery_threads: 2,
         region: RegionOptions {

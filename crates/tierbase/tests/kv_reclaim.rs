@@ -20,7 +20,7 @@ fn the_reclaimer_compacts_sparse_blocks_and_space_is_reused() {
             key_size: 8,
             value_size: 64,
         }),
-        pages_per_block: 2,
+        pages_per_block: Some(2),
         chunk_size: 64 * 8192,
         reclaim: Some(ReclaimOptions {
             free_threshold: 0.4,

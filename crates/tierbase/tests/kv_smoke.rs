@@ -101,3 +101,31 @@ fn variable_put_get_delete_large_reopen() {
     let report = tierbase::kv::verify(&path).unwrap();
     assert!(report.is_ok(), "{:?}", report.problems);
 }
+
+#[test]
+fn pages_per_block_follow_the_emulated_profile_unless_given() {
+    use tierbase::device::{Catalogue, PmemRegion, RegionOptions};
+    let cat = Catalogue::builtin();
+    for (profile, given, expected) in [
+        (Some("optane-pmem-200"), None, 8),
+        (Some("optane-pmem-100"), None, 6),
+        (Some("dram"), None, 6),
+        (Some("optane-pmem-200"), Some(3), 3),
+        (None, None, 6),
+    ] {
+        let region_opts = RegionOptions {
+            emulate: profile.map(|p| cat.require(p).unwrap().clone()),
+            reserve: 64 << 20,
+            ..RegionOptions::default()
+        };
+        let region = PmemRegion::anonymous(0, &region_opts).unwrap();
+        let opts = KvOptions {
+            pages_per_block: given,
+            chunk_size: 1 << 20,
+            region: region_opts,
+            ..KvOptions::default()
+        };
+        let store = KvStore::create_in(region, &opts).unwrap();
+        assert_eq!(store.pages_per_block(), expected, "{profile:?} {given:?}");
+    }
+}

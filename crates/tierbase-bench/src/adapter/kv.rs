@@ -86,7 +86,7 @@ impl KvBenchStore {
         info.notes.push(format!(
             "flush instruction {}; {} pages per block",
             store.region().flush_instruction(),
-            kv::DEFAULT_PAGES_PER_BLOCK
+            store.pages_per_block()
         ));
         if let Some(p) = &o.emulate {
             info.emulated = Some(p.name.clone());

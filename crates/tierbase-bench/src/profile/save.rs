@@ -119,6 +119,7 @@ pub fn block_profile(name: &str, run: &BlockRun) -> Result<DeviceProfile> {
         k_w: f.k_w,
         price_per_gb: 0.0,
         capacity_gb: run.size as f64 / 1e9,
+        interleave_ways: None,
         source: Some(source),
     };
     p.validate()?;
@@ -220,6 +221,7 @@ pub fn memory_profile(name: &str, runs: &[MemoryRun]) -> Result<DeviceProfile> {
         k_w: wk.k,
         price_per_gb: 0.0,
         capacity_gb: first.config.memory_range as f64 / 1e9,
+        interleave_ways: None,
         source: Some(source),
     };
     p.validate()?;

@@ -29,9 +29,10 @@ enum KvCommand {
         /// Fixed-size records as KEY_BYTES:VALUE_BYTES (e.g. 16:200); omit for variable sizes.
         #[arg(long, value_name = "K:V")]
         fixed: Option<String>,
-        /// Pages per block (1..=8; the number of interleaved DIMMs of the target device).
-        #[arg(long, default_value_t = tierbase::kv::DEFAULT_PAGES_PER_BLOCK)]
-        pages_per_block: u32,
+        /// Pages per block (1..=8; the number of interleaved DIMMs of the target device)
+        /// [default: 6, Viper's].
+        #[arg(long)]
+        pages_per_block: Option<u32>,
         /// Growth step of the region, e.g. 64M or 1G.
         #[arg(long, default_value = "1G", value_parser = parse_size)]
         chunk: u64,

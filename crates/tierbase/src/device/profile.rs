@@ -65,6 +65,10 @@ pub struct DeviceProfile {
     pub price_per_gb: f64,
     /// Capacity in GB.
     pub capacity_gb: f64,
+    /// Memory devices: DIMMs in one interleave set (the stripe is this many 4 KiB pages), so
+    /// stores can lay blocks out one page per DIMM. `None` when unknown or not interleaved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interleave_ways: Option<u32>,
     /// Where the figures come from when not the built-in catalogue, e.g. "measured by
     /// tierbase profile on 2026-11-22, /dev/nvme0n1, native".
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -99,6 +103,9 @@ impl DeviceProfile {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(bad(format!("{field} must be zero or positive, got {v}")));
             }
+        }
+        if self.interleave_ways == Some(0) {
+            return Err(bad("interleave_ways must be at least 1".into()));
         }
         if self.k_r == 0 || self.k_w == 0 {
             return Err(bad("k_r and k_w must be at least 1".into()));

@@ -78,9 +78,10 @@ pub struct KvOptions {
     /// Record layout. On create: the layout to use (default: variable-size). On open: if set,
     /// must match the file, else [`Error::LayoutMismatch`].
     pub layout: Option<RecordLayout>,
-    /// Pages per block (1..=8), used on create. Default 6 ([`DEFAULT_PAGES_PER_BLOCK`]); set it
-    /// to the number of interleaved DIMMs of the target device.
-    pub pages_per_block: u32,
+    /// Pages per block (1..=8), used on create: one 4 KiB page per DIMM of the device's
+    /// interleave set. `None` (default) = the emulated profile's `interleave_ways` when the
+    /// region emulates one that states it, else Viper's 6 ([`DEFAULT_PAGES_PER_BLOCK`]).
+    pub pages_per_block: Option<u32>,
     /// Bytes the region grows by when blocks run out (whole blocks). Default 1 GiB.
     pub chunk_size: u64,
     /// Whether the region may grow. If not, inserts beyond capacity fail with
@@ -101,7 +102,7 @@ impl Default for KvOptions {
     fn default() -> Self {
         KvOptions {
             layout: None,
-            pages_per_block: DEFAULT_PAGES_PER_BLOCK,
+            pages_per_block: None,
             chunk_size: 1 << 30,
             allow_growth: true,
             recovery_threads: std::thread::available_parallelism().map_or(1, usize::from),
@@ -171,7 +172,8 @@ impl KvStore {
     /// Creates a store in a new region file at `path`.
     pub fn create(path: &Path, opts: &KvOptions) -> Result<Self> {
         let layout = opts.layout.unwrap_or(RecordLayout::Variable);
-        let geo = Geometry::new(layout, opts.pages_per_block, opts.chunk_size)?;
+        let ppb = pages_per_block(opts, opts.region.emulate.as_ref());
+        let geo = Geometry::new(layout, ppb, opts.chunk_size)?;
         let len = geo.region_len_for(u64::from(geo.chunk_blocks));
         let region = PmemRegion::create(path, len, &opts.region)?;
         Self::create_in(region, opts)
@@ -195,7 +197,8 @@ impl KvStore {
     /// Creates a store in `region`, which must be all zeros (new).
     pub fn create_in(region: PmemRegion, opts: &KvOptions) -> Result<Self> {
         let layout = opts.layout.unwrap_or(RecordLayout::Variable);
-        let geo = Geometry::new(layout, opts.pages_per_block, opts.chunk_size)?;
+        let ppb = pages_per_block(opts, region.emulator().map(|e| e.profile()));
+        let geo = Geometry::new(layout, ppb, opts.chunk_size)?;
         region.grow(geo.region_len_for(u64::from(geo.chunk_blocks)))?;
         let mut hdr = [0u8; HEADER_LEN as usize];
         region.read(0, &mut hdr)?;
@@ -337,6 +340,11 @@ impl KvStore {
         self.inner.geo.layout
     }
 
+    /// Pages per block of this store.
+    pub fn pages_per_block(&self) -> u32 {
+        self.inner.geo.pages_per_block
+    }
+
     /// Durability mode of the region.
     pub fn durability(&self) -> DurabilityMode {
         self.inner.region.durability()
@@ -467,6 +475,18 @@ impl Drop for KvStore {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Pages per block for a new store: as asked, else the profile's interleave set (at most 8
+/// pages: the offset has 3 page bits), else Viper's default.
+fn pages_per_block(opts: &KvOptions, profile: Option<&crate::device::DeviceProfile>) -> u32 {
+    opts.pages_per_block.unwrap_or_else(|| {
+        profile
+            .and_then(|p| p.interleave_ways)
+            .map_or(DEFAULT_PAGES_PER_BLOCK, |w| {
+                w.clamp(1, layout::MAX_PAGES_PER_BLOCK)
+            })
+    })
 }
 
 fn put_u32(b: &mut [u8], at: usize, v: u32) {

@@ -1,0 +1,164 @@
+//! `tierbase kv`: the operator commands work end to end, and bad input is one clear line with a
+//! non-zero exit code and no panic.
+
+use std::process::{Command, Output};
+
+fn tierbase(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tierbase"))
+        .args(args)
+        .output()
+        .expect("run tierbase")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Fails unless `o` is a clean error: exit code not 0, one stderr line, no panic text.
+fn one_line_error(o: &Output, want: &str) {
+    let err = stderr(o);
+    assert!(!o.status.success(), "expected failure, got success: {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "one line expected: {err}"
+    );
+    assert!(err.contains(want), "expected '{want}' in: {err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
+}
+
+#[test]
+fn create_put_get_delete_scan_stats_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.tb");
+    let p = path.to_str().unwrap();
+    let o = tierbase(&["kv", "create", "--path", p, "--chunk", "1M"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("variable-size records"));
+
+    let o = tierbase(&["kv", "put", "--path", p, "hello", "world"]);
+    assert_eq!(stdout(&o).trim(), "inserted");
+    let o = tierbase(&["kv", "put", "--path", p, "hello", "there"]);
+    assert_eq!(stdout(&o).trim(), "replaced");
+    let o = tierbase(&["kv", "--hex", "put", "--path", p, "00ff", "0102"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let o = tierbase(&["kv", "get", "--path", p, "hello"]);
+    assert!(o.status.success());
+    assert_eq!(stdout(&o).trim(), "there");
+    let o = tierbase(&["kv", "--hex", "get", "--path", p, "00ff"]);
+    assert_eq!(stdout(&o).trim(), "0102");
+    // Not found: exit code 1, no error text beyond "not found".
+    let o = tierbase(&["kv", "get", "--path", p, "absent"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stderr(&o).trim(), "not found");
+
+    let o = tierbase(&["kv", "scan", "--path", p]);
+    assert!(stdout(&o).contains("hello\tthere"), "{}", stdout(&o));
+    assert_eq!(stdout(&o).lines().count(), 2);
+
+    let o = tierbase(&["kv", "stats", "--path", p]);
+    let s = stdout(&o);
+    assert!(s.contains("records       2"), "{s}");
+    assert!(s.contains("durability"), "{s}");
+    assert!(s.contains("DRAM index"), "{s}");
+    let o = tierbase(&["kv", "stats", "--path", p, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["stats"]["records"], 2);
+    assert!(v["recovery"]["duration"].is_object());
+
+    let o = tierbase(&["kv", "delete", "--path", p, "hello"]);
+    assert_eq!(stdout(&o).trim(), "deleted");
+    let o = tierbase(&["kv", "delete", "--path", p, "hello"]);
+    assert_eq!(o.status.code(), Some(1));
+
+    let o = tierbase(&["kv", "verify", "--path", p]);
+    assert!(o.status.success(), "{}", stdout(&o));
+    assert!(stdout(&o).contains("OK: no format violations"));
+}
+
+#[test]
+fn verify_reports_damage_with_exit_code_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("damaged.tb");
+    let p = path.to_str().unwrap();
+    assert!(
+        tierbase(&["kv", "create", "--path", p, "--chunk", "1M"])
+            .status
+            .success()
+    );
+    assert!(
+        tierbase(&["kv", "put", "--path", p, "k", "v"])
+            .status
+            .success()
+    );
+    // A record header that runs past its block: region header (4 KiB) + store header (4 KiB).
+    let mut bytes = std::fs::read(&path).unwrap();
+    let word: u32 = 1 | (5 << 2) | (0xFFFF << 16);
+    bytes[8192..8196].copy_from_slice(&word.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let o = tierbase(&["kv", "verify", "--path", p]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains("problem"), "{}", stdout(&o));
+    // Opening it for use refuses with one line.
+    one_line_error(&tierbase(&["kv", "get", "--path", p, "k"]), "corrupt");
+}
+
+#[test]
+fn bad_input_is_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixed = dir.path().join("fixed.tb");
+    let f = fixed.to_str().unwrap();
+    assert!(
+        tierbase(&[
+            "kv", "create", "--path", f, "--fixed", "8:4", "--chunk", "1M"
+        ])
+        .status
+        .success()
+    );
+    one_line_error(
+        &tierbase(&["kv", "put", "--path", f, "short", "abcd"]),
+        "wrong key size: 5 bytes",
+    );
+    one_line_error(
+        &tierbase(&["kv", "put", "--path", f, "12345678", "toolong"]),
+        "wrong value size",
+    );
+    one_line_error(&tierbase(&["kv", "put", "--path", f, "", "abcd"]), "");
+    one_line_error(&tierbase(&["kv", "create", "--path", f]), "File exists");
+    one_line_error(
+        &tierbase(&["kv", "create", "--path", "/x.tb", "--fixed", "8x4"]),
+        "expected KEY_BYTES:VALUE_BYTES",
+    );
+    one_line_error(
+        &tierbase(&["kv", "create", "--path", "/nonexistent/dir/s.tb"]),
+        "No such file or directory",
+    );
+    one_line_error(
+        &tierbase(&["kv", "get", "--path", "/nonexistent/s.tb", "k"]),
+        "No such file or directory",
+    );
+    one_line_error(&tierbase(&["kv", "get", "k"]), "--path <FILE> is required");
+    one_line_error(
+        &tierbase(&["kv", "--hex", "get", "--path", f, "zz"]),
+        "is not hex",
+    );
+    one_line_error(
+        &tierbase(&["kv", "create", "--path", "/tmp/x.tb", "--chunk", "10Q"]),
+        "unknown unit 'Q'",
+    );
+    // A file that is not a store.
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, vec![7u8; 100_000]).unwrap();
+    one_line_error(
+        &tierbase(&["kv", "stats", "--path", junk.to_str().unwrap()]),
+        "not a tierbase region",
+    );
+}
