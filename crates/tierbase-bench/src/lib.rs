@@ -49,6 +49,7 @@ pub mod report;
 pub mod results;
 pub mod rng;
 pub mod runner;
+pub mod units;
 pub mod workload;
 
 pub use error::{BenchError, Result};

@@ -75,7 +75,8 @@ impl OpKind {
     }
 }
 
-fn new_histogram() -> Histogram<u64> {
+/// A new latency histogram in nanoseconds (3 significant digits, resizing itself as needed).
+pub fn new_histogram() -> Histogram<u64> {
     // Constant arguments inside hdrhistogram's documented domain (low ≥ 1, high ≥ 2·low,
     // 0..=5 significant digits): this cannot fail, whatever the input.
     #[allow(clippy::expect_used)]

@@ -1,49 +1,14 @@
 //! Small parsing helpers shared by commands.
 
 /// Parses a size such as `4096`, `64K`, `256M`, `10G`, `1T`, `512KiB`, `2GB` (binary
-/// multiples: K = 1024). Rejects unknown suffixes, empty input and overflow with a clear message.
+/// multiples: K = 1024); the message says what is wrong (for clap value parsers).
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    if num.is_empty() {
-        return Err(format!(
-            "invalid size '{s}': expected a number with an optional K/M/G/T suffix"
-        ));
-    }
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid size '{s}': number too large"))?;
-    let shift = match unit.trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        "T" | "TB" | "TIB" => 40,
-        other => {
-            return Err(format!(
-                "invalid size '{s}': unknown unit '{other}' (use K, M, G or T)"
-            ));
-        }
-    };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("invalid size '{s}': too large"))
+    tierbase_bench::units::parse_size(s).map_err(|e| e.to_string())
 }
 
 /// Formats a byte count with a binary unit, e.g. `1.5 GiB`.
 pub fn format_size(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+    tierbase_bench::units::format_bytes(bytes)
 }
 
 #[cfg(test)]
