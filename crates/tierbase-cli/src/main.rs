@@ -29,7 +29,7 @@ enum Command {
     Devices(cmd::devices::DevicesArgs),
     /// Run benchmarks (YCSB core workloads).
     Bench(cmd::bench::BenchArgs),
-    /// Turn benchmark JSON results into one HTML report with SVG charts.
+    /// Turn benchmark and profile JSON results into one HTML report with SVG charts.
     Report(cmd::report::ReportArgs),
     /// Measure a device (PerMA-Bench memory benchmarks, PIO block-device sweep).
     Profile(cmd::profile::ProfileArgs),

@@ -9,7 +9,7 @@ use super::Ctx;
 /// Arguments of `tierbase report`.
 #[derive(clap::Args, Debug)]
 pub struct ReportArgs {
-    /// Result files written by `tierbase bench ycsb --out`.
+    /// Result files written by `tierbase bench ycsb|micro --out` or `tierbase profile --out`.
     #[arg(required = true, value_name = "JSON")]
     inputs: Vec<PathBuf>,
     /// HTML file to write.
