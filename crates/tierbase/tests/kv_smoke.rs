@@ -129,3 +129,15 @@ fn pages_per_block_follow_the_emulated_profile_unless_given() {
         assert_eq!(store.pages_per_block(), expected, "{profile:?} {given:?}");
     }
 }
+
+#[test]
+fn store_level_puts_share_one_insert_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = KvStore::create(&dir.path().join("p.tb"), &opts(RecordLayout::Variable)).unwrap();
+    for i in 0..200u32 {
+        assert!(store.put(format!("k{i}").as_bytes(), b"value").unwrap());
+    }
+    // 200 small records fit one block: the convenience API must not take a block per call.
+    assert_eq!(store.stats().blocks_used, 1);
+    store.close().unwrap();
+}

@@ -19,6 +19,14 @@ use super::layout::{self, RecordLayout, RecordOffset, var};
 use super::store::{Inner, LARGE, PageRun, backoff};
 use crate::error::{Error, Result};
 
+/// Where a suspended client was inserting (its owned block stays owned meanwhile).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ClientState {
+    block: Option<u64>,
+    page: u32,
+    tried: u32,
+}
+
 /// A handle for one thread's writes (and reads). Create one per thread with
 /// [`super::KvStore::client`]; it owns an insert block until dropped.
 pub struct Client<'a> {
@@ -62,6 +70,24 @@ impl<'a> Client<'a> {
             rng: seed | 1,
             scratch: Vec::new(),
             buf: Vec::new(),
+        }
+    }
+
+    /// A client continuing where a suspended one stopped (same insert block and page).
+    pub(crate) fn resume(inner: &'a Inner, state: ClientState) -> Self {
+        let mut c = Client::new(inner);
+        c.block = state.block;
+        c.page = state.page;
+        c.tried = state.tried;
+        c
+    }
+
+    /// Ends this client without giving up its insert block, to be resumed later.
+    pub(crate) fn suspend(mut self) -> ClientState {
+        ClientState {
+            block: self.block.take(),
+            page: self.page,
+            tried: self.tried,
         }
     }
 

@@ -50,7 +50,7 @@ mod walk;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_queue::SegQueue;
 use parking_lot::{Mutex, RwLock};
@@ -159,7 +159,9 @@ pub struct KvStore {
     recovery: RecoveryReport,
     reclaimer: Mutex<Option<background::Background>>,
     grower: Mutex<Option<background::Background>>,
-    shared_client: Mutex<()>,
+    /// The insert position of [`KvStore::put`]'s store-wide client, kept between calls so
+    /// that each call does not take (and seal) a block of its own.
+    shared_client: Mutex<client::ClientState>,
 }
 
 impl std::fmt::Debug for KvStore {
@@ -271,7 +273,6 @@ impl KvStore {
             clock: AtomicU64::new(0),
             metrics: metrics::Metrics::default(),
             compaction_gate: RwLock::new(()),
-            closed: AtomicBool::new(false),
             grower: Mutex::new(None),
         });
         let recovery = recovery::recover(&inner, opts.recovery_threads.max(1))?;
@@ -297,7 +298,7 @@ impl KvStore {
             recovery,
             reclaimer: Mutex::new(reclaimer),
             grower: Mutex::new(grower),
-            shared_client: Mutex::new(()),
+            shared_client: Mutex::new(client::ClientState::default()),
         })
     }
 
@@ -315,8 +316,11 @@ impl KvStore {
     /// Inserts or replaces `key` through a store-wide client (serialised; for convenience —
     /// use one [`Client`] per thread for throughput). Returns whether the key was new.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
-        let _one = self.shared_client.lock();
-        self.client().put(key, value)
+        let mut state = self.shared_client.lock();
+        let mut client = Client::resume(&self.inner, *state);
+        let result = client.put(key, value);
+        *state = client.suspend();
+        result
     }
 
     /// Deletes `key`; returns whether it existed.
@@ -467,7 +471,9 @@ impl KvStore {
             }
         }
         *self.inner.grower.lock() = None;
-        self.inner.closed.store(true, Ordering::Release);
+        // Give the store-wide client's insert block back (dropping a client seals it).
+        let state = std::mem::take(&mut *self.shared_client.lock());
+        drop(Client::resume(&self.inner, state));
     }
 }
 

@@ -17,7 +17,7 @@
 //!   hold identical data).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
 
 use crossbeam_queue::SegQueue;
 use parking_lot::{Mutex, RwLock};
@@ -108,7 +108,6 @@ pub(crate) struct Inner {
     pub metrics: Metrics,
     /// Iteration holds it shared; compaction of a block holds it exclusively.
     pub compaction_gate: RwLock<()>,
-    pub closed: AtomicBool,
     /// The background grower, woken when fresh blocks run low.
     pub grower: Mutex<Option<std::thread::Thread>>,
 }
