@@ -141,3 +141,66 @@ fn store_level_puts_share_one_insert_block() {
     assert_eq!(store.stats().blocks_used, 1);
     store.close().unwrap();
 }
+
+/// Durable operations cost the documented number of persist points (docs/BENCHMARKS.md,
+/// "msyncs per operation"): insert 2 (record, then validity), copy-on-write update 3 (record,
+/// validity, old copy invalidated), delete 1, in-place update 1, get 0. A persist point is one
+/// `msync` on a disk file and one fence on tmpfs; the counts must not depend on the medium.
+#[test]
+fn durable_operations_cost_the_documented_persists() {
+    let mut dirs = vec![tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()];
+    if let Ok(shm) = tempfile::tempdir_in("/dev/shm") {
+        dirs.push(shm);
+    }
+    let key = |i: u64| {
+        let mut k = [0u8; 16];
+        k[..8].copy_from_slice(&i.to_le_bytes());
+        k
+    };
+    for dir in &dirs {
+        for (value_size, update_cost) in [(200u32, 3u64), (8, 1)] {
+            let o = opts(RecordLayout::Fixed {
+                key_size: 16,
+                value_size,
+            });
+            let path = dir.path().join(format!("p{value_size}.tb"));
+            let store = KvStore::create(&path, &o).unwrap();
+            let mode = store.durability();
+            let persists = |s: &KvStore| {
+                let r = s.metrics().region;
+                r.syncs + r.fences
+            };
+            let mut c = store.client();
+            // Warm up: the client's first insert takes a block (and persists its header).
+            c.put(&key(0), &vec![0; value_size as usize]).unwrap();
+            let cost = |op: &mut dyn FnMut()| {
+                let before = persists(&store);
+                op();
+                persists(&store) - before
+            };
+            let v = vec![7u8; value_size as usize];
+            let mut out = Vec::new();
+            let what = format!("{mode} in {}, {value_size} B", dir.path().display());
+            assert_eq!(
+                cost(&mut || assert!(c.put(&key(1), &v).unwrap())),
+                2,
+                "insert, {what}"
+            );
+            assert_eq!(
+                cost(&mut || assert!(c.update(&key(1), &v).unwrap())),
+                update_cost,
+                "update, {what}"
+            );
+            assert_eq!(
+                cost(&mut || assert!(c.get(&key(1), &mut out).unwrap())),
+                0,
+                "get, {what}"
+            );
+            assert_eq!(
+                cost(&mut || assert!(c.delete(&key(1)).unwrap())),
+                1,
+                "delete, {what}"
+            );
+        }
+    }
+}
