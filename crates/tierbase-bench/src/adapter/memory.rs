@@ -54,8 +54,62 @@ fn charge(emulator: Option<&Emulator>, dir: Direction, bytes: usize) {
     }
 }
 
-type Shard = RwLock<HashMap<Box<[u8]>, Box<[u8]>, foldhash::fast::RandomState>>;
-type OrderedMap = RwLock<BTreeMap<Box<[u8]>, Box<[u8]>>>;
+type Value = Box<[u8]>;
+type Shard = RwLock<HashMap<Box<[u8]>, Value, foldhash::fast::RandomState>>;
+type OrderedMap = RwLock<BTreeMap<Box<[u8]>, Value>>;
+
+/// The point operations both reference stores need from their map, so one client serves both.
+trait PointMap {
+    fn put(&mut self, key: &[u8], value: &[u8]);
+    fn value(&self, key: &[u8]) -> Option<&Value>;
+    fn value_mut(&mut self, key: &[u8]) -> Option<&mut Value>;
+    fn remove(&mut self, key: &[u8]) -> bool;
+}
+
+impl PointMap for HashMap<Box<[u8]>, Value, foldhash::fast::RandomState> {
+    fn put(&mut self, key: &[u8], value: &[u8]) {
+        self.insert(key.into(), value.into());
+    }
+    fn value(&self, key: &[u8]) -> Option<&Value> {
+        self.get(key)
+    }
+    fn value_mut(&mut self, key: &[u8]) -> Option<&mut Value> {
+        self.get_mut(key)
+    }
+    fn remove(&mut self, key: &[u8]) -> bool {
+        HashMap::remove(self, key).is_some()
+    }
+}
+
+impl PointMap for BTreeMap<Box<[u8]>, Value> {
+    fn put(&mut self, key: &[u8], value: &[u8]) {
+        self.insert(key.into(), value.into());
+    }
+    fn value(&self, key: &[u8]) -> Option<&Value> {
+        self.get(key)
+    }
+    fn value_mut(&mut self, key: &[u8]) -> Option<&mut Value> {
+        self.get_mut(key)
+    }
+    fn remove(&mut self, key: &[u8]) -> bool {
+        BTreeMap::remove(self, key).is_some()
+    }
+}
+
+/// A reference store as its client sees it: which locked map holds a key, the emulator to
+/// charge, and scans where the store supports them.
+trait MapStore: Sync {
+    type Map: PointMap;
+    fn map_for(&self, key: &[u8]) -> &RwLock<Self::Map>;
+    fn emulator(&self) -> Option<&Emulator>;
+    /// Visits up to `count` records from `start` on; returns (records, bytes) visited.
+    fn scan(
+        &self,
+        start: &[u8],
+        count: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<(usize, usize)>;
+}
 
 /// `memory`: a sharded concurrent hash map (64 shards, each a `HashMap` behind a read-write
 /// lock). Point operations only: [`Client::scan`] is unsupported.
@@ -82,11 +136,26 @@ impl MemoryStore {
             emulator: emulator_for(opts)?,
         })
     }
+}
+
+impl MapStore for MemoryStore {
+    type Map = HashMap<Box<[u8]>, Value, foldhash::fast::RandomState>;
 
     #[inline]
-    fn shard(&self, key: &[u8]) -> &Shard {
+    fn map_for(&self, key: &[u8]) -> &Shard {
         let h = self.shard_hasher.hash_one(key);
         &self.shards[(h >> 32) as usize & (SHARDS - 1)]
+    }
+
+    fn emulator(&self) -> Option<&Emulator> {
+        self.emulator.as_ref()
+    }
+
+    fn scan(&self, _: &[u8], _: usize, _: &mut dyn FnMut(&[u8], &[u8])) -> Result<(usize, usize)> {
+        Err(BenchError::unsupported(
+            "memory",
+            "ordered scans (it is a hash map; use memory-btree)",
+        ))
     }
 }
 
@@ -101,76 +170,11 @@ impl Store for MemoryStore {
     }
 
     fn client(&self) -> Result<Box<dyn Client + '_>> {
-        Ok(Box::new(MemoryClient { store: self }))
+        Ok(Box::new(MapClient { store: self }))
     }
 
     fn close(self: Box<Self>) -> Result<()> {
         Ok(())
-    }
-}
-
-struct MemoryClient<'a> {
-    store: &'a MemoryStore,
-}
-
-impl Client for MemoryClient<'_> {
-    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.store
-            .shard(key)
-            .write()
-            .insert(key.into(), value.into());
-        charge(
-            self.store.emulator.as_ref(),
-            Direction::Write,
-            key.len() + value.len(),
-        );
-        Ok(())
-    }
-
-    fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        out.clear();
-        let found = match self.store.shard(key).read().get(key) {
-            Some(v) => {
-                out.extend_from_slice(v);
-                true
-            }
-            None => false,
-        };
-        charge(
-            self.store.emulator.as_ref(),
-            Direction::Read,
-            key.len() + out.len(),
-        );
-        Ok(found)
-    }
-
-    fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
-        let found = match self.store.shard(key).write().get_mut(key) {
-            Some(v) => {
-                *v = value.into();
-                true
-            }
-            None => false,
-        };
-        charge(
-            self.store.emulator.as_ref(),
-            Direction::Write,
-            key.len() + value.len(),
-        );
-        Ok(found)
-    }
-
-    fn delete(&mut self, key: &[u8]) -> Result<bool> {
-        let found = self.store.shard(key).write().remove(key).is_some();
-        charge(self.store.emulator.as_ref(), Direction::Write, key.len());
-        Ok(found)
-    }
-
-    fn scan(&mut self, _: &[u8], _: usize, _: &mut dyn FnMut(&[u8], &[u8])) -> Result<usize> {
-        Err(BenchError::unsupported(
-            "memory",
-            "ordered scans (it is a hash map; use memory-btree)",
-        ))
     }
 }
 
@@ -191,6 +195,35 @@ impl MemoryBTreeStore {
     }
 }
 
+impl MapStore for MemoryBTreeStore {
+    type Map = BTreeMap<Box<[u8]>, Value>;
+
+    fn map_for(&self, _: &[u8]) -> &OrderedMap {
+        &self.map
+    }
+
+    fn emulator(&self) -> Option<&Emulator> {
+        self.emulator.as_ref()
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        count: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<(usize, usize)> {
+        let (mut visited, mut bytes) = (0, 0);
+        let map = self.map.read();
+        let range = map.range::<[u8], _>((Bound::Included(start), Bound::Unbounded));
+        for (k, v) in range.take(count) {
+            visit(k, v);
+            visited += 1;
+            bytes += k.len() + v.len();
+        }
+        Ok((visited, bytes))
+    }
+}
+
 impl Store for MemoryBTreeStore {
     fn info(&self) -> StoreInfo {
         info_for(
@@ -202,7 +235,7 @@ impl Store for MemoryBTreeStore {
     }
 
     fn client(&self) -> Result<Box<dyn Client + '_>> {
-        Ok(Box::new(MemoryBTreeClient { store: self }))
+        Ok(Box::new(MapClient { store: self }))
     }
 
     fn close(self: Box<Self>) -> Result<()> {
@@ -210,15 +243,16 @@ impl Store for MemoryBTreeStore {
     }
 }
 
-struct MemoryBTreeClient<'a> {
-    store: &'a MemoryBTreeStore,
+/// The client of either reference store.
+struct MapClient<'a, S> {
+    store: &'a S,
 }
 
-impl Client for MemoryBTreeClient<'_> {
+impl<S: MapStore> Client for MapClient<'_, S> {
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.store.map.write().insert(key.into(), value.into());
+        self.store.map_for(key).write().put(key, value);
         charge(
-            self.store.emulator.as_ref(),
+            self.store.emulator(),
             Direction::Write,
             key.len() + value.len(),
         );
@@ -227,7 +261,7 @@ impl Client for MemoryBTreeClient<'_> {
 
     fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         out.clear();
-        let found = match self.store.map.read().get(key) {
+        let found = match self.store.map_for(key).read().value(key) {
             Some(v) => {
                 out.extend_from_slice(v);
                 true
@@ -235,7 +269,7 @@ impl Client for MemoryBTreeClient<'_> {
             None => false,
         };
         charge(
-            self.store.emulator.as_ref(),
+            self.store.emulator(),
             Direction::Read,
             key.len() + out.len(),
         );
@@ -243,7 +277,7 @@ impl Client for MemoryBTreeClient<'_> {
     }
 
     fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
-        let found = match self.store.map.write().get_mut(key) {
+        let found = match self.store.map_for(key).write().value_mut(key) {
             Some(v) => {
                 *v = value.into();
                 true
@@ -251,7 +285,7 @@ impl Client for MemoryBTreeClient<'_> {
             None => false,
         };
         charge(
-            self.store.emulator.as_ref(),
+            self.store.emulator(),
             Direction::Write,
             key.len() + value.len(),
         );
@@ -259,8 +293,8 @@ impl Client for MemoryBTreeClient<'_> {
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<bool> {
-        let found = self.store.map.write().remove(key).is_some();
-        charge(self.store.emulator.as_ref(), Direction::Write, key.len());
+        let found = self.store.map_for(key).write().remove(key);
+        charge(self.store.emulator(), Direction::Write, key.len());
         Ok(found)
     }
 
@@ -270,18 +304,8 @@ impl Client for MemoryBTreeClient<'_> {
         count: usize,
         visit: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
-        let mut visited = 0;
-        let mut bytes = 0;
-        {
-            let map = self.store.map.read();
-            let range = map.range::<[u8], _>((Bound::Included(start), Bound::Unbounded));
-            for (k, v) in range.take(count) {
-                visit(k, v);
-                visited += 1;
-                bytes += k.len() + v.len();
-            }
-        }
-        charge(self.store.emulator.as_ref(), Direction::Read, bytes);
+        let (visited, bytes) = self.store.scan(start, count, visit)?;
+        charge(self.store.emulator(), Direction::Read, bytes);
         Ok(visited)
     }
 }
