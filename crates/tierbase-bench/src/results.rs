@@ -29,6 +29,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::adapter::Capabilities;
@@ -181,14 +182,7 @@ impl ResultFile {
 
     /// Writes the file atomically (temporary file in the same directory, then rename).
     pub fn write(&self, path: &Path) -> Result<()> {
-        let text = serde_json::to_string_pretty(self)
-            .map_err(|e| BenchError::invalid(format!("cannot encode results: {e}")))?;
-        let tmp = temp_sibling(path);
-        std::fs::write(&tmp, text + "\n").map_err(|e| BenchError::io("write", &tmp, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            BenchError::io("rename into", path, e)
-        })
+        write_json_atomically(self, path)
     }
 
     /// Reads and checks a result file.
@@ -199,33 +193,64 @@ impl ResultFile {
 
     /// Parses result-file text; `path` is only used in error messages.
     pub fn parse(text: &str, path: &Path) -> Result<Self> {
-        let malformed = |detail: String| BenchError::MalformedResult {
-            path: path.to_path_buf(),
-            detail,
-        };
-        let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| malformed(format!("invalid JSON: {e}")))?;
-        let obj = value.as_object().ok_or_else(|| {
-            malformed("expected a JSON object with \"format\" and \"runs\"".into())
-        })?;
-        if obj.get("format").and_then(|f| f.as_str()) != Some(RESULT_FORMAT) {
-            return Err(malformed(format!(
-                "missing \"format\": \"{RESULT_FORMAT}\" (was it written by `tierbase bench`?)"
-            )));
-        }
-        let version = obj
-            .get("format_version")
-            .and_then(serde_json::Value::as_u64)
-            .ok_or_else(|| malformed("missing numeric \"format_version\"".into()))?;
-        if version != u64::from(RESULT_FORMAT_VERSION) {
-            return Err(BenchError::UnsupportedResultVersion {
-                path: path.to_path_buf(),
-                found: version,
-                supported: RESULT_FORMAT_VERSION,
-            });
-        }
-        serde_json::from_value(value).map_err(|e| malformed(e.to_string()))
+        parse_versioned(
+            text,
+            path,
+            RESULT_FORMAT,
+            RESULT_FORMAT_VERSION,
+            "tierbase bench",
+        )
     }
+}
+
+/// Writes `value` as pretty JSON atomically (temporary sibling, then rename), so a reader never
+/// sees half a file.
+pub(crate) fn write_json_atomically<T: Serialize>(value: &T, path: &Path) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| BenchError::invalid(format!("cannot encode results: {e}")))?;
+    let tmp = temp_sibling(path);
+    std::fs::write(&tmp, text + "\n").map_err(|e| BenchError::io("write", &tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        BenchError::io("rename into", path, e)
+    })
+}
+
+/// Parses a JSON file that names its `format` and `format_version`, checking both before the
+/// body; `writer` is the command that writes such files (for the error message).
+pub(crate) fn parse_versioned<T: DeserializeOwned>(
+    text: &str,
+    path: &Path,
+    format: &str,
+    format_version: u32,
+    writer: &str,
+) -> Result<T> {
+    let malformed = |detail: String| BenchError::MalformedResult {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| malformed(format!("invalid JSON: {e}")))?;
+    let obj = value
+        .as_object()
+        .ok_or_else(|| malformed("expected a JSON object with a \"format\" field".into()))?;
+    if obj.get("format").and_then(|f| f.as_str()) != Some(format) {
+        return Err(malformed(format!(
+            "missing \"format\": \"{format}\" (was it written by `{writer}`?)"
+        )));
+    }
+    let version = obj
+        .get("format_version")
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| malformed("missing numeric \"format_version\"".into()))?;
+    if version != u64::from(format_version) {
+        return Err(BenchError::UnsupportedResultVersion {
+            path: path.to_path_buf(),
+            found: version,
+            supported: format_version,
+        });
+    }
+    serde_json::from_value(value).map_err(|e| malformed(e.to_string()))
 }
 
 fn temp_sibling(path: &Path) -> PathBuf {

@@ -39,7 +39,7 @@ use tierbase::device::DeviceProfile;
 use super::block::BlockRun;
 use super::memory::{MemoryRun, SkippedRun};
 use crate::error::{BenchError, Result};
-use crate::results::HostInfo;
+use crate::results::{HostInfo, parse_versioned, write_json_atomically};
 
 /// Value of the `format` field.
 pub const PROFILE_FORMAT: &str = "tierbase-profile-results";
@@ -106,16 +106,7 @@ impl ProfileResultFile {
 
     /// Writes atomically (temporary sibling, then rename).
     pub fn write(&self, path: &Path) -> Result<()> {
-        let text = serde_json::to_string_pretty(self)
-            .map_err(|e| BenchError::invalid(format!("cannot encode results: {e}")))?;
-        let mut name = path.file_name().unwrap_or_default().to_os_string();
-        name.push(format!(".tmp-{}", std::process::id()));
-        let tmp = path.with_file_name(name);
-        std::fs::write(&tmp, text + "\n").map_err(|e| BenchError::io("write", &tmp, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            BenchError::io("rename into", path, e)
-        })
+        write_json_atomically(self, path)
     }
 
     /// Whether JSON text claims to be a profile result file (its `format` field).
@@ -128,29 +119,13 @@ impl ProfileResultFile {
 
     /// Parses and checks a profile result file; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<Self> {
-        let malformed = |detail: String| BenchError::MalformedResult {
-            path: path.to_path_buf(),
-            detail,
-        };
-        let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| malformed(format!("invalid JSON: {e}")))?;
-        if value.get("format").and_then(|f| f.as_str()) != Some(PROFILE_FORMAT) {
-            return Err(malformed(format!(
-                "missing \"format\": \"{PROFILE_FORMAT}\" (was it written by `tierbase profile`?)"
-            )));
-        }
-        let version = value
-            .get("format_version")
-            .and_then(serde_json::Value::as_u64)
-            .ok_or_else(|| malformed("missing numeric \"format_version\"".into()))?;
-        if version != u64::from(PROFILE_FORMAT_VERSION) {
-            return Err(BenchError::UnsupportedResultVersion {
-                path: path.to_path_buf(),
-                found: version,
-                supported: PROFILE_FORMAT_VERSION,
-            });
-        }
-        serde_json::from_value(value).map_err(|e| malformed(e.to_string()))
+        parse_versioned(
+            text,
+            path,
+            PROFILE_FORMAT,
+            PROFILE_FORMAT_VERSION,
+            "tierbase profile",
+        )
     }
 
     /// Reads and checks a file.
