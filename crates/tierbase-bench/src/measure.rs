@@ -199,15 +199,7 @@ impl Measurements {
                     } else {
                         0.0
                     },
-                    latency_ns: LatencySummary {
-                        min: h.min(),
-                        mean: h.mean(),
-                        p50: h.value_at_quantile(0.50),
-                        p90: h.value_at_quantile(0.90),
-                        p99: h.value_at_quantile(0.99),
-                        p999: h.value_at_quantile(0.999),
-                        max: h.max(),
-                    },
+                    latency_ns: LatencySummary::of(h).unwrap_or_default(),
                 };
                 (kind, stats)
             })
@@ -238,9 +230,12 @@ impl Measurements {
     }
 }
 
-/// Latency percentiles of one operation type, in nanoseconds.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+/// Latency percentiles of one operation type (or of sampled operations), in nanoseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LatencySummary {
+    /// Latencies recorded (result files from before this field read as 0).
+    #[serde(default)]
+    pub samples: u64,
     /// Fastest.
     pub min: u64,
     /// Mean.
@@ -255,6 +250,25 @@ pub struct LatencySummary {
     pub p999: u64,
     /// Slowest.
     pub max: u64,
+}
+
+impl LatencySummary {
+    /// Summarises a histogram (`None` if it is empty).
+    pub fn of(h: &Histogram<u64>) -> Option<Self> {
+        if h.is_empty() {
+            return None;
+        }
+        Some(LatencySummary {
+            samples: h.len(),
+            min: h.min(),
+            mean: h.mean(),
+            p50: h.value_at_quantile(0.5),
+            p90: h.value_at_quantile(0.9),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+        })
+    }
 }
 
 /// Counts, throughput and latency of one operation type in one run.

@@ -17,7 +17,8 @@
 //!             throughput (ops/s, median repetition), elapsed_s, measured_ops, stopped_early,
 //!             load: { threads, records, elapsed_s, throughput } or null,
 //!             operations: { read: { count, not_found, throughput,
-//!                                   latency_ns: { min, mean, p50, p90, p99, p999, max } }, .. },
+//!                                   latency_ns: { samples, min, mean, p50, p90, p99, p999,
+//!                                                 max } }, .. },
 //!             timeline: [ { start_s, duration_s, ops, ops_per_s }, .. ],
 //!             verify_failures } ] }
 //! ```

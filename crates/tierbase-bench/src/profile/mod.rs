@@ -29,51 +29,9 @@ pub mod results;
 pub mod save;
 pub mod target;
 
-use serde::{Deserialize, Serialize};
-
 use crate::error::{BenchError, Result};
 
-/// Latency percentiles of sampled operations, in nanoseconds.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LatencySummary {
-    /// Operations sampled.
-    pub samples: u64,
-    /// Smallest.
-    pub min: u64,
-    /// Mean.
-    pub mean: f64,
-    /// Median.
-    pub p50: u64,
-    /// 90th percentile.
-    pub p90: u64,
-    /// 99th percentile.
-    pub p99: u64,
-    /// 99.9th percentile.
-    pub p999: u64,
-    /// Largest.
-    pub max: u64,
-}
-
-impl LatencySummary {
-    /// Summarises a histogram (`None` if it is empty).
-    pub fn of(h: &hdrhistogram::Histogram<u64>) -> Option<Self> {
-        if h.is_empty() {
-            return None;
-        }
-        Some(LatencySummary {
-            samples: h.len(),
-            min: h.min(),
-            mean: h.mean(),
-            p50: h.value_at_quantile(0.5),
-            p90: h.value_at_quantile(0.9),
-            p99: h.value_at_quantile(0.99),
-            p999: h.value_at_quantile(0.999),
-            max: h.max(),
-        })
-    }
-}
-
-pub use crate::measure::new_histogram;
+pub use crate::measure::{LatencySummary, new_histogram};
 pub use crate::units::{format_bytes, parse_size};
 
 /// Parses a comma-separated list with `item`, naming `what` in errors; empty items and empty
