@@ -246,3 +246,18 @@ fn path_suffix(path: &Option<PathBuf>) -> String {
         None => String::new(),
     }
 }
+
+/// A TOML error as one line ("line L, column C: message"); the `Display` form of
+/// `toml::de::Error` spans several lines with a source excerpt, which a CLI must not print.
+pub fn one_line_toml_error(e: &toml::de::Error, text: &str) -> String {
+    let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    match e.span() {
+        Some(span) => {
+            let before = text.get(..span.start).unwrap_or(text);
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message,
+    }
+}

@@ -27,4 +27,4 @@ pub mod device;
 mod error;
 pub mod kv;
 
-pub use error::{Error, Result};
+pub use error::{Error, Result, one_line_toml_error};

@@ -29,6 +29,7 @@ use super::packages::ExecMode;
 use super::persist::Persist;
 use super::{parse_count, parse_size};
 use crate::error::{BenchError, Result};
+use tierbase::one_line_toml_error;
 
 /// Every parameter name, with its aliases and meaning (for `--help` texts and errors).
 pub const PARAMETERS: [(&str, &[&str], &str); 20] = [
@@ -489,19 +490,5 @@ fn boolean(v: &Value) -> Result<bool> {
         other => Err(BenchError::invalid(format!(
             "expected true or false, got {other}"
         ))),
-    }
-}
-
-/// A TOML error as one line ("line L, column C: message").
-fn one_line_toml_error(e: &toml::de::Error, text: &str) -> String {
-    let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
-    match e.span() {
-        Some(span) => {
-            let before = text.get(..span.start).unwrap_or(text);
-            let line = before.matches('\n').count() + 1;
-            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-            format!("line {line}, column {column}: {message}")
-        }
-        None => message,
     }
 }

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{BenchError, Result};
 use crate::generator::YCSB_ZIPFIAN_CONSTANT;
 pub use keys::{MIN_KEY_SIZE, TEXT_KEY_MIN_SIZE, VALUE_HEADER_LEN};
+use tierbase::one_line_toml_error;
 
 /// Largest key accepted, in bytes.
 pub const MAX_KEY_SIZE: usize = 4096;
@@ -424,7 +425,8 @@ impl WorkloadSpec {
     /// value_size = "uniform:64-4096"
     /// ```
     pub fn from_toml(text: &str) -> Result<Self> {
-        let f: WorkloadFile = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
+        let f: WorkloadFile =
+            toml::from_str(text).map_err(|e| BenchError::invalid(one_line_toml_error(&e, text)))?;
         let base = match f.base.as_deref() {
             Some(b) => CoreWorkload::parse(b)?,
             None => CoreWorkload::A,
@@ -542,20 +544,6 @@ impl WorkloadSpec {
         .into_iter()
         .filter(|(_, p)| *p > 0.0)
         .collect()
-    }
-}
-
-/// A TOML error as one line: `line L, column C: message`.
-fn toml_error(text: &str, e: &toml::de::Error) -> BenchError {
-    let message = e.message().trim().replace('\n', "; ");
-    match e.span() {
-        Some(span) => {
-            let before = text.get(..span.start).unwrap_or(text);
-            let line = before.matches('\n').count() + 1;
-            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-            BenchError::invalid(format!("line {line}, column {column}: {message}"))
-        }
-        None => BenchError::invalid(message),
     }
 }
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, one_line_toml_error};
 
 const BUILTIN: &str = include_str!("../../profiles/catalogue.toml");
 
@@ -274,21 +274,6 @@ impl Catalogue {
         std::fs::write(&tmp, text).map_err(|e| Error::io("write", Some(&tmp), e))?;
         std::fs::rename(&tmp, path).map_err(|e| Error::io("rename", Some(path), e))?;
         Ok(())
-    }
-}
-
-/// A TOML error as one line ("line L, column C: message"); the `Display` form of
-/// `toml::de::Error` spans several lines with a source excerpt, which a CLI must not print.
-fn one_line_toml_error(e: &toml::de::Error, text: &str) -> String {
-    let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
-    match e.span() {
-        Some(span) => {
-            let before = text.get(..span.start).unwrap_or(text);
-            let line = before.matches('\n').count() + 1;
-            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-            format!("line {line}, column {column}: {message}")
-        }
-        None => message,
     }
 }
 
