@@ -1,10 +1,14 @@
 //! `tierbase bench` and `tierbase report` as a user runs them: the built binary, real files.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
+use common::{BIN, assert_one_line_error, text};
+
 fn tierbase(args: &[&str], tmp: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tierbase"))
+    Command::new(BIN)
         .args(args)
         .current_dir(tmp)
         .env("TMPDIR", tmp)
@@ -13,23 +17,11 @@ fn tierbase(args: &[&str], tmp: &Path) -> Output {
         .expect("run tierbase")
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 /// Runs with `args`, expects failure with exactly one stderr line containing `want`.
 fn fails_with(args: &[&str], want: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let out = tierbase(args, tmp.path());
-    let err = text(&out.stderr);
-    assert!(!out.status.success(), "{args:?} succeeded: {err}");
-    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
-    assert_eq!(
-        err.trim_end().lines().count(),
-        1,
-        "{args:?}: one line expected, got:\n{err}"
-    );
-    assert!(err.starts_with("tierbase: error: "), "{args:?}: {err}");
+    let err = assert_one_line_error(&out, &format!("{args:?}"));
     assert!(err.contains(want), "{args:?}: expected '{want}' in: {err}");
     // Nothing was written: no result file, no leftover temporary data.
     let left: Vec<_> = std::fs::read_dir(tmp.path())

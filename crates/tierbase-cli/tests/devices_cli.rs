@@ -1,11 +1,13 @@
 //! `tierbase devices` tells the truth about this machine, and bad input gives one clear line.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
 use tempfile::TempDir;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tierbase");
+use common::{BIN, assert_one_line_error, stderr, stdout};
 
 /// Runs the binary isolated from the user's own profile file.
 fn run(args: &[&str]) -> Output {
@@ -16,14 +18,6 @@ fn run(args: &[&str]) -> Output {
         .env("RUST_BACKTRACE", "1")
         .output()
         .expect("run tierbase")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).expect("utf-8 stdout")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).expect("utf-8 stderr")
 }
 
 /// The flush instruction /proc/cpuinfo says this CPU has (clwb > clflushopt > clflush).
@@ -67,19 +61,9 @@ fn on_tmpfs(p: &Path) -> bool {
     })
 }
 
-/// The one-line error contract: non-zero exit, exactly one line on stderr, no panic.
-fn assert_one_line_error(o: &Output, what: &str) -> String {
-    let err = stderr(o);
-    assert!(!o.status.success(), "{what}: must fail");
-    assert_eq!(
-        err.lines().count(),
-        1,
-        "{what}: one line on stderr, got:\n{err}"
-    );
-    assert!(err.starts_with("tierbase: error: "), "{what}: {err}");
-    for bad in ["panicked", "backtrace", "RUST_BACKTRACE"] {
-        assert!(!err.contains(bad), "{what}: {err}");
-    }
+/// The shared one-line error contract, and `devices` prints nothing on stdout when it fails.
+fn one_line_error(o: &Output, what: &str) -> String {
+    let err = assert_one_line_error(o, what);
     assert!(stdout(o).is_empty(), "{what}: nothing on stdout");
     err
 }
@@ -156,18 +140,18 @@ fn devices_json_is_valid_and_agrees() {
 #[test]
 fn bad_directories_are_one_line_errors() {
     let o = run(&["devices", "--dir", "/definitely/not/here"]);
-    let err = assert_one_line_error(&o, "missing dir");
+    let err = one_line_error(&o, "missing dir");
     assert!(err.contains("/definitely/not/here"), "{err}");
 
     let f = tempfile::NamedTempFile::new().unwrap();
     let o = run(&["devices", "--dir", f.path().to_str().unwrap()]);
-    let err = assert_one_line_error(&o, "a file, not a dir");
+    let err = one_line_error(&o, "a file, not a dir");
     assert!(err.contains("not a directory"), "{err}");
 
     // /proc cannot hold files: the probe cannot write there.
     if Path::new("/proc/self").exists() {
         let o = run(&["devices", "--dir", "/proc"]);
-        assert_one_line_error(&o, "unwritable dir");
+        one_line_error(&o, "unwritable dir");
     }
 }
 
@@ -193,11 +177,11 @@ fn bad_profile_files_are_one_line_errors() {
         let path = dir.path().join(name);
         std::fs::write(&path, text).unwrap();
         let o = run(&["--profiles", path.to_str().unwrap(), "devices"]);
-        let err = assert_one_line_error(&o, name);
+        let err = one_line_error(&o, name);
         assert!(err.contains(name), "{name}: names the file: {err}");
     }
     let o = run(&["--profiles", "/no/such/profiles.toml", "devices"]);
-    assert_one_line_error(&o, "missing profile file");
+    one_line_error(&o, "missing profile file");
 }
 
 #[test]

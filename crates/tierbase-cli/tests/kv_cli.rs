@@ -1,37 +1,20 @@
 //! `tierbase kv`: the operator commands work end to end, and bad input is one clear line with a
 //! non-zero exit code and no panic.
 
+mod common;
+
 use std::process::{Command, Output};
 
+use common::{BIN, assert_one_line_error, stderr, stdout};
+
 fn tierbase(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tierbase"))
-        .args(args)
-        .output()
-        .expect("run tierbase")
+    Command::new(BIN).args(args).output().expect("run tierbase")
 }
 
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Fails unless `o` is a clean error: exit code not 0, one stderr line, no panic text.
+/// Fails unless `o` is a clean error mentioning `want`.
 fn one_line_error(o: &Output, want: &str) {
-    let err = stderr(o);
-    assert!(!o.status.success(), "expected failure, got success: {err}");
-    assert_eq!(
-        err.trim_end().lines().count(),
-        1,
-        "one line expected: {err}"
-    );
+    let err = assert_one_line_error(o, want);
     assert!(err.contains(want), "expected '{want}' in: {err}");
-    assert!(
-        !err.contains("panicked") && !err.contains("backtrace"),
-        "{err}"
-    );
 }
 
 #[test]

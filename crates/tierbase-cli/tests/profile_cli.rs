@@ -1,11 +1,13 @@
 //! `tierbase profile` as a user runs it: bad input is one clear line, runs save profiles and
 //! JSON, and nothing is left behind — also after Ctrl-C.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_tierbase");
+use common::{BIN, assert_one_line_error, text};
 
 fn command(args: &[&str], tmp: &Path) -> Command {
     let mut c = Command::new(BIN);
@@ -18,10 +20,6 @@ fn command(args: &[&str], tmp: &Path) -> Command {
 
 fn tierbase(args: &[&str], tmp: &Path) -> Output {
     command(args, tmp).output().expect("run tierbase")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn entries(dir: &Path) -> Vec<String> {
@@ -41,15 +39,7 @@ fn fails_with(args: &[&str], want: &str) {
     std::fs::write(tmp.path().join("bad.toml"), "[a]\nargs = { threads = 0 }\n").unwrap();
     let before = entries(tmp.path());
     let out = tierbase(args, tmp.path());
-    let err = text(&out.stderr);
-    assert!(!out.status.success(), "{args:?} succeeded: {err}");
-    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
-    assert_eq!(
-        err.trim_end().lines().count(),
-        1,
-        "{args:?}: one line expected, got:\n{err}"
-    );
-    assert!(err.starts_with("tierbase: error: "), "{args:?}: {err}");
+    let err = assert_one_line_error(&out, &format!("{args:?}"));
     assert!(err.contains(want), "{args:?}: expected '{want}' in: {err}");
     assert_eq!(entries(tmp.path()), before, "{args:?} left files behind");
     assert_eq!(

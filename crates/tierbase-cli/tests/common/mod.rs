@@ -1,0 +1,46 @@
+//! Helpers every CLI test shares: the built binary, its output as text, and the one-line error
+//! contract (non-zero exit, exactly one `tierbase: error: …` line on stderr, no panic or
+//! backtrace).
+
+// Each test file is its own crate and uses only some of these.
+#![allow(dead_code)]
+
+use std::process::Output;
+
+/// The `tierbase` binary Cargo built for these tests.
+pub const BIN: &str = env!("CARGO_BIN_EXE_tierbase");
+
+/// Output bytes as text; tierbase only ever prints UTF-8.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).expect("tierbase printed non-UTF-8 output")
+}
+
+/// Standard output as text.
+pub fn stdout(o: &Output) -> String {
+    text(&o.stdout)
+}
+
+/// Standard error as text.
+pub fn stderr(o: &Output) -> String {
+    text(&o.stderr)
+}
+
+/// Fails unless `o` is a clean CLI error; `context` names the run in failure messages.
+/// Returns the error line for further checks.
+pub fn assert_one_line_error(o: &Output, context: &str) -> String {
+    let err = stderr(o);
+    assert!(
+        !o.status.success(),
+        "{context}: must fail, got success: {err}"
+    );
+    for bad in ["panicked", "backtrace", "RUST_BACKTRACE"] {
+        assert!(!err.contains(bad), "{context}: {err}");
+    }
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "{context}: one line on stderr expected, got:\n{err}"
+    );
+    assert!(err.starts_with("tierbase: error: "), "{context}: {err}");
+    err
+}
