@@ -228,11 +228,9 @@ pub fn recovery(
         value_size: value_size as u32,
     };
     let record_bytes = tierbase::kv::layout::slot_size(key_size as u32, value_size as u32);
-    let opts = KvOptions {
-        layout: Some(layout),
-        chunk_size: (records * record_bytes * 11 / 10).clamp(16 << 20, 1 << 30),
-        ..KvOptions::default()
-    };
+    let opts = KvOptions::default()
+        .layout(layout)
+        .initial_size(records * record_bytes * 11 / 10);
     let store = KvStore::create(&path, &opts)?;
     log(&format!(
         "loading {records} records into {}",
@@ -272,10 +270,7 @@ pub fn recovery(
     for &t in threads {
         let mut samples = Vec::new();
         for _ in 0..repeat {
-            let o = KvOptions {
-                recovery_threads: t,
-                ..opts.clone()
-            };
+            let o = opts.clone().recovery_threads(t);
             let store = KvStore::open(&path, &o)?;
             if store.len() as u64 != records {
                 return Err(BenchError::invalid(format!(

@@ -15,20 +15,18 @@ fn main() -> tierbase::Result<()> {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
     let path = dir.join(format!("kv-quick-{}.tb", std::process::id()));
-    let opts = KvOptions {
-        layout: Some(RecordLayout::Fixed {
+    let opts = KvOptions::default()
+        .layout(RecordLayout::Fixed {
             key_size: 16,
             value_size: 200,
-        }),
-        region: tierbase::device::RegionOptions {
+        })
+        .region(tierbase::device::RegionOptions {
             prefault: std::env::var_os("PREFAULT").is_some(),
             flush: std::env::var("FLUSH")
                 .ok()
                 .and_then(|f| tierbase::device::FlushInstruction::parse(&f)),
             ..Default::default()
-        },
-        ..KvOptions::default()
-    };
+        });
     let store = KvStore::create(&path, &opts)?;
     println!("durability: {}", store.durability().guarantee());
     let key = |i: u64| {
@@ -46,7 +44,7 @@ fn main() -> tierbase::Result<()> {
     let mut v = Vec::new();
     let t = Instant::now();
     for i in 0..n {
-        c.get(&key(i), &mut v)?;
+        c.get_into(&key(i), &mut v)?;
     }
     let get = t.elapsed();
     let t = Instant::now();

@@ -204,6 +204,27 @@ pub enum Error {
         requested: String,
     },
 
+    /// An earlier write failed to persist, so the store refuses writes: media may hold a write
+    /// whose fate is unknown, and only a reopen (recovery) can say what is durable. Reads go
+    /// on.
+    #[error("{}: store is read-only after a failed write ({reason}); reopen it to recover", path_display(.path))]
+    ReadOnly {
+        /// The store file.
+        path: Option<PathBuf>,
+        /// The error that made it read-only.
+        reason: String,
+    },
+
+    /// Another open handle (in this or another process) holds the file's lock.
+    #[error("{}: in use: {holder} holds its lock", .path.display())]
+    Locked {
+        /// The file.
+        path: PathBuf,
+        /// Who holds the lock, as far as the system says ("process 1234", or "another open
+        /// handle").
+        holder: String,
+    },
+
     /// A parameter is outside what the call accepts.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -26,5 +26,8 @@
 pub mod device;
 mod error;
 pub mod kv;
+pub mod space;
+pub mod sync;
+pub mod testing;
 
 pub use error::{Error, Result, one_line_toml_error};

@@ -47,17 +47,15 @@ fn key(layout: RecordLayout, k: u32) -> Vec<u8> {
 fn hammer(layout: RecordLayout, mask: u64) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.tb");
-    let opts = KvOptions {
-        layout: Some(layout),
-        pages_per_block: Some(2),
-        chunk_size: 64 * 8192,
-        fingerprint_mask: mask,
-        region: RegionOptions {
+    let opts = KvOptions::default()
+        .layout(layout)
+        .pages_per_block(2)
+        .chunk_size(64 * 8192)
+        .fingerprint_mask(mask)
+        .region(RegionOptions {
             reserve: 1 << 30,
             ..RegionOptions::default()
-        },
-        ..KvOptions::default()
-    };
+        });
     let store = KvStore::create(&path, &opts).unwrap();
     let stop = AtomicBool::new(false);
     // Per writer: the last value it wrote (or deleted: None) for each key, in its own order.
@@ -93,7 +91,7 @@ fn hammer(layout: RecordLayout, mask: u64) {
             let mut reads = 0u64;
             while !stop.load(Ordering::Acquire) || reads < 1000 {
                 for k in 0..KEYS {
-                    if store.get(&key(layout, k), &mut v).unwrap() {
+                    if store.get_into(&key(layout, k), &mut v).unwrap() {
                         let (_, _, kk) =
                             decode(&v).unwrap_or_else(|| panic!("torn value for key {k}"));
                         assert_eq!(kk, k, "value of another key returned");
@@ -120,7 +118,7 @@ fn hammer(layout: RecordLayout, mask: u64) {
             // The final value must be the last write of one of the writers that touched k.
             let candidates: Vec<Option<(u32, u32)>> =
                 finals.iter().filter_map(|f| f.get(&k).copied()).collect();
-            let got = store.get(&key(layout, k), &mut v).unwrap().then(|| {
+            let got = store.get_into(&key(layout, k), &mut v).unwrap().then(|| {
                 let (w, r, kk) = decode(&v).expect("torn value at rest");
                 assert_eq!(kk, k);
                 (w, r)

@@ -95,17 +95,17 @@ fn script(layout: RecordLayout) -> Vec<Step> {
 }
 
 fn opts(layout: RecordLayout) -> KvOptions {
-    KvOptions {
-        layout: Some(layout),
-        pages_per_block: Some(2),
-        chunk_size: 4 * 2 * 4096,
-        recovery_threads: 2,
-        region: RegionOptions {
+    // No background reclaimer: the persist points must be the script's own.
+    KvOptions::default()
+        .reclaim(None)
+        .layout(layout)
+        .pages_per_block(2)
+        .chunk_size(4 * 2 * 4096)
+        .recovery_threads(2)
+        .region(RegionOptions {
             reserve: 64 << 20,
             ..RegionOptions::default()
-        },
-        ..KvOptions::default()
-    }
+        })
 }
 
 fn run_step(store: &KvStore, step: &Step) {
@@ -186,7 +186,7 @@ fn crash_run(layout: RecordLayout, crash_at: Option<u64>, survival: f64) -> u64 
     keys.dedup();
     let mut value = Vec::new();
     for k in &keys {
-        let found = store.get(k, &mut value).unwrap();
+        let found = store.get_into(k, &mut value).unwrap();
         let got = found.then(|| value.clone());
         let before = model.get(k).cloned();
         if touched == Some(k.as_slice()) {
@@ -226,7 +226,7 @@ fn crash_run(layout: RecordLayout, crash_at: Option<u64>, survival: f64) -> u64 
         RecordLayout::Variable => (b"after-crash".to_vec(), b"ok".to_vec()),
     };
     assert!(store.client().put(&k, &v).unwrap());
-    assert!(store.get(&k, &mut value).unwrap());
+    assert!(store.get_into(&k, &mut value).unwrap());
     assert_eq!(value, v);
     0
 }

@@ -9,12 +9,10 @@ use tierbase::device::REGION_HEADER_LEN;
 use tierbase::kv::{KvOptions, KvStore, RecordLayout};
 
 fn opts(layout: RecordLayout) -> KvOptions {
-    KvOptions {
-        layout: Some(layout),
-        pages_per_block: Some(2),
-        chunk_size: 4 * 8192,
-        ..KvOptions::default()
-    }
+    KvOptions::default()
+        .layout(layout)
+        .pages_per_block(2)
+        .chunk_size(4 * 8192)
 }
 
 fn poke(path: &Path, file_offset: u64, bytes: &[u8]) {
@@ -79,13 +77,13 @@ fn empty_key_and_wrong_sizes_are_typed_errors_and_the_store_stays_usable() {
         })
     ));
     assert!(matches!(
-        fixed.get(b"toolongkey", &mut Vec::new()),
+        fixed.get_into(b"toolongkey", &mut Vec::new()),
         Err(Error::WrongSize { .. })
     ));
     assert!(matches!(fixed.delete(b""), Err(Error::EmptyKey)));
     assert!(c.put(b"12345678", &[7; 16]).unwrap());
     let mut v = Vec::new();
-    assert!(fixed.get(b"12345678", &mut v).unwrap());
+    assert!(fixed.get_into(b"12345678", &mut v).unwrap());
     assert_eq!(v, [7; 16]);
     drop(c);
 
@@ -98,7 +96,7 @@ fn empty_key_and_wrong_sizes_are_typed_errors_and_the_store_stays_usable() {
     ));
     assert!(matches!(c.put(b"", b"v"), Err(Error::EmptyKey)));
     assert!(c.put(b"k", b"").unwrap(), "empty values are fine");
-    assert!(var.get(b"k", &mut v).unwrap());
+    assert!(var.get_into(b"k", &mut v).unwrap());
     assert!(v.is_empty());
     assert_eq!(var.len(), 1);
 }
@@ -107,13 +105,12 @@ fn empty_key_and_wrong_sizes_are_typed_errors_and_the_store_stays_usable() {
 fn a_full_store_without_growth_says_so_and_keeps_working() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("full.tb");
-    let o = KvOptions {
-        allow_growth: false,
-        ..opts(RecordLayout::Fixed {
-            key_size: 8,
-            value_size: 200,
-        })
-    };
+    let o = opts(RecordLayout::Fixed {
+        key_size: 8,
+        value_size: 200,
+    })
+    .allow_growth(false)
+    .reclaim(None);
     let store = KvStore::create(&path, &o).unwrap();
     let mut c = store.client();
     let mut written = 0u64;
@@ -129,13 +126,13 @@ fn a_full_store_without_growth_says_so_and_keeps_working() {
     // Everything acknowledged is intact; reads, updates and deletes still work.
     let mut v = Vec::new();
     for i in 0..written {
-        assert!(store.get(&i.to_le_bytes(), &mut v).unwrap());
+        assert!(store.get_into(&i.to_le_bytes(), &mut v).unwrap());
         assert_eq!(v, [i as u8; 200]);
     }
     // A copy-on-write update needs space too: it fails cleanly and the old value stays.
     let r = c.update(&0u64.to_le_bytes(), &[9; 200]);
     assert!(matches!(r, Err(Error::StoreFull { .. })), "{r:?}");
-    assert!(store.get(&0u64.to_le_bytes(), &mut v).unwrap());
+    assert!(store.get_into(&0u64.to_le_bytes(), &mut v).unwrap());
     assert_eq!(v, [0; 200]);
     for i in 0..written / 2 {
         assert!(c.delete(&i.to_le_bytes()).unwrap());

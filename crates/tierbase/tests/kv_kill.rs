@@ -12,11 +12,9 @@ use tierbase::kv::{KvOptions, KvStore, RecordLayout};
 const CHILD_ENV: &str = "TIERBASE_KV_KILL_CHILD";
 
 fn opts() -> KvOptions {
-    KvOptions {
-        layout: Some(RecordLayout::Variable),
-        chunk_size: 1 << 20,
-        ..KvOptions::default()
-    }
+    KvOptions::default()
+        .layout(RecordLayout::Variable)
+        .chunk_size(1 << 20)
 }
 
 fn value_for(round: u64, i: u64) -> Vec<u8> {
@@ -111,14 +109,14 @@ fn acknowledged_writes_survive_kill_9() {
             match want {
                 Some(val) => {
                     assert!(
-                        store.get(key.as_bytes(), &mut v).unwrap(),
+                        store.get_into(key.as_bytes(), &mut v).unwrap(),
                         "round {round}: lost {key}"
                     );
                     assert_eq!(&v, val, "round {round}: wrong value for {key}");
                 }
                 // An acknowledged delete stays deleted.
                 None => assert!(
-                    !store.get(key.as_bytes(), &mut v).unwrap(),
+                    !store.get_into(key.as_bytes(), &mut v).unwrap(),
                     "round {round}: {key} came back"
                 ),
             }

@@ -68,18 +68,17 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
 }
 
 fn kv_opts(setup: &Setup) -> KvOptions {
-    KvOptions {
-        layout: Some(setup.layout),
-        pages_per_block: Some(6),
-        chunk_size: 2 * 6 * 4096,
-        recovery_threads: 2,
-        region: RegionOptions {
+    KvOptions::default()
+        .reclaim(None)
+        .layout(setup.layout)
+        .pages_per_block(6)
+        .chunk_size(2 * 6 * 4096)
+        .recovery_threads(2)
+        .region(RegionOptions {
             reserve: 256 << 20,
             ..RegionOptions::default()
-        },
-        fingerprint_mask: setup.mask,
-        ..KvOptions::default()
-    }
+        })
+        .fingerprint_mask(setup.mask)
 }
 
 fn run(setup: &Setup, ops: &[Op]) -> Result<(), TestCaseError> {
@@ -114,7 +113,7 @@ fn run(setup: &Setup, ops: &[Op]) -> Result<(), TestCaseError> {
             }
             Op::Get(k) => {
                 let k = key_bytes(setup, *k);
-                let found = store.get(&k, &mut out).unwrap();
+                let found = store.get_into(&k, &mut out).unwrap();
                 prop_assert_eq!(found, model.contains_key(&k));
                 if found {
                     prop_assert_eq!(&out, &model[&k]);

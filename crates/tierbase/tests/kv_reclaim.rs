@@ -15,30 +15,21 @@ fn the_reclaimer_compacts_sparse_blocks_and_space_is_reused() {
         tempfile::tempdir().unwrap()
     };
     let path = dir.path().join("r.tb");
-    let opts = KvOptions {
-        layout: Some(RecordLayout::Fixed {
+    let opts = KvOptions::default()
+        .layout(RecordLayout::Fixed {
             key_size: 8,
             value_size: 64,
-        }),
-        pages_per_block: Some(2),
-        chunk_size: 64 * 8192,
-        reclaim: Some(ReclaimOptions {
+        })
+        .pages_per_block(2)
+        .chunk_size(64 * 8192)
+        .reclaim(Some(ReclaimOptions {
             free_threshold: 0.4,
             interval: Duration::from_millis(1),
-        }),
-        ..KvOptions::default()
-    };
+        }));
     // Fill and delete without the reclaimer (with it running during the deletes, blocks are
     // compacted as they cross the threshold and the end state depends on timing), then reopen
     // with it.
-    let store = KvStore::create(
-        &path,
-        &KvOptions {
-            reclaim: None,
-            ..opts.clone()
-        },
-    )
-    .unwrap();
+    let store = KvStore::create(&path, &opts.clone().reclaim(None)).unwrap();
     let n = 20_000u64;
     let mut c = store.client();
     for i in 0..n {
@@ -61,7 +52,7 @@ fn the_reclaimer_compacts_sparse_blocks_and_space_is_reused() {
     let mut v = Vec::new();
     while store.metrics().compactions < victims && Instant::now() < deadline {
         for i in (0..n).step_by(97) {
-            let found = store.get(&i.to_le_bytes(), &mut v).unwrap();
+            let found = store.get_into(&i.to_le_bytes(), &mut v).unwrap();
             assert_eq!(found, i % 5 >= 3, "key {i} during reclamation");
         }
     }
@@ -94,18 +85,11 @@ fn the_reclaimer_compacts_sparse_blocks_and_space_is_reused() {
     let live = (0..n).filter(|i| i % 5 >= 3).count() + 2_000;
     assert_eq!(store.len(), live);
     store.close().unwrap();
-    let store = KvStore::open(
-        &path,
-        &KvOptions {
-            reclaim: None,
-            ..opts
-        },
-    )
-    .unwrap();
+    let store = KvStore::open(&path, &opts.reclaim(None)).unwrap();
     assert_eq!(store.len(), live);
     let mut v = Vec::new();
     for i in (0..n).filter(|i| i % 5 >= 3) {
-        assert!(store.get(&i.to_le_bytes(), &mut v).unwrap());
+        assert!(store.get_into(&i.to_le_bytes(), &mut v).unwrap());
         assert_eq!(v, [i as u8; 64]);
     }
     assert!(tierbase::kv::verify(&path).unwrap().is_ok());

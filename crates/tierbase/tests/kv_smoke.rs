@@ -3,11 +3,10 @@
 use tierbase::kv::{KvOptions, KvStore, RecordLayout};
 
 fn opts(layout: RecordLayout) -> KvOptions {
-    KvOptions {
-        layout: Some(layout),
-        chunk_size: 1 << 20,
-        ..KvOptions::default()
-    }
+    KvOptions::default()
+        .layout(layout)
+        .chunk_size(1 << 20)
+        .reclaim(None)
 }
 
 #[test]
@@ -42,7 +41,7 @@ fn fixed_put_get_reopen() {
     for i in 0..5000u64 {
         let mut k = [0u8; 16];
         k[..8].copy_from_slice(&i.to_le_bytes());
-        assert!(store.get(&k, &mut v).unwrap());
+        assert!(store.get_into(&k, &mut v).unwrap());
         let expect = if i % 3 == 0 {
             (i % 7) as u8
         } else {
@@ -74,16 +73,16 @@ fn variable_put_get_delete_large_reopen() {
     }
     drop(c);
     let mut v = Vec::new();
-    assert!(store.get(b"big", &mut v).unwrap());
+    assert!(store.get_into(b"big", &mut v).unwrap());
     assert_eq!(v, big);
     store.close().unwrap();
     let store = KvStore::open(&path, &o).unwrap();
     assert_eq!(store.len(), 1 + 3000 - 600);
-    assert!(store.get(b"big", &mut v).unwrap());
+    assert!(store.get_into(b"big", &mut v).unwrap());
     assert_eq!(v, big);
     for i in 0..3000u32 {
         let k = format!("key-{i}");
-        let found = store.get(k.as_bytes(), &mut v).unwrap();
+        let found = store.get_into(k.as_bytes(), &mut v).unwrap();
         assert_eq!(found, i % 5 != 0, "{k}");
         if found {
             assert_eq!(v, vec![(i % 13) as u8; (i % 300) as usize]);
@@ -96,7 +95,11 @@ fn variable_put_get_delete_large_reopen() {
     println!("compacted {blocks} blocks, moved {moved}");
     for i in 0..3000u32 {
         let k = format!("key-{i}");
-        assert_eq!(store.get(k.as_bytes(), &mut v).unwrap(), i % 5 != 0, "{k}");
+        assert_eq!(
+            store.get_into(k.as_bytes(), &mut v).unwrap(),
+            i % 5 != 0,
+            "{k}"
+        );
     }
     let report = tierbase::kv::verify(&path).unwrap();
     assert!(report.is_ok(), "{:?}", report.problems);
@@ -119,12 +122,8 @@ fn pages_per_block_follow_the_emulated_profile_unless_given() {
             ..RegionOptions::default()
         };
         let region = PmemRegion::anonymous(0, &region_opts).unwrap();
-        let opts = KvOptions {
-            pages_per_block: given,
-            chunk_size: 1 << 20,
-            region: region_opts,
-            ..KvOptions::default()
-        };
+        let mut opts = KvOptions::default().chunk_size(1 << 20).region(region_opts);
+        opts.pages_per_block = given;
         let store = KvStore::create_in(region, &opts).unwrap();
         assert_eq!(store.pages_per_block(), expected, "{profile:?} {given:?}");
     }
@@ -192,7 +191,7 @@ fn durable_operations_cost_the_documented_persists() {
                 "update, {what}"
             );
             assert_eq!(
-                cost(&mut || assert!(c.get(&key(1), &mut out).unwrap())),
+                cost(&mut || assert!(c.get_into(&key(1), &mut out).unwrap())),
                 0,
                 "get, {what}"
             );

@@ -55,19 +55,18 @@ impl KvBenchStore {
                 kv::layout::var::inline_size(o.key_size, o.value_size),
             )
         };
-        let opts = KvOptions {
-            layout: Some(layout),
-            chunk_size: chunk_for(o.records, record_bytes),
-            recovery_threads: o.threads.max(1),
-            region: RegionOptions {
+        // Pre-sized for the records (as Viper's benchmark sizes its pool), growing beyond.
+        let opts = KvOptions::default()
+            .layout(layout)
+            .initial_size(chunk_for(o.records, record_bytes))
+            .recovery_threads(o.threads.max(1))
+            .region(RegionOptions {
                 emulate: o.emulate.clone(),
                 flush: o.flush,
                 // Fault the region in when it grows, not during measured operations.
                 prefault: true,
                 ..RegionOptions::default()
-            },
-            ..KvOptions::default()
-        };
+            });
         let store = KvStore::create(&o.dir.join("kv.tb"), &opts)?;
         let medium = match store.region().mapping() {
             MappingKind::DaxSync => "DAX",
@@ -122,19 +121,19 @@ impl Store for KvBenchStore {
     }
 }
 
-struct KvBenchClient<'a> {
-    client: kv::Client<'a>,
+struct KvBenchClient {
+    client: kv::Client,
     name: String,
 }
 
-impl Client for KvBenchClient<'_> {
+impl Client for KvBenchClient {
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.client.put(key, value)?;
         Ok(())
     }
 
     fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        Ok(self.client.get(key, out)?)
+        Ok(self.client.get_into(key, out)?)
     }
 
     fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {

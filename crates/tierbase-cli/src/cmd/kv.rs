@@ -157,12 +157,9 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
     } = &args.command
     {
         let layout = fixed.as_deref().map(parse_fixed).transpose()?;
-        let opts = KvOptions {
-            layout,
-            pages_per_block: *pages_per_block,
-            chunk_size: *chunk,
-            ..KvOptions::default()
-        };
+        let mut opts = KvOptions::default().chunk_size(*chunk);
+        opts.layout = layout;
+        opts.pages_per_block = *pages_per_block;
         let store = KvStore::create(&path, &opts)
             .with_context(|| format!("creating {}", path.display()))?;
         println!(
@@ -186,7 +183,7 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         }
         KvCommand::Get { key } => {
             let mut v = Vec::new();
-            let found = store.get(&decode(hex, &key, "key")?, &mut v)?;
+            let found = store.get_into(&decode(hex, &key, "key")?, &mut v)?;
             if found {
                 println!("{}", encode(hex, &v));
             } else {

@@ -2,35 +2,37 @@
 //!
 //! Owns: a client's insert block (never shared with another client, so writers do not contend
 //! on pages), the random start page, and the put/update protocols. Must not touch: recovery or
-//! reclamation (they reuse [`Client::write_record`] with a given sequence number).
+//! reclamation (compaction reuses [`Client::write_record`]).
 //!
-//! Put, in order (each step durable before the next):
-//! 1. take the page lock of the client's current page (or pages a variable record spans);
-//! 2. write sequence number, key and value into free space, persist;
+//! Put, in order (each step durable before the next), holding the key's lock throughout:
+//! 1. take a sequence number;
+//! 2. latch the client's current page (or the pages a variable record spans), write sequence
+//!    number, key and value into free space, persist;
 //! 3. make the record valid (bitset bit / header word), persist — the record is now durable;
-//! 4. insert into the DRAM index, which returns the key's previous offset;
-//! 5. invalidate the previous record, persist;
-//! 6. release the page lock (only now can readers see the new value, which is therefore
-//!    already unambiguous on media).
+//!    release the page latch;
+//! 4. insert into the DRAM index, which returns the key's previous offset — the new value is
+//!    visible from here, and durable already;
+//! 5. invalidate the previous record, persist (a crash before this leaves two valid copies;
+//!    recovery keeps the higher sequence number, i.e. the new one).
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::layout::{self, RecordLayout, RecordOffset, var};
-use super::store::{Inner, LARGE, PageRun, backoff};
+use super::store::{Inner, LARGE};
 use crate::error::{Error, Result};
 
-/// Where a suspended client was inserting (its owned block stays owned meanwhile).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct ClientState {
-    block: Option<u64>,
-    page: u32,
-    tried: u32,
+/// A handle for one thread's writes (and reads). Create one per thread with
+/// [`super::KvStore::client`]; it owns an insert block until dropped. `'static` and `Send`:
+/// keep it in a thread-local, a pool or an async task.
+pub struct Client {
+    inner: Arc<Inner>,
+    state: ClientState,
 }
 
-/// A handle for one thread's writes (and reads). Create one per thread with
-/// [`super::KvStore::client`]; it owns an insert block until dropped.
-pub struct Client<'a> {
-    inner: &'a Inner,
+/// A client's insert position and buffers.
+#[derive(Debug)]
+pub(crate) struct ClientState {
     block: Option<u64>,
     page: u32,
     tried: u32,
@@ -39,24 +41,29 @@ pub struct Client<'a> {
     buf: Vec<u8>,
 }
 
-impl std::fmt::Debug for Client<'_> {
+/// A client's state with the store borrowed (not cloned: a shared `Arc` count bumped on every
+/// write would be one more cache line all writers fight over).
+pub(crate) struct Writer<'a> {
+    inner: &'a Inner,
+    st: &'a mut ClientState,
+}
+
+impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("block", &self.block)
+            .field("block", &self.state.block)
             .finish()
     }
 }
 
-impl Drop for Client<'_> {
+impl Drop for Client {
     fn drop(&mut self) {
-        if let Some(b) = self.block.take() {
-            self.inner.release_block(b);
-        }
+        self.writer().seal_block();
     }
 }
 
-impl<'a> Client<'a> {
-    pub(crate) fn new(inner: &'a Inner) -> Self {
+impl Client {
+    pub(crate) fn new(inner: Arc<Inner>) -> Self {
         // Different clients should start on different pages (different DIMMs of an
         // interleaved set), so seed from a client counter and the clock.
         static CLIENTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -64,54 +71,89 @@ impl<'a> Client<'a> {
         let seed = super::index::mix(crate::device::now_ns() ^ n.rotate_left(32));
         Client {
             inner,
-            block: None,
-            page: 0,
-            tried: 0,
-            rng: seed | 1,
-            scratch: Vec::new(),
-            buf: Vec::new(),
+            state: ClientState {
+                block: None,
+                page: 0,
+                tried: 0,
+                rng: seed | 1,
+                scratch: Vec::new(),
+                buf: Vec::new(),
+            },
         }
     }
 
-    /// A client continuing where a suspended one stopped (same insert block and page).
-    pub(crate) fn resume(inner: &'a Inner, state: ClientState) -> Self {
-        let mut c = Client::new(inner);
-        c.block = state.block;
-        c.page = state.page;
-        c.tried = state.tried;
-        c
-    }
-
-    /// Ends this client without giving up its insert block, to be resumed later.
-    pub(crate) fn suspend(mut self) -> ClientState {
-        ClientState {
-            block: self.block.take(),
-            page: self.page,
-            tried: self.tried,
+    pub(crate) fn writer(&mut self) -> Writer<'_> {
+        Writer {
+            inner: &self.inner,
+            st: &mut self.state,
         }
     }
 
+    /// Before a write: if dead space outweighs live space, compact one block first (writers
+    /// help the reclaimer instead of growing the file).
+    fn help_reclaim(&mut self) {
+        if self.inner.space_pressure.load(Ordering::Acquire) {
+            let inner = self.inner.clone();
+            super::compact::help(&inner, &mut self.writer());
+        }
+    }
+
+    /// Inserts or replaces `key`. Returns `true` if the key was new. Durable when it returns
+    /// (in the region's durability mode).
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.help_reclaim();
+        self.writer().put(key, value)
+    }
+
+    /// Replaces the value of an existing key; returns `false` (and writes nothing) if the key
+    /// does not exist. In a fixed layout with values of at most 8 bytes the value is updated
+    /// atomically in place; everything else (every variable-layout value) is copy-on-write.
+    /// Durable when it returns.
+    pub fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.help_reclaim();
+        self.writer().update(key, value)
+    }
+
+    /// Reads `key` into `value`; returns whether it exists (reuses `value`'s allocation).
+    pub fn get_into(&mut self, key: &[u8], value: &mut Vec<u8>) -> Result<bool> {
+        self.inner.get(key, value, &mut self.state.scratch)
+    }
+
+    /// Reads `key`'s value.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut value = Vec::new();
+        Ok(self.get_into(key, &mut value)?.then_some(value))
+    }
+
+    /// Deletes `key`; returns whether it existed. Durable when it returns.
+    pub fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        self.inner.delete(key, &mut self.state.scratch)
+    }
+}
+
+impl Writer<'_> {
     fn random_page(&mut self) -> u32 {
         // xorshift64
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        (self.rng % u64::from(self.inner.geo.pages_per_block)) as u32
+        self.st.rng ^= self.st.rng << 13;
+        self.st.rng ^= self.st.rng >> 7;
+        self.st.rng ^= self.st.rng << 17;
+        (self.st.rng % u64::from(self.inner.geo.pages_per_block)) as u32
     }
 
     fn current_block(&mut self) -> Result<u64> {
-        if let Some(b) = self.block {
+        if let Some(b) = self.st.block {
             return Ok(b);
         }
         let b = self.inner.acquire_block()?;
-        self.block = Some(b);
-        self.page = self.random_page();
-        self.tried = 0;
+        self.st.block = Some(b);
+        self.st.page = self.random_page();
+        self.st.tried = 0;
         Ok(b)
     }
 
-    fn seal_block(&mut self) {
-        if let Some(b) = self.block.take() {
+    /// Gives up the insert block (it becomes a compaction candidate).
+    pub(crate) fn seal_block(&mut self) {
+        if let Some(b) = self.st.block.take() {
             self.inner.release_block(b);
         }
     }
@@ -132,63 +174,69 @@ impl<'a> Client<'a> {
         }
     }
 
-    /// Inserts or replaces `key`. Returns `true` if the key was new. Durable when it returns.
-    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
+    /// Inserts or replaces `key`. Returns `true` if the key was new. Durable when it returns
+    /// (in the region's durability mode).
+    pub(crate) fn put(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
         self.inner.check_key(key)?;
         self.check_value(value)?;
+        self.inner.check_writable()?;
         let inner = self.inner;
-        let seq = inner.next_seq();
-        let (off, guards) = self.write_record(key, value, seq)?;
         let kw = inner.key_word(key);
-        let scratch = &mut self.scratch;
+        let _key = inner.lock_key(kw);
+        let result = self.put_locked(key, value, kw);
+        inner.fail_on_error(result)
+    }
+
+    fn put_locked(&mut self, key: &[u8], value: &[u8], kw: u64) -> Result<bool> {
+        let inner = self.inner;
+        let seq = inner.clock.next();
+        let off = self.write_record(key, value, seq)?;
+        let scratch = &mut self.st.scratch;
         let old = inner.index.upsert(kw, off.0, &mut |o| {
             o != off.0 && inner.holds_key(RecordOffset(o), key, scratch)
         });
         if let Some(old) = old {
-            inner.invalidate(RecordOffset(old))?;
+            let done = inner.invalidate(RecordOffset(old))?;
+            inner.finish_invalidate(done)?;
         }
-        drop(guards);
         inner.metrics.puts.incr();
         Ok(old.is_none())
     }
 
     /// Replaces the value of an existing key; returns `false` (and writes nothing) if the key
-    /// does not exist. Values of at most 8 bytes in a fixed layout are updated atomically in
-    /// place; everything else is copy-on-write. Durable when it returns.
-    pub fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
+    /// does not exist. In a fixed layout with values of at most 8 bytes the value is updated
+    /// atomically in place; everything else (every variable-layout value) is copy-on-write.
+    /// Durable when it returns.
+    pub(crate) fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
         self.inner.check_key(key)?;
         self.check_value(value)?;
+        self.inner.check_writable()?;
         let inner = self.inner;
-        if let Some((_, vsize)) = inner.geo.fixed_sizes()
-            && vsize <= 8
-        {
-            return self.update_in_place(key, value);
-        }
-        let Some(mut cur) = inner.locate(key, &mut self.scratch) else {
-            inner.metrics.updates.incr();
+        let kw = inner.key_word(key);
+        let _key = inner.lock_key(kw);
+        let result = match inner.geo.fixed_sizes() {
+            Some((_, vsize)) if vsize <= 8 => self.update_in_place(key, value),
+            _ => self.update_copy(key, value, kw),
+        };
+        inner.metrics.updates.incr();
+        inner.fail_on_error(result)
+    }
+
+    fn update_copy(&mut self, key: &[u8], value: &[u8], kw: u64) -> Result<bool> {
+        let inner = self.inner;
+        let Some(cur) = inner.locate(key, &mut self.st.scratch) else {
             return Ok(false);
         };
-        let seq = inner.next_seq();
-        let (off, guards) = self.write_record(key, value, seq)?;
-        let kw = inner.key_word(key);
-        loop {
-            if inner.index.compare_exchange(kw, cur.0, off.0) {
-                inner.invalidate(cur)?;
-                drop(guards);
-                inner.metrics.updates.incr();
-                return Ok(true);
-            }
-            match inner.locate(key, &mut self.scratch) {
-                Some(c) => cur = c,
-                None => {
-                    // Deleted meanwhile: the update loses; take our copy back.
-                    inner.invalidate(off)?;
-                    drop(guards);
-                    inner.metrics.updates.incr();
-                    return Ok(false);
-                }
-            }
+        let seq = inner.clock.next();
+        let off = self.write_record(key, value, seq)?;
+        if !inner.index.compare_exchange(kw, cur.0, off.0) {
+            return Err(inner.corrupt(format!(
+                "index entry of a key at {cur} changed while its key was locked"
+            )));
         }
+        let done = inner.invalidate(cur)?;
+        inner.finish_invalidate(done)?;
+        Ok(true)
     }
 
     fn update_in_place(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
@@ -198,45 +246,28 @@ impl<'a> Client<'a> {
             dst.copy_from_slice(value);
         }
         let word = u64::from_le_bytes(word);
-        let mut round = 0;
-        loop {
-            let Some(off) = inner.locate(key, &mut self.scratch) else {
-                inner.metrics.updates.incr();
-                return Ok(false);
-            };
-            let guard = inner.lock_page(off.block(), off.page())?;
-            if !inner.indexed_at(key, off) || !inner.holds_key(off, key, &mut self.scratch) {
-                drop(guard);
-                backoff(&mut round);
-                continue;
-            }
-            let at = inner.slot_pos(off) + layout::slot_value(key.len());
-            inner.region.atomic_u64(at)?.store(word, Ordering::Release);
-            inner.region.persist(at, 8)?;
-            drop(guard);
-            inner.metrics.updates.incr();
-            inner.metrics.in_place_updates.incr();
-            return Ok(true);
-        }
+        let Some(off) = inner.locate(key, &mut self.st.scratch) else {
+            return Ok(false);
+        };
+        // The page latch makes optimistic readers of the page retry, so none sees a value
+        // whose persist is still under way.
+        let page = inner.lock_page(off.block(), off.page())?;
+        let at = inner.slot_pos(off) + layout::slot_value(key.len());
+        inner.region.atomic_u64(at)?.store(word, Ordering::Release);
+        inner.region.persist(at, 8)?;
+        drop(page);
+        inner.metrics.in_place_updates.incr();
+        Ok(true)
     }
 
-    /// Reads `key` into `value`; returns whether it exists.
-    pub fn get(&mut self, key: &[u8], value: &mut Vec<u8>) -> Result<bool> {
-        self.inner.get(key, value, &mut self.scratch)
-    }
-
-    /// Deletes `key`; returns whether it existed. Durable when it returns.
-    pub fn delete(&mut self, key: &[u8]) -> Result<bool> {
-        self.inner.delete(key, &mut self.scratch)
-    }
-
-    /// Writes a new, valid, durable record and returns its offset with its page lock(s) held.
+    /// Writes a new, valid, durable record with sequence number `seq` and returns its offset.
+    /// The caller holds the key's lock and points the index at the record.
     pub(crate) fn write_record(
         &mut self,
         key: &[u8],
         value: &[u8],
         seq: u64,
-    ) -> Result<(RecordOffset, PageRun<'a>)> {
+    ) -> Result<RecordOffset> {
         match self.inner.geo.layout {
             RecordLayout::Fixed { .. } => self.write_fixed(key, value, seq),
             RecordLayout::Variable => {
@@ -250,18 +281,13 @@ impl<'a> Client<'a> {
         }
     }
 
-    fn write_fixed(
-        &mut self,
-        key: &[u8],
-        value: &[u8],
-        seq: u64,
-    ) -> Result<(RecordOffset, PageRun<'a>)> {
+    fn write_fixed(&mut self, key: &[u8], value: &[u8], seq: u64) -> Result<RecordOffset> {
         let inner = self.inner;
         let geo = inner.geo;
         loop {
             let b = self.current_block()?;
-            let guard = inner.lock_pages(b, self.page, self.page)?;
-            let page_off = geo.page_offset(b, self.page);
+            let guard = inner.lock_page(b, self.st.page)?;
+            let page_off = geo.page_offset(b, self.st.page);
             let mut free_slot = None;
             for w in 0..geo.bitset_words {
                 let bits = inner
@@ -276,16 +302,16 @@ impl<'a> Client<'a> {
             }
             let Some(slot) = free_slot else {
                 drop(guard);
-                self.page = (self.page + 1) % geo.pages_per_block;
-                self.tried += 1;
-                if self.tried >= geo.pages_per_block {
+                self.st.page = (self.st.page + 1) % geo.pages_per_block;
+                self.st.tried += 1;
+                if self.st.tried >= geo.pages_per_block {
                     self.seal_block();
                 }
                 continue;
             };
-            let off = RecordOffset::new(b, self.page, slot);
+            let off = RecordOffset::new(b, self.st.page, slot);
             // Slot: [seq][key, padded][value, padded].
-            let buf = &mut self.buf;
+            let buf = &mut self.st.buf;
             buf.clear();
             buf.extend_from_slice(&seq.to_le_bytes());
             buf.extend_from_slice(key);
@@ -304,7 +330,9 @@ impl<'a> Client<'a> {
                 .fetch_or(bit, Ordering::AcqRel);
             inner.region.persist(word, 8)?;
             inner.block_meta(b)?.live.fetch_add(1, Ordering::Relaxed);
-            return Ok((off, guard));
+            inner.metrics.live_bytes_written.add(geo.slot_size);
+            drop(guard);
+            return Ok(off);
         }
     }
 
@@ -314,7 +342,7 @@ impl<'a> Client<'a> {
         value: &[u8],
         seq: u64,
         size: u64,
-    ) -> Result<(RecordOffset, PageRun<'a>)> {
+    ) -> Result<RecordOffset> {
         let inner = self.inner;
         let geo = inner.geo;
         loop {
@@ -330,7 +358,7 @@ impl<'a> Client<'a> {
             let guards = inner.lock_pages(b, first, last)?;
             let pos = geo.block_offset(b) + tail;
             // Body after the header word: [reserved u32][seq][key][value][zero padding].
-            let buf = &mut self.buf;
+            let buf = &mut self.st.buf;
             buf.clear();
             buf.extend_from_slice(&0u32.to_le_bytes());
             buf.extend_from_slice(&seq.to_le_bytes());
@@ -346,23 +374,32 @@ impl<'a> Client<'a> {
             inner.region.persist(pos, 4)?;
             meta.tail.store((tail + size) as u32, Ordering::Release);
             meta.live.fetch_add(size, Ordering::Relaxed);
-            return Ok((inner.var_offset(b, tail), guards));
+            inner.metrics.live_bytes_written.add(size);
+            drop(guards);
+            return Ok(inner.var_offset(b, tail));
         }
     }
 
-    fn write_large(
-        &mut self,
-        key: &[u8],
-        value: &[u8],
-        seq: u64,
-    ) -> Result<(RecordOffset, PageRun<'a>)> {
+    /// A large record over `n` blocks, taken from a freed run when one fits. Order: (1) the
+    /// first word of every block becomes a continuation marker, durably — so that a crash
+    /// mid-write leaves blocks recovery skips, whatever they held before; (2) header, key,
+    /// value and continuation prefixes, persisted; (3) the head's first word becomes "valid
+    /// large head", persisted.
+    fn write_large(&mut self, key: &[u8], value: &[u8], seq: u64) -> Result<RecordOffset> {
         let inner = self.inner;
         let geo = inner.geo;
         let n = layout::large_blocks(geo.block_size(), key.len(), value.len());
-        let head = inner.take_fresh_blocks(n)?;
+        let head = inner.acquire_run(n)?;
         for b in head..head + n {
             inner.block_meta(b)?.state.store(LARGE, Ordering::Release);
+            let at = geo.block_offset(b);
+            inner
+                .region
+                .atomic_u32(at)?
+                .store(var::cont_word(b - head), Ordering::Release);
+            inner.region.flush(at, 4)?;
         }
+        inner.region.drain();
         let head_meta = inner.block_meta(head)?;
         head_meta.span.store(n as u32, Ordering::Release);
         head_meta
@@ -377,21 +414,23 @@ impl<'a> Client<'a> {
         inner.write_large(head, var::LARGE_HEADER, key)?;
         inner.write_large(head, var::LARGE_HEADER + key.len() as u64, value)?;
         for i in 1..n {
-            let mut prefix = [0u8; 8];
-            prefix[..4].copy_from_slice(&var::cont_word(i).to_le_bytes());
-            inner.region.write(geo.block_offset(head + i), &prefix)?;
+            inner
+                .region
+                .write(geo.block_offset(head + i) + 4, &0u32.to_le_bytes())?;
         }
         inner
             .region
             .persist(geo.block_offset(head), (n * geo.block_size()) as usize)?;
-        let guard = inner.lock_pages(head, 0, 0)?;
+        let guard = inner.lock_page(head, 0)?;
         let pos = geo.block_offset(head);
         inner
             .region
             .atomic_u32(pos)?
             .store(var::VALID | var::LARGE, Ordering::Release);
         inner.region.persist(pos, 4)?;
+        drop(guard);
         inner.metrics.large_records.incr();
-        Ok((RecordOffset::new(head, 0, 0), guard))
+        inner.metrics.live_bytes_written.add(n * geo.block_size());
+        Ok(RecordOffset::new(head, 0, 0))
     }
 }

@@ -1,32 +1,34 @@
 //! Space reclamation: compact sealed blocks whose free share passed a threshold, and hand the
-//! emptied blocks to the free-block queue.
+//! emptied blocks to the free set.
 //!
-//! Owns: choosing victims, moving their live records, and the background reclaimer thread.
-//! Must not touch: owned blocks (a client is inserting there) or large-record blocks (they are
-//! freed as a whole when their record goes).
+//! Owns: choosing victims, moving their live records, the background reclaimer's body, and
+//! writers' help when dead space outweighs live space. Must not touch: owned blocks (a client
+//! is inserting there) or large-record blocks (they are freed as a whole when their record
+//! goes).
 //!
-//! Moving a record: with all pages of the victim locked (readers of it wait), each live record is
-//! rewritten through a client into another block *with its original sequence number*, the index
-//! entry is switched with a compare-and-swap, and the old copy is invalidated. If the CAS fails
-//! (a concurrent put or delete got there first), the copy is invalidated instead. A crash at any
-//! point leaves either one copy, or two identical copies with the same sequence number.
+//! Moving a record is a write of its key like any other: under the key's lock, the record is
+//! rewritten into another block with a **new** sequence number, the index entry is switched
+//! from the original to the copy, and the original is invalidated. A crash at any point leaves
+//! the original, or both (the copy wins: same bytes, higher sequence number), or the copy.
+//! A compaction that fails part-way puts its block back as sealed, so a later round retries it.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::background::Ticker;
-use super::client::Client;
+use super::client::Writer;
 use super::layout::{self, RecordLayout, RecordOffset, var};
 use super::store::{COMPACTING, FREE, Inner, SEALED};
 use super::walk::{Entry, Malformed, walk_block};
 use crate::error::Result;
+use crate::sync::Ticker;
 
 /// Background reclamation settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReclaimOptions {
     /// Compact a sealed block once this share of it is free (0..1). Viper's default: 0.4.
     pub free_threshold: f64,
-    /// How often the reclaimer looks for victims.
+    /// How often the reclaimer looks for victims (it is also woken when dead space outweighs
+    /// live space).
     pub interval: Duration,
 }
 
@@ -66,10 +68,31 @@ pub(crate) fn candidates(inner: &Inner, threshold: f64) -> Vec<u64> {
     v.into_iter().map(|(b, _)| b).collect()
 }
 
-/// Compacts block `b` using `client` for the copies. Returns records moved, or `None` if the
-/// block was not sealed (owned, free, or being compacted by someone else).
-pub(crate) fn compact_block(inner: &Inner, b: u64, client: &mut Client<'_>) -> Result<Option<u64>> {
-    let _gate = inner.compaction_gate.write();
+/// Puts a block being compacted back to sealed unless compaction finished with it.
+struct CompactingBlock<'a> {
+    inner: &'a Inner,
+    block: u64,
+    done: bool,
+}
+
+impl Drop for CompactingBlock<'_> {
+    fn drop(&mut self) {
+        if !self.done
+            && let Ok(m) = self.inner.block_meta(self.block)
+        {
+            let _ =
+                m.state
+                    .compare_exchange(COMPACTING, SEALED, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+}
+
+/// Compacts block `b`, copying through `writer`. Returns records moved, or `None` if the block
+/// was not sealed (owned, free, or being compacted by someone else) or an iteration is running.
+pub(crate) fn compact_block(inner: &Inner, b: u64, writer: &mut Writer<'_>) -> Result<Option<u64>> {
+    let Some(_gate) = inner.compaction_gate.try_write() else {
+        return Ok(None);
+    };
     let meta = inner.block_meta(b)?;
     if meta
         .state
@@ -78,36 +101,57 @@ pub(crate) fn compact_block(inner: &Inner, b: u64, client: &mut Client<'_>) -> R
     {
         return Ok(None);
     }
-    let guards = inner.lock_pages(b, 0, inner.geo.pages_per_block - 1)?;
-    let mut key = Vec::new();
-    let mut value = Vec::new();
-    let mut moved = 0;
-    for off in live_records(inner, b)? {
-        let seq = inner.seq_at(off)?;
-        read_record_locked(inner, off, &mut key, &mut value)?;
-        let (copy, copy_guards) = client.write_record(&key, &value, seq)?;
-        if inner
-            .index
-            .compare_exchange(inner.key_word(&key), off.0, copy.0)
-        {
-            moved += 1;
-        } else {
-            inner.invalidate(copy)?;
-        }
-        drop(copy_guards);
-        inner.invalidate(off)?;
+    let mut claim = CompactingBlock {
+        inner,
+        block: b,
+        done: false,
+    };
+    let moved = inner.fail_on_error(move_records(inner, b, writer))?;
+    if meta.live.load(Ordering::Acquire) != 0 {
+        // Something still valid that was not indexed: leave the block sealed.
+        return Ok(Some(moved));
     }
-    meta.live.store(0, Ordering::Release);
+    // Readers still holding an old offset into this block retry (reuse also latches pages).
+    for p in 0..inner.geo.pages_per_block {
+        inner.page_latch(b, p)?.invalidate_readers();
+    }
     meta.tail.store(0, Ordering::Release);
-    drop(guards);
     meta.state.store(FREE, Ordering::Release);
-    inner.free_blocks.push(b);
+    claim.done = true;
+    inner.free.free(b, 1);
     inner.metrics.compactions.incr();
     inner.metrics.records_moved.add(moved);
     Ok(Some(moved))
 }
 
-/// Offsets of the valid records in block `b` (caller holds its page locks).
+fn move_records(inner: &Inner, b: u64, writer: &mut Writer<'_>) -> Result<u64> {
+    let (mut key, mut value, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
+    let mut moved = 0;
+    for off in live_records(inner, b)? {
+        if !inner.read_key_at(off, &mut key)? {
+            continue;
+        }
+        let kw = inner.key_word(&key);
+        let _key = inner.lock_key(kw);
+        // Deleted or replaced since the walk: nothing to move (its writer invalidated it).
+        if !inner.indexed_at(&key, off) || !inner.holds_key(off, &key, &mut scratch) {
+            continue;
+        }
+        read_record_locked(inner, off, &key, &mut value)?;
+        let copy = writer.write_record(&key, &value, inner.clock.next())?;
+        if !inner.index.compare_exchange(kw, off.0, copy.0) {
+            return Err(inner.corrupt(format!(
+                "index entry at {off} changed while its key was locked"
+            )));
+        }
+        let done = inner.invalidate(off)?;
+        inner.finish_invalidate(done)?;
+        moved += 1;
+    }
+    Ok(moved)
+}
+
+/// Offsets of the valid records in block `b` (a compacting block: nobody inserts there).
 fn live_records(inner: &Inner, b: u64) -> Result<Vec<RecordOffset>> {
     let mut out = Vec::new();
     let used = inner.next_block.load(Ordering::Acquire);
@@ -130,48 +174,48 @@ fn live_records(inner: &Inner, b: u64) -> Result<Vec<RecordOffset>> {
     Ok(out)
 }
 
+/// Reads the value of the record at `off` holding `key` (the caller holds the key's lock, so
+/// the record cannot change).
 fn read_record_locked(
     inner: &Inner,
     off: RecordOffset,
-    key: &mut Vec<u8>,
+    key: &[u8],
     value: &mut Vec<u8>,
 ) -> Result<()> {
     match inner.geo.fixed_sizes() {
         Some((k, v)) => {
-            let slot = inner.slot_pos(off);
-            key.resize(k, 0);
-            inner.region.read(slot + layout::SLOT_KEY, key)?;
             value.resize(v, 0);
-            inner.region.read(slot + layout::slot_value(k), value)?;
+            inner
+                .region
+                .read(inner.slot_pos(off) + layout::slot_value(k), value)?;
         }
         None => {
             let pos = inner.var_pos(off);
             let word = inner.region.atomic_u32(pos)?.load(Ordering::Acquire);
-            let (k, v) = var::inline_lengths(word)
+            let (_, v) = var::inline_lengths(word)
                 .ok_or_else(|| inner.corrupt(format!("bad record header at {off}")))?;
-            key.resize(k, 0);
-            inner.region.read(pos + var::INLINE_HEADER, key)?;
             value.resize(v, 0);
             inner
                 .region
-                .read(pos + var::INLINE_HEADER + k as u64, value)?;
+                .read(pos + var::INLINE_HEADER + key.len() as u64, value)?;
         }
     }
     Ok(())
 }
 
-/// Compacts every candidate block once, copying live records through `client` (keep one
+/// Compacts every candidate block once, copying live records through `writer` (keep one
 /// client across rounds, so that its partly filled block is not itself a victim next time).
 /// Returns (blocks compacted, records moved).
 pub(crate) fn compact_all(
     inner: &Inner,
     threshold: f64,
-    client: &mut Client<'_>,
+    writer: &mut Writer<'_>,
 ) -> Result<(u64, u64)> {
+    inner.check_writable()?;
     let mut blocks = 0;
     let mut moved = 0;
     for b in candidates(inner, threshold) {
-        if let Some(m) = compact_block(inner, b, client)? {
+        if let Some(m) = compact_block(inner, b, writer)? {
             blocks += 1;
             moved += m;
         }
@@ -179,12 +223,33 @@ pub(crate) fn compact_all(
     Ok((blocks, moved))
 }
 
-/// The reclaimer's body: every `interval`, compact the candidates, through one client kept
-/// for the thread's lifetime.
-pub(crate) fn reclaim_loop(inner: &Inner, ticker: &Ticker, opts: &ReclaimOptions) {
-    let mut client = Client::new(inner);
+/// A writer's help: compact the emptiest candidate, if any. Errors make the store read-only
+/// (inside `compact_block`) and surface on the writer's own write.
+pub(crate) fn help(inner: &Inner, writer: &mut Writer<'_>) {
+    if inner.check_writable().is_err() {
+        return;
+    }
+    let threshold = inner.reclaim.as_ref().map_or(0.4, |r| r.free_threshold);
+    if let Some(&b) = candidates(inner, threshold).first() {
+        if let Ok(Some(_)) = compact_block(inner, b, writer) {
+            inner.metrics.helped_compactions.incr();
+        }
+        inner.note_space_use();
+    } else {
+        // Nothing to compact: the pressure was a false alarm (e.g. owned blocks).
+        inner.space_pressure.store(false, Ordering::Release);
+    }
+}
+
+/// The reclaimer's body: every `interval` (or when woken), compact the candidates, through one
+/// client kept for the thread's lifetime.
+pub(crate) fn reclaim_loop(inner: &std::sync::Arc<Inner>, ticker: &Ticker, opts: &ReclaimOptions) {
+    let mut client = super::client::Client::new(inner.clone());
     while ticker.next() {
-        if let Err(e) = compact_all(inner, opts.free_threshold, &mut client) {
+        if inner.check_writable().is_err() {
+            continue;
+        }
+        if let Err(e) = compact_all(inner, opts.free_threshold, &mut client.writer()) {
             tracing::error!("kv reclamation failed: {e}");
             inner.metrics.reclaim_errors.incr();
         }

@@ -21,6 +21,11 @@ pub(crate) struct Metrics {
     pub records_moved: Counter,
     pub large_records: Counter,
     pub reclaim_errors: Counter,
+    pub helped_compactions: Counter,
+    /// Bytes of records made valid (fixed: slots; variable: log bytes or large runs).
+    pub live_bytes_written: Counter,
+    /// Bytes of records invalidated.
+    pub live_bytes_freed: Counter,
 }
 
 /// A point-in-time copy of the store's counters, with the region's device counters.
@@ -48,6 +53,8 @@ pub struct KvMetrics {
     pub large_records: u64,
     /// Background reclamation rounds that failed.
     pub reclaim_errors: u64,
+    /// Blocks compacted by writers helping the reclaimer (dead space outweighed live space).
+    pub helped_compactions: u64,
     /// Persists (fences), flushes, msyncs and bytes written on the region.
     pub region: CounterSnapshot,
 }
@@ -66,6 +73,7 @@ impl Metrics {
             records_moved: self.records_moved.get(),
             large_records: self.large_records.get(),
             reclaim_errors: self.reclaim_errors.get(),
+            helped_compactions: self.helped_compactions.get(),
             region,
         }
     }

@@ -13,13 +13,11 @@
 //! # std::fs::create_dir_all(&dir).unwrap();
 //! let path = dir.join("store.tb");
 //! # let _ = std::fs::remove_file(&path);
-//! let opts = KvOptions { chunk_size: 1 << 20, ..KvOptions::default() };
+//! let opts = KvOptions::default();
 //! let store = KvStore::create(&path, &opts)?; // variable-size records by default
 //! let mut client = store.client(); // one per thread
 //! client.put(b"hello", b"world")?; // durable when it returns
-//! let mut value = Vec::new();
-//! assert!(store.get(b"hello", &mut value)?);
-//! assert_eq!(value, b"world");
+//! assert_eq!(store.get(b"hello")?.as_deref(), Some(&b"world"[..]));
 //! drop(client);
 //! store.close()?;
 //! let store = KvStore::open(&path, &opts)?; // recovery rebuilds the index
@@ -30,14 +28,14 @@
 //!
 //! | capability | |
 //! |---|---|
-//! | point get / put / update / delete | yes (gets are lock-free) |
+//! | point get / put / update / delete | yes; gets are optimistic (never take a latch, may retry while a writer holds the page) |
 //! | ordered range scans | **no** (hash index; use a B-tree store for scans) |
-//! | unordered iteration | yes ([`KvStore::for_each`], weakly consistent) |
+//! | unordered iteration | yes ([`KvStore::iter`], weakly consistent, stops when you stop) |
 //! | transactions / multi-key atomicity | no |
 //! | durability | every acknowledged write, in the region's [`DurabilityMode`] |
-//! | multi-process access | no (one process opens a store) |
+//! | concurrent writers | yes, linearizable per key (writers of one key take turns) |
+//! | multi-process access | no: a second open (any process) fails with [`Error::Locked`] |
 
-mod background;
 mod client;
 mod compact;
 mod index;
@@ -50,9 +48,10 @@ mod walk;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
-use crossbeam_queue::SegQueue;
+use crossbeam_queue::ArrayQueue;
 use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 
@@ -68,12 +67,16 @@ use self::layout::{FORMAT_VERSION, Geometry, HEADER_LEN, MAGIC, header};
 use self::store::{FREE, Inner, LARGE, OWNED, SEALED};
 use crate::device::{DurabilityMode, PmemRegion, RegionOptions};
 use crate::error::{Error, Result};
+use crate::space::FreeExtents;
+use crate::sync::{Background, KeyLocks, SequenceClock};
 
 /// Default pages per block: Viper's six (one 4 KiB page per DIMM of a 6-DIMM interleave set).
 pub const DEFAULT_PAGES_PER_BLOCK: u32 = 6;
 
-/// How to create or open a store.
+/// How to create or open a store. Start from `KvOptions::default()` and change what you need
+/// with the builder methods (or by assigning the public fields).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct KvOptions {
     /// Record layout. On create: the layout to use (default: variable-size). On open: if set,
     /// must match the file, else [`Error::LayoutMismatch`].
@@ -82,20 +85,23 @@ pub struct KvOptions {
     /// interleave set. `None` (default) = the emulated profile's `interleave_ways` when the
     /// region emulates one that states it, else Viper's 6 ([`DEFAULT_PAGES_PER_BLOCK`]).
     pub pages_per_block: Option<u32>,
-    /// Bytes the region grows by when blocks run out (whole blocks). Default 1 GiB.
+    /// The largest step the region grows by (whole blocks; default 64 MiB). A new store takes
+    /// a few blocks and grows by a quarter of its size each time, up to this step.
     pub chunk_size: u64,
+    /// Bytes a new store starts with (rounded up to whole blocks; default 0: a few blocks).
+    /// Set it to pre-size a store whose size you know, so that loading it does not grow it.
+    pub initial_size: u64,
     /// Whether the region may grow. If not, inserts beyond capacity fail with
     /// [`Error::StoreFull`] and the store stays usable.
     pub allow_growth: bool,
     /// Threads used to rebuild the index on open. Default: available parallelism.
     pub recovery_threads: usize,
-    /// Background reclamation; `None` (default) = off, call [`KvStore::compact`] yourself.
+    /// Space reclamation (default: on, Viper's 40 % threshold). `None` = off: dead space is
+    /// only reclaimed by [`KvStore::compact`].
     pub reclaim: Option<ReclaimOptions>,
     /// Options of the underlying region (durability mode, emulated profile, reservation).
     pub region: RegionOptions,
-    /// Testing aid: masks key fingerprints to force collisions. Leave at `u64::MAX`.
-    #[doc(hidden)]
-    pub fingerprint_mask: u64,
+    fingerprint_mask: u64,
 }
 
 impl Default for KvOptions {
@@ -103,13 +109,72 @@ impl Default for KvOptions {
         KvOptions {
             layout: None,
             pages_per_block: None,
-            chunk_size: 1 << 30,
+            chunk_size: 64 << 20,
+            initial_size: 0,
             allow_growth: true,
             recovery_threads: std::thread::available_parallelism().map_or(1, usize::from),
-            reclaim: None,
+            reclaim: Some(ReclaimOptions::default()),
             region: RegionOptions::default(),
             fingerprint_mask: u64::MAX,
         }
+    }
+}
+
+impl KvOptions {
+    /// Sets [`KvOptions::layout`].
+    pub fn layout(mut self, layout: RecordLayout) -> Self {
+        self.layout = Some(layout);
+        self
+    }
+
+    /// Sets [`KvOptions::pages_per_block`].
+    pub fn pages_per_block(mut self, pages: u32) -> Self {
+        self.pages_per_block = Some(pages);
+        self
+    }
+
+    /// Sets [`KvOptions::chunk_size`].
+    pub fn chunk_size(mut self, bytes: u64) -> Self {
+        self.chunk_size = bytes;
+        self
+    }
+
+    /// Sets [`KvOptions::initial_size`].
+    pub fn initial_size(mut self, bytes: u64) -> Self {
+        self.initial_size = bytes;
+        self
+    }
+
+    /// Sets [`KvOptions::allow_growth`].
+    pub fn allow_growth(mut self, allow: bool) -> Self {
+        self.allow_growth = allow;
+        self
+    }
+
+    /// Sets [`KvOptions::recovery_threads`].
+    pub fn recovery_threads(mut self, threads: usize) -> Self {
+        self.recovery_threads = threads;
+        self
+    }
+
+    /// Sets [`KvOptions::reclaim`].
+    pub fn reclaim(mut self, reclaim: Option<ReclaimOptions>) -> Self {
+        self.reclaim = reclaim;
+        self
+    }
+
+    /// Sets [`KvOptions::region`].
+    pub fn region(mut self, region: RegionOptions) -> Self {
+        self.region = region;
+        self
+    }
+
+    /// Testing aid: keeps only these bits of the 64-bit key fingerprints, to force hash
+    /// collisions (which the store must survive: every match is confirmed on media). Leave
+    /// alone in production.
+    pub fn fingerprint_mask(mut self, mask: u64) -> Self {
+        self.fingerprint_mask = mask;
+        self
     }
 }
 
@@ -124,6 +189,8 @@ pub struct KvStats {
     pub durability: DurabilityMode,
     /// What it guarantees.
     pub guarantee: &'static str,
+    /// The flush instruction persists use ("none" where the medium needs none).
+    pub flush: &'static str,
     /// "none" or "emulated <profile>".
     pub emulation: String,
     /// Region size in bytes.
@@ -136,6 +203,8 @@ pub struct KvStats {
     pub blocks_used: u64,
     /// Blocks free for reuse.
     pub blocks_free: u64,
+    /// Runs of consecutive free blocks (fragmentation).
+    pub free_extents: u64,
     /// Blocks owned by clients right now.
     pub blocks_owned: u64,
     /// Blocks holding records, not owned.
@@ -146,50 +215,79 @@ pub struct KvStats {
     pub live_bytes: u64,
     /// Bytes of used blocks not held by live records (deleted, replaced, or never filled).
     pub dead_bytes: u64,
+    /// Region bytes per live byte (0 when empty).
+    pub space_amplification: f64,
+    /// Why the store refuses writes, if a persist failed.
+    pub read_only: Option<String>,
     /// DRAM held by the index.
     pub index_bytes: u64,
     /// DRAM held by the index and per-page/per-block metadata.
     pub dram_bytes: u64,
 }
 
-/// The store. Share it between threads (`&KvStore` is `Send + Sync`); give each thread its own
-/// [`Client`] for writes.
+/// The store: a cheap, cloneable, `'static` handle (an `Arc` inside) — share it between
+/// threads, thread pools and async tasks. Give each writing thread its own [`Client`] for
+/// throughput; the store-level `put`/`update`/`delete` borrow one from a pool.
+#[derive(Clone)]
 pub struct KvStore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     inner: Arc<Inner>,
     recovery: RecoveryReport,
-    reclaimer: Mutex<Option<background::Background>>,
-    grower: Mutex<Option<background::Background>>,
-    /// The insert position of [`KvStore::put`]'s store-wide client, kept between calls so
-    /// that each call does not take (and seal) a block of its own.
-    shared_client: Mutex<client::ClientState>,
+    workers: Mutex<Vec<Background>>,
+    /// Clients lent to store-level writes, so that concurrent callers do not queue on one.
+    clients: ArrayQueue<Client>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        for mut w in self.workers.lock().drain(..) {
+            w.stop();
+        }
+        *self.inner.grower.lock() = None;
+        *self.inner.reclaimer.lock() = None;
+        // Give the pooled clients' insert blocks back (dropping a client seals its block).
+        while self.clients.pop().is_some() {}
+    }
 }
 
 impl std::fmt::Debug for KvStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.inner.fmt(f)
+        self.shared.inner.fmt(f)
     }
+}
+
+/// Blocks a new store starts with (a few: a new store takes kilobytes, then grows).
+const INITIAL_BLOCKS: u64 = 4;
+
+fn initial_blocks(geo: &Geometry, opts: &KvOptions) -> u64 {
+    opts.initial_size
+        .div_ceil(geo.block_size())
+        .clamp(INITIAL_BLOCKS, RecordOffset::MAX_BLOCK)
 }
 
 impl KvStore {
     /// Creates a store in a new region file at `path`.
-    pub fn create(path: &Path, opts: &KvOptions) -> Result<Self> {
+    pub fn create(path: impl AsRef<Path>, opts: &KvOptions) -> Result<Self> {
         let layout = opts.layout.unwrap_or(RecordLayout::Variable);
         let ppb = pages_per_block(opts, opts.region.emulate.as_ref());
         let geo = Geometry::new(layout, ppb, opts.chunk_size)?;
-        let len = geo.region_len_for(u64::from(geo.chunk_blocks));
-        let region = PmemRegion::create(path, len, &opts.region)?;
+        let len = geo.region_len_for(initial_blocks(&geo, opts));
+        let region = PmemRegion::create(path.as_ref(), len, &opts.region)?;
         Self::create_in(region, opts)
     }
 
     /// Opens the store in the region file at `path`, running recovery.
-    pub fn open(path: &Path, opts: &KvOptions) -> Result<Self> {
-        let region = PmemRegion::open(path, &opts.region)?;
+    pub fn open(path: impl AsRef<Path>, opts: &KvOptions) -> Result<Self> {
+        let region = PmemRegion::open(path.as_ref(), &opts.region)?;
         Self::open_in(region, opts)
     }
 
     /// Opens `path` if it exists, else creates it.
-    pub fn open_or_create(path: &Path, opts: &KvOptions) -> Result<Self> {
-        if path.exists() {
+    pub fn open_or_create(path: impl AsRef<Path>, opts: &KvOptions) -> Result<Self> {
+        if path.as_ref().exists() {
             Self::open(path, opts)
         } else {
             Self::create(path, opts)
@@ -201,7 +299,7 @@ impl KvStore {
         let layout = opts.layout.unwrap_or(RecordLayout::Variable);
         let ppb = pages_per_block(opts, region.emulator().map(|e| e.profile()));
         let geo = Geometry::new(layout, ppb, opts.chunk_size)?;
-        region.grow(geo.region_len_for(u64::from(geo.chunk_blocks)))?;
+        region.grow(geo.region_len_for(initial_blocks(&geo, opts)))?;
         let mut hdr = [0u8; HEADER_LEN as usize];
         region.read(0, &mut hdr)?;
         if hdr.iter().any(|&b| b != 0) {
@@ -243,17 +341,27 @@ impl KvStore {
                 requested: requested.to_string(),
             });
         }
+        // Every header field is checked before it sizes anything.
+        let used_blocks = region
+            .atomic_u64(header::USED_BLOCKS as u64)?
+            .load(Ordering::Acquire);
+        let mapped_blocks = geo.blocks_in(region.len());
+        if used_blocks > mapped_blocks {
+            return Err(Error::corrupt(
+                path.as_deref(),
+                format!(
+                    "store header claims {used_blocks} used blocks but the region holds only {mapped_blocks}"
+                ),
+            ));
+        }
         // Size the index for what the used blocks hold when they are 3/4 full, so that
         // recovery rarely splits segments (sizing for completely full blocks would waste DRAM
         // on stores with many deletes).
-        let used_blocks = region
-            .atomic_u64(header::USED_BLOCKS as u64)?
-            .load(std::sync::atomic::Ordering::Acquire);
         let per_block = match geo.layout {
             RecordLayout::Fixed { .. } => u64::from(geo.slots) * u64::from(geo.pages_per_block),
             RecordLayout::Variable => geo.block_size() / 256,
         };
-        let index = OffsetIndex::with_capacity(used_blocks.saturating_mul(per_block) * 3 / 4);
+        let index = OffsetIndex::with_capacity(used_blocks * per_block * 3 / 4);
         let short_keys =
             matches!(geo.layout, RecordLayout::Fixed { key_size, .. } if key_size <= 8);
         let inner = Arc::new(Inner {
@@ -267,71 +375,108 @@ impl KvStore {
             blocks: boxcar::Vec::new(),
             allocated_blocks: AtomicU64::new(0),
             next_block: AtomicU64::new(0),
-            free_blocks: SegQueue::new(),
+            free: FreeExtents::new(),
             grow_lock: Mutex::new(()),
             allow_growth: opts.allow_growth,
-            clock: AtomicU64::new(0),
+            clock: SequenceClock::new(),
+            key_locks: KeyLocks::new(KEY_STRIPES),
             metrics: metrics::Metrics::default(),
-            compaction_gate: RwLock::new(()),
+            compaction_gate: Arc::new(RwLock::new(())),
             grower: Mutex::new(None),
+            reclaimer: Mutex::new(None),
+            reclaim: opts.reclaim.clone(),
+            space_pressure: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            failure: Mutex::new(None),
         });
         let recovery = recovery::recover(&inner, opts.recovery_threads.max(1))?;
-        let reclaimer = opts.reclaim.clone().map(|r| {
-            background::Background::spawn(
+        let mut workers = Vec::new();
+        let spawn_failed = |e: std::io::Error| Error::io("start a background thread", None, e);
+        if let Some(r) = opts.reclaim.clone() {
+            let w = Background::spawn(
                 "tierbase-kv-reclaim",
                 inner.clone(),
                 r.interval,
                 move |inner, ticker| compact::reclaim_loop(inner, ticker, &r),
             )
-        });
-        let grower = opts.allow_growth.then(|| {
-            background::Background::spawn(
+            .map_err(spawn_failed)?;
+            *inner.reclaimer.lock() = w.handle();
+            workers.push(w);
+        }
+        if opts.allow_growth {
+            let w = Background::spawn(
                 "tierbase-kv-grow",
                 inner.clone(),
-                std::time::Duration::from_millis(100),
-                store::grow_loop,
+                Duration::from_millis(100),
+                |inner, ticker| store::grow_loop(inner, ticker),
             )
-        });
-        *inner.grower.lock() = grower.as_ref().and_then(background::Background::handle);
+            .map_err(spawn_failed)?;
+            *inner.grower.lock() = w.handle();
+            workers.push(w);
+        }
+        inner.note_space_use();
         Ok(KvStore {
-            inner,
-            recovery,
-            reclaimer: Mutex::new(reclaimer),
-            grower: Mutex::new(grower),
-            shared_client: Mutex::new(client::ClientState::default()),
+            shared: Arc::new(Shared {
+                inner,
+                recovery,
+                workers: Mutex::new(workers),
+                clients: ArrayQueue::new(64),
+            }),
         })
     }
 
-    /// A client for the calling thread.
-    pub fn client(&self) -> Client<'_> {
-        Client::new(&self.inner)
+    fn inner(&self) -> &Inner {
+        &self.shared.inner
     }
 
-    /// Reads `key` into `value`; returns whether it exists. Lock-free.
-    pub fn get(&self, key: &[u8], value: &mut Vec<u8>) -> Result<bool> {
-        let mut scratch = Vec::new();
-        self.inner.get(key, value, &mut scratch)
+    /// A client for the calling thread (`'static`; it may outlive this handle).
+    pub fn client(&self) -> Client {
+        Client::new(self.shared.inner.clone())
     }
 
-    /// Inserts or replaces `key` through a store-wide client (serialised; for convenience —
-    /// use one [`Client`] per thread for throughput). Returns whether the key was new.
-    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
-        let mut state = self.shared_client.lock();
-        let mut client = Client::resume(&self.inner, *state);
-        let result = client.put(key, value);
-        *state = client.suspend();
+    /// Runs `f` with a pooled client.
+    fn with_client<T>(&self, f: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
+        let mut client = self.shared.clients.pop().unwrap_or_else(|| self.client());
+        let result = f(&mut client);
+        // A full pool drops the client, which seals its block.
+        let _ = self.shared.clients.push(client);
         result
     }
 
-    /// Deletes `key`; returns whether it existed.
+    /// Reads `key`'s value. Optimistic: never takes a latch (it may retry while a writer
+    /// holds the record's page).
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut value = Vec::new();
+        Ok(self.get_into(key, &mut value)?.then_some(value))
+    }
+
+    /// Reads `key` into `value` (reusing its allocation); returns whether it exists.
+    pub fn get_into(&self, key: &[u8], value: &mut Vec<u8>) -> Result<bool> {
+        let mut scratch = Vec::new();
+        self.inner().get(key, value, &mut scratch)
+    }
+
+    /// Inserts or replaces `key` through a pooled client. Returns whether the key was new.
+    /// Durable when it returns.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.with_client(|c| c.put(key, value))
+    }
+
+    /// Replaces the value of an existing key; returns whether it existed. Durable when it
+    /// returns.
+    pub fn update(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.with_client(|c| c.update(key, value))
+    }
+
+    /// Deletes `key`; returns whether it existed. Durable when it returns.
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
         let mut scratch = Vec::new();
-        self.inner.delete(key, &mut scratch)
+        self.inner().delete(key, &mut scratch)
     }
 
     /// Number of live keys.
     pub fn len(&self) -> usize {
-        self.inner.index.len()
+        self.inner().index.len()
     }
 
     /// Whether the store has no keys.
@@ -341,74 +486,79 @@ impl KvStore {
 
     /// The record layout.
     pub fn layout(&self) -> RecordLayout {
-        self.inner.geo.layout
+        self.inner().geo.layout
     }
 
     /// Pages per block of this store.
     pub fn pages_per_block(&self) -> u32 {
-        self.inner.geo.pages_per_block
+        self.inner().geo.pages_per_block
     }
 
     /// Durability mode of the region.
     pub fn durability(&self) -> DurabilityMode {
-        self.inner.region.durability()
+        self.inner().region.durability()
     }
 
     /// The underlying region (for inspection, counters and crash simulation).
     pub fn region(&self) -> &PmemRegion {
-        &self.inner.region
+        &self.inner().region
     }
 
     /// What recovery did when this store was opened.
     pub fn recovery(&self) -> &RecoveryReport {
-        &self.recovery
+        &self.shared.recovery
     }
 
     /// Counter snapshot.
     pub fn metrics(&self) -> KvMetrics {
-        self.inner.metrics.snapshot(self.inner.region.counters())
+        let inner = self.inner();
+        inner.metrics.snapshot(inner.region.counters())
+    }
+
+    /// Why the store refuses writes, if a persist failed (see [`Error::ReadOnly`]).
+    pub fn read_only_reason(&self) -> Option<String> {
+        self.inner().failure.lock().clone()
     }
 
     /// Compacts every sealed block at least `free_threshold` free (0..1). Returns
-    /// (blocks compacted, records moved). Safe to call while other threads use the store.
+    /// (blocks compacted, records moved). Safe to call while other threads use the store;
+    /// blocks are skipped while an iteration runs.
     pub fn compact(&self, free_threshold: f64) -> Result<(u64, u64)> {
-        compact::compact_all(&self.inner, free_threshold, &mut self.client())
+        let mut client = self.client();
+        let inner = self.shared.inner.clone();
+        compact::compact_all(&inner, free_threshold, &mut client.writer())
     }
 
-    /// Calls `f` with every live record, in no particular order. Weakly consistent: a record
-    /// written or deleted during the walk may or may not be seen; each record is seen at most
-    /// once and never torn. Compaction waits while a walk is running.
-    pub fn for_each(&self, mut f: impl FnMut(&[u8], &[u8])) -> Result<()> {
-        let inner = &self.inner;
-        let _gate = inner.compaction_gate.read();
+    /// Every live record, in no particular order. Weakly consistent: a record written or
+    /// deleted during the walk may or may not be seen; every record present throughout is
+    /// seen exactly once, never torn. While an iterator lives, compaction skips its work (so
+    /// do not keep one for long). Drop it to stop early.
+    pub fn iter(&self) -> Iter {
+        let inner = self.shared.inner.clone();
+        let gate = inner.compaction_gate.read_arc();
         let used = inner.next_block.load(Ordering::Acquire);
-        let (mut key, mut value, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
-        for b in 0..used {
-            for off in verify::candidate_offsets(inner, b)? {
-                if !inner.read_key_at(off, &mut key)? {
-                    continue;
-                }
-                let mut round = 0;
-                loop {
-                    match inner.read_record(off, &key, &mut value, &mut scratch)? {
-                        store::ReadOutcome::Found => {
-                            if inner.indexed_at(&key, off) {
-                                f(&key, &value);
-                            }
-                            break;
-                        }
-                        store::ReadOutcome::NotThisKey => break,
-                        store::ReadOutcome::Retry => store::backoff(&mut round),
-                    }
-                }
-            }
+        Iter {
+            inner,
+            _gate: gate,
+            next_block: 0,
+            used,
+            pending: std::collections::VecDeque::new(),
+            failed: false,
+        }
+    }
+
+    /// Calls `f` with every live record (see [`KvStore::iter`]).
+    pub fn for_each(&self, mut f: impl FnMut(&[u8], &[u8])) -> Result<()> {
+        for record in self.iter() {
+            let (k, v) = record?;
+            f(&k, &v);
         }
         Ok(())
     }
 
     /// Space and memory figures.
     pub fn stats(&self) -> KvStats {
-        let inner = &self.inner;
+        let inner = self.inner();
         let geo = inner.geo;
         let used = inner.next_block.load(Ordering::Acquire);
         let (mut free, mut owned, mut sealed, mut large, mut live) = (0, 0, 0, 0, 0u64);
@@ -430,23 +580,32 @@ impl KvStore {
         let in_use = (used - free) * geo.block_size();
         let index_bytes = inner.index.memory_bytes() as u64;
         let meta_bytes = inner.pages.count() as u64 * 4
-            + inner.blocks.count() as u64 * std::mem::size_of::<store::BlockMeta>() as u64;
+            + inner.blocks.count() as u64 * std::mem::size_of::<store::BlockMeta>() as u64
+            + inner.key_locks.memory_bytes() as u64;
         KvStats {
             layout: geo.layout,
             records: inner.index.len() as u64,
             durability: inner.region.durability(),
             guarantee: inner.region.durability().guarantee(),
+            flush: inner.region.flush_instruction().name(),
             emulation: inner.region.info().emulation,
             region_bytes: inner.region.len(),
             block_bytes: geo.block_size(),
             blocks_allocated: inner.allocated_blocks.load(Ordering::Acquire),
             blocks_used: used,
             blocks_free: free,
+            free_extents: inner.free.extents() as u64,
             blocks_owned: owned,
             blocks_sealed: sealed,
             blocks_large: large,
             live_bytes,
             dead_bytes: in_use.saturating_sub(live_bytes),
+            space_amplification: if live_bytes == 0 {
+                0.0
+            } else {
+                inner.region.len() as f64 / live_bytes as f64
+            },
+            read_only: inner.failure.lock().clone(),
             index_bytes,
             dram_bytes: index_bytes + meta_bytes,
         }
@@ -454,32 +613,86 @@ impl KvStore {
 
     /// Path of the backing file, if any.
     pub fn path(&self) -> Option<PathBuf> {
-        self.inner.path.clone()
+        self.inner().path.clone()
     }
 
-    /// Stops background work and closes the store. Every acknowledged write is already
-    /// durable; closing adds nothing to durability, it only ends the reclaimer cleanly.
+    /// Closes this handle. The last handle to close stops background work; every acknowledged
+    /// write is already durable, so closing adds nothing to durability. Clones and clients
+    /// still alive keep the store open.
     pub fn close(self) -> Result<()> {
-        self.shutdown();
+        drop(self);
         Ok(())
-    }
-
-    fn shutdown(&self) {
-        for worker in [&self.reclaimer, &self.grower] {
-            if let Some(mut w) = worker.lock().take() {
-                w.stop();
-            }
-        }
-        *self.inner.grower.lock() = None;
-        // Give the store-wide client's insert block back (dropping a client seals it).
-        let state = std::mem::take(&mut *self.shared_client.lock());
-        drop(Client::resume(&self.inner, state));
     }
 }
 
-impl Drop for KvStore {
-    fn drop(&mut self) {
-        self.shutdown();
+/// Key-lock stripes (see [`crate::sync::KeyLocks`]).
+const KEY_STRIPES: usize = 4096;
+
+/// An iterator over a store's live records (see [`KvStore::iter`]). Yields owned
+/// `(key, value)` pairs; an error (media corruption) ends it.
+pub struct Iter {
+    inner: Arc<Inner>,
+    _gate: parking_lot::ArcRwLockReadGuard<parking_lot::RawRwLock, ()>,
+    next_block: u64,
+    used: u64,
+    pending: std::collections::VecDeque<(Vec<u8>, Vec<u8>)>,
+    failed: bool,
+}
+
+impl std::fmt::Debug for Iter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Iter")
+            .field("next_block", &self.next_block)
+            .field("used", &self.used)
+            .finish()
+    }
+}
+
+impl Iter {
+    /// Reads the live records of the next block into `pending`.
+    fn fill(&mut self) -> Result<()> {
+        let inner = &*self.inner;
+        let b = self.next_block;
+        self.next_block += 1;
+        let (mut key, mut value, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
+        for off in verify::candidate_offsets(inner, b)? {
+            if !inner.read_key_at(off, &mut key)? {
+                continue;
+            }
+            let mut round = 0;
+            loop {
+                match inner.read_record(off, &key, &mut value, &mut scratch)? {
+                    store::ReadOutcome::Found => {
+                        if inner.indexed_at(&key, off) {
+                            self.pending.push_back((key.clone(), value.clone()));
+                        }
+                        break;
+                    }
+                    store::ReadOutcome::NotThisKey => break,
+                    store::ReadOutcome::Retry => crate::sync::backoff(&mut round),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Iterator for Iter {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(r) = self.pending.pop_front() {
+                return Some(Ok(r));
+            }
+            if self.failed || self.next_block >= self.used {
+                return None;
+            }
+            if let Err(e) = self.fill() {
+                self.failed = true;
+                return Some(Err(e));
+            }
+        }
     }
 }
 
@@ -568,7 +781,7 @@ fn decode_header(hdr: &[u8], path: Option<&Path>, chunk_size: u64) -> Result<Geo
     };
     let ppb = get_u32(hdr, header::PAGES_PER_BLOCK);
     let stored_chunk = u64::from(get_u32(hdr, header::CHUNK_BLOCKS));
-    let mut geo = Geometry::new(layout, ppb, chunk_size)
+    let geo = Geometry::new(layout, ppb, chunk_size)
         .map_err(|e| Error::corrupt(path, format!("kv store header: {e}")))?;
     if u64::from(get_u32(hdr, header::PAGE_SIZE)) != geo.page_size
         || get_u32(hdr, header::SLOTS) != geo.slots
@@ -578,8 +791,8 @@ fn decode_header(hdr: &[u8], path: Option<&Path>, chunk_size: u64) -> Result<Geo
             "kv store header geometry is inconsistent",
         ));
     }
-    if stored_chunk > 0 {
-        geo.chunk_blocks = stored_chunk.min(u64::from(u32::MAX)) as u32;
-    }
+    // The growth step is an open-time choice; the creating one is kept in the header only
+    // for reference.
+    let _ = stored_chunk;
     Ok(geo)
 }

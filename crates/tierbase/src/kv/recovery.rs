@@ -4,9 +4,10 @@
 //! blocks (free, sealed, large). Must not touch: the write path. A clean open and an open after
 //! a crash run the same code.
 //!
-//! Duplicates exist on media only transiently (a put between "new record valid" and "old record
-//! invalidated", or a compaction copy); the record with the larger sequence number wins (ties,
-//! which only compaction copies produce, keep the larger offset), and every loser is
+//! Duplicates exist on media only transiently (a put or a compaction move between "new record
+//! valid" and "old record invalidated"); the record with the larger sequence number wins —
+//! writers of one key take turns, so sequence numbers order a key's versions exactly and never
+//! tie (a tie would be a damaged store and is reported as such) — and every loser is
 //! invalidated on media so the next recovery does not meet it again.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -117,7 +118,7 @@ pub(crate) fn recover(inner: &Inner, threads: usize) -> Result<RecoveryReport> {
         max_seq = max_seq.max(r.max_seq);
         losers.extend(r.losers);
     }
-    inner.clock.store(max_seq, Ordering::Release);
+    inner.clock.observe(max_seq);
 
     // Classify blocks before invalidating losers, so a large loser's span is freed once.
     for b in 0..used {
@@ -128,14 +129,15 @@ pub(crate) fn recover(inner: &Inner, threads: usize) -> Result<RecoveryReport> {
         if m.live.load(Ordering::Acquire) == 0 {
             m.tail.store(0, Ordering::Release);
             m.state.store(FREE, Ordering::Release);
-            inner.free_blocks.push(b);
+            inner.free.free(b, 1);
         } else {
             m.state.store(SEALED, Ordering::Release);
         }
     }
     report.duplicates_resolved = losers.len() as u64;
     for off in losers {
-        inner.invalidate(off)?;
+        let done = inner.invalidate(off)?;
+        inner.finish_invalidate(done)?;
         let m = inner.block_meta(off.block())?;
         if m.live.load(Ordering::Acquire) == 0
             && m.state
@@ -143,9 +145,22 @@ pub(crate) fn recover(inner: &Inner, threads: usize) -> Result<RecoveryReport> {
                 .is_ok()
         {
             m.tail.store(0, Ordering::Release);
-            inner.free_blocks.push(off.block());
+            inner.free.free(off.block(), 1);
         }
     }
+    let live: u64 = (0..used)
+        .filter_map(|b| inner.block_meta(b).ok())
+        .map(|m| m.live.load(Ordering::Acquire))
+        .sum();
+    let live_bytes = match inner.geo.layout {
+        super::layout::RecordLayout::Fixed { .. } => live * inner.geo.slot_size,
+        super::layout::RecordLayout::Variable => live,
+    };
+    // Counted as written what is live now plus what the loser invalidations counted as freed.
+    inner
+        .metrics
+        .live_bytes_written
+        .add(live_bytes + inner.metrics.live_bytes_freed.get());
     report.duration = start.elapsed();
     Ok(report)
 }
@@ -276,7 +291,12 @@ fn insert(
         };
         let ex = RecordOffset(existing);
         let ex_seq = inner.seq_at(ex)?;
-        if (seq, off) > (ex_seq, ex) {
+        if seq == ex_seq {
+            return Err(inner.corrupt(format!(
+                "two valid copies of one key with sequence number {seq} (at {ex} and {off})"
+            )));
+        }
+        if seq > ex_seq {
             if inner.index.compare_exchange(kw, existing, off.0) {
                 r.losers.push(ex);
                 return Ok(());

@@ -1,25 +1,29 @@
 //! Store internals shared by clients, recovery and reclamation: the region and its geometry,
-//! DRAM page locks and block metadata, block allocation and growth, record reads, deletes and
+//! DRAM page latches and block metadata, block allocation and growth, record reads, deletes and
 //! invalidation.
 //!
 //! Owns: the rules every path follows. The key ones, so a reviewer can check each path:
-//! - **Version locks** (one `u32` per page, in DRAM): even = free, odd = held. Writers change
-//!   bytes of a page only while holding its lock; readers copy optimistically and retry when
-//!   the version moved.
-//! - **Record bytes are immutable while indexed**: a slot or log range is written only while
-//!   it is free (bit clear / beyond the tail) and no index entry points at it. So the index may
-//!   read a candidate's key without waiting for the page lock (no lock-order cycles).
-//! - **Invalidation** of an old record is an atomic bit/word update plus a persist and never
-//!   waits for that page's lock. Deletes remove the index entry while holding the page lock, so
-//!   a slot is never reused while a stale entry points to it.
-//! - **Newest wins**: every record carries a 64-bit sequence number from one store-wide clock;
-//!   recovery keeps the highest (ties: the larger offset — only compaction copies tie, and they
-//!   hold identical data).
+//! - **One writer per key at a time.** Every write of a key (put, update, delete, a compaction
+//!   move) holds the key's stripe of [`KeyLocks`] from taking its sequence number until the old
+//!   version is invalidated. So sequence numbers order the versions of a key exactly as the
+//!   index saw them, return values ("was new", "existed") agree with the state, and recovery's
+//!   newest-wins rule (highest sequence number; ties cannot happen) restores the last write.
+//! - **Durable before visible.** A new record is valid and persisted before the index points at
+//!   it; a delete persists the invalidation before it removes the index entry. A reader never
+//!   sees a state that a crash could take back.
+//! - **Version latches** (one per page, in DRAM): writers change bytes of a page only while
+//!   holding its latch; readers copy optimistically and retry when the version moved.
+//! - **Record bytes are immutable while indexed**: a slot or log range is written only while it
+//!   is free (bit clear / beyond the tail) and no index entry points at it. A fixed slot is
+//!   freed (bit cleared) only while its page latch is held until its index entry is gone, so a
+//!   slot is never reused while a stale entry points at it.
+//! - **Freed space is reused**: blocks (and multi-block runs of large records) go to one
+//!   [`FreeExtents`] set and are taken from there before the region grows.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
-use crossbeam_queue::SegQueue;
 use parking_lot::{Mutex, RwLock};
 
 use super::index::OffsetIndex;
@@ -27,8 +31,10 @@ use super::layout::{self, Geometry, RecordLayout, RecordOffset, header, var};
 use super::metrics::Metrics;
 use crate::device::PmemRegion;
 use crate::error::{Error, Result};
+use crate::space::FreeExtents;
+use crate::sync::{KeyLocks, LatchGuard, LatchRun, SequenceClock, VersionLatch, backoff};
 
-/// Block is unused or in the free queue.
+/// Block is unused or free for reuse.
 pub(crate) const FREE: u8 = 0;
 /// Block is owned by a client for inserts.
 pub(crate) const OWNED: u8 = 1;
@@ -51,40 +57,28 @@ pub(crate) struct BlockMeta {
     pub span: AtomicU32,
 }
 
-/// A held page version lock; released on drop.
-pub(crate) struct PageGuard<'a> {
-    lock: &'a AtomicU32,
-}
-
-impl Drop for PageGuard<'_> {
-    fn drop(&mut self) {
-        self.lock.fetch_add(1, Ordering::Release);
-    }
-}
-
-/// Held version locks of consecutive pages of one block (no allocation); released on drop.
-pub(crate) struct PageRun<'a> {
-    inner: &'a Inner,
-    block: u64,
-    first: u32,
-    held: u32,
-}
-
-impl Drop for PageRun<'_> {
-    fn drop(&mut self) {
-        for p in self.first..self.first + self.held {
-            if let Ok(lock) = self.inner.page_lock(self.block, p) {
-                lock.fetch_add(1, Ordering::Release);
-            }
-        }
-    }
-}
-
 /// Result of trying to read one candidate record.
 pub(crate) enum ReadOutcome {
     Found,
     NotThisKey,
     Retry,
+}
+
+/// What invalidating a record left to do once its index entry is gone.
+#[must_use = "a large record's blocks are freed by `finish_invalidate`"]
+pub(crate) enum Invalidated {
+    /// The record was already invalid.
+    No,
+    /// Invalid now; nothing more to do.
+    Yes,
+    /// Invalid now; its large-record run starting at this block is to be freed.
+    LargeRun(u64),
+}
+
+impl Invalidated {
+    pub fn was_valid(&self) -> bool {
+        !matches!(self, Invalidated::No)
+    }
 }
 
 /// Everything shared behind a [`super::KvStore`].
@@ -97,19 +91,30 @@ pub(crate) struct Inner {
     /// the index still keeps only a tag, so matches are always confirmed on media).
     pub short_keys: bool,
     pub fingerprint_mask: u64,
-    pub pages: boxcar::Vec<AtomicU32>,
+    pub pages: boxcar::Vec<VersionLatch>,
     pub blocks: boxcar::Vec<BlockMeta>,
     pub allocated_blocks: AtomicU64,
     pub next_block: AtomicU64,
-    pub free_blocks: SegQueue<u64>,
+    pub free: FreeExtents,
     pub grow_lock: Mutex<()>,
     pub allow_growth: bool,
-    pub clock: AtomicU64,
+    pub clock: SequenceClock,
+    pub key_locks: KeyLocks,
     pub metrics: Metrics,
-    /// Iteration holds it shared; compaction of a block holds it exclusively.
-    pub compaction_gate: RwLock<()>,
+    /// Iteration holds it shared; compaction of a block tries to take it exclusively (and
+    /// skips the block when an iteration runs, so neither ever waits for the other).
+    pub compaction_gate: Arc<RwLock<()>>,
     /// The background grower, woken when fresh blocks run low.
     pub grower: Mutex<Option<std::thread::Thread>>,
+    /// The background reclaimer, woken when dead space runs high.
+    pub reclaimer: Mutex<Option<std::thread::Thread>>,
+    /// Whether reclamation is on (background or by helping writers).
+    pub reclaim: Option<super::compact::ReclaimOptions>,
+    /// Set when dead space passed live space: writers help compact before they write.
+    pub space_pressure: AtomicBool,
+    /// Set (once) by a failed persist: the store refuses writes from then on.
+    pub failed: AtomicBool,
+    pub failure: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -122,27 +127,17 @@ impl std::fmt::Debug for Inner {
     }
 }
 
-/// The grower's body: whenever woken (or every interval), add a chunk if three quarters of
-/// the mapped blocks are in use. A failure here is not reported: the client that really runs
-/// out of blocks grows (or fails with a clear error) itself.
-pub(crate) fn grow_loop(inner: &Inner, ticker: &super::background::Ticker) {
+/// The grower's body: whenever woken (or every interval), add growth steps until enough fresh
+/// blocks are ahead of the writers. A failure here is not reported: the client that really
+/// runs out of blocks grows (or fails with a clear error) itself.
+pub(crate) fn grow_loop(inner: &Inner, ticker: &crate::sync::Ticker) {
     while ticker.next() {
-        if inner.growth_due() {
+        while inner.growth_due() && !ticker.stopping() {
             let allocated = inner.allocated_blocks.load(Ordering::Acquire);
-            let _ = inner.ensure_allocated(allocated + u64::from(inner.geo.chunk_blocks));
+            if inner.ensure_allocated(allocated + 1).is_err() {
+                break;
+            }
         }
-    }
-}
-
-/// Spins politely: a pause hint, and a yield after a while so a preempted lock holder on an
-/// oversubscribed machine can run.
-#[inline]
-pub(crate) fn backoff(round: &mut u32) {
-    *round += 1;
-    if *round < 64 {
-        std::hint::spin_loop();
-    } else {
-        std::thread::yield_now();
     }
 }
 
@@ -169,8 +164,49 @@ impl Inner {
         }
     }
 
+    /// Serialises writers of `key` (see the module docs).
     #[inline]
-    pub fn page_lock(&self, block: u64, page: u32) -> Result<&AtomicU32> {
+    pub fn lock_key(&self, key_word: u64) -> LatchGuard<'_> {
+        // Short keys are their own word: mix it so neighbouring keys use different stripes.
+        self.key_locks.lock(super::index::mix(key_word))
+    }
+
+    // ----- failure handling -----------------------------------------------------------------
+
+    /// Refuses writes once a persist has failed.
+    #[inline]
+    pub fn check_writable(&self) -> Result<()> {
+        if self.failed.load(Ordering::Acquire) {
+            let reason = self.failure.lock().clone().unwrap_or_default();
+            return Err(Error::ReadOnly {
+                path: self.path.clone(),
+                reason,
+            });
+        }
+        Ok(())
+    }
+
+    /// Passes `r` through; an error other than a full store (which changes nothing on media)
+    /// makes the store read-only: media may now hold a write whose fate is unknown, so only a
+    /// reopen (recovery) can say what is durable.
+    pub fn fail_on_error<T>(&self, r: Result<T>) -> Result<T> {
+        if let Err(e) = &r
+            && !matches!(e, Error::StoreFull { .. } | Error::ReadOnly { .. })
+        {
+            let mut failure = self.failure.lock();
+            if failure.is_none() {
+                *failure = Some(e.to_string());
+                tracing::error!("kv store is read-only from now on: {e}");
+            }
+            self.failed.store(true, Ordering::Release);
+        }
+        r
+    }
+
+    // ----- latches and metadata -------------------------------------------------------------
+
+    #[inline]
+    pub fn page_latch(&self, block: u64, page: u32) -> Result<&VersionLatch> {
         let n = self.geo.page_number(block, page);
         self.pages
             .get(n as usize)
@@ -184,37 +220,19 @@ impl Inner {
             .ok_or_else(|| self.corrupt(format!("block {block} beyond the mapped region")))
     }
 
-    /// Takes a page's version lock.
-    pub fn lock_page(&self, block: u64, page: u32) -> Result<PageGuard<'_>> {
-        let lock = self.page_lock(block, page)?;
-        let mut round = 0;
-        loop {
-            let v = lock.load(Ordering::Relaxed);
-            if v & 1 == 0
-                && lock
-                    .compare_exchange_weak(v, v + 1, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                // Order the odd version before any byte written under the lock.
-                fence(Ordering::Release);
-                return Ok(PageGuard { lock });
-            }
-            backoff(&mut round);
-        }
+    /// Takes a page's latch.
+    pub fn lock_page(&self, block: u64, page: u32) -> Result<LatchGuard<'_>> {
+        Ok(self.page_latch(block, page)?.lock())
     }
 
-    /// Locks pages `first..=last` of `block` in ascending order.
-    pub fn lock_pages(&self, block: u64, first: u32, last: u32) -> Result<PageRun<'_>> {
-        let mut run = PageRun {
-            inner: self,
-            block,
-            first,
-            held: 0,
-        };
+    /// Latches pages `first..=last` of `block` in ascending order.
+    pub fn lock_pages(&self, block: u64, first: u32, last: u32) -> Result<LatchRun<'_>> {
+        let mut run = LatchRun::new();
         for p in first..=last {
-            // On error the pages locked so far are released by the run's drop.
-            std::mem::forget(self.lock_page(block, p)?);
-            run.held += 1;
+            // On error the pages latched so far are released by the run's drop.
+            if !run.push(self.page_latch(block, p)?) {
+                return Err(self.corrupt("a record spans more pages than a block has"));
+            }
         }
         Ok(run)
     }
@@ -248,7 +266,7 @@ impl Inner {
 
     // ----- reading records ------------------------------------------------------------------
 
-    /// Reads the key stored at `off` into `buf` (without the page lock: record bytes are
+    /// Reads the key stored at `off` into `buf` (without the page latch: record bytes are
     /// immutable while indexed). Returns false if `off` holds no readable record.
     pub fn read_key_at(&self, off: RecordOffset, buf: &mut Vec<u8>) -> Result<bool> {
         match self.geo.fixed_sizes() {
@@ -290,23 +308,24 @@ impl Inner {
         }
     }
 
+    /// Large head in block `b`: (key length, value length, seq), or `None` if the lengths are
+    /// impossible (a torn read or damage; callers decide which).
+    pub fn large_lengths_checked(&self, b: u64) -> Result<Option<(usize, usize, u64)>> {
+        let base = self.geo.block_offset(b);
+        let klen = self.region.read_u64(base + 4)? as u32 as usize;
+        let seq = self.region.read_u64(base + 8)?;
+        let vlen = self.region.read_u64(base + 16)?;
+        if klen == 0 || klen > layout::MAX_VAR_KEY || vlen > layout::MAX_LARGE_VALUE as u64 {
+            return Ok(None);
+        }
+        Ok(Some((klen, vlen as usize, seq)))
+    }
+
     /// Large head in block `b`: (key length, value length, seq).
     pub fn large_lengths(&self, b: u64) -> Result<(usize, usize, u64)> {
-        let base = self.geo.block_offset(b);
-        let mut hdr = [0u8; 32];
-        self.region.read(base, &mut hdr)?;
-        let u32_at = |i: usize| u32::from_le_bytes([hdr[i], hdr[i + 1], hdr[i + 2], hdr[i + 3]]);
-        let u64_at = |i: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&hdr[i..i + 8]);
-            u64::from_le_bytes(w)
-        };
-        let klen = u32_at(4) as usize;
-        let vlen = u64_at(16);
-        if klen == 0 || klen > layout::MAX_VAR_KEY || vlen > layout::MAX_LARGE_VALUE as u64 {
-            return Err(self.corrupt(format!("large record in block {b} has impossible lengths")));
-        }
-        Ok((klen, vlen as usize, u64_at(8)))
+        self.large_lengths_checked(b)?.ok_or_else(|| {
+            self.corrupt(format!("large record in block {b} has impossible lengths"))
+        })
     }
 
     /// Maps a logical offset inside a large record (0 = head block start) to a region offset
@@ -381,18 +400,16 @@ impl Inner {
     ) -> Result<ReadOutcome> {
         match self.geo.fixed_sizes() {
             Some((k, v)) => {
-                let lock = self.page_lock(off.block(), off.page())?;
-                let v1 = lock.load(Ordering::Acquire);
-                if v1 & 1 == 1 {
+                let latch = self.page_latch(off.block(), off.page())?;
+                let Some(v1) = latch.optimistic() else {
                     return Ok(ReadOutcome::Retry);
-                }
+                };
                 let slot = self.slot_pos(off);
                 scratch.resize(k, 0);
                 self.region.read(slot + layout::SLOT_KEY, scratch)?;
                 value.resize(v, 0);
                 self.region.read(slot + layout::slot_value(k), value)?;
-                fence(Ordering::Acquire);
-                if lock.load(Ordering::Relaxed) != v1 {
+                if !latch.validate(v1) {
                     return Ok(ReadOutcome::Retry);
                 }
                 Ok(if scratch.as_slice() == key {
@@ -413,54 +430,60 @@ impl Inner {
         scratch: &mut Vec<u8>,
     ) -> Result<ReadOutcome> {
         let (b, first) = (off.block(), off.page());
-        let head_lock = self.page_lock(b, first)?;
-        let v1 = head_lock.load(Ordering::Acquire);
-        if v1 & 1 == 1 {
+        let head_latch = self.page_latch(b, first)?;
+        let Some(v1) = head_latch.optimistic() else {
             return Ok(ReadOutcome::Retry);
-        }
-        let pos = self.var_pos(off);
-        let word = self.region.atomic_u32(pos)?.load(Ordering::Acquire);
-        if word & var::VALID == 0 {
-            // Being deleted or replaced: the index entry is on its way out.
-            return Ok(if head_lock.load(Ordering::Acquire) == v1 {
-                ReadOutcome::NotThisKey
+        };
+        // Whatever looks wrong below is a stale index entry whose record was replaced and its
+        // space reused meanwhile (retry if the page moved) — never an error for the reader.
+        let stale = |outcome_if_unchanged| {
+            if head_latch.validate(v1) {
+                outcome_if_unchanged
             } else {
                 ReadOutcome::Retry
-            });
-        }
-        if word & var::LARGE != 0 {
-            if word & var::CONT != 0 || off.page() != 0 || off.pos() != 0 {
-                return Err(self.corrupt(format!("index points into a large record at {off}")));
             }
-            let (klen, vlen, _) = self.large_lengths(b)?;
+        };
+        let pos = self.var_pos(off);
+        let word = self.region.atomic_u32(pos)?.load(Ordering::Acquire);
+        if word & var::LARGE != 0 {
+            if word & var::CONT != 0 || word & var::VALID == 0 || off.page() != 0 || off.pos() != 0
+            {
+                return Ok(stale(ReadOutcome::NotThisKey));
+            }
+            let Some((klen, vlen, _)) = self.large_lengths_checked(b)? else {
+                return Ok(stale(ReadOutcome::NotThisKey));
+            };
+            // Validate the lengths before allocating for them.
+            if !head_latch.validate(v1) {
+                return Ok(ReadOutcome::Retry);
+            }
             scratch.resize(klen, 0);
             self.read_large(b, var::LARGE_HEADER, scratch)?;
             if scratch.as_slice() != key {
-                return Ok(ReadOutcome::NotThisKey);
+                return Ok(stale(ReadOutcome::NotThisKey));
             }
             value.resize(vlen, 0);
             self.read_large(b, var::LARGE_HEADER + klen as u64, value)?;
-            fence(Ordering::Acquire);
-            return Ok(if head_lock.load(Ordering::Relaxed) == v1 {
-                ReadOutcome::Found
-            } else {
-                ReadOutcome::Retry
-            });
+            return Ok(stale(ReadOutcome::Found));
         }
+        // An inline record is read whether or not its valid bit is still set: a delete clears
+        // it (durably) before it removes the index entry, and until then the key exists.
         let Some((klen, vlen)) = var::inline_lengths(word) else {
-            return Err(self.corrupt(format!("bad record header at {off}")));
+            return Ok(stale(ReadOutcome::NotThisKey));
         };
         let start = (pos - self.geo.block_offset(b)) + var::INLINE_HEADER;
-        let end_page = ((start + (klen + vlen) as u64).saturating_sub(1) / layout::PAGE) as u32;
+        let end = start + (klen + vlen) as u64;
+        if end > self.geo.block_size() {
+            return Ok(stale(ReadOutcome::NotThisKey));
+        }
+        let end_page = (end.saturating_sub(1) / layout::PAGE) as u32;
         // Versions of the other pages the record spans.
         let mut others = [(0u32, 0u32); layout::MAX_PAGES_PER_BLOCK as usize];
         let mut n_others = 0;
         for p in first + 1..=end_page.max(first) {
-            let l = self.page_lock(b, p)?;
-            let v = l.load(Ordering::Acquire);
-            if v & 1 == 1 {
+            let Some(v) = self.page_latch(b, p)?.optimistic() else {
                 return Ok(ReadOutcome::Retry);
-            }
+            };
             if let Some(slot) = others.get_mut(n_others) {
                 *slot = (p, v);
                 n_others += 1;
@@ -474,12 +497,11 @@ impl Inner {
             self.region
                 .read(pos + var::INLINE_HEADER + klen as u64, value)?;
         }
-        fence(Ordering::Acquire);
-        if head_lock.load(Ordering::Relaxed) != v1 {
+        if !head_latch.validate(v1) {
             return Ok(ReadOutcome::Retry);
         }
         for &(p, v) in others.iter().take(n_others) {
-            if self.page_lock(b, p)?.load(Ordering::Relaxed) != v {
+            if !self.page_latch(b, p)?.validate(v) {
                 return Ok(ReadOutcome::Retry);
             }
         }
@@ -490,7 +512,8 @@ impl Inner {
         })
     }
 
-    /// Point lookup. Lock-free: retries while a writer holds the record's page.
+    /// Point lookup. Optimistic: never takes a latch, but retries while a writer holds the
+    /// record's page (so a reader can wait for a writer; it never blocks one).
     pub fn get(&self, key: &[u8], value: &mut Vec<u8>, scratch: &mut Vec<u8>) -> Result<bool> {
         self.check_key(key)?;
         let kw = self.key_word(key);
@@ -533,7 +556,7 @@ impl Inner {
         }
     }
 
-    /// Finds the offset of `key`'s current record.
+    /// Finds the offset of `key`'s current record. Exact when the caller holds the key's lock.
     pub fn locate(&self, key: &[u8], scratch: &mut Vec<u8>) -> Option<RecordOffset> {
         let kw = self.key_word(key);
         let mut found = None;
@@ -576,8 +599,9 @@ impl Inner {
     // ----- invalidation and delete ----------------------------------------------------------
 
     /// Marks the record at `off` invalid on media and persists that (atomic; does not wait for
-    /// the page lock). Frees a large record's blocks. Returns whether it was valid.
-    pub fn invalidate(&self, off: RecordOffset) -> Result<bool> {
+    /// the page latch). A large record's blocks are freed by [`Inner::finish_invalidate`] once
+    /// no index entry points at it any more.
+    pub fn invalidate(&self, off: RecordOffset) -> Result<Invalidated> {
         match self.geo.layout {
             RecordLayout::Fixed { .. } => {
                 let (word, bit) = self.bit_of(off);
@@ -586,12 +610,14 @@ impl Inner {
                     .atomic_u64(word)?
                     .fetch_and(!bit, Ordering::AcqRel);
                 self.region.persist(word, 8)?;
-                if prev & bit != 0 {
-                    self.block_meta(off.block())?
-                        .live
-                        .fetch_sub(1, Ordering::Relaxed);
+                if prev & bit == 0 {
+                    return Ok(Invalidated::No);
                 }
-                Ok(prev & bit != 0)
+                self.block_meta(off.block())?
+                    .live
+                    .fetch_sub(1, Ordering::Relaxed);
+                self.metrics.live_bytes_freed.add(self.geo.slot_size);
+                Ok(Invalidated::Yes)
             }
             RecordLayout::Variable => {
                 let pos = self.var_pos(off);
@@ -599,65 +625,86 @@ impl Inner {
                 let prev = w.fetch_and(!var::VALID, Ordering::AcqRel);
                 self.region.persist(pos, 4)?;
                 if prev & var::VALID == 0 {
-                    return Ok(false);
+                    return Ok(Invalidated::No);
                 }
                 if prev & var::LARGE != 0 {
-                    self.free_large(off.block())?;
-                } else if let Some((k, v)) = var::inline_lengths(prev) {
+                    return Ok(Invalidated::LargeRun(off.block()));
+                }
+                if let Some((k, v)) = var::inline_lengths(prev) {
+                    let size = var::inline_size(k, v);
                     self.block_meta(off.block())?
                         .live
-                        .fetch_sub(var::inline_size(k, v), Ordering::Relaxed);
+                        .fetch_sub(size, Ordering::Relaxed);
+                    self.metrics.live_bytes_freed.add(size);
                 }
-                Ok(true)
+                Ok(Invalidated::Yes)
             }
         }
     }
 
-    /// Returns a (now invalid) large record's blocks to the free queue, after moving the head
-    /// page's version on by two (parity kept, so it works whether or not the caller holds that
-    /// lock) so that a reader still copying the record notices and retries.
+    /// Completes an invalidation: frees a large record's run.
+    pub fn finish_invalidate(&self, done: Invalidated) -> Result<bool> {
+        let was_valid = done.was_valid();
+        if let Invalidated::LargeRun(head) = done {
+            self.free_large(head)?;
+        }
+        Ok(was_valid)
+    }
+
+    /// Returns a (now invalid and unindexed) large record's blocks to the free set, after moving
+    /// the head page's version on so that a reader still copying the record notices and
+    /// retries.
     fn free_large(&self, head: u64) -> Result<()> {
-        self.page_lock(head, 0)?.fetch_add(2, Ordering::AcqRel);
-        let span = u64::from(self.block_meta(head)?.span.load(Ordering::Acquire)).max(1);
+        self.page_latch(head, 0)?.invalidate_readers();
+        let head_meta = self.block_meta(head)?;
+        let span = u64::from(head_meta.span.load(Ordering::Acquire)).max(1);
+        self.metrics
+            .live_bytes_freed
+            .add(head_meta.live.load(Ordering::Acquire));
         for b in head..head + span {
             let m = self.block_meta(b)?;
             m.live.store(0, Ordering::Relaxed);
             m.tail.store(0, Ordering::Relaxed);
             m.span.store(0, Ordering::Relaxed);
             m.state.store(FREE, Ordering::Release);
-            self.free_blocks.push(b);
         }
+        self.free.free(head, span);
         Ok(())
     }
 
-    /// Deletes `key`. Viper's order: lock the record's page, check it is still the indexed
-    /// copy, invalidate and persist, remove the index entry, unlock.
+    /// Deletes `key`: under the key's lock, invalidate the record durably (holding its page
+    /// latch, so that a fixed slot cannot be reused while its entry is indexed), then remove
+    /// the index entry.
     pub fn delete(&self, key: &[u8], scratch: &mut Vec<u8>) -> Result<bool> {
         self.check_key(key)?;
+        self.check_writable()?;
         let kw = self.key_word(key);
-        let mut round = 0;
-        loop {
-            let Some(off) = self.locate(key, scratch) else {
-                self.metrics.deletes.incr();
-                return Ok(false);
-            };
-            let guard = self.lock_page(off.block(), off.page())?;
-            if !self.indexed_at(key, off) || !self.holds_key(off, key, scratch) {
-                drop(guard);
-                backoff(&mut round);
-                continue;
-            }
-            self.invalidate(off)?;
-            self.index.remove_exact(kw, off.0);
-            drop(guard);
-            self.metrics.deletes.incr();
-            return Ok(true);
+        let _key = self.lock_key(kw);
+        let result = self.delete_locked(key, kw, scratch);
+        self.metrics.deletes.incr();
+        self.fail_on_error(result)
+    }
+
+    fn delete_locked(&self, key: &[u8], kw: u64, scratch: &mut Vec<u8>) -> Result<bool> {
+        let Some(off) = self.locate(key, scratch) else {
+            return Ok(false);
+        };
+        let page = self.lock_page(off.block(), off.page())?;
+        let done = self.invalidate(off)?;
+        if !self.index.remove_exact(kw, off.0) {
+            return Err(self.corrupt(format!(
+                "index entry of a key at {off} vanished while its key was locked"
+            )));
         }
+        drop(page);
+        self.finish_invalidate(done)?;
+        Ok(true)
     }
 
     // ----- blocks ---------------------------------------------------------------------------
 
-    /// Makes sure at least `blocks` blocks are mapped, growing the region by whole chunks.
+    /// Makes sure at least `blocks` blocks are mapped, growing the region by at least one
+    /// growth step (see [`Inner::growth_step`]).
     pub fn ensure_allocated(&self, blocks: u64) -> Result<()> {
         if blocks <= self.allocated_blocks.load(Ordering::Acquire) {
             return Ok(());
@@ -678,8 +725,9 @@ impl Inner {
         if blocks > RecordOffset::MAX_BLOCK {
             return Err(full("block ids exhausted".into()));
         }
-        let chunk = u64::from(self.geo.chunk_blocks);
-        let target = blocks.div_ceil(chunk) * chunk;
+        let target = blocks
+            .max(have + self.growth_step(have))
+            .min(RecordOffset::MAX_BLOCK);
         match self.region.grow(self.geo.region_len_for(target)) {
             Ok(()) => {}
             Err(e @ (Error::RegionLimit { .. } | Error::DeviceFull { .. })) => {
@@ -692,6 +740,13 @@ impl Inner {
         Ok(())
     }
 
+    /// Blocks one growth adds: a quarter of what is mapped (so a small store stays small and a
+    /// large one grows in few steps), at most the configured chunk — each step is short, so a
+    /// writer that does wait for one waits briefly.
+    fn growth_step(&self, have: u64) -> u64 {
+        (have / 4).clamp(1, u64::from(self.geo.chunk_blocks).max(1))
+    }
+
     /// Appends DRAM metadata up to `blocks` blocks.
     pub fn add_metas(&self, blocks: u64) -> Result<()> {
         while (self.blocks.count() as u64) < blocks {
@@ -699,7 +754,7 @@ impl Inner {
         }
         let pages = blocks * u64::from(self.geo.pages_per_block);
         while (self.pages.count() as u64) < pages {
-            self.pages.push(AtomicU32::new(0));
+            self.pages.push(VersionLatch::new());
         }
         Ok(())
     }
@@ -728,19 +783,49 @@ impl Inner {
         {
             t.unpark();
         }
+        self.note_space_use();
         Ok(cur)
     }
 
-    /// Whether three quarters of the mapped blocks are in use (Viper grows at a fill degree
-    /// too), so the grower should add a chunk before clients run out.
-    fn growth_due(&self) -> bool {
+    /// Whether the fresh blocks ahead of the writers ran low (an eighth of what is mapped, and
+    /// at least two growth steps), so the grower should add some before clients run out.
+    pub fn growth_due(&self) -> bool {
         let allocated = self.allocated_blocks.load(Ordering::Acquire);
-        self.allow_growth && self.next_block.load(Ordering::Acquire) * 4 >= allocated * 3
+        let ahead = allocated.saturating_sub(self.next_block.load(Ordering::Acquire));
+        self.allow_growth && ahead < (allocated / 8).max(2 * self.growth_step(allocated))
+    }
+
+    /// Bytes of live records (sum over all blocks, from always-on counters).
+    pub fn live_bytes(&self) -> u64 {
+        self.metrics
+            .live_bytes_written
+            .get()
+            .saturating_sub(self.metrics.live_bytes_freed.get())
+    }
+
+    /// Called when the store takes fresh blocks: if dead bytes outweigh live ones, ask the
+    /// reclaimer (and writers, see [`Inner::space_pressure`]) to compact.
+    pub fn note_space_use(&self) {
+        if self.reclaim.is_none() {
+            return;
+        }
+        let used = self
+            .next_block
+            .load(Ordering::Acquire)
+            .saturating_sub(self.free.blocks())
+            * self.geo.block_size();
+        let live = self.live_bytes();
+        let slack = 4 * self.geo.block_size();
+        let pressure = used > 2 * live + slack;
+        self.space_pressure.store(pressure, Ordering::Release);
+        if pressure && let Some(t) = self.reclaimer.lock().as_ref() {
+            t.unpark();
+        }
     }
 
     /// A block for a client's inserts: a reclaimed one if available, else a fresh one.
     pub fn acquire_block(&self) -> Result<u64> {
-        while let Some(b) = self.free_blocks.pop() {
+        while let Some(b) = self.free.take_one() {
             let meta = self.block_meta(b)?;
             if meta
                 .state
@@ -757,6 +842,14 @@ impl Inner {
         let b = self.take_fresh_blocks(1)?;
         self.block_meta(b)?.state.store(OWNED, Ordering::Release);
         Ok(b)
+    }
+
+    /// `n` consecutive blocks for a large record: a freed run if one fits, else fresh blocks.
+    pub fn acquire_run(&self, n: u64) -> Result<u64> {
+        if let Some(head) = self.free.take_run(n) {
+            return Ok(head);
+        }
+        self.take_fresh_blocks(n)
     }
 
     /// Zeroes a reclaimed variable-layout block (durably), so that its log reads as empty and
@@ -777,11 +870,5 @@ impl Inner {
                 .state
                 .compare_exchange(OWNED, SEALED, Ordering::AcqRel, Ordering::Acquire);
         }
-    }
-
-    /// Next record sequence number.
-    #[inline]
-    pub fn next_seq(&self) -> u64 {
-        self.clock.fetch_add(1, Ordering::AcqRel) + 1
     }
 }

@@ -198,9 +198,9 @@ fn check_blocks(
         }
     }
     for (b, distance) in continuations {
-        // Orphan continuation blocks are legal (a crash before the head became valid), but a
-        // continuation must never point before block 0.
-        if distance == 0 || distance > b {
+        // Orphan continuation blocks are legal (a crash before the head became valid; distance
+        // 0 marks a head still being written), but a continuation never points before block 0.
+        if distance > b {
             report.problems.push(format!(
                 "block {b}: continuation marker with impossible distance {distance}"
             ));
