@@ -29,6 +29,7 @@ fn survival(p: f64, seed: u64) -> CrashSimConfig {
         crash_after_fences: None,
         unflushed_survival: p,
         seed,
+        ..CrashSimConfig::default()
     }
 }
 
@@ -299,6 +300,7 @@ fn crash_at_every_persist_point_leaves_exactly_the_persisted_prefix() {
             crash_after_fences: Some(n),
             unflushed_survival: 0.0,
             seed: n,
+            ..CrashSimConfig::default()
         };
         let r = sim(12288, cfg.clone());
         run_script(&r, 0);

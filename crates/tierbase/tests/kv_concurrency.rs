@@ -141,6 +141,13 @@ fn hammer(layout: RecordLayout, mask: u64) {
     store.close().unwrap();
     let store = KvStore::open(&path, &opts).unwrap();
     check(&store);
+    // Verification reads the file on its own, so the store must be closed first (it holds
+    // the file's lock).
+    assert!(matches!(
+        tierbase::kv::verify(&path),
+        Err(tierbase::Error::Locked { .. })
+    ));
+    store.close().unwrap();
     assert!(tierbase::kv::verify(&path).unwrap().is_ok());
 }
 

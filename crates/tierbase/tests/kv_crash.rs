@@ -134,6 +134,7 @@ fn crash_run(layout: RecordLayout, crash_at: Option<u64>, survival: f64) -> u64 
         crash_after_fences: crash_at,
         unflushed_survival: survival,
         seed: crash_at.unwrap_or(0),
+        ..CrashSimConfig::default()
     };
     let region = PmemRegion::simulated(0, cfg, &o.region).unwrap();
     let created = KvStore::create_in(region, &o);

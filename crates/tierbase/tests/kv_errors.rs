@@ -51,7 +51,7 @@ fn filled_store(dir: &Path, layout: RecordLayout) -> std::path::PathBuf {
 fn empty_key_and_wrong_sizes_are_typed_errors_and_the_store_stays_usable() {
     let dir = tempfile::tempdir().unwrap();
     let fixed = KvStore::create(
-        &dir.path().join("f.tb"),
+        dir.path().join("f.tb"),
         &opts(RecordLayout::Fixed {
             key_size: 8,
             value_size: 16,
@@ -87,7 +87,7 @@ fn empty_key_and_wrong_sizes_are_typed_errors_and_the_store_stays_usable() {
     assert_eq!(v, [7; 16]);
     drop(c);
 
-    let var = KvStore::create(&dir.path().join("v.tb"), &opts(RecordLayout::Variable)).unwrap();
+    let var = KvStore::create(dir.path().join("v.tb"), &opts(RecordLayout::Variable)).unwrap();
     let mut c = var.client();
     let huge_key = vec![1u8; tierbase::kv::layout::MAX_VAR_KEY + 1];
     assert!(matches!(
@@ -237,7 +237,7 @@ fn damaged_headers_are_typed_errors() {
     ));
     // Missing file.
     assert!(matches!(
-        KvStore::open(&dir.path().join("absent.tb"), &any),
+        KvStore::open(dir.path().join("absent.tb"), &any),
         Err(Error::Io { .. })
     ));
     restore();

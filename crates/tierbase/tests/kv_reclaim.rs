@@ -92,5 +92,6 @@ fn the_reclaimer_compacts_sparse_blocks_and_space_is_reused() {
         assert!(store.get_into(&i.to_le_bytes(), &mut v).unwrap());
         assert_eq!(v, [i as u8; 64]);
     }
+    store.close().unwrap();
     assert!(tierbase::kv::verify(&path).unwrap().is_ok());
 }

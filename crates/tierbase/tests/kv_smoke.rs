@@ -132,7 +132,7 @@ fn pages_per_block_follow_the_emulated_profile_unless_given() {
 #[test]
 fn store_level_puts_share_one_insert_block() {
     let dir = tempfile::tempdir().unwrap();
-    let store = KvStore::create(&dir.path().join("p.tb"), &opts(RecordLayout::Variable)).unwrap();
+    let store = KvStore::create(dir.path().join("p.tb"), &opts(RecordLayout::Variable)).unwrap();
     for i in 0..200u32 {
         assert!(store.put(format!("k{i}").as_bytes(), b"value").unwrap());
     }

@@ -79,6 +79,8 @@ pub struct DeviceCounters {
     pub media_lines_written: Counter,
     /// Largest number of I/Os in flight at once (block devices).
     pub max_in_flight: AtomicU64,
+    /// Failed operations (I/O errors, injected faults).
+    pub errors: Counter,
 }
 
 impl DeviceCounters {
@@ -99,6 +101,7 @@ impl DeviceCounters {
             syncs: self.syncs.get(),
             media_lines_written: self.media_lines_written.get(),
             max_in_flight: self.max_in_flight.load(Ordering::Relaxed),
+            errors: self.errors.get(),
         }
     }
 }
@@ -124,6 +127,9 @@ pub struct CounterSnapshot {
     pub media_lines_written: u64,
     /// Largest number of I/Os observed in flight at once.
     pub max_in_flight: u64,
+    /// Failed operations (I/O errors, injected faults).
+    #[serde(default)]
+    pub errors: u64,
 }
 
 impl CounterSnapshot {
@@ -142,6 +148,7 @@ impl CounterSnapshot {
                 .media_lines_written
                 .saturating_sub(earlier.media_lines_written),
             max_in_flight: self.max_in_flight,
+            errors: self.errors.saturating_sub(earlier.errors),
         }
     }
 }

@@ -28,6 +28,9 @@ pub struct CrashSimConfig {
     pub unflushed_survival: f64,
     /// Seed for the survival choice, so that every failure replays exactly.
     pub seed: u64,
+    /// Fault injection: once this many fences have taken effect, every flush (and so every
+    /// persist) fails with an I/O error, as a dying device would. `None`: never.
+    pub fail_flushes_after: Option<u64>,
 }
 
 impl Default for CrashSimConfig {
@@ -36,6 +39,7 @@ impl Default for CrashSimConfig {
             crash_after_fences: None,
             unflushed_survival: 0.0,
             seed: 0,
+            fail_flushes_after: None,
         }
     }
 }
@@ -88,6 +92,13 @@ impl CrashSim {
         if st.frozen.is_none() {
             st.pending.extend(lines);
         }
+    }
+
+    /// Whether flushes fail now (see [`CrashSimConfig::fail_flushes_after`]).
+    pub(crate) fn flush_fails(&self) -> bool {
+        self.config
+            .fail_flushes_after
+            .is_some_and(|n| self.state.lock().fences >= n)
     }
 
     /// A fence: every flushed line becomes durable. Returns `true` when this fence is the

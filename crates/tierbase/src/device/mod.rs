@@ -4,8 +4,9 @@
 //! io_uring ([`BlockDevice`]), flush/fence/`msync` and the durability vocabulary
 //! ([`DurabilityMode`]), device profiles and their catalogue ([`DeviceProfile`],
 //! [`Catalogue`]), emulation of devices this machine does not have ([`Emulator`]), the
-//! power-loss simulator for tests, always-on counters, and the machine probe behind
-//! `tierbase devices`. Must not touch: records, pages, indexes or any store's format.
+//! power-loss simulator for tests, always-on counters, the machine probe behind
+//! `tierbase devices`, and raw access for measuring memory itself ([`RawAccess`], used by the
+//! memory profiler). Must not touch: records, pages, indexes or any store's format.
 
 mod aligned;
 mod block;
@@ -16,7 +17,9 @@ mod durability;
 mod emulate;
 pub mod probe;
 mod profile;
+pub mod raw;
 mod region;
+mod shared_mem;
 
 pub use aligned::{AlignedBuf, IO_ALIGN};
 pub use block::{BlockDevice, BlockInfo, BlockOptions, DirectIo, Io, IoEngineKind};
@@ -26,6 +29,7 @@ pub use crash::CrashSimConfig;
 pub use durability::{DurabilityMode, FsKind, fs_kind};
 pub use emulate::{Direction, Emulator, EmulatorStats, Ticket, now_ns, spin_until};
 pub use profile::{Catalogue, DeviceKind, DeviceProfile};
+pub use raw::RawAccess;
 pub use region::{
     MEDIA_LINE, MappingKind, PmemRegion, REGION_HEADER_LEN, RegionInfo, RegionOptions,
 };

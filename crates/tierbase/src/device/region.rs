@@ -51,6 +51,7 @@ use super::crash::{CrashSim, CrashSimConfig};
 use super::durability::{DurabilityMode, FsKind, fs_kind};
 use super::emulate::{Direction, Emulator, now_ns};
 use super::profile::DeviceProfile;
+use super::shared_mem;
 use crate::error::{Error, Result};
 
 /// Size of the region file header.
@@ -194,6 +195,50 @@ pub(crate) fn io_err(op: &'static str, path: Option<&Path>, e: std::io::Error) -
     Error::io(op, path, e)
 }
 
+/// Takes an exclusive, non-blocking `flock` on a store file, so that no second handle — in
+/// this process or another — maps it while this one lives (released when the file closes).
+pub(crate) fn lock_file(file: &File, path: &Path) -> Result<()> {
+    // SAFETY: flock on a file descriptor we own; no memory is involved.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+        return Err(Error::io("lock", Some(path), err));
+    }
+    let holder = std::os::unix::fs::MetadataExt::ino(
+        &file
+            .metadata()
+            .map_err(|e| Error::io("stat", Some(path), e))?,
+    );
+    Err(Error::Locked {
+        path: path.to_path_buf(),
+        holder: lock_holder(holder).unwrap_or_else(|| "another open handle".to_string()),
+    })
+}
+
+/// Who holds a `flock` on inode `ino`, from `/proc/locks` ("process 1234").
+fn lock_holder(ino: u64) -> Option<String> {
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|line| {
+        // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (kind, pid, id) = (fields.get(1)?, fields.get(4)?, fields.get(5)?);
+        let lock_ino: u64 = id.rsplit(':').next()?.parse().ok()?;
+        (*kind == "FLOCK" && lock_ino == ino).then(|| {
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map(|c| c.trim().to_string())
+                .unwrap_or_default();
+            if name.is_empty() {
+                format!("process {pid}")
+            } else {
+                format!("process {pid} ({name})")
+            }
+        })
+    })
+}
+
 /// `fsync` of the directory holding `path`, so that a newly created file's name is durable.
 pub(crate) fn sync_parent_dir(path: &Path) -> Result<()> {
     let dir = match path.parent() {
@@ -262,7 +307,7 @@ impl PmemRegion {
             .create_new(true)
             .open(path)
             .map_err(|e| io_err("create", Some(path), e))?;
-        let result = Self::create_in(file, path, len, opts);
+        let result = lock_file(&file, path).and_then(|()| Self::create_in(file, path, len, opts));
         if result.is_err() {
             let _ = std::fs::remove_file(path);
         }
@@ -303,6 +348,7 @@ impl PmemRegion {
             .write(true)
             .open(path)
             .map_err(|e| Error::io("open", Some(path), e))?;
+        lock_file(&file, path)?;
         let file_len = file
             .metadata()
             .map_err(|e| Error::io("stat", Some(path), e))?
@@ -367,6 +413,11 @@ impl PmemRegion {
         // Map the header and the existing data; the first mapping decides DAX or not.
         region.mapping = region.map_range(0, REGION_HEADER_LEN + data_len, true)?;
         let available = match region.mapping {
+            // Without a flush instruction, stores reach persistent memory only when the cache
+            // evicts them: that survives a process crash, not a power loss.
+            MappingKind::DaxSync if region.flush == FlushInstruction::None => {
+                DurabilityMode::ProcessCrash
+            }
             MappingKind::DaxSync => DurabilityMode::Dax,
             _ => match fs_kind(path) {
                 FsKind::Memory => DurabilityMode::ProcessCrash,
@@ -416,9 +467,7 @@ impl PmemRegion {
         let region = Self::anonymous_inner(image.len() as u64, opts, Some(sim))?;
         // SAFETY: the region's data area is mapped read-write for image.len() bytes, and nothing
         // else references it yet.
-        unsafe {
-            std::ptr::copy_nonoverlapping(image.as_ptr(), region.base_ptr(), image.len());
-        }
+        unsafe { shared_mem::store(region.base_ptr(), image) };
         Ok(region)
     }
 
@@ -701,10 +750,9 @@ impl PmemRegion {
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         let o = self.check(off, buf.len())?;
         let issued = self.emulation_start();
-        // SAFETY: bounds checked above; the range is mapped and `buf` is a distinct allocation.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.base_ptr().add(o), buf.as_mut_ptr(), buf.len())
-        };
+        // SAFETY: bounds checked above; the range is mapped for `&self`'s lifetime and only
+        // ever accessed atomically (shared_mem) by anyone.
+        unsafe { shared_mem::load(self.base_ptr().add(o), buf) };
         self.counters.reads.incr();
         self.counters.bytes_read.add(buf.len() as u64);
         self.emulation_finish(issued, Direction::Read, buf.len());
@@ -715,9 +763,10 @@ impl PmemRegion {
     pub fn read_u64(&self, off: u64) -> Result<u64> {
         let o = self.check(off, 8)?;
         let issued = self.emulation_start();
-        // SAFETY: bounds checked above; an unaligned 8-byte load from mapped memory (one
-        // instruction, no call into memcpy).
-        let v = unsafe { self.base_ptr().add(o).cast::<u64>().read_unaligned() };
+        let mut w = [0u8; 8];
+        // SAFETY: bounds checked above; as for `read`.
+        unsafe { shared_mem::load(self.base_ptr().add(o), &mut w) };
+        let v = u64::from_ne_bytes(w);
         self.counters.reads.incr();
         self.counters.bytes_read.add(8);
         self.emulation_finish(issued, Direction::Read, 8);
@@ -728,8 +777,9 @@ impl PmemRegion {
     #[inline]
     pub fn write(&self, off: u64, data: &[u8]) -> Result<()> {
         let o = self.check(off, data.len())?;
-        // SAFETY: bounds checked above; the range is mapped writable and `data` is distinct.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base_ptr().add(o), data.len()) };
+        // SAFETY: bounds checked above; the range is mapped writable for `&self`'s lifetime and
+        // only ever accessed atomically (shared_mem) by anyone.
+        unsafe { shared_mem::store(self.base_ptr().add(o), data) };
         self.counters.writes.incr();
         self.counters.bytes_written.add(data.len() as u64);
         Ok(())
@@ -738,8 +788,8 @@ impl PmemRegion {
     /// Fills `[off, off+len)` with `byte`. Not durable until persisted.
     pub fn fill(&self, off: u64, len: usize, byte: u8) -> Result<()> {
         let o = self.check(off, len)?;
-        // SAFETY: bounds checked above.
-        unsafe { std::ptr::write_bytes(self.base_ptr().add(o), byte, len) };
+        // SAFETY: bounds checked above; as for `write`.
+        unsafe { shared_mem::fill(self.base_ptr().add(o), len, byte) };
         self.counters.writes.incr();
         self.counters.bytes_written.add(len as u64);
         Ok(())
@@ -752,6 +802,7 @@ impl PmemRegion {
         if len == 0 {
             return Ok(());
         }
+        self.injected_fault()?;
         let issued = self.emulation_start();
         match self.mode {
             DurabilityMode::Dax | DurabilityMode::ProcessCrash => {
@@ -771,6 +822,22 @@ impl PmemRegion {
             sim.flush(self.capture_lines(o, len));
         }
         self.emulation_finish(issued, Direction::Write, len);
+        Ok(())
+    }
+
+    /// Crash-simulated regions: the configured I/O error (see
+    /// [`CrashSimConfig::fail_flushes_after`]).
+    fn injected_fault(&self) -> Result<()> {
+        if let Some(sim) = &self.sim
+            && sim.flush_fails()
+        {
+            self.counters.errors.incr();
+            return Err(Error::io(
+                "persist",
+                self.path.as_deref(),
+                std::io::Error::other("injected I/O error (simulated)"),
+            ));
+        }
         Ok(())
     }
 
@@ -824,6 +891,7 @@ impl PmemRegion {
             self.drain();
             return Ok(());
         }
+        self.injected_fault()?;
         match self.mode {
             DurabilityMode::Dax | DurabilityMode::ProcessCrash => {
                 let issued = self.emulation_start();
@@ -915,10 +983,8 @@ impl PmemRegion {
                 let start = line * CACHE_LINE;
                 let n = CACHE_LINE.min(size.saturating_sub(start));
                 let mut buf = [0u8; CACHE_LINE];
-                // SAFETY: [start, start+n) is inside the mapped data area.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(self.base_ptr().add(start), buf.as_mut_ptr(), n)
-                };
+                // SAFETY: [start, start+n) is inside the mapped data area (n <= CACHE_LINE).
+                unsafe { shared_mem::load(self.base_ptr().add(start), &mut buf[..n]) };
                 (start, buf)
             })
             .collect()
@@ -928,7 +994,7 @@ impl PmemRegion {
         let n = self.len.load(Ordering::Acquire);
         let mut v = vec![0u8; n];
         // SAFETY: the data area is mapped for n bytes.
-        unsafe { std::ptr::copy_nonoverlapping(self.base_ptr(), v.as_mut_ptr(), n) };
+        unsafe { shared_mem::load(self.base_ptr(), &mut v) };
         v
     }
 
