@@ -101,6 +101,7 @@ fn variable_put_get_delete_large_reopen() {
             "{k}"
         );
     }
+    store.close().unwrap();
     let report = tierbase::kv::verify(&path).unwrap();
     assert!(report.is_ok(), "{:?}", report.problems);
 }

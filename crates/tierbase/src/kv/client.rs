@@ -39,6 +39,8 @@ pub(crate) struct ClientState {
     rng: u64,
     scratch: Vec<u8>,
     buf: Vec<u8>,
+    /// The reclaimer's own client never waits for the reclaimer.
+    may_wait: bool,
 }
 
 /// A client's state with the store borrowed (not cloned: a shared `Arc` count bumped on every
@@ -78,8 +80,16 @@ impl Client {
                 rng: seed | 1,
                 scratch: Vec::new(),
                 buf: Vec::new(),
+                may_wait: true,
             },
         }
+    }
+
+    /// A client for the reclaimer itself (it must never wait for its own rounds).
+    pub(crate) fn for_reclaimer(inner: Arc<Inner>) -> Self {
+        let mut c = Client::new(inner);
+        c.state.may_wait = false;
+        c
     }
 
     pub(crate) fn writer(&mut self) -> Writer<'_> {
@@ -144,7 +154,7 @@ impl Writer<'_> {
         if let Some(b) = self.st.block {
             return Ok(b);
         }
-        let b = self.inner.acquire_block()?;
+        let b = self.inner.acquire_block(self.st.may_wait)?;
         self.st.block = Some(b);
         self.st.page = self.random_page();
         self.st.tried = 0;
@@ -389,7 +399,7 @@ impl Writer<'_> {
         let inner = self.inner;
         let geo = inner.geo;
         let n = layout::large_blocks(geo.block_size(), key.len(), value.len());
-        let head = inner.acquire_run(n)?;
+        let head = inner.acquire_run(n, self.st.may_wait)?;
         for b in head..head + n {
             inner.block_meta(b)?.state.store(LARGE, Ordering::Release);
             let at = geo.block_offset(b);

@@ -89,7 +89,12 @@ impl Drop for CompactingBlock<'_> {
 
 /// Compacts block `b`, copying through `writer`. Returns records moved, or `None` if the block
 /// was not sealed (owned, free, or being compacted by someone else) or an iteration is running.
-pub(crate) fn compact_block(inner: &Inner, b: u64, writer: &mut Writer<'_>) -> Result<Option<u64>> {
+pub(crate) fn compact_block(
+    inner: &Inner,
+    b: u64,
+    writer: &mut Writer<'_>,
+    wait_for_keys: bool,
+) -> Result<Option<u64>> {
     let Some(_gate) = inner.compaction_gate.try_write() else {
         return Ok(None);
     };
@@ -106,7 +111,7 @@ pub(crate) fn compact_block(inner: &Inner, b: u64, writer: &mut Writer<'_>) -> R
         block: b,
         done: false,
     };
-    let moved = inner.fail_on_error(move_records(inner, b, writer))?;
+    let moved = inner.fail_on_error(move_records(inner, b, writer, wait_for_keys))?;
     if meta.live.load(Ordering::Acquire) != 0 {
         // Something still valid that was not indexed: leave the block sealed.
         return Ok(Some(moved));
@@ -124,7 +129,15 @@ pub(crate) fn compact_block(inner: &Inner, b: u64, writer: &mut Writer<'_>) -> R
     Ok(Some(moved))
 }
 
-fn move_records(inner: &Inner, b: u64, writer: &mut Writer<'_>) -> Result<u64> {
+/// Moves the live records of `b`. `wait_for_keys`: take each key's lock even if a writer holds
+/// it; otherwise skip records whose key is busy (the background reclaimer, which writers may
+/// wait for, must never wait for them).
+fn move_records(
+    inner: &Inner,
+    b: u64,
+    writer: &mut Writer<'_>,
+    wait_for_keys: bool,
+) -> Result<u64> {
     let (mut key, mut value, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
     let mut moved = 0;
     for off in live_records(inner, b)? {
@@ -132,7 +145,14 @@ fn move_records(inner: &Inner, b: u64, writer: &mut Writer<'_>) -> Result<u64> {
             continue;
         }
         let kw = inner.key_word(&key);
-        let _key = inner.lock_key(kw);
+        let _key = if wait_for_keys {
+            inner.lock_key(kw)
+        } else {
+            match inner.try_lock_key(kw) {
+                Some(g) => g,
+                None => continue,
+            }
+        };
         // Deleted or replaced since the walk: nothing to move (its writer invalidated it).
         if !inner.indexed_at(&key, off) || !inner.holds_key(off, &key, &mut scratch) {
             continue;
@@ -210,12 +230,13 @@ pub(crate) fn compact_all(
     inner: &Inner,
     threshold: f64,
     writer: &mut Writer<'_>,
+    wait_for_keys: bool,
 ) -> Result<(u64, u64)> {
     inner.check_writable()?;
     let mut blocks = 0;
     let mut moved = 0;
     for b in candidates(inner, threshold) {
-        if let Some(m) = compact_block(inner, b, writer)? {
+        if let Some(m) = compact_block(inner, b, writer, wait_for_keys)? {
             blocks += 1;
             moved += m;
         }
@@ -231,7 +252,7 @@ pub(crate) fn help(inner: &Inner, writer: &mut Writer<'_>) {
     }
     let threshold = inner.reclaim.as_ref().map_or(0.4, |r| r.free_threshold);
     if let Some(&b) = candidates(inner, threshold).first() {
-        if let Ok(Some(_)) = compact_block(inner, b, writer) {
+        if let Ok(Some(_)) = compact_block(inner, b, writer, true) {
             inner.metrics.helped_compactions.incr();
         }
         inner.note_space_use();
@@ -244,14 +265,15 @@ pub(crate) fn help(inner: &Inner, writer: &mut Writer<'_>) {
 /// The reclaimer's body: every `interval` (or when woken), compact the candidates, through one
 /// client kept for the thread's lifetime.
 pub(crate) fn reclaim_loop(inner: &std::sync::Arc<Inner>, ticker: &Ticker, opts: &ReclaimOptions) {
-    let mut client = super::client::Client::new(inner.clone());
+    let mut client = super::client::Client::for_reclaimer(inner.clone());
     while ticker.next() {
-        if inner.check_writable().is_err() {
-            continue;
-        }
-        if let Err(e) = compact_all(inner, opts.free_threshold, &mut client.writer()) {
+        if inner.check_writable().is_ok()
+            && let Err(e) = compact_all(inner, opts.free_threshold, &mut client.writer(), false)
+        {
             tracing::error!("kv reclamation failed: {e}");
             inner.metrics.reclaim_errors.incr();
         }
+        inner.reclaim_round_done();
     }
+    inner.reclaim_round_done();
 }

@@ -386,6 +386,8 @@ impl KvStore {
             reclaimer: Mutex::new(None),
             reclaim: opts.reclaim.clone(),
             space_pressure: AtomicBool::new(false),
+            reclaim_rounds: Mutex::new(0),
+            reclaim_done: parking_lot::Condvar::new(),
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
         });
@@ -526,7 +528,7 @@ impl KvStore {
     pub fn compact(&self, free_threshold: f64) -> Result<(u64, u64)> {
         let mut client = self.client();
         let inner = self.shared.inner.clone();
-        compact::compact_all(&inner, free_threshold, &mut client.writer())
+        compact::compact_all(&inner, free_threshold, &mut client.writer(), true)
     }
 
     /// Every live record, in no particular order. Weakly consistent: a record written or

@@ -112,6 +112,9 @@ pub(crate) struct Inner {
     pub reclaim: Option<super::compact::ReclaimOptions>,
     /// Set when dead space passed live space: writers help compact before they write.
     pub space_pressure: AtomicBool,
+    /// Completed reclaimer rounds, for writers that wait for one instead of growing the file.
+    pub reclaim_rounds: Mutex<u64>,
+    pub reclaim_done: parking_lot::Condvar,
     /// Set (once) by a failed persist: the store refuses writes from then on.
     pub failed: AtomicBool,
     pub failure: Mutex<Option<String>>,
@@ -169,6 +172,12 @@ impl Inner {
     pub fn lock_key(&self, key_word: u64) -> LatchGuard<'_> {
         // Short keys are their own word: mix it so neighbouring keys use different stripes.
         self.key_locks.lock(super::index::mix(key_word))
+    }
+
+    /// Takes `key`'s lock if no other writer holds it.
+    #[inline]
+    pub fn try_lock_key(&self, key_word: u64) -> Option<LatchGuard<'_>> {
+        self.key_locks.try_lock(super::index::mix(key_word))
     }
 
     // ----- failure handling -----------------------------------------------------------------
@@ -741,10 +750,10 @@ impl Inner {
     }
 
     /// Blocks one growth adds: a quarter of what is mapped (so a small store stays small and a
-    /// large one grows in few steps), at most the configured chunk — each step is short, so a
-    /// writer that does wait for one waits briefly.
+    /// large one grows in few steps), at most half the configured chunk — each step is short,
+    /// so a writer that does wait for one waits briefly.
     fn growth_step(&self, have: u64) -> u64 {
-        (have / 4).clamp(1, u64::from(self.geo.chunk_blocks).max(1))
+        (have / 4).clamp(1, (u64::from(self.geo.chunk_blocks) / 2).max(1))
     }
 
     /// Appends DRAM metadata up to `blocks` blocks.
@@ -787,12 +796,13 @@ impl Inner {
         Ok(cur)
     }
 
-    /// Whether the fresh blocks ahead of the writers ran low (an eighth of what is mapped, and
-    /// at least two growth steps), so the grower should add some before clients run out.
+    /// Whether the fresh blocks ahead of the writers ran below one growth step, so the grower
+    /// should add one before clients run out (the region then stays within two steps — one
+    /// chunk — of what is used).
     pub fn growth_due(&self) -> bool {
         let allocated = self.allocated_blocks.load(Ordering::Acquire);
         let ahead = allocated.saturating_sub(self.next_block.load(Ordering::Acquire));
-        self.allow_growth && ahead < (allocated / 8).max(2 * self.growth_step(allocated))
+        self.allow_growth && ahead < self.growth_step(allocated)
     }
 
     /// Bytes of live records (sum over all blocks, from always-on counters).
@@ -809,22 +819,63 @@ impl Inner {
         if self.reclaim.is_none() {
             return;
         }
-        let used = self
-            .next_block
-            .load(Ordering::Acquire)
-            .saturating_sub(self.free.blocks())
-            * self.geo.block_size();
-        let live = self.live_bytes();
-        let slack = 4 * self.geo.block_size();
-        let pressure = used > 2 * live + slack;
+        let pressure = self.under_pressure();
         self.space_pressure.store(pressure, Ordering::Release);
         if pressure && let Some(t) = self.reclaimer.lock().as_ref() {
             t.unpark();
         }
     }
 
-    /// A block for a client's inserts: a reclaimed one if available, else a fresh one.
-    pub fn acquire_block(&self) -> Result<u64> {
+    /// Whether dead space outweighs live space (used blocks beyond twice the live bytes and
+    /// a little slack).
+    pub fn under_pressure(&self) -> bool {
+        let used = self
+            .next_block
+            .load(Ordering::Acquire)
+            .saturating_sub(self.free.blocks())
+            * self.geo.block_size();
+        used > 2 * self.live_bytes() + 4 * self.geo.block_size()
+    }
+
+    /// Writers back off instead of growing the file: when no freed block is left and dead space
+    /// outweighs live space, wake the reclaimer and wait for one round of it. The reclaimer
+    /// never waits for a key a writer holds (it skips such records), so this cannot deadlock;
+    /// the bounded wait is only a safety net for a reclaimer that stopped.
+    fn wait_for_reclaimer(&self, run: u64) {
+        if self.reclaim.is_none() || self.free.longest() >= run || !self.under_pressure() {
+            return;
+        }
+        let Some(reclaimer) = self.reclaimer.lock().clone() else {
+            return;
+        };
+        let mut rounds = self.reclaim_rounds.lock();
+        let seen = *rounds;
+        reclaimer.unpark();
+        while *rounds == seen {
+            if self
+                .reclaim_done
+                .wait_for(&mut rounds, std::time::Duration::from_millis(100))
+                .timed_out()
+            {
+                break;
+            }
+        }
+        self.metrics.reclaim_waits.incr();
+    }
+
+    /// The reclaimer finished a round.
+    pub fn reclaim_round_done(&self) {
+        *self.reclaim_rounds.lock() += 1;
+        self.reclaim_done.notify_all();
+    }
+
+    /// A block for a client's inserts: a reclaimed one if available, else a fresh one. A
+    /// client that `may_wait` (not the reclaimer's own) first waits for the reclaimer when
+    /// dead space outweighs live space.
+    pub fn acquire_block(&self, may_wait: bool) -> Result<u64> {
+        if may_wait {
+            self.wait_for_reclaimer(1);
+        }
         while let Some(b) = self.free.take_one() {
             let meta = self.block_meta(b)?;
             if meta
@@ -845,7 +896,13 @@ impl Inner {
     }
 
     /// `n` consecutive blocks for a large record: a freed run if one fits, else fresh blocks.
-    pub fn acquire_run(&self, n: u64) -> Result<u64> {
+    pub fn acquire_run(&self, n: u64, may_wait: bool) -> Result<u64> {
+        if let Some(head) = self.free.take_run(n) {
+            return Ok(head);
+        }
+        if may_wait {
+            self.wait_for_reclaimer(n);
+        }
         if let Some(head) = self.free.take_run(n) {
             return Ok(head);
         }
