@@ -38,6 +38,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A closed pipe (`tierbase kv stats | head -3`) ends the process quietly, as it does for
+    // every Unix tool, instead of a panic on the next print.
+    sigpipe::reset();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version are not errors: clap prints them as usual.

@@ -1,6 +1,6 @@
 //! `tierbase kv`: operator commands for the hybrid KV store (what `ldb` is for RocksDB).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
@@ -33,8 +33,9 @@ enum KvCommand {
         /// [default: 6, Viper's].
         #[arg(long)]
         pages_per_block: Option<u32>,
-        /// Growth step of the region, e.g. 64M or 1G.
-        #[arg(long, default_value = "1G", value_parser = parse_size)]
+        /// Largest growth step of the region, e.g. 64M or 1G (a new store takes a few blocks
+        /// and grows by a quarter of its size at a time, up to this).
+        #[arg(long, default_value = "64M", value_parser = parse_size)]
         chunk: u64,
     },
     /// Insert or replace a key.
@@ -116,6 +117,19 @@ fn encode(hex: bool, b: &[u8]) -> String {
     }
 }
 
+/// The library's error, with "`verb` `path`" in front only when it does not name the path
+/// itself (so a message never names the file twice).
+fn naming_path<T>(r: tierbase::Result<T>, verb: &str, path: &Path) -> anyhow::Result<T> {
+    r.map_err(|e| {
+        let shown = path.display().to_string();
+        if e.to_string().contains(&shown) {
+            anyhow::Error::new(e)
+        } else {
+            anyhow::Error::new(e).context(format!("{verb} {shown}"))
+        }
+    })
+}
+
 /// Runs the command. Returns `Ok(false)` for "not found" answers (exit code 1, no error text).
 pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
     let path = args
@@ -124,8 +138,7 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         .context("--path <FILE> is required: the store file")?;
     let hex = args.hex;
     if let KvCommand::Verify { json } = args.command {
-        let report =
-            tierbase::kv::verify(&path).with_context(|| format!("verifying {}", path.display()))?;
+        let report = naming_path(tierbase::kv::verify(&path), "verifying", &path)?;
         if json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
@@ -160,8 +173,7 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         let mut opts = KvOptions::default().chunk_size(*chunk);
         opts.layout = layout;
         opts.pages_per_block = *pages_per_block;
-        let store = KvStore::create(&path, &opts)
-            .with_context(|| format!("creating {}", path.display()))?;
+        let store = naming_path(KvStore::create(&path, &opts), "creating", &path)?;
         println!(
             "created {} ({}, {}; {})",
             path.display(),
@@ -172,8 +184,7 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         store.close()?;
         return Ok(true);
     }
-    let store = KvStore::open(&path, &KvOptions::default())
-        .with_context(|| format!("opening {}", path.display()))?;
+    let store = naming_path(KvStore::open(&path, &KvOptions::default()), "opening", &path)?;
     let found = match args.command {
         KvCommand::Put { key, value } => {
             let (k, v) = (decode(hex, &key, "key")?, decode(hex, &value, "value")?);

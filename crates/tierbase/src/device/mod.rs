@@ -15,6 +15,7 @@ pub mod cpu;
 mod crash;
 mod durability;
 mod emulate;
+mod group_sync;
 pub mod probe;
 mod profile;
 pub mod raw;

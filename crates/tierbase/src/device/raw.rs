@@ -115,9 +115,9 @@ impl<'a> RawAccess<'a> {
         })?;
         // The address of data byte 0, through the region's public atomic view (the region maps
         // its data area contiguously, at a fixed address, for its whole lifetime). Fails for an
-        // empty region.
-        // TODO(region rewrite): take the base from a crate-internal accessor instead, so the
-        // pointer's provenance is the whole mapping rather than derived from a one-byte view.
+        // empty region. (Once `region.rs` has a crate-internal accessor for its data pointer,
+        // this should use it: a pointer derived from a one-byte view is narrower, in
+        // provenance terms, than the mapping it is used for.)
         let base = region.atomic_u8(0)?.as_ptr();
         if !base.addr().is_multiple_of(WORD) {
             return Err(Error::InvalidArgument(format!(

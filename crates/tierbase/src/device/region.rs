@@ -50,6 +50,7 @@ use super::cpu::{self, CACHE_LINE, FlushInstruction};
 use super::crash::{CrashSim, CrashSimConfig};
 use super::durability::{DurabilityMode, FsKind, fs_kind};
 use super::emulate::{Direction, Emulator, now_ns};
+use super::group_sync::GroupSync;
 use super::profile::DeviceProfile;
 use super::shared_mem;
 use crate::error::{Error, Result};
@@ -147,6 +148,7 @@ pub struct PmemRegion {
     counters: DeviceCounters,
     sim: Option<CrashSim>,
     emulator: Option<Emulator>,
+    group: GroupSync,
 }
 
 // SAFETY: the mapping is process-wide shared memory; all access goes through raw-pointer copies
@@ -409,6 +411,7 @@ impl PmemRegion {
             counters: DeviceCounters::default(),
             sim: None,
             emulator: None,
+            group: GroupSync::default(),
         };
         // Map the header and the existing data; the first mapping decides DAX or not.
         region.mapping = region.map_range(0, REGION_HEADER_LEN + data_len, true)?;
@@ -496,6 +499,7 @@ impl PmemRegion {
             counters: DeviceCounters::default(),
             sim,
             emulator: None,
+            group: GroupSync::default(),
         };
         if let Some(requested) = opts.durability {
             region.mode = resolve_mode(Some(requested), region.mode)?;
@@ -810,7 +814,7 @@ impl PmemRegion {
                 let lines = unsafe { cpu::flush_range(self.flush, self.base_ptr().add(o), len) };
                 self.counters.flushes.add(lines);
             }
-            DurabilityMode::Msync => self.msync_abs(self.header_len + o, len)?,
+            DurabilityMode::Msync => self.group_sync()?,
             DurabilityMode::None => {}
         }
         if self.mode != DurabilityMode::None {
@@ -913,6 +917,29 @@ impl PmemRegion {
             DurabilityMode::Msync | DurabilityMode::None => {
                 self.write(off, data)?;
                 self.persist(off, data.len())
+            }
+        }
+    }
+
+    /// `Msync` mode's persist: one `fdatasync` of the file, shared by every writer waiting at
+    /// the same time (group commit). The kernel writes back exactly the pages dirtied through
+    /// the mapping, as `msync` of each range would, but concurrent persists cost one sync.
+    fn group_sync(&self) -> Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        match self.group.sync(|| file.sync_data()) {
+            Ok(ran) => {
+                self.counters.syncs.add(ran);
+                Ok(())
+            }
+            Err(e) => {
+                self.counters.errors.incr();
+                Err(Error::io(
+                    "fdatasync",
+                    self.path.as_deref(),
+                    std::io::Error::other(e),
+                ))
             }
         }
     }
