@@ -1,5 +1,9 @@
 //! Persistent regions: byte-addressable memory backed by a memory-mapped file.
 //!
+//! Split by concern: this file maps, grows and describes regions; `header` encodes the file
+//! header; `persist` holds the persist API (flush, fence, group commit, faults); `sim` the
+//! crash simulator's hooks; `file` the exclusive file lock.
+//!
 //! Owns: reserving address space, mapping the file (with `MAP_SYNC` on DAX), growing it in
 //! place, the region file header, and the persist API (`flush`, `drain`, `persist`,
 //! non-temporal writes) in the durability mode of the medium; also anonymous (volatile) regions
@@ -45,6 +49,17 @@ use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use parking_lot::Mutex;
 use serde::Serialize;
 
+mod file;
+mod header;
+mod persist;
+mod sim;
+
+use self::file::lock_file;
+#[cfg(test)]
+use self::header::decode_len_word;
+use self::header::{encode_len_word, parse_header, write_header_fields};
+#[cfg(test)]
+use self::persist::media_lines;
 use super::counters::{CounterSnapshot, DeviceCounters};
 use super::cpu::{self, CACHE_LINE, FlushInstruction};
 use super::crash::{CrashSim, CrashSimConfig};
@@ -195,50 +210,6 @@ pub(crate) fn io_err(op: &'static str, path: Option<&Path>, e: std::io::Error) -
         };
     }
     Error::io(op, path, e)
-}
-
-/// Takes an exclusive, non-blocking `flock` on a store file, so that no second handle — in
-/// this process or another — maps it while this one lives (released when the file closes).
-pub(crate) fn lock_file(file: &File, path: &Path) -> Result<()> {
-    // SAFETY: flock on a file descriptor we own; no memory is involved.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
-    if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
-        return Err(Error::io("lock", Some(path), err));
-    }
-    let holder = std::os::unix::fs::MetadataExt::ino(
-        &file
-            .metadata()
-            .map_err(|e| Error::io("stat", Some(path), e))?,
-    );
-    Err(Error::Locked {
-        path: path.to_path_buf(),
-        holder: lock_holder(holder).unwrap_or_else(|| "another open handle".to_string()),
-    })
-}
-
-/// Who holds a `flock` on inode `ino`, from `/proc/locks` ("process 1234").
-fn lock_holder(ino: u64) -> Option<String> {
-    let locks = std::fs::read_to_string("/proc/locks").ok()?;
-    locks.lines().find_map(|line| {
-        // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let (kind, pid, id) = (fields.get(1)?, fields.get(4)?, fields.get(5)?);
-        let lock_ino: u64 = id.rsplit(':').next()?.parse().ok()?;
-        (*kind == "FLOCK" && lock_ino == ino).then(|| {
-            let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .map(|c| c.trim().to_string())
-                .unwrap_or_default();
-            if name.is_empty() {
-                format!("process {pid}")
-            } else {
-                format!("process {pid} ({name})")
-            }
-        })
-    })
 }
 
 /// `fsync` of the directory holding `path`, so that a newly created file's name is durable.
@@ -799,170 +770,6 @@ impl PmemRegion {
         Ok(())
     }
 
-    /// Writes back (without fence) every cache line overlapping `[off, off+len)`. In `Msync`
-    /// mode this is the `msync` itself (which is synchronous, so it also orders).
-    pub fn flush(&self, off: u64, len: usize) -> Result<()> {
-        let o = self.check(off, len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        self.injected_fault()?;
-        let issued = self.emulation_start();
-        match self.mode {
-            DurabilityMode::Dax | DurabilityMode::ProcessCrash => {
-                // SAFETY: bounds checked; the instruction was checked at open.
-                let lines = unsafe { cpu::flush_range(self.flush, self.base_ptr().add(o), len) };
-                self.counters.flushes.add(lines);
-            }
-            DurabilityMode::Msync => self.group_sync()?,
-            DurabilityMode::None => {}
-        }
-        if self.mode != DurabilityMode::None {
-            self.counters
-                .media_lines_written
-                .add(media_lines(self.header_len + o, len));
-        }
-        if let Some(sim) = &self.sim {
-            sim.flush(self.capture_lines(o, len));
-        }
-        self.emulation_finish(issued, Direction::Write, len);
-        Ok(())
-    }
-
-    /// Crash-simulated regions: the configured I/O error (see
-    /// [`CrashSimConfig::fail_flushes_after`]).
-    fn injected_fault(&self) -> Result<()> {
-        if let Some(sim) = &self.sim
-            && sim.flush_fails()
-        {
-            self.counters.errors.incr();
-            return Err(Error::io(
-                "persist",
-                self.path.as_deref(),
-                std::io::Error::other("injected I/O error (simulated)"),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Emulation: the virtual issue time of an operation about to run natively.
-    #[inline]
-    fn emulation_start(&self) -> u64 {
-        if self.emulator.is_some() { now_ns() } else { 0 }
-    }
-
-    /// Emulation: schedules the operation as issued at `issued` and waits for its emulated end,
-    /// so that its latency is max(native, profile) — the same rule as for block devices.
-    #[inline]
-    fn emulation_finish(&self, issued: u64, dir: Direction, bytes: usize) {
-        if let Some(e) = &self.emulator {
-            let t = e.schedule_at(dir, bytes as u64, issued);
-            e.wait(&t);
-        }
-    }
-
-    /// Store fence: every earlier flush is durable once this returns.
-    pub fn drain(&self) {
-        if matches!(
-            self.mode,
-            DurabilityMode::Dax | DurabilityMode::ProcessCrash
-        ) {
-            cpu::sfence();
-            self.counters.fences.incr();
-        }
-        if let Some(sim) = &self.sim
-            && sim.fence()
-            && sim.wants_unflushed()
-        {
-            sim.merge_unflushed(&self.copy_working());
-        }
-    }
-
-    /// Makes `[off, off+len)` durable: flush, then fence.
-    #[inline]
-    pub fn persist(&self, off: u64, len: usize) -> Result<()> {
-        self.flush(off, len)?;
-        self.drain();
-        Ok(())
-    }
-
-    /// Copies `data` to `off` with non-temporal stores (bypassing the cache; best for large
-    /// sequential writes) and makes it durable (fence, or `msync` in `Msync` mode).
-    pub fn write_nt_persist(&self, off: u64, data: &[u8]) -> Result<()> {
-        let o = self.check(off, data.len())?;
-        if data.is_empty() {
-            // Nothing to write or flush; still a persist point, like `persist(off, 0)`.
-            self.drain();
-            return Ok(());
-        }
-        self.injected_fault()?;
-        match self.mode {
-            DurabilityMode::Dax | DurabilityMode::ProcessCrash => {
-                let issued = self.emulation_start();
-                // SAFETY: bounds checked; `data` is a distinct allocation; instruction checked.
-                let lines = unsafe { cpu::nt_copy(self.base_ptr().add(o), data, self.flush) };
-                self.counters.flushes.add(lines);
-                self.counters.writes.incr();
-                self.counters.bytes_written.add(data.len() as u64);
-                self.counters
-                    .media_lines_written
-                    .add(media_lines(self.header_len + o, data.len()));
-                if let Some(sim) = &self.sim {
-                    sim.flush(self.capture_lines(o, data.len()));
-                }
-                self.emulation_finish(issued, Direction::Write, data.len());
-                self.drain();
-                Ok(())
-            }
-            DurabilityMode::Msync | DurabilityMode::None => {
-                self.write(off, data)?;
-                self.persist(off, data.len())
-            }
-        }
-    }
-
-    /// `Msync` mode's persist: one `fdatasync` of the file, shared by every writer waiting at
-    /// the same time (group commit). The kernel writes back exactly the pages dirtied through
-    /// the mapping, as `msync` of each range would, but concurrent persists cost one sync.
-    fn group_sync(&self) -> Result<()> {
-        let Some(file) = &self.file else {
-            return Ok(());
-        };
-        match self.group.sync(|| file.sync_data()) {
-            Ok(ran) => {
-                self.counters.syncs.add(ran);
-                Ok(())
-            }
-            Err(e) => {
-                self.counters.errors.incr();
-                Err(Error::io(
-                    "fdatasync",
-                    self.path.as_deref(),
-                    std::io::Error::other(e),
-                ))
-            }
-        }
-    }
-
-    fn msync_abs(&self, abs_off: usize, len: usize) -> Result<()> {
-        let start = abs_off & !(PAGE - 1);
-        let end = round_up(abs_off + len, PAGE);
-        // SAFETY: [start, end) lies inside the mapped part of our reservation (abs_off + len is
-        // within header + data, rounded to whole mapped pages).
-        let rc = unsafe {
-            libc::msync(
-                self.reservation.as_ptr().add(start).cast(),
-                end - start,
-                libc::MS_SYNC,
-            )
-        };
-        self.counters.syncs.incr();
-        if rc != 0 {
-            return Err(os_err("msync", self.path.as_deref()));
-        }
-        Ok(())
-    }
-
     /// An atomic view of the 8 bytes at `off` (must be 8-aligned).
     pub fn atomic_u64(&self, off: u64) -> Result<&AtomicU64> {
         let o = self.check_aligned(off, 8)?;
@@ -999,55 +806,6 @@ impl PmemRegion {
             });
         }
         self.check(off, align as usize)
-    }
-
-    fn capture_lines(&self, o: usize, len: usize) -> Vec<(usize, [u8; CACHE_LINE])> {
-        let size = self.len.load(Ordering::Acquire);
-        let first = o / CACHE_LINE;
-        let last = (o + len.max(1) - 1) / CACHE_LINE;
-        (first..=last)
-            .map(|line| {
-                let start = line * CACHE_LINE;
-                let n = CACHE_LINE.min(size.saturating_sub(start));
-                let mut buf = [0u8; CACHE_LINE];
-                // SAFETY: [start, start+n) is inside the mapped data area (n <= CACHE_LINE).
-                unsafe { shared_mem::load(self.base_ptr().add(start), &mut buf[..n]) };
-                (start, buf)
-            })
-            .collect()
-    }
-
-    fn copy_working(&self) -> Vec<u8> {
-        let n = self.len.load(Ordering::Acquire);
-        let mut v = vec![0u8; n];
-        // SAFETY: the data area is mapped for n bytes.
-        unsafe { shared_mem::load(self.base_ptr(), &mut v) };
-        v
-    }
-
-    /// Crash-simulated regions: loses power now (if the configured persist point has not done
-    /// so already) and returns the image media holds. `None` for real regions.
-    pub fn power_loss(&self) -> Option<Vec<u8>> {
-        let sim = self.sim.as_ref()?;
-        if sim.lose_power() && sim.wants_unflushed() {
-            sim.merge_unflushed(&self.copy_working());
-        }
-        sim.image()
-    }
-
-    /// Crash-simulated regions: whether the configured power loss has happened.
-    pub fn crashed(&self) -> bool {
-        self.sim.as_ref().is_some_and(CrashSim::crashed)
-    }
-
-    /// Crash-simulated regions: fences that took effect so far (persist points passed).
-    pub fn persist_points(&self) -> u64 {
-        self.sim.as_ref().map_or(0, CrashSim::fences)
-    }
-
-    /// Copies the whole data area out (for tests, inspection and `verify`).
-    pub fn snapshot(&self) -> Vec<u8> {
-        self.copy_working()
     }
 }
 
@@ -1134,14 +892,6 @@ fn resolve_mode(
     }
 }
 
-/// Number of distinct 256-byte media lines overlapping `[abs_off, abs_off + len)`.
-fn media_lines(abs_off: usize, len: usize) -> u64 {
-    if len == 0 {
-        return 0;
-    }
-    ((abs_off + len - 1) / MEDIA_LINE - abs_off / MEDIA_LINE + 1) as u64
-}
-
 fn allocate_file(file: &File, path: &Path, offset: usize, len: usize) -> Result<()> {
     let (Ok(off), Ok(l)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
         return Err(too_big(len as u64));
@@ -1183,84 +933,6 @@ fn allocate_file(file: &File, path: &Path, offset: usize, len: usize) -> Result<
         }
         _ => Err(io_err("fallocate", Some(path), err)),
     }
-}
-
-/// The 8-byte length word at [`DATA_LEN_OFFSET`]: data length in 4 KiB pages (low 32 bits)
-/// and the CRC32C of those 4 little-endian bytes (high 32 bits). One aligned 8-byte store
-/// replaces both halves at once, so the length is checksummed and still updated atomically.
-fn encode_len_word(data_len: u64) -> u64 {
-    let pages = (data_len / PAGE as u64) as u32;
-    let crc = crc32c::crc32c(&pages.to_le_bytes());
-    u64::from(pages) | (u64::from(crc) << 32)
-}
-
-/// Inverse of [`encode_len_word`]: the data length in bytes, or `None` if the checksum fails.
-fn decode_len_word(word: u64) -> Option<u64> {
-    let pages = word as u32;
-    let crc = (word >> 32) as u32;
-    (crc32c::crc32c(&pages.to_le_bytes()) == crc).then(|| u64::from(pages) * PAGE as u64)
-}
-
-fn write_header_fields(header: &mut [u8; REGION_HEADER_LEN], data_len: u64) {
-    header[0..8].copy_from_slice(MAGIC);
-    header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-    header[12..16].copy_from_slice(&(REGION_HEADER_LEN as u32).to_le_bytes());
-    let crc = crc32c::crc32c(&header[0..16]);
-    header[16..20].copy_from_slice(&crc.to_le_bytes());
-    header[DATA_LEN_OFFSET..DATA_LEN_OFFSET + 8]
-        .copy_from_slice(&encode_len_word(data_len).to_le_bytes());
-}
-
-fn parse_header(header: &[u8; REGION_HEADER_LEN], path: &Path) -> Result<u64> {
-    let field = |a: usize, b: usize| header.get(a..b).unwrap_or_default();
-    if field(0, 8) != MAGIC {
-        return Err(Error::BadMagic {
-            path: Some(path.to_path_buf()),
-            expected: "tierbase region",
-        });
-    }
-    let u32_at = |a: usize| {
-        let mut b = [0u8; 4];
-        b.copy_from_slice(field(a, a + 4));
-        u32::from_le_bytes(b)
-    };
-    let stored_crc = u32_at(16);
-    if crc32c::crc32c(field(0, 16)) != stored_crc {
-        return Err(Error::corrupt(
-            Some(path),
-            "region header checksum mismatch",
-        ));
-    }
-    let version = u32_at(8);
-    if version != FORMAT_VERSION {
-        return Err(Error::UnsupportedVersion {
-            path: Some(path.to_path_buf()),
-            what: "region",
-            found: version,
-            supported: FORMAT_VERSION,
-        });
-    }
-    if u32_at(12) as usize != REGION_HEADER_LEN {
-        return Err(Error::corrupt(
-            Some(path),
-            "region header length is not 4096",
-        ));
-    }
-    // Reserved bytes must be zero: with them checked, a change to any header byte is detected.
-    let reserved_zero = field(20, DATA_LEN_OFFSET)
-        .iter()
-        .chain(field(DATA_LEN_OFFSET + 8, REGION_HEADER_LEN))
-        .all(|&b| b == 0);
-    if !reserved_zero {
-        return Err(Error::corrupt(
-            Some(path),
-            "reserved region header bytes are not zero",
-        ));
-    }
-    let mut b = [0u8; 8];
-    b.copy_from_slice(field(DATA_LEN_OFFSET, DATA_LEN_OFFSET + 8));
-    decode_len_word(u64::from_le_bytes(b))
-        .ok_or_else(|| Error::corrupt(Some(path), "region data length checksum mismatch"))
 }
 
 #[cfg(test)]
