@@ -5,6 +5,9 @@
 //! Why hand-written: a reader must be able to validate without writing to the latch's cache
 //! line (no reader counts), which `parking_lot`'s locks do not offer.
 
+#[cfg(feature = "shuttle")]
+use shuttle::sync::atomic::{AtomicU32, Ordering, fence};
+#[cfg(not(feature = "shuttle"))]
 use std::sync::atomic::{AtomicU32, Ordering, fence};
 
 /// Spins politely: a pause hint, and a yield after a while so that a preempted holder on an
@@ -12,6 +15,9 @@ use std::sync::atomic::{AtomicU32, Ordering, fence};
 #[inline]
 pub fn backoff(round: &mut u32) {
     *round += 1;
+    #[cfg(feature = "shuttle")]
+    shuttle::thread::yield_now();
+    #[cfg(not(feature = "shuttle"))]
     if *round < 64 {
         std::hint::spin_loop();
     } else {
@@ -25,7 +31,7 @@ pub struct VersionLatch(AtomicU32);
 
 impl VersionLatch {
     /// A free latch at version 0.
-    pub const fn new() -> Self {
+    pub fn new() -> Self {
         VersionLatch(AtomicU32::new(0))
     }
 
@@ -197,7 +203,7 @@ impl KeyLocks {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "shuttle")))]
 mod tests {
     use super::*;
 
