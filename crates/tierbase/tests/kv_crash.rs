@@ -1,12 +1,15 @@
 //! Crash consistency: a simulated power loss at every persist point (every fence) of a script
 //! of puts, replacing puts, updates, deletes, large records and compaction. After recovery,
 //! every acknowledged operation is present, the one in flight is either fully there or not at
-//! all, nothing torn or deleted comes back, and the media verifies clean.
+//! all, nothing torn or deleted comes back, and the media verifies clean. Driven by the shared
+//! harness (`tierbase::testing::crash::PowerLoss`); replay one point with
+//! `TIERBASE_CRASH_POINT=n`.
 
 use std::collections::BTreeMap;
 
-use tierbase::device::{CrashSimConfig, PmemRegion, RegionOptions};
+use tierbase::device::{PmemRegion, RegionOptions};
 use tierbase::kv::{KvOptions, KvStore, RecordLayout};
+use tierbase::testing::crash::{Crashed, PowerLoss, ScriptEnd};
 
 #[derive(Clone, Debug)]
 enum Step {
@@ -125,60 +128,59 @@ fn run_step(store: &KvStore, step: &Step) {
     }
 }
 
-/// Runs the script with a power loss after `crash_at` fences; returns the number of fences the
-/// whole run took when it did not crash.
-fn crash_run(layout: RecordLayout, crash_at: Option<u64>, survival: f64) -> u64 {
+/// What a run acknowledged: the model of every completed step, and the step in flight when
+/// power was lost (if it was lost during the script).
+#[derive(Debug, Default)]
+struct Acked {
+    model: Model,
+    in_flight: Option<Step>,
+    /// Power was lost while the store was being created: nothing was acknowledged.
+    during_create: bool,
+}
+
+/// The script on a fresh simulated region, stopping at the power loss.
+fn run_script(layout: RecordLayout, region: PmemRegion) -> ScriptEnd<Acked> {
     let o = opts(layout);
-    let steps = script(layout);
-    let cfg = CrashSimConfig {
-        crash_after_fences: crash_at,
-        unflushed_survival: survival,
-        seed: crash_at.unwrap_or(0),
-        ..CrashSimConfig::default()
-    };
-    let region = PmemRegion::simulated(0, cfg, &o.region).unwrap();
-    let created = KvStore::create_in(region, &o);
-    let store = match created {
-        Ok(s) if !s.region().crashed() => s,
-        Ok(s) => {
-            // Power was lost while creating: the image must not open as a store with data.
-            let image = s.region().power_loss().unwrap();
-            let region =
-                PmemRegion::from_image(&image, CrashSimConfig::default(), &o.region).unwrap();
-            if let Ok(s) = KvStore::open_in(region, &o) {
-                assert!(s.is_empty());
-            }
-            return 0;
-        }
-        Err(e) => panic!("create failed without a crash: {e}"),
-    };
-    let mut model = Model::new();
-    let mut in_flight = None;
-    for step in &steps {
-        run_step(&store, step);
+    let store = KvStore::create_in(region, &o).unwrap_or_else(|e| panic!("create: {e}"));
+    let mut acked = Acked::default();
+    if store.region().crashed() {
+        acked.during_create = true;
+        return ScriptEnd::new(acked, store.region());
+    }
+    for step in script(layout) {
+        run_step(&store, &step);
         if store.region().crashed() {
-            in_flight = Some(step.clone());
+            acked.in_flight = Some(step);
             break;
         }
-        apply(&mut model, step);
+        apply(&mut acked.model, &step);
     }
-    if crash_at.is_none() {
-        return store.region().persist_points();
-    }
-    let image = store.region().power_loss().unwrap();
-    drop(store);
-    let region = PmemRegion::from_image(&image, CrashSimConfig::default(), &o.region).unwrap();
-    let report = tierbase::kv::verify_region(&region).unwrap();
-    assert!(
-        report.is_ok(),
-        "crash at {crash_at:?}: {:?}",
-        report.problems
-    );
-    let store = KvStore::open_in(region, &o)
-        .unwrap_or_else(|e| panic!("reopen after crash at {crash_at:?}: {e}"));
+    ScriptEnd::new(acked, store.region())
+}
 
+/// After the power loss: the media verifies clean, every completed step is there, the one in
+/// flight fully or not at all, nothing else (no resurrected key), and the store works on.
+fn check(layout: RecordLayout, crashed: Crashed<Acked>) {
+    let o = opts(layout);
+    let point = &crashed.point;
+    let region = crashed.reboot(&o.region).unwrap();
+    if crashed.acked.during_create {
+        // The image must not open as a store with data.
+        if let Ok(s) = KvStore::open_in(region, &o) {
+            assert!(s.is_empty());
+        }
+        return;
+    }
+    let report = tierbase::kv::verify_region(&region).unwrap();
+    assert!(report.is_ok(), "{point}: {:?}", report.problems);
+    let store =
+        KvStore::open_in(region, &o).unwrap_or_else(|e| panic!("reopen after {point}: {e}"));
+
+    let Acked {
+        model, in_flight, ..
+    } = &crashed.acked;
     let mut after = model.clone();
-    if let Some(step) = &in_flight {
+    if let Some(step) = in_flight {
         apply(&mut after, step);
     }
     let touched = in_flight.as_ref().and_then(Step::key);
@@ -194,13 +196,10 @@ fn crash_run(layout: RecordLayout, crash_at: Option<u64>, survival: f64) -> u64 
             let now = after.get(k).cloned();
             assert!(
                 got == before || got == now,
-                "crash at {crash_at:?} during {in_flight:?}: key {k:?} is neither before nor after"
+                "{point} during {in_flight:?}: key {k:?} is neither before nor after"
             );
         } else {
-            assert_eq!(
-                got, before,
-                "crash at {crash_at:?} (in flight {in_flight:?}): key {k:?}"
-            );
+            assert_eq!(got, before, "{point} (in flight {in_flight:?}): key {k:?}");
         }
     }
     // Nothing else: every record the store holds is one of the keys above.
@@ -209,7 +208,7 @@ fn crash_run(layout: RecordLayout, crash_at: Option<u64>, survival: f64) -> u64 
         .for_each(|k, _| {
             assert!(
                 keys.iter().any(|x| x == k),
-                "resurrected or unknown key {k:?}"
+                "{point}: resurrected or unknown key {k:?}"
             );
             n += 1;
         })
@@ -229,21 +228,25 @@ fn crash_run(layout: RecordLayout, crash_at: Option<u64>, survival: f64) -> u64 
     assert!(store.client().put(&k, &v).unwrap());
     assert!(store.get_into(&k, &mut value).unwrap());
     assert_eq!(value, v);
-    0
 }
 
 fn every_persist_point(layout: RecordLayout) {
-    let total = crash_run(layout, None, 0.0);
+    // Alternate: only fenced data survives / half of the unflushed words survive too.
+    let report = PowerLoss::new(opts(layout).region)
+        .survival(&[0.0, 0.5])
+        .run(
+            |region, _| run_script(layout, region),
+            |crashed| check(layout, crashed),
+        );
     assert!(
-        total > 100,
-        "script should have many persist points, has {total}"
+        report.total_points > 100,
+        "script should have many persist points, has {}",
+        report.total_points
     );
-    eprintln!("{layout}: power loss at each of {total} persist points");
-    for n in 0..=total {
-        // Alternate: only fenced data survives / half of the unflushed words survive too.
-        let survival = if n % 2 == 0 { 0.0 } else { 0.5 };
-        crash_run(layout, Some(n), survival);
-    }
+    eprintln!(
+        "{layout}: power loss at each of {} persist points",
+        report.total_points
+    );
 }
 
 #[test]

@@ -85,11 +85,15 @@ impl CrashSim {
         }
     }
 
-    /// A flush (or non-temporal store): these lines, with the contents they had at flush time,
-    /// are in flight to media. Each entry is (line start offset, line bytes).
-    pub(crate) fn flush(&self, lines: impl IntoIterator<Item = (usize, [u8; CACHE_LINE])>) {
+    /// A flush (or non-temporal store): the lines `capture` returns, with the contents they
+    /// have now, are in flight to media. The capture runs under the simulator's lock, so two
+    /// threads flushing one line queue their copies in the order of their contents, as the
+    /// hardware's write-backs of one line reach media in order. Each entry is (line start
+    /// offset, line bytes).
+    pub(crate) fn flush(&self, capture: impl FnOnce() -> Vec<(usize, [u8; CACHE_LINE])>) {
         let mut st = self.state.lock();
         if st.frozen.is_none() {
+            let lines = capture();
             st.pending.extend(lines);
         }
     }
@@ -200,9 +204,9 @@ mod tests {
         work[0] = 1; // flushed and fenced
         work[64] = 2; // flushed, no fence
         work[128] = 3; // never flushed
-        sim.flush([line(&work, 0)]);
+        sim.flush(|| vec![line(&work, 0)]);
         sim.fence();
-        sim.flush([line(&work, 64)]);
+        sim.flush(|| vec![line(&work, 64)]);
         let img = crash(&sim, &work);
         assert_eq!((img[0], img[64], img[128]), (1, 0, 0));
         assert!(sim.crashed());
@@ -213,7 +217,7 @@ mod tests {
         let sim = CrashSim::new(CrashSimConfig::default(), vec![0; 64]);
         let mut work = vec![0u8; 64];
         work[3] = 7;
-        sim.flush([line(&work, 0)]);
+        sim.flush(|| vec![line(&work, 0)]);
         work[3] = 9; // store after the flush, before the fence: not covered
         sim.fence();
         assert_eq!(crash(&sim, &work)[3], 7);
@@ -228,10 +232,10 @@ mod tests {
         let sim = CrashSim::new(cfg, vec![0; 128]);
         let mut work = vec![0u8; 128];
         work[0] = 1;
-        sim.flush([line(&work, 0)]);
+        sim.flush(|| vec![line(&work, 0)]);
         assert!(sim.fence());
         work[64] = 2;
-        sim.flush([line(&work, 64)]);
+        sim.flush(|| vec![line(&work, 64)]);
         assert!(!sim.fence()); // after the power loss: no effect
         let img = crash(&sim, &work);
         assert_eq!((img[0], img[64]), (1, 0));
@@ -247,7 +251,7 @@ mod tests {
         let sim = CrashSim::new(cfg, vec![5; 64]);
         assert!(sim.crashed());
         let work = vec![6u8; 64];
-        sim.flush([line(&work, 0)]);
+        sim.flush(|| vec![line(&work, 0)]);
         sim.fence();
         assert_eq!(sim.image().unwrap(), vec![5; 64]);
     }

@@ -35,9 +35,12 @@
 //! - **Flushes** (`clwb`, `clflushopt`, `clflush`, through [`cpu::flush_range`]) neither read
 //!   nor write memory as seen by the program, so they cannot race.
 //!
-//! Relaxed atomic loads and stores compile to the same `mov`s as plain ones on x86-64; the cost
-//! over the vector loads and `memcpy` this replaces is that the compiler may not merge them
-//! into wider vector instructions.
+//! Relaxed atomic loads and stores compile to the same `mov`s as plain ones on x86-64, but the
+//! compiler may not merge them into wider vector instructions: a 64-byte line takes eight loads
+//! or stores instead of four 16-byte loads or two 32-byte `memcpy` stores, so fewer missing
+//! lines fit in the load and store buffers at once. Measured against that vector code on a
+//! busy 2-core AMD EPYC VM (medians of 9 interleaved runs): unflushed writes 10–30% lower,
+//! reads up to ~10% lower, flushed and non-temporal writes and access chains within the noise.
 
 use std::fmt;
 use std::marker::PhantomData;

@@ -6,4 +6,5 @@
 //! Owns: checking recorded behaviour against a sequential model. Must not touch: any store's
 //! internals — harnesses drive stores through their public APIs.
 
+pub mod crash;
 pub mod linearizability;

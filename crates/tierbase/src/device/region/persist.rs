@@ -29,7 +29,7 @@ impl PmemRegion {
                 .add(media_lines(self.header_len + o, len));
         }
         if let Some(sim) = &self.sim {
-            sim.flush(self.capture_lines(o, len));
+            sim.flush(|| self.capture_lines(o, len));
         }
         self.emulation_finish(issued, Direction::Write, len);
         Ok(())
@@ -114,7 +114,7 @@ impl PmemRegion {
                     .media_lines_written
                     .add(media_lines(self.header_len + o, data.len()));
                 if let Some(sim) = &self.sim {
-                    sim.flush(self.capture_lines(o, data.len()));
+                    sim.flush(|| self.capture_lines(o, data.len()));
                 }
                 self.emulation_finish(issued, Direction::Write, data.len());
                 self.drain();
