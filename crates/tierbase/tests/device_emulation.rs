@@ -315,14 +315,9 @@ fn emulated_block_device_honours_k_alpha_and_latency() {
                 elapsed >= 4 * 100_000,
                 "{ctx}: 16 reads = 4 waves ({elapsed} ns)"
             );
-            if d.expected_durability() == tierbase::device::DurabilityMode::ProcessCrash {
-                // tmpfs reads take microseconds: the profile is slower, so time is added. (A
-                // real disk may be slower than the profile; then nothing is added.)
-                assert!(
-                    s.added_ns > 0,
-                    "{ctx}: tmpfs is faster than 100 us per wave"
-                );
-            }
+            // Whether time was added depends on how fast the native reads were (tmpfs is
+            // usually faster than the profile, but not on an overloaded machine), so only the
+            // exact rule is asserted: every batch either waited or was natively slower.
             assert!(
                 s.added_ns > 0 || s.native_slower > 0,
                 "{ctx}: every batch waited or was slower"
