@@ -15,6 +15,10 @@
 //! - [`plan`]: a whole benchmark (workloads × thread counts × repetitions) and its medians;
 //! - [`results`]: the JSON result file; [`report`]: the HTML/SVG report.
 //!
+//! The device profiler (`tierbase profile`) is its own crate, `tierbase-profile`, built on this
+//! one's random generators, histograms, result files and charts; it adds its sections to the
+//! report through [`report::ExtraResults`].
+//!
 //! The crate never touches a device itself: stores do, through the `tierbase` device layer or
 //! their own I/O. See `docs/BENCHMARKS.md` for the method and how to reproduce each figure.
 //!
@@ -43,7 +47,6 @@ pub mod generator;
 pub mod measure;
 pub mod micro;
 pub mod plan;
-pub mod profile;
 pub mod progress;
 pub mod report;
 pub mod results;

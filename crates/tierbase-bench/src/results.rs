@@ -205,8 +205,8 @@ impl ResultFile {
 }
 
 /// Writes `value` as pretty JSON atomically (temporary sibling, then rename), so a reader never
-/// sees half a file.
-pub(crate) fn write_json_atomically<T: Serialize>(value: &T, path: &Path) -> Result<()> {
+/// sees half a file. Used for every result file (benchmark and device-profile results).
+pub fn write_json_atomically<T: Serialize>(value: &T, path: &Path) -> Result<()> {
     let text = serde_json::to_string_pretty(value)
         .map_err(|e| BenchError::invalid(format!("cannot encode results: {e}")))?;
     let tmp = temp_sibling(path);
@@ -218,8 +218,9 @@ pub(crate) fn write_json_atomically<T: Serialize>(value: &T, path: &Path) -> Res
 }
 
 /// Parses a JSON file that names its `format` and `format_version`, checking both before the
-/// body; `writer` is the command that writes such files (for the error message).
-pub(crate) fn parse_versioned<T: DeserializeOwned>(
+/// body; `writer` is the command that writes such files (for the error message). Used for every
+/// result file (benchmark and device-profile results).
+pub fn parse_versioned<T: DeserializeOwned>(
     text: &str,
     path: &Path,
     format: &str,

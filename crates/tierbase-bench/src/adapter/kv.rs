@@ -67,7 +67,7 @@ impl KvBenchStore {
                 prefault: true,
                 ..RegionOptions::default()
             });
-        let store = KvStore::create(&o.dir.join("kv.tb"), &opts)?;
+        let store = KvStore::create(o.dir.join("kv.tb"), &opts)?;
         let medium = match store.region().mapping() {
             MappingKind::DaxSync => "DAX",
             _ => file_medium(&o.dir),

@@ -12,8 +12,11 @@
 //!
 //! The same store measured in two files with the same workload and thread count becomes two
 //! series, told apart by the file name.
+//!
+//! Result files of other kinds join the page through [`ExtraResults`]: the device profiler
+//! (`tierbase-profile`) adds its sections that way, so `tierbase report` renders benchmark and
+//! profile results together without this crate knowing the profiler's format.
 
-pub mod profile;
 pub mod svg;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -48,30 +51,83 @@ pub struct ReportSummary {
     pub charts: usize,
 }
 
-/// Reads every file in `inputs` (all must be valid result files) and writes the HTML report to
-/// `out`. The first invalid file stops it with an error naming that file.
+/// Result files of another kind, shown on the same page as benchmark results: the crate that
+/// writes them recognises its files and renders their sections (the device profiler's
+/// `tierbase_profile::report::ProfileResults` does, for `tierbase profile` results).
+pub trait ExtraResults {
+    /// Takes the file at `path` (its `text`, shown in the page as `source`) if it is of this
+    /// kind, returning `Ok(true)`; `Ok(false)` leaves it to the benchmark-result reader. A file
+    /// of this kind that cannot be read is an error naming the file.
+    fn add(&mut self, source: &str, text: &str, path: &Path) -> Result<bool>;
+    /// Whether no file was taken.
+    fn is_empty(&self) -> bool;
+    /// Appends the sections for the files taken to `html`; returns what they show.
+    fn render(&self, html: &mut String) -> SectionCounts;
+    /// The footer text (HTML) of a page that shows only these files.
+    fn footer(&self) -> &str;
+}
+
+/// What an [`ExtraResults`]' sections added to a page.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SectionCounts {
+    /// Runs shown.
+    pub runs: usize,
+    /// Charts drawn.
+    pub charts: usize,
+}
+
+/// No other kinds of result file: every input must be a benchmark result file.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoExtraResults;
+
+impl ExtraResults for NoExtraResults {
+    fn add(&mut self, _source: &str, _text: &str, _path: &Path) -> Result<bool> {
+        Ok(false)
+    }
+
+    fn is_empty(&self) -> bool {
+        true
+    }
+
+    fn render(&self, _html: &mut String) -> SectionCounts {
+        SectionCounts::default()
+    }
+
+    fn footer(&self) -> &str {
+        ""
+    }
+}
+
+/// Reads every file in `inputs` (all must be valid benchmark result files) and writes the HTML
+/// report to `out`. The first invalid file stops it with an error naming that file.
 pub fn write_report(inputs: &[PathBuf], out: &Path, title: &str) -> Result<ReportSummary> {
+    write_report_with(inputs, out, title, &mut NoExtraResults)
+}
+
+/// [`write_report`] for benchmark result files and the files `extra` takes, on one page.
+pub fn write_report_with(
+    inputs: &[PathBuf],
+    out: &Path,
+    title: &str,
+    extra: &mut dyn ExtraResults,
+) -> Result<ReportSummary> {
     if inputs.is_empty() {
         return Err(BenchError::invalid("no result files given"));
     }
     let mut parsed = Vec::with_capacity(inputs.len());
-    let mut profiles = Vec::new();
     for p in inputs {
         let source = p.file_name().map_or_else(
             || p.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         );
-        // `tierbase profile` results are told apart by their `format` field.
         let text = std::fs::read_to_string(p).map_err(|e| BenchError::io("read", p, e))?;
-        if crate::profile::results::ProfileResultFile::is_profile_format(&text) {
-            let file = crate::profile::results::ProfileResultFile::parse(&text, p)?;
-            profiles.push(profile::ProfileInput { source, file });
+        if extra.add(&source, &text, p)? {
             continue;
         }
         let file = ResultFile::parse(&text, p)?;
         parsed.push(ReportInput { source, file });
     }
-    let page = render_with_profiles(&parsed, &profiles, title);
+    let page = render_with(&parsed, &*extra, title);
     crate::results::check_writable(out)?;
     std::fs::write(out, &page.html).map_err(|e| BenchError::io("write", out, e))?;
     Ok(ReportSummary {
@@ -201,19 +257,19 @@ pub fn render_html(inputs: &[ReportInput], title: &str) -> RenderedReport {
     }
 }
 
-/// Renders a page for benchmark results and `tierbase profile` results together: the
-/// benchmark page of [`render_html`] with the profile sections before its footer, or a page of
-/// profile sections alone when there are no benchmark results.
-pub fn render_with_profiles(
+/// Renders a page for benchmark results and the results `extra` took together: the benchmark
+/// page of [`render_html`] with `extra`'s sections before its footer, or a page of those
+/// sections alone (with `extra`'s footer) when there are no benchmark results.
+pub fn render_with(
     inputs: &[ReportInput],
-    profiles: &[profile::ProfileInput],
+    extra: &dyn ExtraResults,
     title: &str,
 ) -> RenderedReport {
-    if profiles.is_empty() {
+    if extra.is_empty() {
         return render_html(inputs, title);
     }
     let mut sections = String::new();
-    let counts = profile::profile_sections(&mut sections, profiles);
+    let counts = extra.render(&mut sections);
     if inputs.is_empty() {
         let mut html = String::new();
         let _ = write!(
@@ -224,11 +280,10 @@ pub fn render_with_profiles(
             t = escape(title)
         );
         html.push_str(&sections);
-        html.push_str(
-            "<footer>Generated by <code>tierbase report</code> from <code>tierbase profile</code> \
-             results. k is the smallest queue depth (or thread count) reaching 90% of the \
-             plateau; α is read plateau ÷ write plateau. See docs/PROFILING.md.</footer>\n\
-             </body></html>\n",
+        let _ = write!(
+            html,
+            "<footer>{}</footer>\n</body></html>\n",
+            extra.footer()
         );
         return RenderedReport {
             html,

@@ -184,7 +184,11 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         store.close()?;
         return Ok(true);
     }
-    let store = naming_path(KvStore::open(&path, &KvOptions::default()), "opening", &path)?;
+    let store = naming_path(
+        KvStore::open(&path, &KvOptions::default()),
+        "opening",
+        &path,
+    )?;
     let found = match args.command {
         KvCommand::Put { key, value } => {
             let (k, v) = (decode(hex, &key, "key")?, decode(hex, &value, "value")?);

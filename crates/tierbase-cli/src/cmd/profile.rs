@@ -1,7 +1,7 @@
 //! `tierbase profile`: measure a device (PerMA-Bench memory benchmarks, PIO block sweep).
 //!
 //! Thin by design: turns flags into the library's configurations
-//! (`tierbase_bench::profile`), prints one line per result with its medium, and writes JSON and
+//! (`tierbase_profile`), prints one line per result with its medium, and writes JSON and
 //! the `--save`d profile. Every argument is taken as text and checked by the library, so bad
 //! input is one `tierbase: error:` line (no clap usage dump). See docs/PROFILING.md.
 
@@ -9,19 +9,19 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use tierbase::device::IoEngineKind;
-use tierbase_bench::profile::block::{
+use tierbase_bench::report::svg::ValueFormat;
+use tierbase_bench::results::check_writable;
+use tierbase_profile::block::{
     BlockConfig, BlockEvent, BlockRun, DEFAULT_MAX_DEPTH, DEFAULT_OPS_PER_POINT, DirectChoice,
     Estimator, QueueMode, powers_of_two, run_block,
 };
-use tierbase_bench::profile::config::{BenchmarkDef, expand_all, load_config};
-use tierbase_bench::profile::memory::{
+use tierbase_profile::config::{BenchmarkDef, expand_all, load_config};
+use tierbase_profile::memory::{
     self, MemoryConfig, MemoryEvent, MemoryRun, NamedConfig, RunOptions,
 };
-use tierbase_bench::profile::persist::Persist;
-use tierbase_bench::profile::results::{ProfileResultFile, SavedProfile};
-use tierbase_bench::profile::{format_bytes, parse_count, parse_list, parse_size, save};
-use tierbase_bench::report::svg::ValueFormat;
-use tierbase_bench::results::check_writable;
+use tierbase_profile::persist::Persist;
+use tierbase_profile::results::{ProfileResultFile, SavedProfile};
+use tierbase_profile::{format_bytes, parse_count, parse_list, parse_size, save};
 
 use super::Ctx;
 

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use tierbase_bench::report::write_report;
+use tierbase_profile::report::write_report;
 
 use super::Ctx;
 

@@ -1,9 +1,9 @@
 //! Access-chain grammar: round trips, errors with positions, and address plans that stay in
 //! bounds.
 
-use tierbase_bench::profile::chain::{AccessChain, ChainOpKind, MemoryKind, parse_chain};
-use tierbase_bench::profile::persist::Persist;
 use tierbase_bench::rng::Rng;
+use tierbase_profile::chain::{AccessChain, ChainOpKind, MemoryKind, parse_chain};
+use tierbase_profile::persist::Persist;
 
 #[test]
 fn examples_parse_to_what_they_say_and_round_trip() {

@@ -22,14 +22,14 @@
 
 use std::path::{Path, PathBuf};
 
+use tierbase::one_line_toml_error;
+use tierbase_bench::{BenchError, Result};
 use toml::Value;
 
-use super::memory::{MemoryConfig, NamedConfig, Operation, RandomDistribution};
-use super::packages::ExecMode;
-use super::persist::Persist;
-use super::{parse_count, parse_size};
-use crate::error::{BenchError, Result};
-use tierbase::one_line_toml_error;
+use crate::memory::{MemoryConfig, NamedConfig, Operation, RandomDistribution};
+use crate::packages::ExecMode;
+use crate::persist::Persist;
+use crate::{parse_count, parse_size};
 
 /// Every parameter name, with its aliases and meaning (for `--help` texts and errors).
 pub const PARAMETERS: [(&str, &[&str], &str); 20] = [

@@ -1,6 +1,6 @@
 //! Work packages: sequential modes cover the range exactly once; random modes stay in bounds.
 
-use tierbase_bench::profile::packages::{
+use tierbase_profile::packages::{
     Distribution, ExecMode, Package, PackageSpec, WorkPackages, generate,
 };
 

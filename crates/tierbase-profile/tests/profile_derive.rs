@@ -1,8 +1,8 @@
 //! The α/k derivation on synthetic curves: clean, noisy, batch-sawtooth and
 //! monotone-without-plateau.
 
-use tierbase_bench::profile::derive::{derive_alpha_k, derive_knee, refine_depths};
 use tierbase_bench::rng::Rng;
+use tierbase_profile::derive::{derive_alpha_k, derive_knee, refine_depths};
 
 const POW2: [u32; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 

@@ -34,12 +34,12 @@ use tierbase::device::{
     AlignedBuf, BlockDevice, BlockOptions, DeviceKind, DeviceProfile, DirectIo, FsKind, Io,
     IoEngineKind, fs_kind,
 };
+use tierbase_bench::rng::Rng;
+use tierbase_bench::{BenchError, Result};
 
-use super::derive::{AlphaK, Knee, derive_alpha_k, derive_knee, refine_depths};
-use super::target::{self, TargetKind};
-use super::{LatencySummary, format_bytes, new_histogram};
-use crate::error::{BenchError, Result};
-use crate::rng::Rng;
+use crate::derive::{AlphaK, Knee, derive_alpha_k, derive_knee, refine_depths};
+use crate::target::{self, TargetKind};
+use crate::{LatencySummary, format_bytes, new_histogram};
 
 /// Default size of the test range (a new file).
 pub const DEFAULT_SIZE: u64 = 256 << 20;
@@ -208,7 +208,7 @@ impl Default for BlockConfig {
             engine: IoEngineKind::Auto,
             emulate: None,
             mode: QueueMode::Batch,
-            threshold: super::derive::DEFAULT_THRESHOLD,
+            threshold: crate::derive::DEFAULT_THRESHOLD,
             seed: 0x0050_494f,
             force: false,
             keep: false,
@@ -461,7 +461,7 @@ pub enum BlockEvent<'a> {
 pub fn run_block(cfg: &BlockConfig, mut on_event: impl FnMut(BlockEvent<'_>)) -> Result<BlockRun> {
     cfg.validate()?;
     // Emulated waits sleep; keep their wake-ups precise while this thread measures.
-    let _slack = super::raw::precise_timer_slack();
+    let _slack = tierbase::device::raw::precise_timer_slack();
     let default_dir = match (&cfg.temp_dir, &cfg.emulate) {
         (Some(d), _) => d.clone(),
         (None, Some(_)) if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),

@@ -4,12 +4,12 @@ use std::path::Path;
 
 use tierbase::device::Catalogue;
 use tierbase_bench::BenchError;
-use tierbase_bench::profile::block::{BlockConfig, powers_of_two, run_block};
-use tierbase_bench::profile::config::BenchmarkDef;
-use tierbase_bench::profile::memory::{MemoryConfig, RunOptions, run_all};
-use tierbase_bench::profile::results::{PROFILE_FORMAT, ProfileResultFile};
-use tierbase_bench::report::write_report;
 use tierbase_bench::results::ResultFile;
+use tierbase_profile::block::{BlockConfig, powers_of_two, run_block};
+use tierbase_profile::config::BenchmarkDef;
+use tierbase_profile::memory::{MemoryConfig, RunOptions, run_all};
+use tierbase_profile::report::write_report;
+use tierbase_profile::results::{PROFILE_FORMAT, ProfileResultFile};
 
 fn profile_file() -> ProfileResultFile {
     let mut f = ProfileResultFile::new();

@@ -23,13 +23,13 @@
 use std::path::{Path, PathBuf};
 
 use tierbase::device::{Catalogue, DeviceKind, DeviceProfile};
+use tierbase_bench::{BenchError, Result};
 
-use super::block::BlockRun;
-use super::derive::{DEFAULT_THRESHOLD, derive_knee};
-use super::memory::{MemoryRun, Operation};
-use super::packages::ExecMode;
-use super::{format_bytes, unix_now, utc_timestamp};
-use crate::error::{BenchError, Result};
+use crate::block::BlockRun;
+use crate::derive::{DEFAULT_THRESHOLD, derive_knee};
+use crate::memory::{MemoryRun, Operation};
+use crate::packages::ExecMode;
+use crate::{format_bytes, unix_now, utc_timestamp};
 
 /// The catalogue file `--save` writes: `explicit`, else the user's catalogue file.
 pub fn catalogue_path(explicit: Option<&Path>) -> Result<PathBuf> {

@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use tierbase::device::{Catalogue, DeviceKind, DeviceProfile};
-use tierbase_bench::profile::block::{BlockConfig, BlockRun, QueueMode, powers_of_two, run_block};
-use tierbase_bench::profile::save::block_profile;
+use tierbase_profile::block::{BlockConfig, BlockRun, QueueMode, powers_of_two, run_block};
+use tierbase_profile::save::block_profile;
 
 /// A scratch directory on tmpfs when there is one (the native medium must be faster than the
 /// emulated device), else the default temporary directory.
@@ -136,7 +136,7 @@ fn an_emulated_pcie_ssd_shape_measures_back() {
 /// `tierbase profile block --emulate pcie-ssd-p4510` does; docs/PROFILING.md has a run). It
 /// needs the native medium to do the profile's 376k read IOPS from one thread while the
 /// emulated rounds run, so it is timing-sensitive on a shared 2-core machine: run it on a quiet
-/// one with `cargo test --release -p tierbase-bench --test profile_block -- --ignored`.
+/// one with `cargo test --release -p tierbase-profile --test profile_block -- --ignored`.
 #[test]
 #[ignore = "needs >= 376k native IOPS from one thread on a quiet machine (--release -- --ignored)"]
 fn the_emulated_pcie_ssd_measures_back_as_its_profile() {
@@ -242,7 +242,7 @@ fn existing_files_need_force_and_window_mode_cannot_be_emulated() {
 
 #[test]
 fn file_system_signatures_are_recognised() {
-    use tierbase_bench::profile::target::signature_of;
+    use tierbase_profile::target::signature_of;
     let mut ext4 = vec![0u8; 70 * 1024];
     ext4[1080] = 0x53;
     ext4[1081] = 0xEF;

@@ -17,8 +17,7 @@ use std::sync::Once;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
-
-use crate::error::{BenchError, Result};
+use tierbase_bench::{BenchError, Result};
 
 /// What the profiler will write to.
 #[derive(Clone, Debug, PartialEq, Eq)]

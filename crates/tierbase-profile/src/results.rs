@@ -35,11 +35,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use tierbase::device::DeviceProfile;
+use tierbase_bench::results::{HostInfo, parse_versioned, write_json_atomically};
+use tierbase_bench::{BenchError, Result};
 
-use super::block::BlockRun;
-use super::memory::{MemoryRun, SkippedRun};
-use crate::error::{BenchError, Result};
-use crate::results::{HostInfo, parse_versioned, write_json_atomically};
+use crate::block::BlockRun;
+use crate::memory::{MemoryRun, SkippedRun};
 
 /// Value of the `format` field.
 pub const PROFILE_FORMAT: &str = "tierbase-profile-results";
@@ -64,7 +64,8 @@ pub struct ProfileResultFile {
     pub format: String,
     /// [`PROFILE_FORMAT_VERSION`].
     pub format_version: u32,
-    /// `tierbase-bench <version>`.
+    /// `tierbase-bench <version>` (the profiler's crate before it had its own; kept so that
+    /// files stay the same).
     pub generator: String,
     /// Seconds since the Unix epoch.
     pub created_unix_s: u64,
@@ -89,13 +90,13 @@ pub struct ProfileResultFile {
 impl ProfileResultFile {
     /// An empty file for this machine, now.
     pub fn new() -> Self {
-        let now = super::unix_now();
+        let now = crate::unix_now();
         ProfileResultFile {
             format: PROFILE_FORMAT.into(),
             format_version: PROFILE_FORMAT_VERSION,
             generator: format!("tierbase-bench {}", env!("CARGO_PKG_VERSION")),
             created_unix_s: now,
-            created_utc: super::utc_timestamp(now),
+            created_utc: crate::utc_timestamp(now),
             host: HostInfo::current(),
             memory: Vec::new(),
             skipped: Vec::new(),

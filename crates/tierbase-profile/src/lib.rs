@@ -1,4 +1,5 @@
-//! `tierbase profile`: measuring devices instead of assuming them ("know thy device").
+//! tierbase-profile: measuring devices instead of assuming them ("know thy device") — the
+//! library behind `tierbase profile`.
 //!
 //! Two profilers, following PerMA-Bench (pmem spec section 1) and the PIO model (three-tier
 //! spec sections 3 and 6.2.6):
@@ -11,11 +12,20 @@
 //!   `BlockDevice::submit` (io_uring, `O_DIRECT`) after preconditioning, from which
 //!   [`derive`] computes the PIO figures α, k_r and k_w.
 //!
-//! Results are written as JSON ([`results`]) that `tierbase report` renders, and `--save`
-//! turns them into a [`DeviceProfile`](tierbase::device::DeviceProfile) in the user's catalogue
-//! ([`save`]). [`target`] holds the safety rules (no overwriting without `--force`, no file
-//! systems, temporary files removed even on Ctrl-C); [`raw`] the only pointer loops.
-//! See `docs/PROFILING.md`.
+//! Results are written as JSON ([`results`]) that `tierbase report` renders ([`report`]: the
+//! profile sections of the benchmark harness's HTML page), and `--save` turns them into a
+//! [`DeviceProfile`](tierbase::device::DeviceProfile) in the user's catalogue ([`save`]).
+//! [`target`] holds the safety rules (no overwriting without `--force`, no file systems,
+//! temporary files removed even on Ctrl-C); [`raw`] the benchmark operations on memory.
+//!
+//! The crate has no `unsafe`: memory is accessed through the device layer's safe raw view
+//! ([`tierbase::device::RawAccess`]), block devices through `BlockDevice`. It uses the
+//! benchmark harness (`tierbase-bench`) for what both measure with: the error type, the random
+//! generators, latency histograms, sizes, JSON result files and SVG charts. See
+//! `docs/PROFILING.md`.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 pub mod block;
 pub mod chain;
@@ -25,14 +35,15 @@ pub mod memory;
 pub mod packages;
 pub mod persist;
 pub mod raw;
+pub mod report;
 pub mod results;
 pub mod save;
 pub mod target;
 
-use crate::error::{BenchError, Result};
+use tierbase_bench::{BenchError, Result};
 
-pub use crate::measure::{LatencySummary, new_histogram};
-pub use crate::units::{format_bytes, parse_size};
+pub use tierbase_bench::measure::{LatencySummary, new_histogram};
+pub use tierbase_bench::units::{format_bytes, parse_size};
 
 /// Parses a comma-separated list with `item`, naming `what` in errors; empty items and empty
 /// lists are errors.

@@ -21,15 +21,15 @@ use tierbase::device::{
     Catalogue, DeviceKind, Direction, Emulator, FsKind, MappingKind, PmemRegion, RegionOptions,
     fs_kind, now_ns,
 };
+use tierbase_bench::rng::Rng;
+use tierbase_bench::{BenchError, Result};
 
-use super::chain::{AccessChain, ChainOpKind, ChainPlan, MemoryKind, mix, parse_chain, resolve};
-use super::packages::{self, Distribution, ExecMode, Package, PackageSpec, WorkPackages};
-use super::persist::Persist;
-use super::raw::RawMem;
-use super::target::{self, Cleanup, TargetKind};
-use super::{LatencySummary, format_bytes, new_histogram};
-use crate::error::{BenchError, Result};
-use crate::rng::Rng;
+use crate::chain::{AccessChain, ChainOpKind, ChainPlan, MemoryKind, mix, parse_chain, resolve};
+use crate::packages::{self, Distribution, ExecMode, Package, PackageSpec, WorkPackages};
+use crate::persist::Persist;
+use crate::raw::RawMem;
+use crate::target::{self, Cleanup, TargetKind};
+use crate::{LatencySummary, format_bytes, new_histogram};
 
 /// Read or write (raw benchmarks; chains say per operation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]

@@ -31,8 +31,9 @@
 
 use std::fmt;
 
-use super::persist::Persist;
-use crate::error::{BenchError, Result};
+use tierbase_bench::{BenchError, Result};
+
+use crate::persist::Persist;
 
 /// Smallest access size in a chain (one 8-byte word carries the data to the next operation).
 pub const MIN_CHAIN_SIZE: u64 = 8;

@@ -4,13 +4,13 @@
 use std::path::Path;
 
 use tierbase::device::{Catalogue, DeviceKind};
-use tierbase_bench::profile::config::{BenchmarkDef, expand_all, parse_config};
-use tierbase_bench::profile::memory::{
+use tierbase_profile::config::{BenchmarkDef, expand_all, parse_config};
+use tierbase_profile::memory::{
     MemoryConfig, MemoryEvent, MemoryRun, NamedConfig, Operation, RunOptions, run_all,
 };
-use tierbase_bench::profile::packages::ExecMode;
-use tierbase_bench::profile::persist::Persist;
-use tierbase_bench::profile::save::memory_profile;
+use tierbase_profile::packages::ExecMode;
+use tierbase_profile::persist::Persist;
+use tierbase_profile::save::memory_profile;
 
 fn small() -> MemoryConfig {
     MemoryConfig {

@@ -16,10 +16,9 @@
 //!   `package_bytes / chain_bytes` chains per package.
 
 use serde::{Deserialize, Serialize};
-
-use crate::error::{BenchError, Result};
-use crate::generator::ZipfianGenerator;
-use crate::rng::Rng;
+use tierbase_bench::generator::ZipfianGenerator;
+use tierbase_bench::rng::Rng;
+use tierbase_bench::{BenchError, Result};
 
 /// Most operations that may be pre-generated for one run (8 bytes each).
 pub const MAX_PREGENERATED_OPS: u64 = 1 << 28;

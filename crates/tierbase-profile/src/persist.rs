@@ -12,7 +12,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use tierbase::device::FlushInstruction;
 
-use crate::error::{BenchError, Result};
+use tierbase_bench::{BenchError, Result};
 
 /// How a write is made durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
