@@ -7,8 +7,18 @@
 //!
 //! Latencies are recorded in nanoseconds with 3 significant digits (HdrHistogram), so every
 //! percentile is within 0.1% of the true value.
+//!
+//! Operations are timed with [`OpClock`]: the CPU's time-stamp counter where it is invariant
+//! (read through `quanta`, which calibrates it once per process against the OS monotonic
+//! clock), else the OS monotonic clock itself. Each reading waits for every instruction before
+//! it (`lfence; rdtsc`), as `clock_gettime` (behind [`Instant::now`]) orders its read: without
+//! that, the closing reading of an operation that misses the caches is taken before the miss
+//! resolves (a `memory` store's uniform reads then showed under half their median latency).
+//! The ordered TSC reading costs less than `clock_gettime`, whose call and conversion every
+//! latency used to include in part. Phase throughput is timed with [`Instant`], as before.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -104,46 +114,229 @@ impl KindRecord {
     }
 }
 
+/// Bits of the sub-bucket index of [`new_histogram`]'s layout: 3 significant digits need
+/// 2 · 10³ distinct values per bucket, rounded up to 2048 (as HdrHistogram sizes them).
+const SUB_BUCKET_BITS: u32 = 11;
+const SUB_BUCKET_HALF: usize = 1 << (SUB_BUCKET_BITS - 1);
+/// Latencies below this (2³³ ns, 8.6 s; below the histograms' 10 s range) are counted by
+/// [`LatencyCounts`]; longer ones go to the histogram directly.
+const FAST_LIMIT_NS: u64 = 1 << 33;
+/// Counters of [`LatencyCounts`]: bucket 0 has 2048 sub-buckets, every further one 1024.
+const FAST_SLOTS: usize =
+    (64 - FAST_LIMIT_NS.leading_zeros() as usize - SUB_BUCKET_BITS as usize + 2) * SUB_BUCKET_HALF;
+
+/// Latency counts in exactly the buckets of a [`new_histogram`] (HdrHistogram, 1 ns, 3
+/// significant digits, unit magnitude 0), kept as a plain array so that recording one is an
+/// increment: HdrHistogram's recording also maintains its total, minimum and maximum, which
+/// [`drain_into`](Self::drain_into) derives afterwards. Recording one value per bucket with
+/// its count gives the histogram it would have had — every summary equal.
+#[derive(Clone, Debug)]
+struct LatencyCounts {
+    counts: Box<[u64]>,
+}
+
+impl LatencyCounts {
+    fn new() -> Self {
+        LatencyCounts {
+            counts: vec![0; FAST_SLOTS].into_boxed_slice(),
+        }
+    }
+
+    /// HdrHistogram's counts index of `ns` (for `ns < FAST_LIMIT_NS`).
+    #[inline]
+    fn index(ns: u64) -> usize {
+        // bucket = powers of two above the 2048 values of bucket 0; its sub-buckets are the
+        // upper half, 1024..2048, of `ns >> bucket`.
+        let bucket = (64 - SUB_BUCKET_BITS) - (ns | ((1 << SUB_BUCKET_BITS) - 1)).leading_zeros();
+        ((bucket as usize) << (SUB_BUCKET_BITS - 1)) + (ns >> bucket) as usize
+    }
+
+    /// The smallest latency counted at `index`.
+    fn value_at(index: usize) -> u64 {
+        let bucket = (index >> (SUB_BUCKET_BITS - 1)).saturating_sub(1);
+        let sub = index - (bucket << (SUB_BUCKET_BITS - 1));
+        (sub as u64) << bucket
+    }
+
+    /// Counts `ns`, or returns false when it is beyond the array (the caller records it).
+    #[inline]
+    fn record(&mut self, ns: u64) -> bool {
+        if ns >= FAST_LIMIT_NS {
+            return false;
+        }
+        match self.counts.get_mut(Self::index(ns)) {
+            Some(c) => {
+                *c += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Moves the counts into `h`.
+    fn drain_into(&mut self, h: &mut Histogram<u64>) {
+        for (i, c) in self.counts.iter_mut().enumerate() {
+            if *c > 0 {
+                h.saturating_record_n(Self::value_at(i), *c);
+                *c = 0;
+            }
+        }
+    }
+}
+
+/// The clock operations are timed with (see the module documentation).
+#[derive(Clone, Debug)]
+pub struct OpClock {
+    clock: quanta::Clock,
+}
+
+static OP_CLOCK: OnceLock<quanta::Clock> = OnceLock::new();
+
+impl OpClock {
+    /// The process-wide clock. The first call calibrates it (a few milliseconds, at most
+    /// 200 ms): make it before a measured window opens.
+    pub fn get() -> OpClock {
+        OpClock {
+            clock: OP_CLOCK.get_or_init(quanta::Clock::new).clone(),
+        }
+    }
+
+    /// A raw reading: ticks of the time-stamp counter, or nanoseconds of the OS monotonic
+    /// clock. Only differences of two readings mean anything ([`nanos`](Self::nanos)).
+    #[inline]
+    pub fn now(&self) -> u64 {
+        #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+        // SAFETY: `lfence` has no operands and no effect but ordering; SSE2, which it needs, is
+        // enabled for this build (the cfg above), as on every x86-64 CPU.
+        unsafe {
+            std::arch::x86_64::_mm_lfence();
+        }
+        self.clock.raw()
+    }
+
+    /// Nanoseconds from reading `start` to reading `end` (0 if `end` is not after `start`).
+    #[inline]
+    pub fn nanos(&self, start: u64, end: u64) -> u64 {
+        self.clock.delta_as_nanos(start, end)
+    }
+}
+
+/// Nanoseconds in one timeline bucket.
+const BUCKET_NS: u64 = TIMELINE_BUCKET.as_nanos() as u64;
+
 /// What one worker thread measured.
 #[derive(Debug)]
 pub struct ThreadRecorder {
     start: Instant,
-    kinds: [Option<KindRecord>; 6],
+    clock: OpClock,
+    /// A reading of `clock` and how many nanoseconds after `start` it was taken.
+    anchor: (u64, u64),
+    kinds: [Option<(KindRecord, LatencyCounts)>; 6],
     timeline: Vec<u64>,
+    /// The timeline bucket last counted in, and its bounds in nanoseconds after `start`.
+    bucket: usize,
+    bucket_span: (u64, u64),
+    /// The span recorded last, added when the next one is (or at the merge): its arithmetic
+    /// then does not wait for the closing clock reading it needs, before the next operation.
+    pending: Option<(OpKind, u64, u64, bool)>,
 }
 
 impl ThreadRecorder {
     /// A recorder whose timeline starts at `start` (the measured start of the phase).
     pub fn new(start: Instant) -> Self {
+        let clock = OpClock::get();
+        let raw = clock.now();
+        let since = Instant::now().saturating_duration_since(start);
         ThreadRecorder {
             start,
+            clock,
+            anchor: (raw, u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)),
             kinds: Default::default(),
             timeline: Vec::new(),
+            bucket: 0,
+            bucket_span: (0, 0),
+            pending: None,
+        }
+    }
+
+    /// A reading of the operation clock, for [`record_span`](Self::record_span).
+    #[inline]
+    pub fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    /// Records one operation of `kind` that ran from clock reading `begin` to `end` (both from
+    /// [`now`](Self::now)). `found` is false when the key (or, for scans, any record) was
+    /// missing. (Counted with the next span, or when [`Measurements::merge`] takes the
+    /// recorder.)
+    #[inline]
+    pub fn record_span(&mut self, kind: OpKind, begin: u64, end: u64, found: bool) {
+        if let Some((kind, begin, end, found)) = self.pending.replace((kind, begin, end, found)) {
+            self.add_span(kind, begin, end, found);
+        }
+    }
+
+    #[inline]
+    fn add_span(&mut self, kind: OpKind, begin: u64, end: u64, found: bool) {
+        let latency = self.clock.nanos(begin, end);
+        let since = self
+            .anchor
+            .1
+            .saturating_add(self.clock.nanos(self.anchor.0, end));
+        self.add(kind, latency, since, found);
+    }
+
+    fn flush(&mut self) {
+        if let Some((kind, begin, end, found)) = self.pending.take() {
+            self.add_span(kind, begin, end, found);
         }
     }
 
     /// Records one operation of `kind` that took `latency` and finished at `end`. `found` is
     /// false when the key (or, for scans, any record) was missing.
-    #[inline]
     pub fn record(&mut self, kind: OpKind, latency: Duration, end: Instant, found: bool) {
+        let since = end.saturating_duration_since(self.start).as_nanos();
+        self.add(
+            kind,
+            u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX),
+            u64::try_from(since).unwrap_or(u64::MAX),
+            found,
+        );
+    }
+
+    /// Records a latency of `ns` for an operation that ended `since` ns after the start.
+    #[inline]
+    fn add(&mut self, kind: OpKind, ns: u64, since: u64, found: bool) {
         let Some(slot) = self.kinds.get_mut(kind.index()) else {
             return;
         };
-        let rec = slot.get_or_insert_with(KindRecord::new);
-        let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX).max(1);
-        rec.histogram.saturating_record(ns);
+        let (rec, fast) = slot.get_or_insert_with(|| (KindRecord::new(), LatencyCounts::new()));
+        let ns = ns.max(1);
+        if !fast.record(ns) {
+            rec.histogram.saturating_record(ns);
+        }
         rec.count += 1;
         if !found {
             rec.not_found += 1;
         }
-        let bucket = (end.saturating_duration_since(self.start).as_nanos()
-            / TIMELINE_BUCKET.as_nanos()) as usize;
-        if bucket >= self.timeline.len() {
-            self.timeline.resize(bucket + 1, 0);
+        if since < self.bucket_span.0 || since >= self.bucket_span.1 {
+            self.enter_bucket(since);
         }
-        if let Some(b) = self.timeline.get_mut(bucket) {
+        if let Some(b) = self.timeline.get_mut(self.bucket) {
             *b += 1;
         }
+    }
+
+    /// Makes the bucket holding `since` the current one (growing the timeline to it).
+    #[cold]
+    fn enter_bucket(&mut self, since: u64) {
+        let bucket = since / BUCKET_NS;
+        let index = usize::try_from(bucket).unwrap_or(usize::MAX);
+        if index >= self.timeline.len() {
+            self.timeline.resize(index.saturating_add(1), 0);
+        }
+        self.bucket = index;
+        self.bucket_span = (bucket * BUCKET_NS, (bucket + 1).saturating_mul(BUCKET_NS));
     }
 }
 
@@ -156,9 +349,13 @@ pub struct Measurements {
 
 impl Measurements {
     /// Adds one thread's recorder.
-    pub fn merge(&mut self, thread: ThreadRecorder) {
+    pub fn merge(&mut self, mut thread: ThreadRecorder) {
+        thread.flush();
         for (kind, rec) in OpKind::ALL.into_iter().zip(thread.kinds) {
-            let Some(rec) = rec else { continue };
+            let Some((mut rec, mut fast)) = rec else {
+                continue;
+            };
+            fast.drain_into(&mut rec.histogram);
             match self.kinds.get_mut(&kind) {
                 Some(mine) => {
                     // Both histograms auto-resize, so adding cannot fail on range.
@@ -300,6 +497,85 @@ pub struct TimelineBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn latency_counts_keep_the_histogram_buckets() {
+        let mut direct = new_histogram();
+        let mut fast = LatencyCounts::new();
+        let mut via_counts = new_histogram();
+        let mut rng = crate::rng::Rng::from_seed(3);
+        let special = [
+            1,
+            2,
+            1023,
+            1024,
+            2047,
+            2048,
+            2049,
+            4095,
+            4096,
+            1 << 20,
+            (1 << 33) - 1,
+        ];
+        let values = special
+            .into_iter()
+            .chain((0..100_000).map(|_| rng.next_u64() >> (29 + rng.below(35))))
+            .chain([1 << 33, 20_000_000_000, u64::MAX]);
+        for ns in values {
+            let ns = ns.max(1);
+            direct.saturating_record(ns);
+            if ns < FAST_LIMIT_NS {
+                assert_eq!(
+                    direct.lowest_equivalent(ns),
+                    LatencyCounts::value_at(LatencyCounts::index(ns)),
+                    "{ns}"
+                );
+            }
+            if !fast.record(ns) {
+                via_counts.saturating_record(ns);
+            }
+        }
+        fast.drain_into(&mut via_counts);
+        assert_eq!(LatencySummary::of(&direct), LatencySummary::of(&via_counts));
+        let buckets = |h: &Histogram<u64>| -> Vec<(u64, u64)> {
+            h.iter_recorded()
+                .map(|v| (v.value_iterated_to(), v.count_at_value()))
+                .collect()
+        };
+        assert_eq!(buckets(&direct), buckets(&via_counts));
+        assert_eq!(direct.stdev(), via_counts.stdev());
+    }
+
+    #[test]
+    fn recorded_spans_land_in_their_timeline_buckets() {
+        let start = Instant::now();
+        let mut r = ThreadRecorder::new(start);
+        let t0 = r.now();
+        let t1 = r.now();
+        r.record_span(OpKind::Insert, t0, t1, true);
+        r.record(
+            OpKind::Insert,
+            Duration::from_nanos(5),
+            start + Duration::from_millis(2500),
+            true,
+        );
+        r.record(
+            OpKind::Insert,
+            Duration::from_nanos(5),
+            start + Duration::from_millis(500),
+            true,
+        );
+        let mut m = Measurements::default();
+        m.merge(r);
+        let tl: Vec<u64> = m
+            .timeline(Duration::from_secs(3))
+            .iter()
+            .map(|b| b.ops)
+            .collect();
+        assert_eq!(tl, [2, 0, 1]);
+        let stats = m.operation_stats(Duration::from_secs(3));
+        assert_eq!(stats[&OpKind::Insert].count, 3);
+    }
 
     #[test]
     fn merge_adds_counts_histograms_and_timelines() {

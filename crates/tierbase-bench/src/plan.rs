@@ -286,7 +286,18 @@ fn run_repetition(
         .tempdir_in(base)
         .map_err(|e| BenchError::io("create directory in", base, e))?;
     let mut opts = StoreOptions::new(dir.path());
-    opts.records = spec.record_count;
+    // The records the store will hold at the end: those loaded plus the inserts of warm-up and
+    // measured operations (a sizing hint: stores pre-size for it, as Viper's benchmark sizes
+    // its pool for the whole run).
+    let ops = if spec.load_only {
+        0
+    } else {
+        spec.operation_count
+            .saturating_add(plan.warmup.ops_for(spec.operation_count))
+    };
+    opts.records = spec
+        .record_count
+        .saturating_add((ops as f64 * spec.insert_proportion).ceil() as u64);
     opts.key_size = spec.key_size;
     opts.value_size = usize::try_from(spec.value_size.max()).unwrap_or(usize::MAX);
     opts.value_size_fixed = spec.value_size.min() == spec.value_size.max();
@@ -310,7 +321,12 @@ fn run_repetition(
     } else {
         String::new()
     };
-    let keyspace = KeySpace::new(spec.record_count);
+    let inserts_only = !spec.load_only
+        && spec
+            .mix()
+            .iter()
+            .all(|&(kind, _)| kind == crate::measure::OpKind::Insert);
+    let keyspace = KeySpace::new(spec.record_count).inserts_only(inserts_only);
     let load_cfg = PhaseConfig {
         label: format!("{} load t={threads}{reps}", plan.store),
         threads,

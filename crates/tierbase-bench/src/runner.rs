@@ -10,8 +10,11 @@
 //!   unmeasured (cut short by the time limit, if one is set); then all workers meet at a start
 //!   gate, and the measured window starts when the last one arrives, so no thread is measured
 //!   while another still warms up;
-//! - each operation's latency (key and value built beforehand, as YCSB does) goes into the
-//!   worker's HdrHistogram for its type; completions are counted in 1 s timeline buckets;
+//! - each operation's latency goes into the worker's HdrHistogram for its type (only the store
+//!   calls are timed, as in YCSB: key and value are built before, a read's value is verified
+//!   and an insert acknowledged after); completions are counted in 1 s timeline buckets;
+//! - load threads take their key numbers in batches of 64 (one shared counter update per
+//!   batch instead of per insert);
 //! - throughput = measured operations ÷ (last worker's end − gate opening);
 //! - a failing operation stops the phase and is returned as the error; a panicking worker
 //!   releases the others and is reported as [`BenchError::WorkerPanicked`].
@@ -25,13 +28,16 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::adapter::{Client, Store};
 use crate::error::{BenchError, Result};
-use crate::measure::{Measurements, ThreadRecorder};
+use crate::measure::{Measurements, OpClock, ThreadRecorder};
 use crate::progress::{ProgressSink, format_rate};
 use crate::workload::WorkloadSpec;
-use crate::workload::keys::{build_key, value_matches_key};
+use crate::workload::keys::{KeyBuilder, VALUE_HEADER_LEN, value_matches_key};
 use crate::workload::ops::{
     KeySpace, LOAD_STREAM, Operation, OperationStream, RUN_STREAM, WorkloadGenerators,
 };
+
+/// Key numbers a load thread takes at once (see [`KeySpace::next_load_batch`]).
+const LOAD_BATCH: u64 = 64;
 
 /// How often the monitor refreshes progress and checks the time limit.
 const MONITOR_INTERVAL: Duration = Duration::from_millis(200);
@@ -208,7 +214,12 @@ pub fn run_load(
             };
             let mut rec = ThreadRecorder::new(start);
             let mut done = 0u64;
-            while let Some(keynum) = keyspace.next_load_keynum() {
+            // Key numbers come in batches (see `KeySpace::next_load_batch`).
+            let mut batch = 0..0;
+            while let Some(keynum) = batch.next().or_else(|| {
+                batch = keyspace.next_load_batch(LOAD_BATCH);
+                batch.next()
+            }) {
                 if shared.stop.load(Ordering::Relaxed) {
                     break;
                 }
@@ -289,6 +300,8 @@ where
     if cfg.threads == 0 {
         return Err(BenchError::invalid("thread count must be at least 1"));
     }
+    // Calibrate the operation clock now, not inside the measured window.
+    let _ = OpClock::get();
     let shared = Shared {
         gate: StartGate::new(cfg.threads),
         stop: AtomicBool::new(false),
@@ -416,8 +429,7 @@ fn monitor(
 /// A worker's client and reusable buffers.
 struct Worker<'c> {
     client: &'c mut dyn Client,
-    key: Vec<u8>,
-    value: Vec<u8>,
+    keys: KeyBuilder,
     read_buf: Vec<u8>,
     verify: bool,
     verify_failures: u64,
@@ -427,8 +439,7 @@ impl<'c> Worker<'c> {
     fn new(client: &'c mut dyn Client, key_size: usize, verify: bool) -> Self {
         Worker {
             client,
-            key: Vec::with_capacity(key_size),
-            value: Vec::new(),
+            keys: KeyBuilder::new(key_size),
             read_buf: Vec::new(),
             verify,
             verify_failures: 0,
@@ -443,13 +454,18 @@ impl<'c> Worker<'c> {
         }
     }
 
-    fn check(&mut self, found: bool) {
-        if self.verify && found && !value_matches_key(&self.key, &self.read_buf) {
+    /// Counts a failure when a value was `found` without the fingerprint of its key.
+    #[inline]
+    fn check(&mut self, found: bool, fingerprint: &[u8; VALUE_HEADER_LEN]) {
+        if self.verify && found && self.read_buf.get(..VALUE_HEADER_LEN) != Some(&fingerprint[..]) {
             self.verify_failures += 1;
         }
     }
 
-    /// Performs `op`, recording its latency in `rec` when measuring.
+    /// Performs `op`, recording its latency in `rec` when measuring. Only the store calls are
+    /// timed, as in YCSB: the key, its fingerprint and the value are built before the clock
+    /// starts; a read's value is checked, and an insert acknowledged, after it stops.
+    #[inline]
     fn perform(
         &mut self,
         stream: &mut OperationStream<'_>,
@@ -457,30 +473,74 @@ impl<'c> Worker<'c> {
         op: Operation,
         rec: Option<&mut ThreadRecorder>,
     ) -> Result<()> {
-        build_key(op.keynum(), stream.key_size(), &mut self.key);
-        if matches!(
-            op,
-            Operation::Update { .. } | Operation::Insert { .. } | Operation::ReadModifyWrite { .. }
-        ) {
-            stream.build_value(&self.key, &mut self.value);
-        }
-        let t0 = Instant::now();
-        let found = match op {
-            Operation::Read { .. } => {
-                let found = self.client.get(&self.key, &mut self.read_buf)?;
-                self.check(found);
-                found
+        self.keys.build(op.keynum());
+        match op {
+            Operation::Update { .. }
+            | Operation::Insert { .. }
+            | Operation::ReadModifyWrite { .. } => {
+                let fingerprint = self.keys.fingerprint();
+                stream.with_value(fingerprint, |value| {
+                    self.timed(op, value, &fingerprint, rec)
+                })?;
+                if let Operation::Insert { keynum } = op {
+                    // After the timed call, as YCSB acknowledges.
+                    keyspace.acknowledge_insert(keynum);
+                }
             }
-            Operation::Update { .. } => self.client.update(&self.key, &self.value)?,
-            Operation::Insert { keynum } => {
-                self.client.put(&self.key, &self.value)?;
-                keyspace.acknowledge_insert(keynum);
+            Operation::Read { .. } => {
+                // The fingerprint is only needed to check the value: after the timed call.
+                let found = self.timed(op, &[], &[0; VALUE_HEADER_LEN], rec)?;
+                let fingerprint = self.keys.fingerprint();
+                self.check(found, &fingerprint);
+            }
+            Operation::Scan { .. } | Operation::Delete { .. } => {
+                self.timed(op, &[], &[0; VALUE_HEADER_LEN], rec)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`execute`](Self::execute), timed into `rec` when measuring.
+    #[inline(always)]
+    fn timed(
+        &mut self,
+        op: Operation,
+        value: &[u8],
+        fingerprint: &[u8; VALUE_HEADER_LEN],
+        rec: Option<&mut ThreadRecorder>,
+    ) -> Result<bool> {
+        match rec {
+            Some(rec) => {
+                let t0 = rec.now();
+                let found = self.execute(op, value, fingerprint)?;
+                let t1 = rec.now();
+                rec.record_span(op.kind(), t0, t1, found);
+                Ok(found)
+            }
+            None => self.execute(op, value, fingerprint),
+        }
+    }
+
+    /// The store calls of `op` with `value` (for writes); whether the record was found.
+    #[inline(always)]
+    fn execute(
+        &mut self,
+        op: Operation,
+        value: &[u8],
+        fingerprint: &[u8; VALUE_HEADER_LEN],
+    ) -> Result<bool> {
+        let key = self.keys.key();
+        Ok(match op {
+            Operation::Read { .. } => self.client.get(key, &mut self.read_buf)?,
+            Operation::Update { .. } => self.client.update(key, value)?,
+            Operation::Insert { .. } => {
+                self.client.put(key, value)?;
                 true
             }
             Operation::Scan { length, .. } => {
                 let verify = self.verify;
                 let mut bad = 0u64;
-                let n = self.client.scan(&self.key, length, &mut |k, v| {
+                let n = self.client.scan(key, length, &mut |k, v| {
                     if verify && !value_matches_key(k, v) {
                         bad += 1;
                     }
@@ -489,17 +549,12 @@ impl<'c> Worker<'c> {
                 n > 0
             }
             Operation::ReadModifyWrite { .. } => {
-                let found = self.client.get(&self.key, &mut self.read_buf)?;
-                self.check(found);
-                found && self.client.update(&self.key, &self.value)?
+                let found = self.client.get(key, &mut self.read_buf)?;
+                self.check(found, fingerprint);
+                found && self.client.update(self.keys.key(), value)?
             }
-            Operation::Delete { .. } => self.client.delete(&self.key)?,
-        };
-        let t1 = Instant::now();
-        if let Some(rec) = rec {
-            rec.record(op.kind(), t1.saturating_duration_since(t0), t1, found);
-        }
-        Ok(())
+            Operation::Delete { .. } => self.client.delete(key)?,
+        })
     }
 }
 

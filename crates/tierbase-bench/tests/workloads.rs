@@ -87,6 +87,35 @@ fn same_seed_same_sequence() {
 }
 
 #[test]
+fn values_lent_in_place_equal_built_values_and_leave_the_filler_intact() {
+    use tierbase_bench::workload::keys::{KeyBuilder, value_matches_key};
+    for size in [
+        SizeSpec::Fixed(200),
+        SizeSpec::Fixed(8),
+        SizeSpec::Uniform { min: 8, max: 300 },
+        SizeSpec::Zipfian { min: 8, max: 5000 },
+    ] {
+        let mut spec = CoreWorkload::A.spec(1_000, 1_000);
+        spec.value_size = size;
+        spec.key_size = 16;
+        let ks = KeySpace::new(spec.record_count);
+        let gens = WorkloadGenerators::new(&spec, 1_000).unwrap();
+        let mut built = gens.stream(7, RUN, 0, &ks);
+        let mut lent = gens.stream(7, RUN, 0, &ks);
+        let mut keys = KeyBuilder::new(spec.key_size);
+        let mut expected = Vec::new();
+        for keynum in 0..5_000u64 {
+            keys.build(keynum % 1_000);
+            let fp = keys.fingerprint();
+            built.build_value_with(fp, &mut expected);
+            let got = lent.with_value(fp, |v| v.to_vec());
+            assert_eq!(got, expected, "{size:?}, value {keynum}");
+            assert!(value_matches_key(keys.key(), &got));
+        }
+    }
+}
+
+#[test]
 fn reads_only_choose_inserted_keys_and_latest_prefers_new_ones() {
     let records = 10_000;
     let spec = CoreWorkload::D.spec(records, 40_000);
@@ -364,5 +393,145 @@ fn a_failing_or_panicking_store_stops_the_phase_with_its_error() {
         } else {
             assert!(e.to_string().contains("injected failure"), "{e}");
         }
+    }
+}
+
+/// A store over `memory` that counts the puts of every key and corrupts the fingerprint of
+/// every `corrupt_every`-th value it reads back (0 = none).
+struct Recording {
+    inner: Box<dyn tierbase_bench::adapter::Store>,
+    puts: std::sync::Mutex<HashMap<Vec<u8>, u32>>,
+    reads: std::sync::atomic::AtomicU64,
+    corrupt_every: u64,
+}
+
+impl Recording {
+    fn new(corrupt_every: u64) -> Self {
+        use tierbase_bench::adapter::{StoreOptions, open_store};
+        Recording {
+            inner: open_store("memory", &StoreOptions::new(".")).unwrap(),
+            puts: Default::default(),
+            reads: Default::default(),
+            corrupt_every,
+        }
+    }
+}
+
+struct RecordingClient<'a> {
+    store: &'a Recording,
+    inner: Box<dyn tierbase_bench::adapter::Client + 'a>,
+}
+
+impl tierbase_bench::adapter::Store for Recording {
+    fn info(&self) -> tierbase_bench::adapter::StoreInfo {
+        self.inner.info()
+    }
+    fn client(&self) -> tierbase_bench::Result<Box<dyn tierbase_bench::adapter::Client + '_>> {
+        Ok(Box::new(RecordingClient {
+            store: self,
+            inner: self.inner.client()?,
+        }))
+    }
+    fn close(self: Box<Self>) -> tierbase_bench::Result<()> {
+        self.inner.close()
+    }
+}
+
+impl tierbase_bench::adapter::Client for RecordingClient<'_> {
+    fn put(&mut self, k: &[u8], v: &[u8]) -> tierbase_bench::Result<()> {
+        *self
+            .store
+            .puts
+            .lock()
+            .unwrap()
+            .entry(k.to_vec())
+            .or_default() += 1;
+        self.inner.put(k, v)
+    }
+    fn get(&mut self, k: &[u8], out: &mut Vec<u8>) -> tierbase_bench::Result<bool> {
+        let found = self.inner.get(k, out)?;
+        let n = self
+            .store
+            .reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.store.corrupt_every > 0 && n.is_multiple_of(self.store.corrupt_every) {
+            out[0] ^= 1;
+        }
+        Ok(found)
+    }
+    fn update(&mut self, k: &[u8], v: &[u8]) -> tierbase_bench::Result<bool> {
+        self.inner.update(k, v)
+    }
+    fn delete(&mut self, k: &[u8]) -> tierbase_bench::Result<bool> {
+        self.inner.delete(k)
+    }
+    fn scan(
+        &mut self,
+        s: &[u8],
+        c: usize,
+        v: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> tierbase_bench::Result<usize> {
+        self.inner.scan(s, c, v)
+    }
+}
+
+fn phase_config(threads: usize) -> tierbase_bench::runner::PhaseConfig {
+    tierbase_bench::runner::PhaseConfig {
+        label: "test".into(),
+        threads,
+        seed: 1,
+        warmup_ops: 50,
+        max_time: None,
+        verify: true,
+    }
+}
+
+#[test]
+fn threads_loading_in_batches_insert_every_key_exactly_once() {
+    use tierbase_bench::runner::run_load;
+    use tierbase_bench::workload::keys::build_key;
+    for threads in [1, 2, 3] {
+        for records in [1, 63, 64, 65, 1_000, 4_099] {
+            let store = Recording::new(0);
+            let mut spec = CoreWorkload::Load.spec(records, 0);
+            spec.key_size = 16;
+            let ks = KeySpace::new(records);
+            let out =
+                run_load(&store, &spec, &ks, &phase_config(threads), &SilentProgress).unwrap();
+            assert_eq!(out.measurements.total_ops(), records);
+            let puts = store.puts.into_inner().unwrap();
+            assert_eq!(puts.len() as u64, records, "t={threads}, {records} records");
+            let mut key = Vec::new();
+            for k in 0..records {
+                build_key(k, spec.key_size, &mut key);
+                assert_eq!(puts.get(&key), Some(&1), "key number {k}, t={threads}");
+            }
+            assert!(ks.next_load_batch(64).is_empty());
+        }
+    }
+}
+
+#[test]
+fn reads_of_values_with_a_wrong_fingerprint_are_counted() {
+    use tierbase_bench::runner::{run_load, run_transactions};
+    for (corrupt_every, key_size) in [(0, 16), (7, 16), (7, 24), (1, 30)] {
+        let store = Recording::new(corrupt_every);
+        let mut spec = CoreWorkload::C.spec(500, 2_000);
+        spec.key_size = key_size;
+        let ks = KeySpace::new(spec.record_count);
+        let cfg = phase_config(2);
+        let load = run_load(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
+        assert_eq!(load.verify_failures, 0);
+        let run = run_transactions(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
+        let reads: u64 = 2_000 + 50; // measured and warm-up reads are all checked
+        let expected = if corrupt_every == 0 {
+            0
+        } else {
+            reads.div_ceil(corrupt_every)
+        };
+        assert_eq!(
+            run.verify_failures, expected,
+            "corrupting every {corrupt_every}"
+        );
     }
 }

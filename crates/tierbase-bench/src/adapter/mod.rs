@@ -16,11 +16,15 @@
 //! - `rocksdb` (feature `rocksdb`): RocksDB through the system library, WAL on, `sync=true`.
 //! - `rocksdb-nosync` (feature `rocksdb`): the same with `sync=false`.
 //!
+//! Not registered: [`NullStore`], a harness-overhead probe that stores nothing, used to
+//! measure what the benchmark driver itself costs per operation.
+//!
 //! To add a store: implement [`Store`] and [`Client`] in a module here, add a [`StoreEntry`]
 //! to [`STORES`], and run [`crate::contract::run_contract_suite`] on it from a test.
 
 mod kv;
 mod memory;
+mod null;
 #[cfg(feature = "rocksdb")]
 mod rocksdb;
 #[cfg(feature = "rocksdb")]
@@ -34,6 +38,7 @@ use tierbase::device::{DeviceProfile, FsKind, fs_kind};
 pub use crate::error::{BenchError, Result};
 pub use kv::KvBenchStore;
 pub use memory::{MemoryBTreeStore, MemoryStore};
+pub use null::NullStore;
 
 /// A store under benchmark: shared by all worker threads, each of which takes a [`Client`].
 pub trait Store: Send + Sync {
@@ -153,7 +158,8 @@ pub fn file_medium(dir: &Path) -> &'static str {
 pub struct StoreOptions {
     /// Directory the store may use (created if missing; in-memory stores ignore it).
     pub dir: PathBuf,
-    /// Expected number of records (a sizing hint).
+    /// Records the store is expected to hold at the end of the run: those loaded plus the
+    /// inserts of the run (a sizing hint).
     pub records: u64,
     /// Key size in bytes (a hint).
     pub key_size: usize,

@@ -20,7 +20,7 @@ use crate::generator::{
 };
 use crate::measure::OpKind;
 use crate::rng::Rng;
-use crate::workload::keys::build_value;
+use crate::workload::keys::{VALUE_HEADER_LEN, build_value_with_fingerprint, key_fingerprint};
 use crate::workload::{RequestDistribution, ScanLengthDistribution, SizeSpec, WorkloadSpec};
 
 /// RNG stream ids, so phases and purposes never share random numbers.
@@ -102,7 +102,11 @@ pub struct KeySpace {
     record_count: u64,
     load: CounterGenerator,
     inserts: AcknowledgedCounter,
+    inserts_only: bool,
 }
+
+/// Key numbers a run-phase worker takes at once when the run only inserts.
+const INSERT_BATCH: u64 = 64;
 
 impl KeySpace {
     /// Key space for `record_count` loaded records (key numbers `0..record_count`).
@@ -111,7 +115,23 @@ impl KeySpace {
             record_count,
             load: CounterGenerator::new(0),
             inserts: AcknowledgedCounter::new(record_count),
+            inserts_only: false,
         }
+    }
+
+    /// A run phase that only inserts (no operation chooses an existing key): workers then take
+    /// insert key numbers in batches and do not acknowledge them, as nothing reads the newest
+    /// key — so the writers share no counter line on every insert (as in Viper's driver, whose
+    /// threads insert disjoint key ranges). Each key is still inserted at most once; a worker
+    /// may end the run holding numbers it did not use.
+    pub fn inserts_only(mut self, yes: bool) -> Self {
+        self.inserts_only = yes;
+        self
+    }
+
+    /// Whether this run phase only inserts (see [`KeySpace::inserts_only`]).
+    pub fn is_inserts_only(&self) -> bool {
+        self.inserts_only
     }
 
     /// The next key number of the load phase, or `None` when all records are handed out.
@@ -120,14 +140,32 @@ impl KeySpace {
         (k < self.record_count).then_some(k)
     }
 
+    /// The next (up to) `n` consecutive key numbers of the load phase for one thread; empty
+    /// when all records are handed out. Load threads take their keys in batches so that they
+    /// do not update one shared counter on every insert: each key is still loaded exactly once,
+    /// but a thread inserts runs of consecutive key numbers rather than every other one. (Keys
+    /// are hashed, so the store sees no order either way; nothing reads during the load.)
+    pub fn next_load_batch(&self, n: u64) -> std::ops::Range<u64> {
+        let r = self.load.next_values(n.max(1));
+        r.start.min(self.record_count)..r.end.min(self.record_count)
+    }
+
     /// The next key number for an insert in the run phase.
     pub fn next_insert_keynum(&self) -> u64 {
         self.inserts.next_value()
     }
 
-    /// Marks an insert as done, so readers may choose it.
+    /// The next batch of insert key numbers for one worker of an insert-only run.
+    fn next_insert_batch(&self) -> std::ops::Range<u64> {
+        self.inserts.next_values(INSERT_BATCH)
+    }
+
+    /// Marks an insert as done, so readers may choose it (nothing to do in an insert-only
+    /// run, where no reader exists).
     pub fn acknowledge_insert(&self, keynum: u64) {
-        self.inserts.acknowledge(keynum);
+        if !self.inserts_only {
+            self.inserts.acknowledge(keynum);
+        }
     }
 
     /// The newest key number readers may choose.
@@ -243,8 +281,8 @@ impl WorkloadGenerators {
         keyspace: &'a KeySpace,
     ) -> OperationStream<'a> {
         let mut filler_rng = Rng::derive(seed, FILLER_STREAM, thread);
-        let mut filler = vec![0u8; self.max_value + FILLER_EXTRA];
-        filler_rng.fill_bytes(&mut filler);
+        let mut filler = vec![0u8; VALUE_HEADER_LEN + self.max_value + FILLER_EXTRA];
+        filler_rng.fill_bytes(filler.get_mut(VALUE_HEADER_LEN..).unwrap_or(&mut []));
         OperationStream {
             gens: self.clone(),
             op_rng: Rng::derive(seed, stream << 8, thread),
@@ -252,6 +290,7 @@ impl WorkloadGenerators {
             value_rng: Rng::derive(seed, (stream << 8) | 2, thread),
             keyspace,
             filler,
+            insert_batch: 0..0,
         }
     }
 }
@@ -268,7 +307,10 @@ pub struct OperationStream<'a> {
     /// Value sizes and filler offsets.
     value_rng: Rng,
     keyspace: &'a KeySpace,
+    /// Room for a value header, then the random filler values are cut from.
     filler: Vec<u8>,
+    /// Insert key numbers taken but not used yet (insert-only runs).
+    insert_batch: std::ops::Range<u64>,
 }
 
 impl OperationStream<'_> {
@@ -288,7 +330,7 @@ impl OperationStream<'_> {
                 keynum: self.next_keynum(),
             },
             OpKind::Insert => Operation::Insert {
-                keynum: self.keyspace.next_insert_keynum(),
+                keynum: self.next_insert_keynum(),
             },
             OpKind::Scan => {
                 let keynum = self.next_keynum();
@@ -305,6 +347,20 @@ impl OperationStream<'_> {
                 keynum: self.next_keynum(),
             },
         }
+    }
+
+    /// A fresh key number for an insert: from this worker's batch in an insert-only run,
+    /// else from the shared acknowledged counter.
+    fn next_insert_keynum(&mut self) -> u64 {
+        if !self.keyspace.is_inserts_only() {
+            return self.keyspace.next_insert_keynum();
+        }
+        if self.insert_batch.is_empty() {
+            self.insert_batch = self.keyspace.next_insert_batch();
+        }
+        let k = self.insert_batch.start;
+        self.insert_batch.start += 1;
+        k
     }
 
     /// YCSB `nextKeynum`: draw until the key number has been inserted.
@@ -329,10 +385,67 @@ impl OperationStream<'_> {
     /// Writes a value for `key` into `out`: size from the workload's value size distribution,
     /// the key's fingerprint, then random filler cut from this stream's buffer.
     pub fn build_value(&mut self, key: &[u8], out: &mut Vec<u8>) {
+        self.build_value_with(key_fingerprint(key), out);
+    }
+
+    /// [`build_value`](Self::build_value) for a key whose fingerprint is `fingerprint` (from
+    /// [`KeyBuilder::fingerprint`](crate::workload::keys::KeyBuilder::fingerprint)): the same
+    /// value.
+    pub fn build_value_with(&mut self, fingerprint: [u8; VALUE_HEADER_LEN], out: &mut Vec<u8>) {
+        let (len, offset) = self.next_value_cut();
+        let filler = self.filler_bytes().get(offset..).unwrap_or(&[]);
+        build_value_with_fingerprint(fingerprint, len, filler, out);
+    }
+
+    /// Draws the next value exactly as [`build_value_with`](Self::build_value_with) does and
+    /// passes it to `f`, without copying it: the value is the fingerprint followed by a cut of
+    /// the filler, so the fingerprint is written over the bytes just before the cut (the
+    /// buffer keeps room for it before the filler), the value is lent from the buffer, and
+    /// those bytes are put back when `f` returns.
+    #[inline]
+    pub fn with_value<R>(
+        &mut self,
+        fingerprint: [u8; VALUE_HEADER_LEN],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> R {
+        let (len, offset) = self.next_value_cut();
+        // The value is filler[offset..offset + len]: the fingerprint written over the filler's
+        // bytes there, then the filler from `offset` on (after the header room).
+        let end = offset + len;
+        let saved = match self.filler.get_mut(offset..end) {
+            Some(value) if len >= VALUE_HEADER_LEN => {
+                let (under, _) = value.split_at_mut(VALUE_HEADER_LEN);
+                let saved: [u8; VALUE_HEADER_LEN] = (&*under).try_into().unwrap_or_default();
+                under.copy_from_slice(&fingerprint);
+                saved
+            }
+            _ => {
+                // Values shorter than a fingerprint (which workloads refuse), or longer than
+                // the filler (which the stream never draws): built apart.
+                let mut value = Vec::with_capacity(len);
+                let filler = self.filler_bytes().get(offset..).unwrap_or(&[]);
+                build_value_with_fingerprint(fingerprint, len, filler, &mut value);
+                return f(&value);
+            }
+        };
+        let r = f(self.filler.get(offset..end).unwrap_or(&[]));
+        if let Some(under) = self.filler.get_mut(offset..offset + VALUE_HEADER_LEN) {
+            under.copy_from_slice(&saved);
+        }
+        r
+    }
+
+    /// The random filler (after the header room).
+    fn filler_bytes(&self) -> &[u8] {
+        self.filler.get(VALUE_HEADER_LEN..).unwrap_or(&[])
+    }
+
+    /// The next value's length and where in the filler its body is cut.
+    #[inline]
+    fn next_value_cut(&mut self) -> (usize, usize) {
         let len = usize::try_from(self.gens.value_sizes.next(&mut self.value_rng)).unwrap_or(0);
-        let spare = self.filler.len().saturating_sub(len);
+        let spare = self.filler_bytes().len().saturating_sub(len);
         let offset = usize::try_from(self.value_rng.below(spare as u64 + 1)).unwrap_or(0);
-        let filler = self.filler.get(offset..).unwrap_or(&[]);
-        build_value(key, len, filler, out);
+        (len, offset)
     }
 }

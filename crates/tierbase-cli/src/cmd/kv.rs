@@ -149,6 +149,10 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
             println!("valid records   {}", report.valid_records);
             println!("deleted records {}", report.deleted_records);
             println!(
+                "torn records    {} (unacknowledged writes a crash cut short; the next open drops them)",
+                report.torn_records
+            );
+            println!(
                 "duplicate keys  {} (by 64-bit fingerprint; recovery keeps the newest)",
                 report.duplicate_keys
             );

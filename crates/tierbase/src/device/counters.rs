@@ -3,45 +3,116 @@
 //! Owns: cheap, thread-friendly event counters and their snapshots. Must not touch: devices
 //! themselves (devices own a [`DeviceCounters`] and bump it).
 //!
-//! Counters are sharded over cache-padded atomics so that threads on different cores do not
-//! bounce one cache line on every operation; a snapshot sums the shards.
+//! Counters are sharded so that threads never share a cache line on the hot path, and a thread
+//! owns its shard exclusively while it lives: an increment is a plain load and store of a
+//! thread-private line (no locked instruction — a `lock add` is a full barrier on x86 and would
+//! serialise the cache misses of the operation around it). Threads beyond [`OWNED_SHARDS`]
+//! share one overflow shard with atomic adds. A snapshot sums the shards (racy but monotone).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 use serde::{Deserialize, Serialize};
 
-const SHARDS: usize = 16;
+/// Shards a thread can own; one more is shared by the threads beyond them.
+pub const OWNED_SHARDS: usize = 32;
+const SHARDS: usize = OWNED_SHARDS + 1;
+const OVERFLOW: usize = OWNED_SHARDS;
+const UNSET: usize = usize::MAX;
 
-thread_local! {
-    static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+/// Which owned shards are taken (bit i = shard i).
+static TAKEN: AtomicU64 = AtomicU64::new(0);
+
+/// Releases the thread's shard when the thread ends, so a later thread can own it.
+struct ShardOwner(usize);
+
+impl Drop for ShardOwner {
+    fn drop(&mut self) {
+        if self.0 < OWNED_SHARDS {
+            // Release: this thread's last increments happen before the next owner's.
+            TAKEN.fetch_and(!(1u64 << self.0), Ordering::Release);
+        }
+        SHARD.with(|s| s.set(UNSET));
+    }
 }
 
-fn shard_index() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    SHARD.with(|s| {
-        let mut i = s.get();
-        if i == usize::MAX {
-            i = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
-            s.set(i);
+thread_local! {
+    static SHARD: Cell<usize> = const { Cell::new(UNSET) };
+    static OWNER: ShardOwner = ShardOwner(claim_shard());
+}
+
+fn claim_shard() -> usize {
+    let mut taken = TAKEN.load(Ordering::Relaxed);
+    loop {
+        let free = !taken & ((1u64 << OWNED_SHARDS) - 1);
+        if free == 0 {
+            return OVERFLOW;
         }
-        i
-    })
+        let i = free.trailing_zeros() as usize;
+        // Acquire: the previous owner's increments happen before ours.
+        match TAKEN.compare_exchange_weak(
+            taken,
+            taken | 1 << i,
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return i,
+            Err(now) => taken = now,
+        }
+    }
+}
+
+/// The calling thread's shard (claimed on first use).
+#[inline]
+fn shard_index() -> usize {
+    let i = SHARD.with(Cell::get);
+    if i != UNSET {
+        return i;
+    }
+    // During thread teardown the owner may be gone already: count in the overflow shard.
+    let i = OWNER.try_with(|o| o.0).unwrap_or(OVERFLOW);
+    let _ = SHARD.try_with(|s| s.set(i));
+    i
 }
 
 /// A monotonically increasing event counter, sharded per thread.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Counter {
     shards: [CachePadded<AtomicU64>; SHARDS],
+}
+
+impl Default for Counter {
+    fn default() -> Self {
+        Counter {
+            shards: std::array::from_fn(|_| CachePadded::new(AtomicU64::new(0))),
+        }
+    }
 }
 
 impl Counter {
     /// Adds `n`.
     #[inline]
     pub fn add(&self, n: u64) {
-        if let Some(shard) = self.shards.get(shard_index()) {
+        self.add_in(shard_index(), n);
+    }
+
+    /// Adds `n` in shard `i` (from [`shard_index`]: several counters of one event share the
+    /// lookup).
+    #[inline]
+    fn add_in(&self, i: usize, n: u64) {
+        let Some(shard) = self.shards.get(i) else {
+            return;
+        };
+        if i == OVERFLOW {
             shard.fetch_add(n, Ordering::Relaxed);
+        } else {
+            // Only this thread writes this shard (see the module docs); readers may see the old
+            // or the new total, never a torn one.
+            shard.store(
+                shard.load(Ordering::Relaxed).wrapping_add(n),
+                Ordering::Relaxed,
+            );
         }
     }
 
@@ -84,6 +155,22 @@ pub struct DeviceCounters {
 }
 
 impl DeviceCounters {
+    /// Counts one read of `bytes` bytes.
+    #[inline]
+    pub fn record_read(&self, bytes: u64) {
+        let i = shard_index();
+        self.reads.add_in(i, 1);
+        self.bytes_read.add_in(i, bytes);
+    }
+
+    /// Counts one write of `bytes` bytes.
+    #[inline]
+    pub fn record_write(&self, bytes: u64) {
+        let i = shard_index();
+        self.writes.add_in(i, 1);
+        self.bytes_written.add_in(i, bytes);
+    }
+
     /// Records an observation of `n` I/Os in flight.
     pub fn observe_in_flight(&self, n: u64) {
         self.max_in_flight.fetch_max(n, Ordering::Relaxed);
@@ -178,5 +265,24 @@ mod tests {
         let later = c.snapshot();
         assert_eq!(later.max_in_flight, 7);
         assert_eq!(later.since(&snap).writes, 0);
+    }
+
+    #[test]
+    fn no_increment_is_lost_when_threads_come_and_go_beyond_the_owned_shards() {
+        let c = Counter::default();
+        // Waves of more threads than there are owned shards, so shards are reused by later
+        // threads and some threads count in the shared overflow shard.
+        for _ in 0..3 {
+            std::thread::scope(|s| {
+                for _ in 0..OWNED_SHARDS + 8 {
+                    s.spawn(|| {
+                        for _ in 0..500 {
+                            c.incr();
+                        }
+                    });
+                }
+            });
+        }
+        assert_eq!(c.get(), 3 * (OWNED_SHARDS as u64 + 8) * 500);
     }
 }

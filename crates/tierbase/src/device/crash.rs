@@ -20,8 +20,12 @@ use super::cpu::CACHE_LINE;
 /// How the simulated power loss behaves.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CrashSimConfig {
-    /// Lose power right after this many fences have taken effect (`Some(0)`: before the first).
-    /// `None`: never on its own; call [`crate::device::PmemRegion::power_loss`].
+    /// Lose power at this fence (`Some(0)`: before the first). With `unflushed_survival` 0,
+    /// power is lost right after the fence took effect; above 0, power is lost *while it
+    /// drains*: the lines flushed since the previous fence reach media only word by word, with
+    /// that probability, like unflushed stores — the case a write persisted with a single fence
+    /// (record and validity marker together) must survive. `None`: never on its own; call
+    /// [`crate::device::PmemRegion::power_loss`].
     pub crash_after_fences: Option<u64>,
     /// Probability that an 8-byte word which is written but not yet durable reaches media
     /// anyway (cache eviction). 0 = only flushed-and-fenced data survives.
@@ -114,6 +118,15 @@ impl CrashSim {
             return false;
         }
         let pending = std::mem::take(&mut st.pending);
+        if self.config.unflushed_survival > 0.0
+            && self.config.crash_after_fences == Some(st.fences + 1)
+        {
+            // Power fails while this fence drains: its lines are left to the caller's merge of
+            // the working image (word by word), not made durable.
+            st.fences += 1;
+            st.frozen = Some(st.durable.clone());
+            return true;
+        }
         for (start, line) in pending {
             let end = (start + CACHE_LINE).min(st.durable.len());
             let n = end.saturating_sub(start);

@@ -4,7 +4,8 @@
 //! io_uring ([`BlockDevice`]), flush/fence/`msync` and the durability vocabulary
 //! ([`DurabilityMode`]), device profiles and their catalogue ([`DeviceProfile`],
 //! [`Catalogue`]), emulation of devices this machine does not have ([`Emulator`]), the
-//! power-loss simulator for tests, always-on counters, the machine probe behind
+//! power-loss simulator for tests, always-on counters, DRAM arenas backed by huge pages for
+//! large in-memory structures ([`dram`]), the machine probe behind
 //! `tierbase devices`, and raw access for measuring memory itself ([`RawAccess`], used by the
 //! memory profiler). Must not touch: records, pages, indexes or any store's format.
 
@@ -13,6 +14,7 @@ mod block;
 mod counters;
 pub mod cpu;
 mod crash;
+pub mod dram;
 mod durability;
 mod emulate;
 mod group_sync;
@@ -27,6 +29,7 @@ pub use block::{BlockDevice, BlockInfo, BlockOptions, DirectIo, Io, IoEngineKind
 pub use counters::{Counter, CounterSnapshot, DeviceCounters};
 pub use cpu::{CpuFeatures, FlushInstruction};
 pub use crash::CrashSimConfig;
+pub use dram::{DramArena, DramSlice};
 pub use durability::{DurabilityMode, FsKind, fs_kind};
 pub use emulate::{Direction, Emulator, EmulatorStats, Ticket, now_ns, spin_until};
 pub use profile::{Catalogue, DeviceKind, DeviceProfile};

@@ -26,29 +26,40 @@ fn head_len(p: *const u8, len: usize) -> usize {
 /// # Safety
 /// `src..src + dst.len()` must be mapped, readable memory for the duration of the call, only
 /// ever accessed atomically or through this module by others.
+#[inline]
 pub(crate) unsafe fn load(src: *const u8, dst: &mut [u8]) {
-    let len = dst.len();
-    let head = head_len(src, len);
-    let words = (len - head) / WORD;
-    for (i, d) in dst.iter_mut().enumerate().take(head) {
+    if (src as usize).is_multiple_of(WORD) && dst.len().is_multiple_of(WORD) {
+        // The common case (stores keep their records 8-aligned): whole words only.
+        let mut p = src;
+        for chunk in dst.chunks_exact_mut(WORD) {
+            // SAFETY: 8 aligned bytes inside the caller's range.
+            let v =
+                unsafe { AtomicU64::from_ptr(p.cast_mut().cast::<u64>()) }.load(Ordering::Relaxed);
+            chunk.copy_from_slice(&v.to_ne_bytes());
+            // SAFETY: at most one past the caller's range.
+            p = unsafe { p.add(WORD) };
+        }
+        return;
+    }
+    let head = head_len(src, dst.len());
+    let (head_bytes, rest) = dst.split_at_mut(head);
+    for (i, d) in head_bytes.iter_mut().enumerate() {
         // SAFETY: inside the caller's range (i < head <= len).
         *d = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Ordering::Relaxed);
     }
-    for w in 0..words {
-        let at = head + w * WORD;
-        // SAFETY: inside the caller's range and 8-aligned (`head` aligned it).
-        let v = unsafe { AtomicU64::from_ptr(src.add(at).cast_mut().cast::<u64>()) }
-            .load(Ordering::Relaxed);
-        if let Some(d) = dst.get_mut(at..at + WORD) {
-            d.copy_from_slice(&v.to_ne_bytes());
-        }
+    // SAFETY: head <= len: still inside (or at the end of) the caller's range.
+    let mut p = unsafe { src.add(head) };
+    let mut words = rest.chunks_exact_mut(WORD);
+    for chunk in &mut words {
+        // SAFETY: 8 bytes inside the caller's range, 8-aligned (`head` aligned it).
+        let v = unsafe { AtomicU64::from_ptr(p.cast_mut().cast::<u64>()) }.load(Ordering::Relaxed);
+        chunk.copy_from_slice(&v.to_ne_bytes());
+        // SAFETY: at most one past the caller's range.
+        p = unsafe { p.add(WORD) };
     }
-    for i in head + words * WORD..len {
-        // SAFETY: inside the caller's range.
-        let v = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Ordering::Relaxed);
-        if let Some(d) = dst.get_mut(i) {
-            *d = v;
-        }
+    for (i, d) in words.into_remainder().iter_mut().enumerate() {
+        // SAFETY: inside the caller's range (the tail after the last whole word).
+        *d = unsafe { AtomicU8::from_ptr(p.add(i).cast_mut()) }.load(Ordering::Relaxed);
     }
 }
 
@@ -57,27 +68,42 @@ pub(crate) unsafe fn load(src: *const u8, dst: &mut [u8]) {
 /// # Safety
 /// `dst..dst + src.len()` must be mapped, writable memory for the duration of the call, only
 /// ever accessed atomically or through this module by others.
+#[inline]
 pub(crate) unsafe fn store(dst: *mut u8, src: &[u8]) {
-    let len = src.len();
-    let head = head_len(dst, len);
-    let words = (len - head) / WORD;
-    for (i, &b) in src.iter().enumerate().take(head) {
-        // SAFETY: inside the caller's range.
-        unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(b, Ordering::Relaxed);
-    }
-    for w in 0..words {
-        let at = head + w * WORD;
-        let mut v = [0u8; WORD];
-        if let Some(s) = src.get(at..at + WORD) {
-            v.copy_from_slice(s);
+    if (dst as usize).is_multiple_of(WORD) && src.len().is_multiple_of(WORD) {
+        let mut p = dst;
+        for chunk in src.chunks_exact(WORD) {
+            let mut v = [0u8; WORD];
+            v.copy_from_slice(chunk);
+            // SAFETY: 8 aligned bytes inside the caller's range.
+            unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }
+                .store(u64::from_ne_bytes(v), Ordering::Relaxed);
+            // SAFETY: at most one past the caller's range.
+            p = unsafe { p.add(WORD) };
         }
-        // SAFETY: inside the caller's range and 8-aligned.
-        unsafe { AtomicU64::from_ptr(dst.add(at).cast::<u64>()) }
-            .store(u64::from_ne_bytes(v), Ordering::Relaxed);
+        return;
     }
-    for (i, &b) in src.iter().enumerate().skip(head + words * WORD) {
+    let head = head_len(dst, src.len());
+    let (head_bytes, rest) = src.split_at(head);
+    for (i, &b) in head_bytes.iter().enumerate() {
         // SAFETY: inside the caller's range.
         unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(b, Ordering::Relaxed);
+    }
+    // SAFETY: head <= len: still inside (or at the end of) the caller's range.
+    let mut p = unsafe { dst.add(head) };
+    let mut words = rest.chunks_exact(WORD);
+    for chunk in &mut words {
+        let mut v = [0u8; WORD];
+        v.copy_from_slice(chunk);
+        // SAFETY: 8 bytes inside the caller's range, 8-aligned.
+        unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }
+            .store(u64::from_ne_bytes(v), Ordering::Relaxed);
+        // SAFETY: at most one past the caller's range.
+        p = unsafe { p.add(WORD) };
+    }
+    for (i, &b) in words.remainder().iter().enumerate() {
+        // SAFETY: inside the caller's range.
+        unsafe { AtomicU8::from_ptr(p.add(i)) }.store(b, Ordering::Relaxed);
     }
 }
 

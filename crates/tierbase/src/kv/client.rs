@@ -4,21 +4,25 @@
 //! on pages), the random start page, and the put/update protocols. Must not touch: recovery or
 //! reclamation (compaction reuses [`Client::write_record`]).
 //!
-//! Put, in order (each step durable before the next), holding the key's lock throughout:
-//! 1. take a sequence number;
-//! 2. latch the client's current page (or the pages a variable record spans), write sequence
-//!    number, key and value into free space, persist;
-//! 3. make the record valid (bitset bit / header word), persist — the record is now durable;
-//!    release the page latch;
-//! 4. insert into the DRAM index, which returns the key's previous offset — the new value is
+//! Put, in order, holding the key's lock throughout (its version is the record's version, see
+//! [`layout::stamp`]):
+//! 1. start loading the key's index buckets (the miss overlaps step 2);
+//! 2. latch the client's current page (or the pages a variable record spans) and write the
+//!    record into free space together with its validity marker (bitset bit / header word) and
+//!    its check, then persist it all with **one** fence — a record whose bytes did not all reach
+//!    media fails its check and recovery drops it (it was never acknowledged). Stores whose
+//!    fixed values are updated in place (at most 8 bytes) keep the older order instead: record
+//!    persisted, then the marker persisted;
+//! 3. point the DRAM index at the new record, learning the previous one — the new value is
 //!    visible from here, and durable already;
-//! 5. invalidate the previous record, persist (a crash before this leaves two valid copies;
-//!    recovery keeps the higher sequence number, i.e. the new one).
+//! 4. invalidate the previous record (marker cleared, stamp zeroed, one persist), then return.
+//!    A crash before this leaves two valid copies of an unacknowledged write; recovery keeps
+//!    one (the newer version), and either is a correct outcome.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::layout::{self, RecordLayout, RecordOffset, var};
+use super::layout::{self, RecordLayout, RecordOffset, stamp, var};
 use super::store::{Inner, LARGE};
 use crate::error::{Error, Result};
 
@@ -192,15 +196,16 @@ impl Writer<'_> {
         self.inner.check_writable()?;
         let inner = self.inner;
         let kw = inner.key_word(key);
-        let _key = inner.lock_key(kw);
-        let result = self.put_locked(key, value, kw);
+        // The index buckets' misses overlap the record's write and persist.
+        inner.index.prefetch(kw);
+        let key_lock = inner.lock_key(kw);
+        let result = self.put_locked(key, value, kw, key_lock.version());
         inner.fail_on_error(result)
     }
 
-    fn put_locked(&mut self, key: &[u8], value: &[u8], kw: u64) -> Result<bool> {
+    fn put_locked(&mut self, key: &[u8], value: &[u8], kw: u64, version: u32) -> Result<bool> {
         let inner = self.inner;
-        let seq = inner.clock.next();
-        let off = self.write_record(key, value, seq)?;
+        let off = self.write_record(key, value, version)?;
         let scratch = &mut self.st.scratch;
         let old = inner.index.upsert(kw, off.0, &mut |o| {
             o != off.0 && inner.holds_key(RecordOffset(o), key, scratch)
@@ -223,22 +228,21 @@ impl Writer<'_> {
         self.inner.check_writable()?;
         let inner = self.inner;
         let kw = inner.key_word(key);
-        let _key = inner.lock_key(kw);
+        let key_lock = inner.lock_key(kw);
         let result = match inner.geo.fixed_sizes() {
             Some((_, vsize)) if vsize <= 8 => self.update_in_place(key, value),
-            _ => self.update_copy(key, value, kw),
+            _ => self.update_copy(key, value, kw, key_lock.version()),
         };
         inner.metrics.updates.incr();
         inner.fail_on_error(result)
     }
 
-    fn update_copy(&mut self, key: &[u8], value: &[u8], kw: u64) -> Result<bool> {
+    fn update_copy(&mut self, key: &[u8], value: &[u8], kw: u64, version: u32) -> Result<bool> {
         let inner = self.inner;
         let Some(cur) = inner.locate(key, &mut self.st.scratch) else {
             return Ok(false);
         };
-        let seq = inner.clock.next();
-        let off = self.write_record(key, value, seq)?;
+        let off = self.write_record(key, value, version)?;
         if !inner.index.compare_exchange(kw, cur.0, off.0) {
             return Err(inner.corrupt(format!(
                 "index entry of a key at {cur} changed while its key was locked"
@@ -270,28 +274,28 @@ impl Writer<'_> {
         Ok(true)
     }
 
-    /// Writes a new, valid, durable record with sequence number `seq` and returns its offset.
-    /// The caller holds the key's lock and points the index at the record.
+    /// Writes a new, valid, durable record with `version` and returns its offset. The caller
+    /// holds the key's lock and points the index at the record.
     pub(crate) fn write_record(
         &mut self,
         key: &[u8],
         value: &[u8],
-        seq: u64,
+        version: u32,
     ) -> Result<RecordOffset> {
         match self.inner.geo.layout {
-            RecordLayout::Fixed { .. } => self.write_fixed(key, value, seq),
+            RecordLayout::Fixed { .. } => self.write_fixed(key, value, version),
             RecordLayout::Variable => {
                 let size = var::inline_size(key.len(), value.len());
                 if value.len() > layout::MAX_INLINE_VALUE || size > self.inner.geo.block_size() {
-                    self.write_large(key, value, seq)
+                    self.write_large(key, value, version)
                 } else {
-                    self.write_inline(key, value, seq, size)
+                    self.write_inline(key, value, version, size)
                 }
             }
         }
     }
 
-    fn write_fixed(&mut self, key: &[u8], value: &[u8], seq: u64) -> Result<RecordOffset> {
+    fn write_fixed(&mut self, key: &[u8], value: &[u8], version: u32) -> Result<RecordOffset> {
         let inner = self.inner;
         let geo = inner.geo;
         loop {
@@ -320,25 +324,22 @@ impl Writer<'_> {
                 continue;
             };
             let off = RecordOffset::new(b, self.st.page, slot);
-            // Slot: [seq][key, padded][value, padded].
-            let buf = &mut self.st.buf;
-            buf.clear();
-            buf.extend_from_slice(&seq.to_le_bytes());
-            buf.extend_from_slice(key);
-            buf.resize(layout::slot_value(key.len()) as usize, 0);
-            buf.extend_from_slice(value);
-            buf.resize(geo.slot_size as usize, 0);
             let at = inner.slot_pos(off);
-            // Regular stores + write-back (clwb): measured faster here than non-temporal
-            // stores for 224-byte slots (docs/BENCHMARKS.md).
-            inner.region.write(at, buf)?;
-            inner.region.persist(at, buf.len())?;
             let (word, bit) = inner.bit_of(off);
-            inner
-                .region
-                .atomic_u64(word)?
-                .fetch_or(bit, Ordering::AcqRel);
-            inner.region.persist(word, 8)?;
+            let bits = inner.region.atomic_u64(word)?;
+            let len = geo.slot_size as usize;
+            if inner.self_validating {
+                // Marker first (a locked instruction orders like a fence: done while nothing
+                // is in flight), then the bytes, then one persist of both (see layout::stamp).
+                bits.fetch_or(bit, Ordering::AcqRel);
+                self.write_slot(at, key, value, version, true)?;
+                inner.region.persist_all(&[(at, len), (word, 8)])?;
+            } else {
+                self.write_slot(at, key, value, version, false)?;
+                inner.region.persist(at, len)?;
+                bits.fetch_or(bit, Ordering::AcqRel);
+                inner.region.persist(word, 8)?;
+            }
             inner.block_meta(b)?.live.fetch_add(1, Ordering::Relaxed);
             inner.metrics.live_bytes_written.add(geo.slot_size);
             drop(guard);
@@ -346,11 +347,38 @@ impl Writer<'_> {
         }
     }
 
+    /// Slot bytes: `[check u32][version u32][key, zero-padded][value, zero-padded]`, the check
+    /// computed if `checked` (else 0), no persist.
+    fn write_slot(
+        &mut self,
+        at: u64,
+        key: &[u8],
+        value: &[u8],
+        version: u32,
+        checked: bool,
+    ) -> Result<()> {
+        let geo = self.inner.geo;
+        let buf = &mut self.st.buf;
+        buf.clear();
+        buf.extend_from_slice(&stamp::pack(version, 0).to_le_bytes());
+        buf.extend_from_slice(key);
+        buf.resize(layout::slot_value(key.len()) as usize, 0);
+        buf.extend_from_slice(value);
+        buf.resize(geo.slot_size as usize, 0);
+        if checked {
+            let check = stamp::check(buf.get(stamp::SLOT_COVERED..).unwrap_or_default());
+            if let Some(c) = buf.get_mut(..stamp::SLOT_COVERED) {
+                c.copy_from_slice(&check.to_le_bytes());
+            }
+        }
+        self.inner.region.write(at, buf)
+    }
+
     fn write_inline(
         &mut self,
         key: &[u8],
         value: &[u8],
-        seq: u64,
+        version: u32,
         size: u64,
     ) -> Result<RecordOffset> {
         let inner = self.inner;
@@ -367,21 +395,27 @@ impl Writer<'_> {
             let last = ((tail + size - 1) / layout::PAGE) as u32;
             let guards = inner.lock_pages(b, first, last)?;
             let pos = geo.block_offset(b) + tail;
-            // Body after the header word: [reserved u32][seq][key][value][zero padding].
+            // Body after the header word: [check u32][version u64][key][value][zero padding];
+            // the check covers version, key and value.
             let buf = &mut self.st.buf;
             buf.clear();
             buf.extend_from_slice(&0u32.to_le_bytes());
-            buf.extend_from_slice(&seq.to_le_bytes());
+            buf.extend_from_slice(&u64::from(version).to_le_bytes());
             buf.extend_from_slice(key);
             buf.extend_from_slice(value);
+            let check = stamp::check(buf.get(4..).unwrap_or_default());
+            if let Some(c) = buf.get_mut(..4) {
+                c.copy_from_slice(&check.to_le_bytes());
+            }
             buf.resize(size as usize - 4, 0);
             inner.region.write(pos + 4, buf)?;
-            inner.region.persist(pos + 4, buf.len())?;
+            // Header word with the body, one persist: a crash that tears the record leaves a
+            // check that fails (the space after the log tail is zero; see layout::stamp).
             inner
                 .region
                 .atomic_u32(pos)?
                 .store(var::inline_word(key.len(), value.len()), Ordering::Release);
-            inner.region.persist(pos, 4)?;
+            inner.region.persist(pos, size as usize)?;
             meta.tail.store((tail + size) as u32, Ordering::Release);
             meta.live.fetch_add(size, Ordering::Relaxed);
             inner.metrics.live_bytes_written.add(size);
@@ -395,7 +429,7 @@ impl Writer<'_> {
     /// mid-write leaves blocks recovery skips, whatever they held before; (2) header, key,
     /// value and continuation prefixes, persisted; (3) the head's first word becomes "valid
     /// large head", persisted.
-    fn write_large(&mut self, key: &[u8], value: &[u8], seq: u64) -> Result<RecordOffset> {
+    fn write_large(&mut self, key: &[u8], value: &[u8], version: u32) -> Result<RecordOffset> {
         let inner = self.inner;
         let geo = inner.geo;
         let n = layout::large_blocks(geo.block_size(), key.len(), value.len());
@@ -417,7 +451,7 @@ impl Writer<'_> {
             .store(n * geo.block_size(), Ordering::Relaxed);
         let mut hdr = Vec::with_capacity(28);
         hdr.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        hdr.extend_from_slice(&seq.to_le_bytes());
+        hdr.extend_from_slice(&u64::from(version).to_le_bytes());
         hdr.extend_from_slice(&(value.len() as u64).to_le_bytes());
         hdr.extend_from_slice(&0u64.to_le_bytes());
         inner.write_large(head, 4, &hdr)?;

@@ -1,5 +1,7 @@
-//! Space reclamation: compact sealed blocks whose free share passed a threshold, and hand the
-//! emptied blocks to the free set.
+//! Space reclamation: sealed blocks whose free share passed a threshold are recycled (fixed
+//! layout: queued for inserts to fill their free slots in place, as Viper does — no record
+//! moves) or compacted (variable layout, and on request: live records moved out, the emptied
+//! block handed to the free set).
 //!
 //! Owns: choosing victims, moving their live records, the background reclaimer's body, and
 //! writers' help when dead space outweighs live space. Must not touch: owned blocks (a client
@@ -7,9 +9,9 @@
 //! goes).
 //!
 //! Moving a record is a write of its key like any other: under the key's lock, the record is
-//! rewritten into another block with a **new** sequence number, the index entry is switched
-//! from the original to the copy, and the original is invalidated. A crash at any point leaves
-//! the original, or both (the copy wins: same bytes, higher sequence number), or the copy.
+//! rewritten into another block with a newer version, the index entry is switched from the
+//! original to the copy, and the original is invalidated. A crash at any point leaves the
+//! original, or both (same bytes: either is right; recovery keeps one), or the copy.
 //! A compaction that fails part-way puts its block back as sealed, so a later round retries it.
 
 use std::sync::atomic::Ordering;
@@ -17,7 +19,7 @@ use std::time::Duration;
 
 use super::client::Writer;
 use super::layout::{self, RecordLayout, RecordOffset, var};
-use super::store::{COMPACTING, FREE, Inner, SEALED};
+use super::store::{COMPACTING, FREE, Inner, PARTIAL, SEALED};
 use super::walk::{Entry, Malformed, walk_block};
 use crate::error::Result;
 use crate::sync::Ticker;
@@ -145,7 +147,7 @@ fn move_records(
             continue;
         }
         let kw = inner.key_word(&key);
-        let _key = if wait_for_keys {
+        let key_lock = if wait_for_keys {
             inner.lock_key(kw)
         } else {
             match inner.try_lock_key(kw) {
@@ -158,7 +160,7 @@ fn move_records(
             continue;
         }
         read_record_locked(inner, off, &key, &mut value)?;
-        let copy = writer.write_record(&key, &value, inner.clock.next())?;
+        let copy = writer.write_record(&key, &value, key_lock.version())?;
         if !inner.index.compare_exchange(kw, off.0, copy.0) {
             return Err(inner.corrupt(format!(
                 "index entry at {off} changed while its key was locked"
@@ -244,6 +246,48 @@ pub(crate) fn compact_all(
     Ok((blocks, moved))
 }
 
+/// Reclaims candidate block `b` the cheapest way: an empty block is freed (compaction with
+/// nothing to move); in the fixed layout a partly free one is queued for inserts to fill in
+/// place; otherwise it is compacted. Returns whether the block was reclaimed.
+fn reclaim_block(
+    inner: &Inner,
+    b: u64,
+    writer: &mut Writer<'_>,
+    wait_for_keys: bool,
+) -> Result<bool> {
+    let meta = inner.block_meta(b)?;
+    let fixed = inner.geo.fixed_sizes().is_some();
+    if fixed && meta.live.load(Ordering::Acquire) > 0 {
+        if meta
+            .state
+            .compare_exchange(SEALED, PARTIAL, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Ok(false);
+        }
+        inner.partial.push(b);
+        inner.metrics.blocks_recycled.incr();
+        return Ok(true);
+    }
+    Ok(compact_block(inner, b, writer, wait_for_keys)?.is_some())
+}
+
+/// One reclamation pass over every candidate (see [`reclaim_block`]). Returns blocks
+/// reclaimed.
+pub(crate) fn reclaim_all(
+    inner: &Inner,
+    threshold: f64,
+    writer: &mut Writer<'_>,
+    wait_for_keys: bool,
+) -> Result<u64> {
+    inner.check_writable()?;
+    let mut n = 0;
+    for b in candidates(inner, threshold) {
+        n += u64::from(reclaim_block(inner, b, writer, wait_for_keys)?);
+    }
+    Ok(n)
+}
+
 /// A writer's help: compact the emptiest candidate, if any. Errors make the store read-only
 /// (inside `compact_block`) and surface on the writer's own write.
 pub(crate) fn help(inner: &Inner, writer: &mut Writer<'_>) {
@@ -252,7 +296,7 @@ pub(crate) fn help(inner: &Inner, writer: &mut Writer<'_>) {
     }
     let threshold = inner.reclaim.as_ref().map_or(0.4, |r| r.free_threshold);
     if let Some(&b) = candidates(inner, threshold).first() {
-        if let Ok(Some(_)) = compact_block(inner, b, writer, true) {
+        if let Ok(true) = reclaim_block(inner, b, writer, true) {
             inner.metrics.helped_compactions.incr();
         }
         inner.note_space_use();
@@ -268,7 +312,7 @@ pub(crate) fn reclaim_loop(inner: &std::sync::Arc<Inner>, ticker: &Ticker, opts:
     let mut client = super::client::Client::for_reclaimer(inner.clone());
     while ticker.next() {
         if inner.check_writable().is_ok()
-            && let Err(e) = compact_all(inner, opts.free_threshold, &mut client.writer(), false)
+            && let Err(e) = reclaim_all(inner, opts.free_threshold, &mut client.writer(), false)
         {
             tracing::error!("kv reclamation failed: {e}");
             inner.metrics.reclaim_errors.incr();

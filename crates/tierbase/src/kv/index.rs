@@ -28,13 +28,17 @@
 //!   ask the store (`same_key`) which entry, if any, belongs to their key, and readers try
 //!   candidates until the store accepts one. No entry is lost to a collision.
 //!
-//! Entirely safe Rust: slots are atomics, segments live in an append-only `boxcar::Vec`.
+//! Entirely safe Rust: slots are atomics, segments live in an append-only `boxcar::Vec`, and
+//! their buckets in one DRAM arena backed by huge pages (`device::dram`; docs/INDEX.md has
+//! the measurement).
 //! The comparison against `dashmap` that justified writing this is in docs/INDEX.md.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
+
+use crate::device::{DramArena, DramSlice};
 
 /// Slots per bucket (one 64-byte cache line of packed entries).
 const SLOTS: usize = 8;
@@ -99,11 +103,12 @@ fn tag_of(h: u64) -> u16 {
     (h >> 48) as u16
 }
 
-/// A resident's other bucket, from the bucket it is in and its tag (an involution).
+/// A resident's other bucket, from the bucket it is in and its tag (an involution: the same
+/// non-zero offset `f(tag)` is xored in both ways). One multiply: this runs on every probe.
 #[inline]
 fn alternate(b: usize, tag: u16) -> usize {
-    let f = (mix(u64::from(tag)) as usize % (BUCKETS - 1)) + 1;
-    b ^ f
+    let f = ((u32::from(tag).wrapping_mul(0x9E37_79B1) >> 20) as usize) & (BUCKETS - 1);
+    b ^ f.max(1)
 }
 
 /// The two buckets a hash may live in.
@@ -119,7 +124,7 @@ struct Segment {
     prefix: AtomicU64,
     count: AtomicUsize,
     lock: Mutex<()>,
-    buckets: Box<[Bucket]>,
+    buckets: DramSlice<Bucket>,
     /// Entries that could not be placed even after splitting (pathological hash clustering).
     stash: Mutex<Vec<(u16, u64)>>,
     stash_len: AtomicUsize,
@@ -132,14 +137,14 @@ enum SlotRef {
 }
 
 impl Segment {
-    fn new(depth: u32, prefix: u64) -> Self {
+    fn new(arena: Option<&Arc<DramArena<Bucket>>>, depth: u32, prefix: u64) -> Self {
         Segment {
             version: AtomicU64::new(0),
             depth: AtomicU32::new(depth),
             prefix: AtomicU64::new(prefix),
             count: AtomicUsize::new(0),
             lock: Mutex::new(()),
-            buckets: (0..BUCKETS).map(|_| Bucket::new()).collect(),
+            buckets: DramSlice::new(arena, BUCKETS, |_| Bucket::new()),
             stash: Mutex::new(Vec::new()),
             stash_len: AtomicUsize::new(0),
         }
@@ -155,9 +160,15 @@ impl Segment {
     }
 
     /// Every slot whose tag matches `h`'s, as (where, offset), in probe order.
-    fn each_entry(&self, h: u64, f: &mut dyn FnMut(SlotRef, u64) -> bool) -> bool {
+    #[inline]
+    fn each_entry(&self, h: u64, mut f: impl FnMut(SlotRef, u64) -> bool) -> bool {
         let tag = tag_of(h);
-        for b in buckets_of(h) {
+        let buckets = buckets_of(h);
+        // The second bucket's miss overlaps the scan of the first.
+        if let Some(second) = self.bucket(buckets[1]) {
+            crate::device::cpu::prefetch(second as *const Bucket);
+        }
+        for b in buckets {
             let Some(bucket) = self.bucket(b) else {
                 continue;
             };
@@ -191,7 +202,7 @@ impl Segment {
     /// Locked: the slot of an entry for `h` whose offset `pick` accepts.
     fn locate(&self, h: u64, pick: &mut dyn FnMut(u64) -> bool) -> Option<SlotRef> {
         let mut found = None;
-        self.each_entry(h, &mut |at, val| {
+        self.each_entry(h, |at, val| {
             if pick(val) {
                 found = Some(at);
                 true
@@ -327,7 +338,17 @@ pub struct OffsetIndex {
     global_depth: AtomicU32,
     dirs: Box<[OnceLock<Box<[AtomicU32]>>]>,
     segments: boxcar::Vec<Segment>,
+    /// Where segments' buckets live: one reservation backed by huge pages (a random probe of a
+    /// large index otherwise misses the TLB too); `None` if it could not be reserved.
+    buckets: Option<Arc<DramArena<Bucket>>>,
     split_lock: Mutex<()>,
+}
+
+/// Bucket arrays the arena can hold: every segment the directory can address.
+const ARENA_BUCKETS: usize = BUCKETS << MAX_DEPTH;
+
+fn bucket_arena() -> Option<Arc<DramArena<Bucket>>> {
+    DramArena::new(ARENA_BUCKETS).ok().map(Arc::new)
 }
 
 impl std::fmt::Debug for OffsetIndex {
@@ -362,7 +383,8 @@ impl OffsetIndex {
         let dirs: Box<[OnceLock<Box<[AtomicU32]>>]> =
             (0..=MAX_DEPTH).map(|_| OnceLock::new()).collect();
         let segments = boxcar::Vec::new();
-        let first = segments.push(Segment::new(0, 0));
+        let buckets = bucket_arena();
+        let first = segments.push(Segment::new(buckets.as_ref(), 0, 0));
         if let Some(d0) = dirs.first() {
             let _ = d0.set(vec![AtomicU32::new(first as u32)].into_boxed_slice());
         }
@@ -370,6 +392,7 @@ impl OffsetIndex {
             global_depth: AtomicU32::new(0),
             dirs,
             segments,
+            buckets,
             split_lock: Mutex::new(()),
         }
     }
@@ -388,8 +411,12 @@ impl OffsetIndex {
         let dirs: Box<[OnceLock<Box<[AtomicU32]>>]> =
             (0..=MAX_DEPTH).map(|_| OnceLock::new()).collect();
         let segments = boxcar::Vec::new();
+        let buckets = bucket_arena();
         let dir: Box<[AtomicU32]> = (0..1u64 << depth)
-            .map(|prefix| AtomicU32::new(segments.push(Segment::new(depth, prefix)) as u32))
+            .map(|prefix| {
+                let seg = Segment::new(buckets.as_ref(), depth, prefix);
+                AtomicU32::new(segments.push(seg) as u32)
+            })
             .collect();
         if let Some(slot) = dirs.get(depth as usize) {
             let _ = slot.set(dir);
@@ -398,6 +425,7 @@ impl OffsetIndex {
             global_depth: AtomicU32::new(depth),
             dirs,
             segments,
+            buckets,
             split_lock: Mutex::new(()),
         }
     }
@@ -430,7 +458,8 @@ impl OffsetIndex {
     /// changed meanwhile (a concurrent replacement), the whole lookup starts over, so a key
     /// that exists throughout is never reported missing. Likewise a miss is only reported
     /// once the segment's version shows no entries moved during the scan.
-    pub fn find(&self, key: u64, visit: &mut dyn FnMut(u64) -> bool) -> bool {
+    #[inline]
+    pub fn find(&self, key: u64, mut visit: impl FnMut(u64) -> bool) -> bool {
         let h = mix(key);
         loop {
             let Some(seg) = self.segment_for(h) else {
@@ -443,7 +472,7 @@ impl OffsetIndex {
                 continue;
             }
             let mut restart = false;
-            let accepted = seg.each_entry(h, &mut |at, val| {
+            let accepted = seg.each_entry(h, |at, val| {
                 if visit(val) {
                     return true;
                 }
@@ -596,7 +625,7 @@ impl OffsetIndex {
         seg.version.fetch_add(1, Ordering::AcqRel);
         fence(Ordering::Release);
 
-        let sibling = Segment::new(ld + 1, (prefix << 1) | 1);
+        let sibling = Segment::new(self.buckets.as_ref(), ld + 1, (prefix << 1) | 1);
         // The routing bit of this split, as a bit of the 16-bit tag (= hash bits 48..64).
         let goes_up = |tag: u16| (tag >> (15 - ld)) & 1 == 1;
         for (b, bucket) in seg.buckets.iter().enumerate() {

@@ -8,8 +8,9 @@ use crate::error::{Error, Result};
 
 /// Magic number at byte 0 of the store header.
 pub const MAGIC: &[u8; 8] = b"TBKVSTR1";
-/// Format version this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version this build reads and writes (2: per-key record versions and checksummed,
+/// self-validating records, written with one persist).
+pub const FORMAT_VERSION: u32 = 2;
 /// Bytes reserved for the store header at the start of the region's data area.
 pub const HEADER_LEN: u64 = 4096;
 /// Base page size.
@@ -203,6 +204,12 @@ impl Geometry {
         len.saturating_sub(HEADER_LEN) / self.block_size()
     }
 
+    /// Whether records carry a check and are written with one persist: every layout but fixed
+    /// values of at most [`IN_PLACE_VALUE`] bytes, which are updated in place (see [`stamp`]).
+    pub fn self_validating(&self) -> bool {
+        !matches!(self.layout, RecordLayout::Fixed { value_size, .. } if value_size as usize <= IN_PLACE_VALUE)
+    }
+
     /// Fixed layout: (key size, value size).
     pub fn fixed_sizes(&self) -> Option<(usize, usize)> {
         match self.layout {
@@ -215,12 +222,15 @@ impl Geometry {
     }
 }
 
-/// Fixed slot: `[seq u64][key, padded to 8][value, padded to 8]`. The sequence number and the
-/// key share the slot's first cache line (recovery reads only those), and the value starts
-/// 8-aligned, so values of at most 8 bytes are one word and can be updated atomically in place.
+/// Fixed slot: `[stamp u64][key, padded to 8][value, padded to 8]`. The stamp (see [`stamp`])
+/// and the key share the slot's first cache line, and the value starts 8-aligned, so values of
+/// at most 8 bytes are one word and can be updated atomically in place.
 pub fn slot_size(key_size: u32, value_size: u32) -> u64 {
     8 + pad8(u64::from(key_size)) + pad8(u64::from(value_size))
 }
+
+/// Byte position of the stamp inside a fixed slot.
+pub const SLOT_STAMP: u64 = 0;
 
 /// Byte position of the key inside a fixed slot.
 pub const SLOT_KEY: u64 = 8;
@@ -228,6 +238,59 @@ pub const SLOT_KEY: u64 = 8;
 /// Byte position of the value inside a fixed slot with keys of `key_size` bytes.
 pub fn slot_value(key_size: usize) -> u64 {
     SLOT_KEY + pad8(key_size as u64)
+}
+
+/// Largest fixed value that is updated in place (one atomic word). Stores with such values
+/// write records in two ordered persists (record, then bit) and leave the check at 0, because
+/// an in-place update changes the value without changing a checksum over it.
+pub const IN_PLACE_VALUE: usize = 8;
+
+/// Record versions and the record check.
+///
+/// Every record carries a 32-bit **version**: the value of its key's lock stripe while the
+/// writer held it (odd, growing with every write of any key of the stripe; recovery seeds the
+/// stripes past the largest version on media). Writers of a key take turns and return only
+/// after the key's previous record is invalidated, so a key has two valid records only while a
+/// write of it is in flight — and then either is a correct outcome. Recovery keeps the newer
+/// one by [`newer`] (modulo 2^32: exact unless the stripe saw 2^31 writes between the two, when
+/// it may keep the older — still correct, as the write was not acknowledged). Version 0 is
+/// never written: a zero stamp marks a record that is not (or no longer) valid.
+///
+/// The **check** is CRC32C over the record's bytes that follow it: in a fixed slot, everything
+/// after the check word's 4 bytes (version, key, value, padding); in an inline variable record,
+/// the version field, key and value. A record is written with one persist: its validity marker
+/// (bit or header word) is stored before or with its bytes, and recovery accepts a marked record
+/// only if version and check agree with its bytes — a record whose lines did not all reach media
+/// in a crash is dropped (it was never acknowledged). Invalidation zeroes the stamp in the same
+/// persist that clears the marker, so a slot's previous record can never pass for a new one.
+pub mod stamp {
+    /// Whether version `a` is newer than version `b` (modulo 2^32).
+    #[inline]
+    pub fn newer(a: u32, b: u32) -> bool {
+        (a.wrapping_sub(b) as i32) > 0
+    }
+
+    /// The check of a record: CRC32C of the bytes it covers (see the module docs).
+    #[inline]
+    pub fn check(covered: &[u8]) -> u32 {
+        crc32c::crc32c(covered)
+    }
+
+    /// A fixed slot's stamp word: the check in the low half (bytes 0..4), the version in the
+    /// high half (bytes 4..8) — so the check covers one contiguous range, from byte 4 on.
+    #[inline]
+    pub fn pack(version: u32, check: u32) -> u64 {
+        u64::from(check) | (u64::from(version) << 32)
+    }
+
+    /// (version, check) of a stamp word.
+    #[inline]
+    pub fn unpack(word: u64) -> (u32, u32) {
+        ((word >> 32) as u32, word as u32)
+    }
+
+    /// Byte position, inside a fixed slot, where the check's coverage starts.
+    pub const SLOT_COVERED: usize = 4;
 }
 
 /// Largest `n` with `8 * ceil(n / 64) + n * slot <= page`, and the bitset words it needs.
@@ -295,9 +358,14 @@ pub mod var {
     pub const LARGE: u32 = 2;
     /// Continuation bit (with LARGE).
     pub const CONT: u32 = 4;
-    /// Inline record: header (u32) + reserved (u32) + seq (u64), then key, value.
+    /// Inline record: header (u32) + check (u32) + version (u64, high half zero), then key,
+    /// value.
     pub const INLINE_HEADER: u64 = 16;
-    /// Large head: header (u32) + key length (u32) + seq (u64) + value length (u64) +
+    /// Byte position of an inline record's check (u32).
+    pub const INLINE_CHECK: u64 = 4;
+    /// Byte position of an inline record's version (u64 with the u32 version in its low half).
+    pub const INLINE_VERSION: u64 = 8;
+    /// Large head: header (u32) + key length (u32) + version (u64) + value length (u64) +
     /// reserved (u64), then key, value — spanning blocks.
     pub const LARGE_HEADER: u64 = 32;
     /// Each continuation block of a large record starts with an 8-byte prefix.
@@ -420,6 +488,27 @@ mod tests {
         assert_eq!(var::inline_lengths(0), None);
         assert_eq!(var::inline_lengths(var::cont_word(3)), None);
         assert_eq!(var::inline_size(16, 200), 232);
+    }
+
+    #[test]
+    fn versions_compare_across_the_wrap() {
+        use super::stamp::{newer, pack, unpack};
+        for v in [1u32, 2, 77, u32::MAX - 1, u32::MAX] {
+            let n = v.wrapping_add(2);
+            assert!(newer(n, v), "{n} after {v}");
+            assert!(!newer(v, n), "{v} before {n}");
+            assert!(!newer(v, v));
+        }
+        assert_eq!(unpack(pack(7, 0xDEAD_BEEF)), (7, 0xDEAD_BEEF));
+    }
+
+    #[test]
+    fn the_stamp_packs_check_below_version() {
+        use super::stamp::{pack, unpack};
+        let w = pack(7, 0xDEAD_BEEF);
+        assert_eq!(&w.to_le_bytes()[..4], &0xDEAD_BEEFu32.to_le_bytes());
+        assert_eq!(&w.to_le_bytes()[4..], &7u32.to_le_bytes());
+        assert_eq!(unpack(0), (0, 0));
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub(crate) struct Metrics {
     pub large_records: Counter,
     pub reclaim_errors: Counter,
     pub helped_compactions: Counter,
+    pub blocks_recycled: Counter,
     pub reclaim_waits: Counter,
     /// Bytes of records made valid (fixed: slots; variable: log bytes or large runs).
     pub live_bytes_written: Counter,
@@ -56,6 +57,9 @@ pub struct KvMetrics {
     pub reclaim_errors: u64,
     /// Blocks compacted by writers helping the reclaimer (dead space outweighed live space).
     pub helped_compactions: u64,
+    /// Fixed layout: partly free blocks handed back to inserts to fill in place (Viper's
+    /// reclamation of fixed-size records: nothing is moved).
+    pub blocks_recycled: u64,
     /// Times a writer waited for a reclaimer round instead of growing the file.
     pub reclaim_waits: u64,
     /// Persists (fences), flushes, msyncs and bytes written on the region.
@@ -77,6 +81,7 @@ impl Metrics {
             large_records: self.large_records.get(),
             reclaim_errors: self.reclaim_errors.get(),
             helped_compactions: self.helped_compactions.get(),
+            blocks_recycled: self.blocks_recycled.get(),
             reclaim_waits: self.reclaim_waits.get(),
             region,
         }

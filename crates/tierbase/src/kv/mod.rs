@@ -65,10 +65,10 @@ pub use verify::{VerifyReport, verify, verify_region};
 
 use self::layout::{FORMAT_VERSION, Geometry, HEADER_LEN, MAGIC, header};
 use self::store::{FREE, Inner, LARGE, OWNED, SEALED};
-use crate::device::{DurabilityMode, PmemRegion, RegionOptions};
+use crate::device::{DramArena, DurabilityMode, PmemRegion, RegionOptions};
 use crate::error::{Error, Result};
 use crate::space::FreeExtents;
-use crate::sync::{Background, KeyLocks, SequenceClock};
+use crate::sync::{Background, KeyLocks};
 
 /// Default pages per block: Viper's six (one 4 KiB page per DIMM of a 6-DIMM interleave set).
 pub const DEFAULT_PAGES_PER_BLOCK: u32 = 6;
@@ -364,21 +364,25 @@ impl KvStore {
         let index = OffsetIndex::with_capacity(used_blocks * per_block * 3 / 4);
         let short_keys =
             matches!(geo.layout, RecordLayout::Fixed { key_size, .. } if key_size <= 8);
+        // Metadata for every block the region can grow to (address space only until used).
+        let max_blocks = geo.blocks_in(region.max_len()).max(used_blocks) as usize + 1;
+        let max_pages = max_blocks * geo.pages_per_block as usize;
         let inner = Arc::new(Inner {
             region,
             geo,
             path,
             index,
             short_keys,
+            self_validating: geo.self_validating(),
             fingerprint_mask: opts.fingerprint_mask,
-            pages: boxcar::Vec::new(),
-            blocks: boxcar::Vec::new(),
+            pages: DramArena::new(max_pages)?,
+            blocks: DramArena::new(max_blocks)?,
             allocated_blocks: AtomicU64::new(0),
             next_block: AtomicU64::new(0),
             free: FreeExtents::new(),
+            partial: crossbeam_queue::SegQueue::new(),
             grow_lock: Mutex::new(()),
             allow_growth: opts.allow_growth,
-            clock: SequenceClock::new(),
             key_locks: KeyLocks::new(KEY_STRIPES),
             metrics: metrics::Metrics::default(),
             compaction_gate: Arc::new(RwLock::new(())),
@@ -570,7 +574,7 @@ impl KvStore {
                 FREE => free += 1,
                 OWNED => owned += 1,
                 LARGE => large += 1,
-                SEALED => sealed += 1,
+                SEALED | store::PARTIAL => sealed += 1,
                 _ => {}
             }
             live += m.live.load(Ordering::Acquire);
@@ -581,8 +585,8 @@ impl KvStore {
         };
         let in_use = (used - free) * geo.block_size();
         let index_bytes = inner.index.memory_bytes() as u64;
-        let meta_bytes = inner.pages.count() as u64 * 4
-            + inner.blocks.count() as u64 * std::mem::size_of::<store::BlockMeta>() as u64
+        let meta_bytes = inner.pages.bytes_used() as u64
+            + inner.blocks.bytes_used() as u64
             + inner.key_locks.memory_bytes() as u64;
         KvStats {
             layout: geo.layout,

@@ -4,11 +4,18 @@
 //! blocks (free, sealed, large). Must not touch: the write path. A clean open and an open after
 //! a crash run the same code.
 //!
-//! Duplicates exist on media only transiently (a put or a compaction move between "new record
-//! valid" and "old record invalidated"); the record with the larger sequence number wins —
-//! writers of one key take turns, so sequence numbers order a key's versions exactly and never
-//! tie (a tie would be a damaged store and is reported as such) — and every loser is
-//! invalidated on media so the next recovery does not meet it again.
+//! Duplicates exist on media only while a write of their key was in flight (a put or a
+//! compaction move between "new record valid" and "old record invalidated"; writers of one key
+//! take turns and return only after the invalidation). Either copy is then a correct outcome;
+//! recovery keeps the newer version (see [`super::layout::stamp`]; on a tie, the one it met
+//! first) and invalidates every loser on media, so the next recovery does not meet it again.
+//! The key locks are then seeded past the largest version found, so versions keep growing.
+//!
+//! Records are written with one persist (see [`super::layout::stamp`]), so a crash may leave a
+//! marked record whose bytes did not all reach media: its version is 0 or its check fails. Such
+//! a record was never acknowledged; recovery unmarks it. Recovery also zeroes what an
+//! unacknowledged write may have left in free space (stamps of unmarked slots, bytes after a
+//! log's tail), so that a later torn write over the same space can never pass for a record.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -16,7 +23,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use super::layout::{RecordOffset, header, var};
+use super::layout::{RecordLayout, RecordOffset, header, var};
 use super::store::{FREE, Inner, LARGE, SEALED};
 use super::walk::{Entry, Malformed, walk_block};
 use crate::error::{Error, Result};
@@ -34,6 +41,8 @@ pub struct RecoveryReport {
     pub records_found: u64,
     /// Duplicate copies resolved (and invalidated on media).
     pub duplicates_resolved: u64,
+    /// Records a crash tore (unacknowledged writes), unmarked on media.
+    pub torn_records: u64,
 }
 
 const CHUNK: u64 = 16;
@@ -41,7 +50,8 @@ const CHUNK: u64 = 16;
 #[derive(Default)]
 struct ThreadResult {
     records: u64,
-    max_seq: u64,
+    torn: u64,
+    max_version: u32,
     losers: Vec<RecordOffset>,
 }
 
@@ -111,14 +121,15 @@ pub(crate) fn recover(inner: &Inner, threads: usize) -> Result<RecoveryReport> {
         blocks_scanned: used,
         ..RecoveryReport::default()
     };
-    let mut max_seq = 0;
     let mut losers = Vec::new();
+    let mut max_version = 0;
     for r in results {
         report.records_found += r.records;
-        max_seq = max_seq.max(r.max_seq);
+        report.torn_records += r.torn;
+        max_version = max_version.max(r.max_version);
         losers.extend(r.losers);
     }
-    inner.clock.observe(max_seq);
+    inner.key_locks.seed(max_version);
 
     // Classify blocks before invalidating losers, so a large loser's span is freed once.
     for b in 0..used {
@@ -169,15 +180,15 @@ pub(crate) fn recover(inner: &Inner, threads: usize) -> Result<RecoveryReport> {
 #[derive(Default)]
 pub(crate) struct Batch {
     keys: Vec<u8>,
-    found: Vec<(u64, RecordOffset, u64, std::ops::Range<usize>)>,
+    found: Vec<(u64, RecordOffset, u32, std::ops::Range<usize>)>,
 }
 
 impl Batch {
-    fn push(&mut self, inner: &Inner, off: RecordOffset, seq: u64, key: &[u8]) {
+    fn push(&mut self, inner: &Inner, off: RecordOffset, version: u32, key: &[u8]) {
         let at = self.keys.len();
         self.keys.extend_from_slice(key);
         self.found
-            .push((inner.key_word(key), off, seq, at..self.keys.len()));
+            .push((inner.key_word(key), off, version, at..self.keys.len()));
     }
 
     /// Inserts everything found: first touch every bucket the batch needs (the misses overlap),
@@ -186,9 +197,9 @@ impl Batch {
         for &(kw, ..) in &self.found {
             inner.index.prefetch(kw);
         }
-        for (kw, off, seq, range) in self.found.drain(..) {
+        for (kw, off, version, range) in self.found.drain(..) {
             let key = self.keys.get(range).unwrap_or_default();
-            insert(inner, key, kw, off, seq, r, scratch)?;
+            insert(inner, key, kw, off, version, r, scratch)?;
         }
         self.keys.clear();
         Ok(())
@@ -207,12 +218,21 @@ fn scan_block(
     let geo = inner.geo;
     let bs = geo.block_size();
     let mut live = 0u64;
+    let mut torn = Vec::new();
+    let mut value = Vec::new();
+    // Part of a large record (head or continuation, whatever another thread has classified
+    // so far): its bytes are the record's, not free space.
+    let mut large = false;
     let walked = walk_block(&inner.region, &geo, b, used, bs, &mut |entry| {
         match entry {
             Entry::Slot(off) => {
-                let seq = valid_seq(inner, off)?;
+                if !inner.record_is_whole(off, &mut value)? {
+                    torn.push(off);
+                    return Ok(());
+                }
+                let version = inner.version_at(off)?;
                 inner.read_key_at(off, key)?;
-                batch.push(inner, off, seq, key);
+                batch.push(inner, off, version, key);
                 live += 1;
             }
             Entry::Inline {
@@ -220,13 +240,23 @@ fn scan_block(
                 valid: true,
                 size,
             } => {
-                let seq = valid_seq(inner, off)?;
+                if !inner.record_is_whole(off, &mut value)? {
+                    torn.push(off);
+                    return Ok(());
+                }
+                let version = inner.version_at(off)?;
                 inner.read_key_at(off, key)?;
-                batch.push(inner, off, seq, key);
+                batch.push(inner, off, version, key);
                 live += size;
             }
             Entry::LargeHead { valid: true, span } => {
-                let (klen, _, seq) = inner.large_lengths(b)?;
+                large = true;
+                let (klen, _, version) = inner.large_lengths(b)?;
+                if version == 0 {
+                    return Err(
+                        inner.corrupt(format!("block {b}: valid large record with version 0"))
+                    );
+                }
                 key.resize(klen, 0);
                 inner.read_large(b, var::LARGE_HEADER, key)?;
                 for i in 0..span {
@@ -238,17 +268,23 @@ fn scan_block(
                 let head = inner.block_meta(b)?;
                 head.span.store(span as u32, Ordering::Release);
                 head.live.store(span * bs, Ordering::Release);
-                batch.push(inner, RecordOffset::new(b, 0, 0), seq, key);
+                batch.push(inner, RecordOffset::new(b, 0, 0), version, key);
             }
             // Deleted records, dead large heads and continuation blocks (claimed by their head,
             // if it is valid) hold nothing to index.
-            Entry::Inline { valid: false, .. }
-            | Entry::LargeHead { valid: false, .. }
-            | Entry::Continuation { .. } => {}
+            Entry::LargeHead { valid: false, .. } | Entry::Continuation { .. } => large = true,
+            Entry::Inline { valid: false, .. } => {}
         }
         Ok(())
     })?;
     let tail = walked.map_err(|Malformed(detail)| inner.corrupt(detail))?;
+    r.torn += torn.len() as u64;
+    for off in torn {
+        inner.discard_torn(off)?;
+    }
+    if inner.self_validating && !large {
+        clear_free_space(inner, b, tail)?;
+    }
     batch.flush(inner, r, scratch)?;
     let m = inner.block_meta(b)?;
     m.tail.store(tail as u32, Ordering::Release);
@@ -256,18 +292,47 @@ fn scan_block(
     Ok(())
 }
 
-/// The sequence number of a valid record; 0 is never written, so it means damage.
-fn valid_seq(inner: &Inner, off: RecordOffset) -> Result<u64> {
-    let seq = inner.seq_at(off)?;
-    if seq == 0 {
-        return Err(inner.corrupt(format!(
-            "block {} page {} position {}: valid record with sequence number 0",
-            off.block(),
-            off.page(),
-            off.pos()
-        )));
+/// Zeroes, durably, what an unacknowledged write may have left in block `b`'s free space: the
+/// stamps of unmarked fixed slots, the bytes after a variable log's `tail`.
+fn clear_free_space(inner: &Inner, b: u64, tail: u64) -> Result<()> {
+    let geo = inner.geo;
+    match geo.layout {
+        RecordLayout::Fixed { .. } => {
+            let mut dirty = Vec::new();
+            for p in 0..geo.pages_per_block {
+                let page = geo.page_offset(b, p);
+                for s in 0..geo.slots {
+                    let bits = inner
+                        .region
+                        .atomic_u64(page + u64::from(s / 64) * 8)?
+                        .load(Ordering::Acquire);
+                    if bits & (1 << (s % 64)) != 0 {
+                        continue;
+                    }
+                    let at = geo.slot_offset(b, p, s);
+                    let stamp = inner.region.atomic_u64(at)?;
+                    if stamp.load(Ordering::Acquire) != 0 {
+                        stamp.store(0, Ordering::Release);
+                        dirty.push((at, 8));
+                    }
+                }
+            }
+            if !dirty.is_empty() {
+                inner.region.persist_all(&dirty)?;
+            }
+        }
+        RecordLayout::Variable => {
+            let start = geo.block_offset(b) + tail;
+            let len = (geo.block_size() - tail) as usize;
+            let mut rest = vec![0u8; len];
+            inner.region.read(start, &mut rest)?;
+            if rest.iter().any(|&x| x != 0) {
+                rest.fill(0);
+                inner.region.write_nt_persist(start, &rest)?;
+            }
+        }
     }
-    Ok(seq)
+    Ok(())
 }
 
 /// Inserts a found record, resolving a duplicate key by sequence number.
@@ -276,12 +341,12 @@ fn insert(
     key: &[u8],
     kw: u64,
     off: RecordOffset,
-    seq: u64,
+    version: u32,
     r: &mut ThreadResult,
     scratch: &mut Vec<u8>,
 ) -> Result<()> {
     r.records += 1;
-    r.max_seq = r.max_seq.max(seq);
+    r.max_version = r.max_version.max(version);
     loop {
         let existing = inner.index.insert_if_absent(kw, off.0, &mut |o| {
             inner.holds_key(RecordOffset(o), key, scratch)
@@ -290,13 +355,8 @@ fn insert(
             return Ok(());
         };
         let ex = RecordOffset(existing);
-        let ex_seq = inner.seq_at(ex)?;
-        if seq == ex_seq {
-            return Err(inner.corrupt(format!(
-                "two valid copies of one key with sequence number {seq} (at {ex} and {off})"
-            )));
-        }
-        if seq > ex_seq {
+        let ex_version = inner.version_at(ex)?;
+        if super::layout::stamp::newer(version, ex_version) {
             if inner.index.compare_exchange(kw, existing, off.0) {
                 r.losers.push(ex);
                 return Ok(());

@@ -4,13 +4,18 @@
 //!
 //! Owns: the rules every path follows. The key ones, so a reviewer can check each path:
 //! - **One writer per key at a time.** Every write of a key (put, update, delete, a compaction
-//!   move) holds the key's stripe of [`KeyLocks`] from taking its sequence number until the old
-//!   version is invalidated. So sequence numbers order the versions of a key exactly as the
-//!   index saw them, return values ("was new", "existed") agree with the state, and recovery's
-//!   newest-wins rule (highest sequence number; ties cannot happen) restores the last write.
+//!   move) holds the key's stripe of [`KeyLocks`] from before its new record is written until
+//!   the old record is invalidated, and returns only then. So return values ("was new",
+//!   "existed") agree with the state, and a key has two valid records only while a write of it
+//!   is in flight — after a crash, either is a correct outcome (recovery keeps the newer version,
+//!   see [`layout::stamp`]).
 //! - **Durable before visible.** A new record is valid and persisted before the index points at
 //!   it; a delete persists the invalidation before it removes the index entry. A reader never
 //!   sees a state that a crash could take back.
+//! - **One persist per record.** A record is persisted together with its validity marker; its
+//!   check (CRC32C over version, key and value) lets recovery drop one that a crash tore.
+//!   Invalidation zeroes the record's stamp with the marker, and recovery zeroes what lies in
+//!   free space, so a stale record can never pass for a new one.
 //! - **Version latches** (one per page, in DRAM): writers change bytes of a page only while
 //!   holding its latch; readers copy optimistically and retry when the version moved.
 //! - **Record bytes are immutable while indexed**: a slot or log range is written only while it
@@ -27,12 +32,12 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use parking_lot::{Mutex, RwLock};
 
 use super::index::OffsetIndex;
-use super::layout::{self, Geometry, RecordLayout, RecordOffset, header, var};
+use super::layout::{self, Geometry, RecordLayout, RecordOffset, header, stamp, var};
 use super::metrics::Metrics;
-use crate::device::PmemRegion;
+use crate::device::{DramArena, PmemRegion};
 use crate::error::{Error, Result};
 use crate::space::FreeExtents;
-use crate::sync::{KeyLocks, LatchGuard, LatchRun, SequenceClock, VersionLatch, backoff};
+use crate::sync::{KeyLocks, LatchGuard, LatchRun, VersionLatch, backoff};
 
 /// Block is unused or free for reuse.
 pub(crate) const FREE: u8 = 0;
@@ -44,6 +49,9 @@ pub(crate) const SEALED: u8 = 2;
 pub(crate) const COMPACTING: u8 = 3;
 /// Block is part of a large record.
 pub(crate) const LARGE: u8 = 4;
+/// Fixed layout: a sealed block with enough free slots, queued for a client to fill them
+/// (reuse in place: no record moves).
+pub(crate) const PARTIAL: u8 = 5;
 
 /// DRAM metadata of one block.
 #[derive(Debug, Default)]
@@ -90,15 +98,18 @@ pub(crate) struct Inner {
     /// Keys of at most 8 bytes in a fixed layout are their own key word (no hashing needed;
     /// the index still keeps only a tag, so matches are always confirmed on media).
     pub short_keys: bool,
+    /// Records carry a check and are written with one persist (every layout but fixed values
+    /// of at most [`layout::IN_PLACE_VALUE`] bytes, which are updated in place).
+    pub self_validating: bool,
     pub fingerprint_mask: u64,
-    pub pages: boxcar::Vec<VersionLatch>,
-    pub blocks: boxcar::Vec<BlockMeta>,
+    /// One version latch per page (read on every get: in a huge-page arena, like the index).
+    pub pages: DramArena<VersionLatch>,
+    pub blocks: DramArena<BlockMeta>,
     pub allocated_blocks: AtomicU64,
     pub next_block: AtomicU64,
     pub free: FreeExtents,
     pub grow_lock: Mutex<()>,
     pub allow_growth: bool,
-    pub clock: SequenceClock,
     pub key_locks: KeyLocks,
     pub metrics: Metrics,
     /// Iteration holds it shared; compaction of a block tries to take it exclusively (and
@@ -115,6 +126,9 @@ pub(crate) struct Inner {
     /// Completed reclaimer rounds, for writers that wait for one instead of growing the file.
     pub reclaim_rounds: Mutex<u64>,
     pub reclaim_done: parking_lot::Condvar,
+    /// Fixed layout: blocks in state [`PARTIAL`], waiting for a client to fill their free
+    /// slots.
+    pub partial: crossbeam_queue::SegQueue<u64>,
     /// Set (once) by a failed persist: the store refuses writes from then on.
     pub failed: AtomicBool,
     pub failure: Mutex<Option<String>>,
@@ -218,14 +232,16 @@ impl Inner {
     pub fn page_latch(&self, block: u64, page: u32) -> Result<&VersionLatch> {
         let n = self.geo.page_number(block, page);
         self.pages
-            .get(n as usize)
+            .get(n as usize, 1)
+            .and_then(<[_]>::first)
             .ok_or_else(|| self.corrupt(format!("page {block}:{page} beyond the mapped region")))
     }
 
     #[inline]
     pub fn block_meta(&self, block: u64) -> Result<&BlockMeta> {
         self.blocks
-            .get(block as usize)
+            .get(block as usize, 1)
+            .and_then(<[_]>::first)
             .ok_or_else(|| self.corrupt(format!("block {block} beyond the mapped region")))
     }
 
@@ -309,29 +325,44 @@ impl Inner {
         matches!(self.read_key_at(off, scratch), Ok(true)) && scratch.as_slice() == key
     }
 
-    /// Sequence number of the record at `off`.
-    pub fn seq_at(&self, off: RecordOffset) -> Result<u64> {
-        match self.geo.layout {
-            RecordLayout::Fixed { .. } => self.region.read_u64(self.slot_pos(off)),
-            RecordLayout::Variable => self.region.read_u64(self.var_pos(off) + 8),
-        }
+    /// Version of the record at `off` (0: not a valid record).
+    pub fn version_at(&self, off: RecordOffset) -> Result<u32> {
+        Ok(match self.geo.layout {
+            RecordLayout::Fixed { .. } => {
+                stamp::unpack(
+                    self.region
+                        .read_u64(self.slot_pos(off) + layout::SLOT_STAMP)?,
+                )
+                .0
+            }
+            RecordLayout::Variable => {
+                self.region
+                    .read_u64(self.var_pos(off) + var::INLINE_VERSION)? as u32
+            }
+        })
     }
 
-    /// Large head in block `b`: (key length, value length, seq), or `None` if the lengths are
-    /// impossible (a torn read or damage; callers decide which).
-    pub fn large_lengths_checked(&self, b: u64) -> Result<Option<(usize, usize, u64)>> {
+    /// Whether the record at `off`, whose validity marker is set, is whole (see
+    /// [`super::walk::record_is_whole`]).
+    pub fn record_is_whole(&self, off: RecordOffset, buf: &mut Vec<u8>) -> Result<bool> {
+        super::walk::record_is_whole(&self.region, &self.geo, off, buf)
+    }
+
+    /// Large head in block `b`: (key length, value length, version), or `None` if the lengths
+    /// are impossible (a torn read or damage; callers decide which).
+    pub fn large_lengths_checked(&self, b: u64) -> Result<Option<(usize, usize, u32)>> {
         let base = self.geo.block_offset(b);
         let klen = self.region.read_u64(base + 4)? as u32 as usize;
-        let seq = self.region.read_u64(base + 8)?;
+        let version = self.region.read_u64(base + 8)? as u32;
         let vlen = self.region.read_u64(base + 16)?;
         if klen == 0 || klen > layout::MAX_VAR_KEY || vlen > layout::MAX_LARGE_VALUE as u64 {
             return Ok(None);
         }
-        Ok(Some((klen, vlen as usize, seq)))
+        Ok(Some((klen, vlen as usize, version)))
     }
 
-    /// Large head in block `b`: (key length, value length, seq).
-    pub fn large_lengths(&self, b: u64) -> Result<(usize, usize, u64)> {
+    /// Large head in block `b`: (key length, value length, version).
+    pub fn large_lengths(&self, b: u64) -> Result<(usize, usize, u32)> {
         self.large_lengths_checked(b)?.ok_or_else(|| {
             self.corrupt(format!("large record in block {b} has impossible lengths"))
         })
@@ -409,23 +440,24 @@ impl Inner {
     ) -> Result<ReadOutcome> {
         match self.geo.fixed_sizes() {
             Some((k, v)) => {
+                let slot = self.slot_pos(off);
                 let latch = self.page_latch(off.block(), off.page())?;
                 let Some(v1) = latch.optimistic() else {
                     return Ok(ReadOutcome::Retry);
                 };
-                let slot = self.slot_pos(off);
-                scratch.resize(k, 0);
+                // Key and value in one copy (they are adjacent), the key checked from it.
+                let value_at = (layout::slot_value(k) - layout::SLOT_KEY) as usize;
+                scratch.resize(value_at + v, 0);
                 self.region.read(slot + layout::SLOT_KEY, scratch)?;
-                value.resize(v, 0);
-                self.region.read(slot + layout::slot_value(k), value)?;
                 if !latch.validate(v1) {
                     return Ok(ReadOutcome::Retry);
                 }
-                Ok(if scratch.as_slice() == key {
-                    ReadOutcome::Found
-                } else {
-                    ReadOutcome::NotThisKey
-                })
+                if scratch.get(..k) != Some(key) {
+                    return Ok(ReadOutcome::NotThisKey);
+                }
+                value.clear();
+                value.extend_from_slice(scratch.get(value_at..).unwrap_or_default());
+                Ok(ReadOutcome::Found)
             }
             None => self.read_var_record(off, key, value, scratch),
         }
@@ -614,11 +646,19 @@ impl Inner {
         match self.geo.layout {
             RecordLayout::Fixed { .. } => {
                 let (word, bit) = self.bit_of(off);
+                // The stamp is zeroed with the bit (one persist), so the slot's bytes can never
+                // pass for a record again (see layout::stamp) — and before the bit, while the
+                // slot is still taken: once the bit is clear, an inserter may claim the slot.
+                // A crash between the two leaves a marked slot with a zero stamp: invalid.
+                let at = self.slot_pos(off);
+                self.region
+                    .atomic_u64(at + layout::SLOT_STAMP)?
+                    .store(0, Ordering::Release);
                 let prev = self
                     .region
                     .atomic_u64(word)?
                     .fetch_and(!bit, Ordering::AcqRel);
-                self.region.persist(word, 8)?;
+                self.region.persist_all(&[(at, 8), (word, 8)])?;
                 if prev & bit == 0 {
                     return Ok(Invalidated::No);
                 }
@@ -647,6 +687,29 @@ impl Inner {
                     self.metrics.live_bytes_freed.add(size);
                 }
                 Ok(Invalidated::Yes)
+            }
+        }
+    }
+
+    /// Recovery: unmarks a record that a crash tore (marker set, check failed) and zeroes its
+    /// stamp, durably. It was never acknowledged and was never counted live.
+    pub fn discard_torn(&self, off: RecordOffset) -> Result<()> {
+        match self.geo.layout {
+            RecordLayout::Fixed { .. } => {
+                let (word, bit) = self.bit_of(off);
+                let at = self.slot_pos(off);
+                self.region.atomic_u64(at)?.store(0, Ordering::Release);
+                self.region
+                    .atomic_u64(word)?
+                    .fetch_and(!bit, Ordering::AcqRel);
+                self.region.persist_all(&[(at, 8), (word, 8)])
+            }
+            RecordLayout::Variable => {
+                let pos = self.var_pos(off);
+                self.region
+                    .atomic_u32(pos)?
+                    .fetch_and(!var::VALID, Ordering::AcqRel);
+                self.region.persist(pos, 4)
             }
         }
     }
@@ -758,12 +821,16 @@ impl Inner {
 
     /// Appends DRAM metadata up to `blocks` blocks.
     pub fn add_metas(&self, blocks: u64) -> Result<()> {
-        while (self.blocks.count() as u64) < blocks {
-            self.blocks.push(BlockMeta::default());
+        let have = self.blocks.len() as u64;
+        if have < blocks {
+            self.blocks
+                .push((blocks - have) as usize, |_| BlockMeta::default())?;
         }
         let pages = blocks * u64::from(self.geo.pages_per_block);
-        while (self.pages.count() as u64) < pages {
-            self.pages.push(VersionLatch::new());
+        let have = self.pages.len() as u64;
+        if have < pages {
+            self.pages
+                .push((pages - have) as usize, |_| VersionLatch::new())?;
         }
         Ok(())
     }
@@ -842,7 +909,11 @@ impl Inner {
     /// never waits for a key a writer holds (it skips such records), so this cannot deadlock;
     /// the bounded wait is only a safety net for a reclaimer that stopped.
     fn wait_for_reclaimer(&self, run: u64) {
-        if self.reclaim.is_none() || self.free.longest() >= run || !self.under_pressure() {
+        if self.reclaim.is_none()
+            || self.free.longest() >= run
+            || (run == 1 && !self.partial.is_empty())
+            || !self.under_pressure()
+        {
             return;
         }
         let Some(reclaimer) = self.reclaimer.lock().clone() else {
@@ -869,12 +940,22 @@ impl Inner {
         self.reclaim_done.notify_all();
     }
 
-    /// A block for a client's inserts: a reclaimed one if available, else a fresh one. A
-    /// client that `may_wait` (not the reclaimer's own) first waits for the reclaimer when
-    /// dead space outweighs live space.
+    /// A block for a client's inserts: a partly free one queued for reuse (fixed layout), else
+    /// a reclaimed one, else a fresh one. A client that `may_wait` (not the reclaimer's own)
+    /// first waits for the reclaimer when dead space outweighs live space.
     pub fn acquire_block(&self, may_wait: bool) -> Result<u64> {
         if may_wait {
             self.wait_for_reclaimer(1);
+        }
+        while let Some(b) = self.partial.pop() {
+            if self
+                .block_meta(b)?
+                .state
+                .compare_exchange(PARTIAL, OWNED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Ok(b);
+            }
         }
         while let Some(b) = self.free.take_one() {
             let meta = self.block_meta(b)?;

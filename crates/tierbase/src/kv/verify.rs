@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::layout::{self, Geometry, HEADER_LEN, RecordOffset, header};
 use super::store::{FREE, Inner, LARGE};
-use super::walk::{Entry, Malformed, walk_block};
+use super::walk::{Entry, Malformed, record_is_whole, walk_block};
 use crate::device::{PmemRegion, RegionOptions};
 use crate::error::Result;
 
@@ -65,6 +65,8 @@ pub struct VerifyReport {
     pub deleted_records: u64,
     /// Keys with more than one valid copy (legal only transiently: recovery keeps the newest).
     pub duplicate_keys: u64,
+    /// Marked records a crash tore (unacknowledged writes; legal: the next open unmarks them).
+    pub torn_records: u64,
     /// Format violations (media corruption or a bug); empty means the store is well-formed.
     pub problems: Vec<String>,
 }
@@ -133,22 +135,18 @@ fn check_blocks(
     // Fingerprint -> valid copies, to find duplicate keys without holding every key in memory.
     let mut copies: HashMap<u64, u32> = HashMap::new();
     let mut continuations = Vec::new();
-    let mut key = Vec::new();
+    let (mut key, mut value) = (Vec::new(), Vec::new());
     for b in 0..used {
         let mut problems = Vec::new();
         let walked = walk_block(region, geo, b, used, geo.block_size(), &mut |e| {
             match e {
                 Entry::Slot(off) => {
-                    let slot = geo.slot_offset(off.block(), off.page(), off.pos());
-                    if region.read_u64(slot)? == 0 {
-                        problems.push(format!(
-                            "block {} page {} slot {}: valid record with sequence number 0",
-                            off.block(),
-                            off.page(),
-                            off.pos()
-                        ));
+                    if !record_is_whole(region, geo, off, &mut value)? {
+                        report.torn_records += 1;
+                        return Ok(());
                     }
                     if let Some((k, _)) = geo.fixed_sizes() {
+                        let slot = geo.slot_offset(off.block(), off.page(), off.pos());
                         key.resize(k, 0);
                         region.read(slot + layout::SLOT_KEY, &mut key)?;
                         *copies.entry(xxhash_rust::xxh3::xxh3_64(&key)).or_default() += 1;
@@ -156,26 +154,22 @@ fn check_blocks(
                     report.valid_records += 1;
                 }
                 Entry::Inline { off, valid, .. } => {
-                    if valid {
-                        let pos = geo.page_offset(off.block(), off.page()) + u64::from(off.pos());
-                        let word = region.atomic_u32(pos)?.load(Ordering::Acquire);
-                        if let Some((k, _)) = layout::var::inline_lengths(word) {
-                            key.resize(k, 0);
-                            region.read(pos + layout::var::INLINE_HEADER, &mut key)?;
-                            *copies.entry(xxhash_rust::xxh3::xxh3_64(&key)).or_default() += 1;
-                        }
-                        if region.read_u64(pos + 8)? == 0 {
-                            problems.push(format!(
-                                "block {} page {} byte {}: valid record with sequence number 0",
-                                off.block(),
-                                off.page(),
-                                off.pos()
-                            ));
-                        }
-                        report.valid_records += 1;
-                    } else {
+                    if !valid {
                         report.deleted_records += 1;
+                        return Ok(());
                     }
+                    if !record_is_whole(region, geo, off, &mut value)? {
+                        report.torn_records += 1;
+                        return Ok(());
+                    }
+                    let pos = geo.page_offset(off.block(), off.page()) + u64::from(off.pos());
+                    let word = region.atomic_u32(pos)?.load(Ordering::Acquire);
+                    if let Some((k, _)) = layout::var::inline_lengths(word) {
+                        key.resize(k, 0);
+                        region.read(pos + layout::var::INLINE_HEADER, &mut key)?;
+                        *copies.entry(xxhash_rust::xxh3::xxh3_64(&key)).or_default() += 1;
+                    }
+                    report.valid_records += 1;
                 }
                 Entry::LargeHead { valid, .. } => {
                     if valid {

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::layout::{self, Geometry, RecordLayout, RecordOffset, var};
+use super::layout::{self, Geometry, RecordLayout, RecordOffset, stamp, var};
 use crate::device::PmemRegion;
 use crate::error::Result;
 
@@ -138,4 +138,45 @@ fn walk_log(
         pos += size;
     }
     Ok(Ok(pos))
+}
+
+/// Whether the marked record at `off` (a set bit, or a valid inline header) is whole: version
+/// not 0 and, where records carry one, the check matches its bytes. A crash may leave a marked
+/// record that is not (an unacknowledged write, see [`layout::stamp`]). `buf` is scratch space.
+/// Large records are written in ordered steps: whole when the version is not 0.
+pub(crate) fn record_is_whole(
+    region: &PmemRegion,
+    geo: &Geometry,
+    off: RecordOffset,
+    buf: &mut Vec<u8>,
+) -> Result<bool> {
+    match geo.layout {
+        RecordLayout::Fixed { .. } => {
+            let at = geo.slot_offset(off.block(), off.page(), off.pos());
+            let (version, check) = stamp::unpack(region.read_u64(at + layout::SLOT_STAMP)?);
+            if version == 0 || !geo.self_validating() {
+                return Ok(version != 0);
+            }
+            buf.resize(geo.slot_size as usize, 0);
+            region.read(at, buf)?;
+            Ok(stamp::check(buf.get(stamp::SLOT_COVERED..).unwrap_or_default()) == check)
+        }
+        RecordLayout::Variable => {
+            let pos = geo.page_offset(off.block(), off.page()) + u64::from(off.pos());
+            let version = region.read_u64(pos + var::INLINE_VERSION)? as u32;
+            let word = region.atomic_u32(pos)?.load(Ordering::Acquire);
+            let Some((k, v)) = var::inline_lengths(word) else {
+                return Ok(version != 0);
+            };
+            if version == 0 {
+                return Ok(false);
+            }
+            buf.resize(var::INLINE_HEADER as usize + k + v, 0);
+            region.read(pos, buf)?;
+            let mut stored = [0u8; 4];
+            stored.copy_from_slice(buf.get(4..8).unwrap_or(&[0; 4]));
+            let covered = buf.get(var::INLINE_VERSION as usize..).unwrap_or_default();
+            Ok(stamp::check(covered) == u32::from_le_bytes(stored))
+        }
+    }
 }

@@ -567,11 +567,13 @@ impl PmemRegion {
         // store; 4. persist the header line. A crash before 4 completes leaves the old length
         // in a file at least that long, which opens with every persisted byte.
         if let Some(file) = &self.file {
+            // Only the new range: fallocate over the whole file would walk every page already
+            // allocated (on tmpfs, a cost that grows with the store on every step).
             allocate_file(
                 file,
                 self.path.as_deref().unwrap_or(Path::new("")),
-                0,
-                self.header_len + new,
+                self.header_len + old,
+                new - old,
             )?;
             if self.mode.survives_power_loss() {
                 file.sync_data()
@@ -728,8 +730,7 @@ impl PmemRegion {
         // SAFETY: bounds checked above; the range is mapped for `&self`'s lifetime and only
         // ever accessed atomically (shared_mem) by anyone.
         unsafe { shared_mem::load(self.base_ptr().add(o), buf) };
-        self.counters.reads.incr();
-        self.counters.bytes_read.add(buf.len() as u64);
+        self.counters.record_read(buf.len() as u64);
         self.emulation_finish(issued, Direction::Read, buf.len());
         Ok(())
     }
@@ -742,8 +743,7 @@ impl PmemRegion {
         // SAFETY: bounds checked above; as for `read`.
         unsafe { shared_mem::load(self.base_ptr().add(o), &mut w) };
         let v = u64::from_ne_bytes(w);
-        self.counters.reads.incr();
-        self.counters.bytes_read.add(8);
+        self.counters.record_read(8);
         self.emulation_finish(issued, Direction::Read, 8);
         Ok(u64::from_le(v))
     }
@@ -755,8 +755,7 @@ impl PmemRegion {
         // SAFETY: bounds checked above; the range is mapped writable for `&self`'s lifetime and
         // only ever accessed atomically (shared_mem) by anyone.
         unsafe { shared_mem::store(self.base_ptr().add(o), data) };
-        self.counters.writes.incr();
-        self.counters.bytes_written.add(data.len() as u64);
+        self.counters.record_write(data.len() as u64);
         Ok(())
     }
 
@@ -892,6 +891,7 @@ fn resolve_mode(
     }
 }
 
+/// Allocates `len` bytes of `file` from `offset` (extending it to at least `offset + len`).
 fn allocate_file(file: &File, path: &Path, offset: usize, len: usize) -> Result<()> {
     let (Ok(off), Ok(l)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
         return Err(too_big(len as u64));
@@ -919,15 +919,15 @@ fn allocate_file(file: &File, path: &Path, offset: usize, len: usize) -> Result<
                 .metadata()
                 .map_err(|e| io_err("stat", Some(path), e))?
                 .len();
-            if cur < len as u64 {
-                file.set_len(len as u64)
-                    .map_err(|e| match e.raw_os_error() {
-                        Some(libc::EFBIG) => Error::DeviceFull {
-                            path: Some(path.to_path_buf()),
-                            requested: len as u64,
-                        },
-                        _ => io_err("truncate", Some(path), e),
-                    })?;
+            let end = (offset + len) as u64;
+            if cur < end {
+                file.set_len(end).map_err(|e| match e.raw_os_error() {
+                    Some(libc::EFBIG) => Error::DeviceFull {
+                        path: Some(path.to_path_buf()),
+                        requested: end,
+                    },
+                    _ => io_err("truncate", Some(path), e),
+                })?;
             }
             Ok(())
         }

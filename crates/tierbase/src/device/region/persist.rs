@@ -8,6 +8,26 @@ impl PmemRegion {
     /// Writes back (without fence) every cache line overlapping `[off, off+len)`. In `Msync`
     /// mode this is the `msync` itself (which is synchronous, so it also orders).
     pub fn flush(&self, off: u64, len: usize) -> Result<()> {
+        self.flush_lines(off, len, true)
+    }
+
+    /// Makes every range durable with one fence — one file sync in `Msync` mode — so a caller
+    /// whose ranges may reach media in any order among themselves pays for one persist.
+    pub fn persist_all(&self, ranges: &[(u64, usize)]) -> Result<()> {
+        for &(off, len) in ranges {
+            self.flush_lines(off, len, false)?;
+        }
+        if self.mode == DurabilityMode::Msync {
+            self.group_sync()?;
+        }
+        self.drain();
+        Ok(())
+    }
+
+    /// [`PmemRegion::flush`]; `sync`: whether `Msync` mode syncs here (else the caller syncs
+    /// once for several ranges).
+    #[inline]
+    fn flush_lines(&self, off: u64, len: usize, sync: bool) -> Result<()> {
         let o = self.check(off, len)?;
         if len == 0 {
             return Ok(());
@@ -20,8 +40,8 @@ impl PmemRegion {
                 let lines = unsafe { cpu::flush_range(self.flush, self.base_ptr().add(o), len) };
                 self.counters.flushes.add(lines);
             }
-            DurabilityMode::Msync => self.group_sync()?,
-            DurabilityMode::None => {}
+            DurabilityMode::Msync if sync => self.group_sync()?,
+            DurabilityMode::Msync | DurabilityMode::None => {}
         }
         if self.mode != DurabilityMode::None {
             self.counters
@@ -37,6 +57,7 @@ impl PmemRegion {
 
     /// Crash-simulated regions: the configured I/O error (see
     /// [`CrashSimConfig::fail_flushes_after`]).
+    #[inline]
     pub(super) fn injected_fault(&self) -> Result<()> {
         if let Some(sim) = &self.sim
             && sim.flush_fails()

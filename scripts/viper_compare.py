@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Side by side: the original Viper (../shared/anchors/viper-bench) against tierbase's `kv`
+store, the same shapes on the same medium, runs alternating, medians reported.
+
+Usage (from the repository root, after `cargo build --release -p tierbase-cli`):
+
+    python3 scripts/viper_compare.py --reps 3 --threads 1,2 \
+        --rows insert,load,get,update,ycsba,recover --out viper-compare.json
+
+Each row runs Viper, then tierbase, `--reps` times, deleting both pools between runs. The
+`load` row is read from the prefill phase of every run (Viper) and from the load phase of every
+YCSB run (tierbase), so it has more samples than the other rows. Prints a Markdown table.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+ANCHORS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "anchors")
+TIERBASE = os.path.join(os.path.dirname(__file__), "..", "target", "release", "tierbase")
+
+
+def run(cmd, env=None):
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return p.stdout + p.stderr, time.time() - t0
+
+
+def viper(mode, threads, args):
+    pool = os.path.join(args.dir, "vp")
+    shutil.rmtree(pool, ignore_errors=True)
+    gib = "4" if mode == "insert" else "3"
+    cmd = [os.path.join(ANCHORS, "viper-bench"), mode, "--records", str(args.records),
+           "--threads", str(threads), "--pool", pool, "--pool-gib", gib]
+    if mode == "insert":
+        cmd += ["--inserts", str(args.inserts)]
+    elif mode != "recover":
+        cmd += ["--ops", str(args.ops)]
+    out, _ = run(cmd)
+    res = {}
+    for line in out.splitlines():
+        if line.startswith("RESULT"):
+            kv = dict(re.findall(r"(\w+)=(\S+)", line))
+            res[kv["phase"]] = kv
+    shutil.rmtree(pool, ignore_errors=True)
+    return res
+
+
+def viper_recover(threads, args):
+    pool = os.path.join(args.dir, "vp")
+    shutil.rmtree(pool, ignore_errors=True)
+    run([os.path.join(ANCHORS, "viper-bench"), "prefill", "--records", str(args.records),
+         "--threads", "2", "--pool", pool, "--pool-gib", "3", "--keep"])
+    out, _ = run([os.path.join(ANCHORS, "viper-bench"), "recover", "--records", str(args.records),
+                  "--rthreads", str(threads), "--pool", pool, "--pool-gib", "3"])
+    shutil.rmtree(pool, ignore_errors=True)
+    for line in out.splitlines():
+        if line.startswith("RESULT") and "phase=recover" in line:
+            return dict(re.findall(r"(\w+)=(\S+)", line))
+    sys.exit("viper recover printed no RESULT line:\n" + out)
+
+
+TB_WORKLOAD = {
+    "insert": ["--workload-file", os.path.join(ANCHORS, "tb_insert.toml")],
+    "get": ["--workload", "c", "--distribution", "uniform"],
+    "update": ["--workload-file", os.path.join(ANCHORS, "tb_update.toml")],
+    "ycsba": ["--workload", "a", "--distribution", "uniform"],
+}
+
+
+def tierbase(mode, threads, args):
+    d = os.path.join(args.dir, "tb")
+    shutil.rmtree(d, ignore_errors=True)
+    out_json = os.path.join(args.dir, "tb-result.json")
+    ops = args.inserts if mode == "insert" else args.ops
+    cmd = [TIERBASE, "bench", "ycsb", "--store", "kv", "--key-size", "16", "--value-size", "200",
+           "--records", str(args.records), "--threads", str(threads), "--warmup", "0",
+           "--max-time", "0", "--flush", args.flush, "--dir", d, "--ops", str(ops), "-q",
+           "--out", out_json] + TB_WORKLOAD[mode]
+    run(cmd)
+    with open(out_json) as f:
+        r = json.load(f)["runs"][0]
+    shutil.rmtree(d, ignore_errors=True)
+    os.remove(out_json)
+    op = next(iter(r["operations"].values()))
+    return {"load": r["load"]["throughput"], "run": r["throughput"],
+            "max_ns": max(o["latency_ns"]["max"] for o in r["operations"].values()),
+            "p999_ns": op["latency_ns"]["p999"], "notes": r["store_notes"]}
+
+
+def tierbase_recover(threads, args):
+    out, _ = run([TIERBASE, "bench", "recovery", "--records", str(args.records), "--threads",
+                  str(threads), "--repeat", "1", "--dir", args.dir])
+    m = re.search(rf"recovery with {threads} thread\(s\): median ([\d.]+) s", out)
+    if not m:
+        sys.exit("tierbase bench recovery printed no median:\n" + out)
+    return {"secs": float(m.group(1)), "raw": out}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=10_000_000)
+    ap.add_argument("--inserts", type=int, default=5_000_000)
+    ap.add_argument("--ops", type=int, default=10_000_000)
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rows", default="insert,get,update,ycsba")
+    ap.add_argument("--flush", default="clwb")
+    ap.add_argument("--dir", default="/dev/shm/viper-compare")
+    ap.add_argument("--out", default="viper-compare.json")
+    args = ap.parse_args()
+    os.makedirs(args.dir, exist_ok=True)
+    threads = [int(t) for t in args.threads.split(",")]
+    rows = args.rows.split(",")
+    samples = {}  # (row, threads) -> {"viper": [...], "tierbase": [...], "tb_max_ns": [...]}
+
+    def add(row, t, system, value):
+        samples.setdefault(f"{row}/{t}", {}).setdefault(system, []).append(value)
+
+    for rep in range(args.reps):
+        for row in rows:
+            for t in threads:
+                if row == "recover":
+                    v = viper_recover(t, args)
+                    add(row, t, "viper", float(v["secs"]))
+                    tb = tierbase_recover(t, args)
+                    add(row, t, "tierbase", tb["secs"])
+                    print(f"rep {rep} {row} t={t}: viper {v['secs']} s, tierbase {tb['secs']} s",
+                          flush=True)
+                    continue
+                v = viper(row, t, args)
+                tb = tierbase(row, t, args)
+                add(row, t, "viper", float(v[row]["ops_per_s"]))
+                add(row, t, "tierbase", tb["run"])
+                add(row, t, "tb_max_ns", tb["max_ns"])
+                add("load", t, "viper", float(v["prefill"]["ops_per_s"]))
+                add("load", t, "tierbase", tb["load"])
+                print(f"rep {rep} {row} t={t}: viper {float(v[row]['ops_per_s']):,.0f}/s "
+                      f"(prefill {float(v['prefill']['ops_per_s']):,.0f}), tierbase "
+                      f"{tb['run']:,.0f}/s (load {tb['load']:,.0f}), tb max "
+                      f"{tb['max_ns'] / 1e6:.1f} ms", flush=True)
+
+    with open(args.out, "w") as f:
+        json.dump({"args": vars(args), "samples": samples}, f, indent=1)
+    print("\n| row | threads | Viper (median) | tierbase (median) | ratio | samples | tb max latency |")
+    print("|---|---|---|---|---|---|---|")
+    for key, s in samples.items():
+        row, t = key.split("/")
+        vm, tm = statistics.median(s["viper"]), statistics.median(s["tierbase"])
+        if row == "recover":
+            ratio = f"{tm / vm:.2f} (time)"
+            vs, ts = f"{vm:.2f} s", f"{tm:.2f} s"
+        else:
+            ratio = f"{tm / vm:.2f}"
+            vs, ts = f"{vm / 1e6:.2f} M/s", f"{tm / 1e6:.2f} M/s"
+        mx = s.get("tb_max_ns")
+        mxs = f"{max(mx) / 1e6:.1f} ms" if mx else ""
+        print(f"| {row} | {t} | {vs} | {ts} | {ratio} | {len(s['viper'])} | {mxs} |")
+
+
+if __name__ == "__main__":
+    main()
