@@ -205,12 +205,7 @@ impl OpClock {
     /// clock. Only differences of two readings mean anything ([`nanos`](Self::nanos)).
     #[inline]
     pub fn now(&self) -> u64 {
-        #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-        // SAFETY: `lfence` has no operands and no effect but ordering; SSE2, which it needs, is
-        // enabled for this build (the cfg above), as on every x86-64 CPU.
-        unsafe {
-            std::arch::x86_64::_mm_lfence();
-        }
+        tierbase::device::cpu::lfence();
         self.clock.raw()
     }
 

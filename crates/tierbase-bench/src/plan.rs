@@ -162,6 +162,8 @@ pub struct BenchPlan {
     pub verify: bool,
     /// Flush instruction for stores on persistent regions (see [`StoreOptions::flush`]).
     pub flush: Option<tierbase::device::FlushInstruction>,
+    /// Pre-size stores for the run's records (see [`StoreOptions::presize`]).
+    pub presize: bool,
 }
 
 impl BenchPlan {
@@ -184,6 +186,7 @@ impl BenchPlan {
             emulate: None,
             verify: true,
             flush: None,
+            presize: true,
         }
     }
 
@@ -304,6 +307,7 @@ fn run_repetition(
     opts.threads = threads;
     opts.emulate = plan.emulate.clone();
     opts.flush = plan.flush;
+    opts.presize = plan.presize;
     let store = open_store(&plan.store, &opts)?;
     let info = store.info();
     if spec.has_scans() && !info.capabilities.ordered_scan {

@@ -91,7 +91,11 @@ fn insert_phase(
     for i in keys {
         let op = Instant::now();
         c.put(&key(i), value)?;
-        slowest = slowest.max(op.elapsed());
+        let e = op.elapsed();
+        if e.as_millis() >= 3 {
+            eprintln!("slow insert {i}: {:?}", e);
+        }
+        slowest = slowest.max(e);
     }
     Ok(slowest)
 }

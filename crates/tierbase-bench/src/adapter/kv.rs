@@ -24,7 +24,7 @@ pub struct KvBenchStore {
 
 /// Initial size: the records the run will hold, plus a quarter for partly filled blocks, at
 /// least 16 MiB — the store is pre-sized as Viper's benchmark sizes its pool, so measured
-/// operations do not pay for growth (which `tierbase bench growth` measures on its own).
+/// operations do not pay for growth (`--grow-from-empty` measures that instead).
 fn initial_size_for(records: u64, record_bytes: u64) -> u64 {
     let want = records.saturating_mul(record_bytes).saturating_mul(5) / 4;
     want.max(16 << 20)
@@ -59,12 +59,17 @@ impl KvBenchStore {
         // Pre-sized for the records (as Viper's benchmark sizes its pool), growing beyond.
         let opts = KvOptions::default()
             .layout(layout)
-            .initial_size(initial_size_for(o.records, record_bytes))
+            .initial_size(if o.presize {
+                initial_size_for(o.records, record_bytes)
+            } else {
+                0
+            })
             .recovery_threads(o.threads.max(1))
             .region(RegionOptions {
                 emulate: o.emulate.clone(),
                 flush: o.flush,
-                // Fault the region in when it grows, not during measured operations.
+                // Fault the region in when it grows (the grower does it, in short steps), not
+                // during measured operations.
                 prefault: true,
                 ..RegionOptions::default()
             });

@@ -174,6 +174,9 @@ pub struct StoreOptions {
     /// Cache-line flush instruction for stores on persistent regions (`kv`); `None` = the
     /// region's default for its medium. Other stores ignore it.
     pub flush: Option<tierbase::device::FlushInstruction>,
+    /// Whether a store may pre-size itself for `records` (default); `false` starts it at its
+    /// minimum size, so that the run includes its growth.
+    pub presize: bool,
 }
 
 impl StoreOptions {
@@ -188,6 +191,7 @@ impl StoreOptions {
             threads: 1,
             emulate: None,
             flush: None,
+            presize: true,
         }
     }
 }

@@ -111,6 +111,11 @@ struct YcsbArgs {
     /// medium's: best by CPUID on DAX, none on tmpfs where flushing buys no durability].
     #[arg(long, value_name = "NAME", value_parser = parse_flush)]
     flush: Option<tierbase::device::FlushInstruction>,
+    /// Start each store at its minimum size, as a new user's store does, instead of pre-sizing
+    /// it for the run's records (as Viper's benchmark sizes its pool): the run then includes
+    /// every growth step, and the slowest operation shows what growth costs a writer.
+    #[arg(long)]
+    grow_from_empty: bool,
 
     /// No progress output.
     #[arg(long, short)]
@@ -465,6 +470,7 @@ fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
     plan.keep_data = a.keep_data;
     plan.verify = !a.no_verify;
     plan.flush = a.flush;
+    plan.presize = !a.grow_from_empty;
     if let Some(name) = &a.emulate {
         let catalogue = ctx.catalogue()?;
         plan.emulate = Some(catalogue.require(name)?.clone());

@@ -215,6 +215,20 @@ pub fn sfence() {
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
 }
 
+/// Load fence: every earlier instruction completes before any later one starts — so a
+/// time-stamp reading that follows is taken after the work before it (including its cache
+/// misses), as a latency measurement needs.
+#[inline]
+pub fn lfence() {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `lfence` has no operands and is available on every x86-64 CPU (SSE2).
+        unsafe { std::arch::x86_64::_mm_lfence() };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+}
+
 /// Copies `src` to `dst` with non-temporal (cache-bypassing) stores where alignment allows,
 /// regular stores for the unaligned head and tail, and flushes those with `head_tail_flush`.
 /// Does not fence; call [`sfence`] afterwards. Returns the number of lines flushed.

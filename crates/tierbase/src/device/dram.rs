@@ -68,19 +68,38 @@ impl<T> DramArena<T> {
                 "DRAM arena elements must align to at most a page".into(),
             ));
         }
-        // Address space only (PROT_NONE counts against no commit limit); runs are made
-        // accessible as they are appended.
+        // Readable and writable from the start, without reserving swap (MAP_NORESERVE): memory
+        // is taken page by page as runs are written, and appending never changes the mapping —
+        // an `mprotect` would take the address-space lock for writing and wait behind any
+        // thread populating memory (a region growing), stalling the appender for that long.
+        // Under strict overcommit, where such a mapping counts in full, fall back to address
+        // space only (PROT_NONE) and make runs accessible as they are appended.
         // SAFETY: a fresh private anonymous mapping; nothing else refers to the range.
-        let p = unsafe {
+        let mut p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 bytes,
-                libc::PROT_NONE,
+                libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
                 0,
             )
         };
+        let mut accessible = bytes;
+        if p == libc::MAP_FAILED {
+            accessible = 0;
+            // SAFETY: as above.
+            p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    bytes,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+        }
         if p == libc::MAP_FAILED {
             return Err(Error::io(
                 "reserve DRAM",
@@ -105,7 +124,7 @@ impl<T> DramArena<T> {
             base,
             capacity: bytes / size,
             len: AtomicUsize::new(0),
-            grow: Mutex::new(0),
+            grow: Mutex::new(accessible),
             reserved_bytes: bytes,
         })
     }

@@ -300,6 +300,38 @@ impl Segment {
         false
     }
 
+    /// [`Segment::place`] into a segment no reader or writer can reach yet: no version changes
+    /// and no count (the caller counts).
+    fn place_unpublished(&self, pair: [usize; 2], tag: u16, val: u64) -> bool {
+        for b in pair {
+            if let Some(bucket) = self.bucket(b)
+                && let Some(s) = bucket.free_slot()
+            {
+                bucket.put(s, tag, val);
+                return true;
+            }
+        }
+        for b in pair {
+            let Some(bucket) = self.bucket(b) else {
+                continue;
+            };
+            for s in 0..SLOTS {
+                let Some((rt, rv)) = bucket.get(s) else {
+                    continue;
+                };
+                let Some(alt_bucket) = self.bucket(alternate(b, rt)) else {
+                    continue;
+                };
+                if let Some(free) = alt_bucket.free_slot() {
+                    alt_bucket.put(free, rt, rv);
+                    bucket.put(s, tag, val);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
     /// Whether splitting at local depth `depth` moves at least one resident of `pair` away
     /// from the side `tag` routes to.
     fn split_frees_room(&self, pair: [usize; 2], tag: u16, depth: u32) -> bool {
@@ -341,6 +373,8 @@ pub struct OffsetIndex {
     /// Where segments' buckets live: one reservation backed by huge pages (a random probe of a
     /// large index otherwise misses the TLB too); `None` if it could not be reserved.
     buckets: Option<Arc<DramArena<Bucket>>>,
+    /// A segment allocated for a split that turned out not to be needed, for the next one.
+    spare: Mutex<Option<Segment>>,
     split_lock: Mutex<()>,
 }
 
@@ -393,6 +427,7 @@ impl OffsetIndex {
             dirs,
             segments,
             buckets,
+            spare: Mutex::new(None),
             split_lock: Mutex::new(()),
         }
     }
@@ -426,6 +461,7 @@ impl OffsetIndex {
             dirs,
             segments,
             buckets,
+            spare: Mutex::new(None),
             split_lock: Mutex::new(()),
         }
     }
@@ -598,10 +634,18 @@ impl OffsetIndex {
 
     /// Splits the segment responsible for `h`.
     fn split(&self, h: u64) {
+        // The sibling's memory is taken (and first touched, which may make the kernel find and
+        // zero a huge page) before any lock: a writer of another segment never waits for that.
+        let sibling = self
+            .spare
+            .lock()
+            .take()
+            .unwrap_or_else(|| Segment::new(self.buckets.as_ref(), 0, 0));
+        let keep_spare = |sibling: Segment| *self.spare.lock() = Some(sibling);
         let _structure = self.split_lock.lock();
         let gd = self.global_depth.load(Ordering::Acquire);
         let Some(dir) = self.dirs.get(gd as usize).and_then(OnceLock::get) else {
-            return;
+            return keep_spare(sibling);
         };
         let idx = if gd == 0 {
             0
@@ -609,15 +653,15 @@ impl OffsetIndex {
             (h >> (64 - gd)) as usize
         };
         let Some(id) = dir.get(idx).map(|a| a.load(Ordering::Acquire)) else {
-            return;
+            return keep_spare(sibling);
         };
         let Some(seg) = self.segments.get(id as usize) else {
-            return;
+            return keep_spare(sibling);
         };
         let _seg_guard = seg.lock.lock();
         let ld = seg.depth.load(Ordering::Acquire);
         if ld >= MAX_DEPTH {
-            return;
+            return keep_spare(sibling);
         }
         let gd = if ld == gd { self.double(gd) } else { gd };
         let prefix = seg.prefix.load(Ordering::Acquire);
@@ -625,23 +669,30 @@ impl OffsetIndex {
         seg.version.fetch_add(1, Ordering::AcqRel);
         fence(Ordering::Release);
 
-        let sibling = Segment::new(self.buckets.as_ref(), ld + 1, (prefix << 1) | 1);
+        sibling.depth.store(ld + 1, Ordering::Relaxed);
+        sibling.prefix.store((prefix << 1) | 1, Ordering::Relaxed);
         // The routing bit of this split, as a bit of the 16-bit tag (= hash bits 48..64).
         let goes_up = |tag: u16| (tag >> (15 - ld)) & 1 == 1;
+        // Nobody sees the sibling before it is published below: fill it without versions or
+        // per-entry counts (a split moves half of 32768 slots; it holds the split lock).
+        let mut moved = 0;
         for (b, bucket) in seg.buckets.iter().enumerate() {
             for s in 0..SLOTS {
                 let Some((tag, val)) = bucket.get(s) else {
                     continue;
                 };
                 if goes_up(tag) {
-                    if !sibling.place([b, alternate(b, tag)], tag, val) {
+                    if !sibling.place_unpublished([b, alternate(b, tag)], tag, val) {
                         sibling.stash_push(tag, val);
+                        sibling.count.fetch_sub(1, Ordering::Relaxed);
                     }
                     bucket.slots[s].store(EMPTY_SLOT, Ordering::Release);
-                    seg.count.fetch_sub(1, Ordering::Relaxed);
+                    moved += 1;
                 }
             }
         }
+        sibling.count.fetch_add(moved, Ordering::Relaxed);
+        seg.count.fetch_sub(moved, Ordering::Relaxed);
         {
             let mut stash = seg.stash.lock();
             let mut keep = Vec::with_capacity(stash.len());

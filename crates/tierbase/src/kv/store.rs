@@ -39,6 +39,9 @@ use crate::error::{Error, Result};
 use crate::space::FreeExtents;
 use crate::sync::{KeyLocks, LatchGuard, LatchRun, VersionLatch, backoff};
 
+/// Most bytes one growth of the region adds (see [`Inner::growth_unit`]).
+const GROWTH_UNIT: u64 = 1 << 20;
+
 /// Block is unused or free for reuse.
 pub(crate) const FREE: u8 = 0;
 /// Block is owned by a client for inserts.
@@ -776,7 +779,7 @@ impl Inner {
     // ----- blocks ---------------------------------------------------------------------------
 
     /// Makes sure at least `blocks` blocks are mapped, growing the region by at least one
-    /// growth step (see [`Inner::growth_step`]).
+    /// growth unit (see [`Inner::growth_unit`]).
     pub fn ensure_allocated(&self, blocks: u64) -> Result<()> {
         if blocks <= self.allocated_blocks.load(Ordering::Acquire) {
             return Ok(());
@@ -798,7 +801,7 @@ impl Inner {
             return Err(full("block ids exhausted".into()));
         }
         let target = blocks
-            .max(have + self.growth_step(have))
+            .max(have + self.growth_unit(have))
             .min(RecordOffset::MAX_BLOCK);
         match self.region.grow(self.geo.region_len_for(target)) {
             Ok(()) => {}
@@ -812,11 +815,20 @@ impl Inner {
         Ok(())
     }
 
-    /// Blocks one growth adds: a quarter of what is mapped (so a small store stays small and a
-    /// large one grows in few steps), at most half the configured chunk — each step is short,
-    /// so a writer that does wait for one waits briefly.
-    fn growth_step(&self, have: u64) -> u64 {
+    /// Fresh blocks the grower keeps ahead of the writers: a quarter of what is mapped (so a
+    /// small store stays small), at most half a chunk — the region stays within one chunk of
+    /// what is used.
+    fn growth_lead(&self, have: u64) -> u64 {
         (have / 4).clamp(1, (u64::from(self.geo.chunk_blocks) / 2).max(1))
+    }
+
+    /// Blocks one growth adds: the lead, in units of at most [`GROWTH_UNIT`] bytes, so that
+    /// the growth lock is held briefly — a writer that runs out of fresh blocks while the
+    /// grower is busy waits for one unit, not for a whole lead (measured: a 32 MiB step kept a
+    /// writer waiting 30–80 ms on tmpfs; docs/BENCHMARKS.md).
+    fn growth_unit(&self, have: u64) -> u64 {
+        let unit = (GROWTH_UNIT / self.geo.block_size()).max(1);
+        self.growth_lead(have).min(unit)
     }
 
     /// Appends DRAM metadata up to `blocks` blocks.
@@ -863,13 +875,12 @@ impl Inner {
         Ok(cur)
     }
 
-    /// Whether the fresh blocks ahead of the writers ran below one growth step, so the grower
-    /// should add one before clients run out (the region then stays within two steps — one
-    /// chunk — of what is used).
+    /// Whether the fresh blocks ahead of the writers ran below the lead, so the grower should
+    /// add units before clients run out.
     pub fn growth_due(&self) -> bool {
         let allocated = self.allocated_blocks.load(Ordering::Acquire);
         let ahead = allocated.saturating_sub(self.next_block.load(Ordering::Acquire));
-        self.allow_growth && ahead < self.growth_step(allocated)
+        self.allow_growth && ahead < self.growth_lead(allocated)
     }
 
     /// Bytes of live records (sum over all blocks, from always-on counters).

@@ -626,10 +626,19 @@ impl PmemRegion {
         if len == 0 {
             return;
         }
-        // SAFETY: the range is mapped read-write inside the reservation.
-        let addr = unsafe { self.base_ptr().add(off) };
-        // SAFETY: madvise on our own mapping; MADV_POPULATE_WRITE only faults pages in.
-        let rc = unsafe { libc::madvise(addr.cast(), len, libc::MADV_POPULATE_WRITE) };
+        // In steps, so that the address-space lock it holds is released often: a writer that
+        // needs it meanwhile (a page fault behind an `mprotect`) waits for one step at most.
+        const STEP: usize = 256 << 10;
+        let mut rc = 0;
+        let mut at = off;
+        while at < off + len && rc == 0 {
+            let n = STEP.min(off + len - at);
+            // SAFETY: the range is mapped read-write inside the reservation.
+            let addr = unsafe { self.base_ptr().add(at) };
+            // SAFETY: madvise on our own mapping; MADV_POPULATE_WRITE only faults pages in.
+            rc = unsafe { libc::madvise(addr.cast(), n, libc::MADV_POPULATE_WRITE) };
+            at += n;
+        }
         if rc != 0 {
             // Older kernels: touch one byte per page with an atomic no-op to fault it in writable.
             let mut o = off;
