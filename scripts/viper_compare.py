@@ -24,20 +24,29 @@ import time
 
 ANCHORS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "anchors")
 TIERBASE = os.path.join(os.path.dirname(__file__), "..", "target", "release", "tierbase")
+ARGS = None
 
 
-def run(cmd, env=None):
-    t0 = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if p.returncode != 0:
-        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    return p.stdout + p.stderr, time.time() - t0
+def run(cmd, env=None, attempts=2):
+    """Runs `cmd`; a failing run is reported and retried once (then the script stops)."""
+    for attempt in range(attempts):
+        t0 = time.time()
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if p.returncode == 0:
+            return p.stdout + p.stderr, time.time() - t0
+        print(f"failed ({p.returncode}), attempt {attempt + 1}: {' '.join(cmd)}\n"
+              f"{p.stdout[-1000:]}\n{p.stderr[-1000:]}", flush=True)
+        for d in ("vp", "tb"):
+            shutil.rmtree(os.path.join(ARGS.dir, d), ignore_errors=True)
+    sys.exit(f"giving up on: {' '.join(cmd)}")
 
 
 def viper(mode, threads, args):
     pool = os.path.join(args.dir, "vp")
     shutil.rmtree(pool, ignore_errors=True)
-    gib = "4" if mode == "insert" else "3"
+    # Inserts and replacements need room for the new records (Viper reclaims slowly; a full
+    # pool crashes it): 4 GiB for those, 3 GiB (the README's) for reads.
+    gib = "3" if mode == "get" else "4"
     cmd = [os.path.join(ANCHORS, "viper-bench"), mode, "--records", str(args.records),
            "--threads", str(threads), "--pool", pool, "--pool-gib", gib]
     if mode == "insert":
@@ -117,6 +126,8 @@ def main():
     ap.add_argument("--dir", default="/dev/shm/viper-compare")
     ap.add_argument("--out", default="viper-compare.json")
     args = ap.parse_args()
+    global ARGS
+    ARGS = args
     os.makedirs(args.dir, exist_ok=True)
     threads = [int(t) for t in args.threads.split(",")]
     rows = args.rows.split(",")

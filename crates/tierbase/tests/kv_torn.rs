@@ -32,22 +32,30 @@ fn find(path: &std::path::Path, needle: &[u8]) -> (PmemRegion, u64) {
     (region, at as u64)
 }
 
+const FIXED: RecordLayout = RecordLayout::Fixed {
+    key_size: 16,
+    value_size: 40,
+};
+
+/// A fixed-layout store at `path` holding one record that stays ("keep-key-0000001") and
+/// `ghost`, deleted again if `delete`.
+fn fixed_store_with(path: &std::path::Path, ghost: &[u8; 16], delete: bool) {
+    let store = KvStore::create(path, &opts(FIXED)).unwrap();
+    let mut c = store.client();
+    assert!(c.put(b"keep-key-0000001", &[1; 40]).unwrap());
+    assert!(c.put(ghost, &[2; 40]).unwrap());
+    if delete {
+        assert!(c.delete(ghost).unwrap());
+    }
+}
+
 #[test]
 fn a_freed_slot_whose_bit_comes_back_does_not_revive_its_old_record() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fixed.tb");
-    let layout = RecordLayout::Fixed {
-        key_size: 16,
-        value_size: 40,
-    };
+    let layout = FIXED;
     let ghost = *b"ghost-key-000001";
-    {
-        let store = KvStore::create(&path, &opts(layout)).unwrap();
-        let mut c = store.client();
-        assert!(c.put(b"keep-key-0000001", &[1; 40]).unwrap());
-        assert!(c.put(&ghost, &[2; 40]).unwrap());
-        assert!(c.delete(&ghost).unwrap());
-    }
+    fixed_store_with(&path, &ghost, true);
     // What a power loss during the next insert into that slot may leave: the slot's bit on
     // media, none of the new record's bytes.
     {
@@ -89,17 +97,9 @@ fn set_slot_bit(region: &PmemRegion, layout: RecordLayout, key_at: u64, on: bool
 fn a_whole_record_whose_bit_never_reached_media_is_not_revived_by_a_later_bit() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fixed2.tb");
-    let layout = RecordLayout::Fixed {
-        key_size: 16,
-        value_size: 40,
-    };
+    let layout = FIXED;
     let ghost = *b"ghost-key-000002";
-    {
-        let store = KvStore::create(&path, &opts(layout)).unwrap();
-        let mut c = store.client();
-        assert!(c.put(b"keep-key-0000001", &[1; 40]).unwrap());
-        assert!(c.put(&ghost, &[2; 40]).unwrap());
-    }
+    fixed_store_with(&path, &ghost, false);
     // A power loss during the ghost's put kept its bytes but not its bit: never acknowledged.
     {
         let (region, key_at) = find(&path, &ghost);
@@ -180,10 +180,7 @@ fn bytes_an_unacknowledged_write_left_after_a_log_tail_are_never_revived() {
 fn a_record_whose_bytes_do_not_match_its_check_is_dropped_and_the_rest_survive() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("check.tb");
-    let layout = RecordLayout::Fixed {
-        key_size: 16,
-        value_size: 40,
-    };
+    let layout = FIXED;
     {
         let store = KvStore::create(&path, &opts(layout)).unwrap();
         let mut c = store.client();

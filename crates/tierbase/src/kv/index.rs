@@ -262,14 +262,29 @@ impl Segment {
     }
 
     /// Locked: places a new entry in one of its two buckets `pair`, displacing one resident to
-    /// its other bucket if both are full. False if that is impossible too.
+    /// its other bucket if both are full. Returns false if there is no room.
     fn place(&self, pair: [usize; 2], tag: u16, val: u64) -> bool {
+        let placed = self.place_in(pair, tag, val, true);
+        if placed {
+            self.count.fetch_add(1, Ordering::Relaxed);
+        }
+        placed
+    }
+
+    /// [`Segment::place`] into a segment no reader or writer can reach yet (a split's
+    /// sibling): no version changes and no count (the caller counts).
+    fn place_unpublished(&self, pair: [usize; 2], tag: u16, val: u64) -> bool {
+        self.place_in(pair, tag, val, false)
+    }
+
+    /// Places an entry; `published`: whether readers may be looking, so that moving a resident
+    /// must make them retry.
+    fn place_in(&self, pair: [usize; 2], tag: u16, val: u64, published: bool) -> bool {
         for b in pair {
             if let Some(bucket) = self.bucket(b)
                 && let Some(s) = bucket.free_slot()
             {
                 bucket.put(s, tag, val);
-                self.count.fetch_add(1, Ordering::Relaxed);
                 return true;
             }
         }
@@ -287,46 +302,17 @@ impl Segment {
                 let Some(free) = alt_bucket.free_slot() else {
                     continue;
                 };
-                // Moving a resident: readers of this segment must retry.
-                self.version.fetch_add(1, Ordering::AcqRel);
-                fence(Ordering::Release);
+                if published {
+                    // Moving a resident: readers of this segment must retry.
+                    self.version.fetch_add(1, Ordering::AcqRel);
+                    fence(Ordering::Release);
+                }
                 alt_bucket.put(free, rt, rv);
                 bucket.put(s, tag, val);
-                self.version.fetch_add(1, Ordering::Release);
-                self.count.fetch_add(1, Ordering::Relaxed);
-                return true;
-            }
-        }
-        false
-    }
-
-    /// [`Segment::place`] into a segment no reader or writer can reach yet: no version changes
-    /// and no count (the caller counts).
-    fn place_unpublished(&self, pair: [usize; 2], tag: u16, val: u64) -> bool {
-        for b in pair {
-            if let Some(bucket) = self.bucket(b)
-                && let Some(s) = bucket.free_slot()
-            {
-                bucket.put(s, tag, val);
-                return true;
-            }
-        }
-        for b in pair {
-            let Some(bucket) = self.bucket(b) else {
-                continue;
-            };
-            for s in 0..SLOTS {
-                let Some((rt, rv)) = bucket.get(s) else {
-                    continue;
-                };
-                let Some(alt_bucket) = self.bucket(alternate(b, rt)) else {
-                    continue;
-                };
-                if let Some(free) = alt_bucket.free_slot() {
-                    alt_bucket.put(free, rt, rv);
-                    bucket.put(s, tag, val);
-                    return true;
+                if published {
+                    self.version.fetch_add(1, Ordering::Release);
                 }
+                return true;
             }
         }
         false

@@ -17,6 +17,9 @@ pub const HEADER_LEN: u64 = 4096;
 pub const PAGE: u64 = 4096;
 /// Most pages per block (the offset has 3 page bits).
 pub const MAX_PAGES_PER_BLOCK: u32 = 8;
+/// Latch slots per block in DRAM: one 64-byte line of 4-byte latches (at least
+/// [`MAX_PAGES_PER_BLOCK`]).
+pub const LATCHES_PER_BLOCK: u64 = 16;
 /// Longest key of a variable-size store (14 length bits).
 pub const MAX_VAR_KEY: usize = (1 << 14) - 1;
 /// Longest value stored inline in a block log (16 length bits); longer values become large
@@ -171,10 +174,13 @@ impl Geometry {
         self.block_offset(b) + u64::from(p) * self.page_size
     }
 
-    /// Global page number (for the lock table) of page `p` of block `b`.
+    /// Index of page `p` of block `b` in the DRAM latch table: each block's latches take one
+    /// cache line of their own ([`LATCHES_PER_BLOCK`] slots), so clients inserting into
+    /// neighbouring blocks never share a latch line (false sharing cost a third of the
+    /// two-thread insert rate).
     #[inline]
     pub fn page_number(&self, b: u64, p: u32) -> u64 {
-        b * u64::from(self.pages_per_block) + u64::from(p)
+        b * LATCHES_PER_BLOCK + u64::from(p)
     }
 
     /// Fixed layout: region offset of slot `s` of page `p` of block `b`.

@@ -366,7 +366,7 @@ impl KvStore {
             matches!(geo.layout, RecordLayout::Fixed { key_size, .. } if key_size <= 8);
         // Metadata for every block the region can grow to (address space only until used).
         let max_blocks = geo.blocks_in(region.max_len()).max(used_blocks) as usize + 1;
-        let max_pages = max_blocks * geo.pages_per_block as usize;
+        let max_pages = max_blocks * layout::LATCHES_PER_BLOCK as usize;
         let inner = Arc::new(Inner {
             region,
             geo,

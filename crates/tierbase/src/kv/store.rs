@@ -56,8 +56,10 @@ pub(crate) const LARGE: u8 = 4;
 /// (reuse in place: no record moves).
 pub(crate) const PARTIAL: u8 = 5;
 
-/// DRAM metadata of one block.
+/// DRAM metadata of one block, on a cache line of its own: neighbouring blocks belong to
+/// different clients, which update `live` and `tail` on every insert.
 #[derive(Debug, Default)]
+#[repr(align(64))]
 pub(crate) struct BlockMeta {
     pub state: AtomicU8,
     /// Fixed: live records. Variable: live bytes.
@@ -838,7 +840,7 @@ impl Inner {
             self.blocks
                 .push((blocks - have) as usize, |_| BlockMeta::default())?;
         }
-        let pages = blocks * u64::from(self.geo.pages_per_block);
+        let pages = blocks * layout::LATCHES_PER_BLOCK;
         let have = self.pages.len() as u64;
         if have < pages {
             self.pages
