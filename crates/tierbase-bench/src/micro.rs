@@ -186,6 +186,9 @@ pub struct RecoveryReport {
     pub medium: String,
     /// Durability mode of the store.
     pub durability: String,
+    /// Whether the timed opens recovered the image a crash leaves (every record checked)
+    /// rather than a cleanly closed store.
+    pub after_crash: bool,
     /// DRAM the reopened store holds (index and page/block metadata), in bytes.
     pub dram_bytes: u64,
     /// DRAM of the index alone, in bytes.
@@ -194,19 +197,42 @@ pub struct RecoveryReport {
     pub runs: Vec<RecoveryRun>,
 }
 
+/// What [`recovery`] measures.
+#[derive(Debug, Clone)]
+pub struct RecoveryPlan {
+    /// Records loaded before the store is closed and reopened.
+    pub records: u64,
+    /// Key size in bytes (8..=4096).
+    pub key_size: usize,
+    /// Value size in bytes (at most 1 MiB).
+    pub value_size: usize,
+    /// Recovery thread counts, one run each.
+    pub threads: Vec<usize>,
+    /// Timed reopenings per thread count.
+    pub repeat: usize,
+    /// Time recovery from a crash image (every record checked) instead of after a clean close.
+    pub after_crash: bool,
+}
+
 /// Builds a fixed-layout `kv` store with `records` records in a fresh directory under `dir`,
 /// then times reopening it (the parallel recovery scan that rebuilds the DRAM index) `repeat`
-/// times per thread count. Checks that every open recovers every record. Removes the store.
+/// times per thread count — after a clean close, or with `after_crash` from the image a crash
+/// leaves (a copy of the file taken while the store is open). Checks that every open recovers
+/// every record. Removes the store.
 pub fn recovery(
     dir: &std::path::Path,
-    records: u64,
-    key_size: usize,
-    value_size: usize,
-    threads: &[usize],
-    repeat: usize,
+    plan: &RecoveryPlan,
     log: &mut dyn FnMut(&str),
 ) -> Result<RecoveryReport> {
     use tierbase::kv::{KvOptions, KvStore, RecordLayout};
+    let RecoveryPlan {
+        records,
+        key_size,
+        value_size,
+        ref threads,
+        repeat,
+        after_crash,
+    } = *plan;
     if records == 0 || repeat == 0 || threads.is_empty() {
         return Err(BenchError::invalid(
             "recovery needs at least 1 record, 1 repetition and 1 thread count",
@@ -267,11 +293,32 @@ pub fn recovery(
     let medium = crate::adapter::file_medium(work.path()).to_string();
     let mut runs = Vec::new();
     let (mut dram_bytes, mut index_bytes) = (0, 0);
-    for &t in threads {
+    // The image a crash leaves: the file as it is while the store is open (its clean-close
+    // mark cleared), so recovery checks every record and clears free space.
+    let crash_path = work.path().join("crashed.tb");
+    let crash_image = || -> Result<()> {
+        let open = KvStore::open(&path, &opts)?;
+        std::fs::copy(&path, &crash_path)
+            .map_err(|e| BenchError::io("copy the open store to", &crash_path, e))?;
+        open.close()?;
+        Ok(())
+    };
+    for &t in threads.iter() {
         let mut samples = Vec::new();
         for _ in 0..repeat {
             let o = opts.clone().recovery_threads(t);
-            let store = KvStore::open(&path, &o)?;
+            let timed = if after_crash {
+                crash_image()?;
+                &crash_path
+            } else {
+                &path
+            };
+            let store = KvStore::open(timed, &o)?;
+            if store.recovery().after_clean_close == after_crash {
+                return Err(BenchError::invalid(
+                    "recovery did not see the close it was meant to time",
+                ));
+            }
             if store.len() as u64 != records {
                 return Err(BenchError::invalid(format!(
                     "recovery found {} records, expected {records}",
@@ -283,6 +330,9 @@ pub fn recovery(
             dram_bytes = stats.dram_bytes;
             index_bytes = stats.index_bytes;
             store.close()?;
+            if after_crash {
+                let _ = std::fs::remove_file(&crash_path);
+            }
         }
         let mut sorted = samples.clone();
         sorted.sort_by(f64::total_cmp);
@@ -301,6 +351,7 @@ pub fn recovery(
         region_bytes,
         medium,
         durability,
+        after_crash,
         dram_bytes,
         index_bytes,
         runs,

@@ -21,8 +21,15 @@ fn opts(layout: RecordLayout) -> KvOptions {
 }
 
 /// The data area of the region file at `path`, and its first data offset holding `needle`.
+/// The store's clean-close mark is taken off: the media states these tests build are what a
+/// crash leaves, and a crashed store was not closed.
 fn find(path: &std::path::Path, needle: &[u8]) -> (PmemRegion, u64) {
     let region = PmemRegion::open(path, &RegionOptions::default()).unwrap();
+    region
+        .atomic_u64(layout::header::CLEAN as u64)
+        .unwrap()
+        .store(0, std::sync::atomic::Ordering::SeqCst);
+    region.persist(layout::header::CLEAN as u64, 8).unwrap();
     let mut data = vec![0u8; region.len() as usize];
     region.read(0, &mut data).unwrap();
     let at = data
@@ -155,7 +162,7 @@ fn bytes_an_unacknowledged_write_left_after_a_log_tail_are_never_revived() {
     // A later put of the same lengths at the same place, torn by another power loss: only its
     // header word reached media. Underneath lies whatever the space held.
     {
-        let region = PmemRegion::open(&path, &RegionOptions::default()).unwrap();
+        let (region, _) = find(&path, b"keep");
         region.atomic_u32(header_at).unwrap().store(
             var::inline_word(ghost.len(), ghost_value.len()),
             std::sync::atomic::Ordering::SeqCst,
@@ -209,4 +216,47 @@ fn a_record_whose_bytes_do_not_match_its_check_is_dropped_and_the_rest_survive()
     let store = KvStore::open(&path, &opts(layout)).unwrap();
     assert_eq!(store.recovery().torn_records, 0);
     assert_eq!(store.len(), 9);
+}
+
+#[test]
+fn only_a_clean_close_lets_recovery_skip_the_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("clean.tb");
+    fixed_store_with(&path, b"ghost-key-000003", false);
+    let store = KvStore::open(&path, &opts(FIXED)).unwrap();
+    assert!(store.recovery().after_clean_close, "closed cleanly");
+    // While open, media says "not closed": a copy taken now is what a crash would leave.
+    let word = store
+        .region()
+        .atomic_u64(layout::header::CLEAN as u64)
+        .unwrap()
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(word, 0, "the mark is cleared at open, before any write");
+    let crashed = dir.path().join("crashed.tb");
+    std::fs::copy(&path, &crashed).unwrap();
+    drop(store);
+    let crashed_copy = dir.path().join("crashed-copy.tb");
+    std::fs::copy(&crashed, &crashed_copy).unwrap();
+    let store = KvStore::open(&crashed, &opts(FIXED)).unwrap();
+    assert!(
+        !store.recovery().after_clean_close,
+        "a crash image is checked"
+    );
+    assert_eq!(store.len(), 2);
+    drop(store);
+    // An open whose recovery fails (a damaged bitset) must not mark the store clean on its
+    // way out: the next open must check everything again.
+    {
+        let region = PmemRegion::open(&crashed_copy, &RegionOptions::default()).unwrap();
+        let word = region.atomic_u64(HEADER_LEN).unwrap();
+        word.store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
+        region.persist(HEADER_LEN, 8).unwrap();
+    }
+    assert!(KvStore::open(&crashed_copy, &opts(FIXED)).is_err());
+    let region = PmemRegion::open(&crashed_copy, &RegionOptions::default()).unwrap();
+    let mark = region
+        .atomic_u64(layout::header::CLEAN as u64)
+        .unwrap()
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(mark, 0, "a failed open marked the store clean");
 }

@@ -199,6 +199,10 @@ struct RecoveryArgs {
     /// Directory for the store file [default: /dev/shm if present, else the temp directory].
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Time recovery from the image a crash leaves (a copy of the file taken while the store is
+    /// open: every record is checked for a torn write) instead of after a clean close.
+    #[arg(long)]
+    after_crash: bool,
 }
 
 /// Runs the command.
@@ -421,17 +425,22 @@ fn recovery(a: RecoveryArgs) -> anyhow::Result<()> {
             std::env::temp_dir()
         }
     });
-    let report = tierbase_bench::micro::recovery(
-        &dir,
-        a.records,
-        a.key_size,
-        a.value_size,
-        &threads,
-        a.repeat,
-        &mut |line| eprintln!("{line}"),
-    )?;
+    let plan = tierbase_bench::micro::RecoveryPlan {
+        records: a.records,
+        key_size: a.key_size,
+        value_size: a.value_size,
+        threads,
+        repeat: a.repeat,
+        after_crash: a.after_crash,
+    };
+    let report = tierbase_bench::micro::recovery(&dir, &plan, &mut |line| eprintln!("{line}"))?;
     println!(
-        "\nkv recovery: {} records ({} B keys, {} B values), {} store on {} ({})",
+        "\nkv recovery {}: {} records ({} B keys, {} B values), {} store on {} ({})",
+        if report.after_crash {
+            "after a crash (every record checked)"
+        } else {
+            "after a clean close"
+        },
         report.records,
         a.key_size,
         a.value_size,

@@ -55,7 +55,13 @@ pub mod header {
     /// Used-block high-water mark, u64 (8-byte aligned; updated atomically and persisted
     /// before a block beyond it is first written).
     pub const USED_BLOCKS: usize = 48;
+    /// Clean-close mark, u64: [`CLEAN_MARK`](super::CLEAN_MARK) when the store was closed with
+    /// every write complete; zeroed, durably, at open before any write.
+    pub const CLEAN: usize = 56;
 }
+
+/// The value of the header's clean-close word after a clean close ("CLEANKV1").
+pub const CLEAN_MARK: u64 = u64::from_le_bytes(*b"CLEANKV1");
 
 /// How records are laid out, fixed at creation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

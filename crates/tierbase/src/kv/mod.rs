@@ -32,7 +32,8 @@
 //! | ordered range scans | **no** (hash index; use a B-tree store for scans) |
 //! | unordered iteration | yes ([`KvStore::iter`], weakly consistent, stops when you stop) |
 //! | transactions / multi-key atomicity | no |
-//! | durability | every acknowledged write, in the region's [`DurabilityMode`] |
+//! | durability | every acknowledged write, in the region's [`DurabilityMode`]; one persist per insert (record, marker and check together) |
+//! | crash safety | a torn record (marker on media, bytes not) fails its CRC32C check and recovery drops it; free space never holds a record that passes |
 //! | concurrent writers | yes, linearizable per key (writers of one key take turns) |
 //! | multi-process access | no: a second open (any process) fails with [`Error::Locked`] |
 
@@ -392,10 +393,20 @@ impl KvStore {
             space_pressure: AtomicBool::new(false),
             reclaim_rounds: Mutex::new(0),
             reclaim_done: parking_lot::Condvar::new(),
+            opened: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
         });
-        let recovery = recovery::recover(&inner, opts.recovery_threads.max(1))?;
+        // A clean close means no write was cut short; whatever happens from here on must not
+        // pass for one, so the mark goes before the first write can.
+        let clean_word = inner.region.atomic_u64(header::CLEAN as u64)?;
+        let clean = clean_word.load(Ordering::Acquire) == layout::CLEAN_MARK;
+        let recovery = recovery::recover(&inner, opts.recovery_threads.max(1), clean)?;
+        if clean_word.load(Ordering::Acquire) != 0 {
+            clean_word.store(0, Ordering::Release);
+            inner.region.persist(header::CLEAN as u64, 8)?;
+        }
+        inner.opened.store(true, Ordering::Release);
         let mut workers = Vec::new();
         let spawn_failed = |e: std::io::Error| Error::io("start a background thread", None, e);
         if let Some(r) = opts.reclaim.clone() {

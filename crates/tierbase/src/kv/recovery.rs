@@ -43,6 +43,9 @@ pub struct RecoveryReport {
     pub duplicates_resolved: u64,
     /// Records a crash tore (unacknowledged writes), unmarked on media.
     pub torn_records: u64,
+    /// The store had been closed cleanly, so no write can have been cut short: records were
+    /// not checked against their checks, nor free space cleared (a crash means both are done).
+    pub after_clean_close: bool,
 }
 
 const CHUNK: u64 = 16;
@@ -55,8 +58,9 @@ struct ThreadResult {
     losers: Vec<RecordOffset>,
 }
 
-/// Scans blocks `0..used` with `threads` threads and fills the index and metadata.
-pub(crate) fn recover(inner: &Inner, threads: usize) -> Result<RecoveryReport> {
+/// Scans blocks `0..used` with `threads` threads and fills the index and metadata. `clean`:
+/// the store was closed cleanly (no torn record can exist; see [`RecoveryReport`]).
+pub(crate) fn recover(inner: &Inner, threads: usize, clean: bool) -> Result<RecoveryReport> {
     let start = Instant::now();
     let used = inner
         .region
@@ -79,31 +83,20 @@ pub(crate) fn recover(inner: &Inner, threads: usize) -> Result<RecoveryReport> {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
-                    let mut r = ThreadResult::default();
-                    let mut key = Vec::new();
-                    let mut scratch = Vec::new();
-                    let mut batch = Batch::default();
+                    let mut w = Scanner::default();
                     loop {
                         let from = next.fetch_add(CHUNK, Ordering::Relaxed);
                         if from >= used || first_error.lock().is_some() {
                             break;
                         }
                         for b in from..(from + CHUNK).min(used) {
-                            if let Err(e) = scan_block(
-                                inner,
-                                b,
-                                used,
-                                &mut r,
-                                &mut batch,
-                                &mut key,
-                                &mut scratch,
-                            ) {
+                            if let Err(e) = scan_block(inner, b, used, !clean, &mut w) {
                                 first_error.lock().get_or_insert(e);
-                                return r;
+                                return w.result;
                             }
                         }
                     }
-                    r
+                    w.result
                 })
             })
             .collect();
@@ -119,6 +112,7 @@ pub(crate) fn recover(inner: &Inner, threads: usize) -> Result<RecoveryReport> {
     let mut report = RecoveryReport {
         threads,
         blocks_scanned: used,
+        after_clean_close: clean,
         ..RecoveryReport::default()
     };
     let mut losers = Vec::new();
@@ -206,15 +200,22 @@ impl Batch {
     }
 }
 
-fn scan_block(
-    inner: &Inner,
-    b: u64,
-    used: u64,
-    r: &mut ThreadResult,
-    batch: &mut Batch,
-    key: &mut Vec<u8>,
-    scratch: &mut Vec<u8>,
-) -> Result<()> {
+/// One recovery thread's result so far and the buffers it reuses from block to block.
+#[derive(Default)]
+struct Scanner {
+    result: ThreadResult,
+    batch: Batch,
+    key: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+fn scan_block(inner: &Inner, b: u64, used: u64, check: bool, w: &mut Scanner) -> Result<()> {
+    let Scanner {
+        result: r,
+        batch,
+        key,
+        scratch,
+    } = w;
     let geo = inner.geo;
     let bs = geo.block_size();
     let mut live = 0u64;
@@ -226,7 +227,7 @@ fn scan_block(
     let walked = walk_block(&inner.region, &geo, b, used, bs, &mut |entry| {
         match entry {
             Entry::Slot(off) => {
-                if !inner.record_is_whole(off, &mut value)? {
+                if check && !inner.record_is_whole(off, &mut value)? {
                     torn.push(off);
                     return Ok(());
                 }
@@ -240,7 +241,7 @@ fn scan_block(
                 valid: true,
                 size,
             } => {
-                if !inner.record_is_whole(off, &mut value)? {
+                if check && !inner.record_is_whole(off, &mut value)? {
                     torn.push(off);
                     return Ok(());
                 }
@@ -282,7 +283,7 @@ fn scan_block(
     for off in torn {
         inner.discard_torn(off)?;
     }
-    if inner.self_validating && !large {
+    if check && inner.self_validating && !large {
         clear_free_space(inner, b, tail)?;
     }
     batch.flush(inner, r, scratch)?;

@@ -134,9 +134,31 @@ pub(crate) struct Inner {
     /// Fixed layout: blocks in state [`PARTIAL`], waiting for a client to fill their free
     /// slots.
     pub partial: crossbeam_queue::SegQueue<u64>,
+    /// Set once the open completed (recovery done, clean mark cleared): only such a store may
+    /// be marked cleanly closed.
+    pub opened: AtomicBool,
     /// Set (once) by a failed persist: the store refuses writes from then on.
     pub failed: AtomicBool,
     pub failure: Mutex<Option<String>>,
+}
+
+impl Drop for Inner {
+    /// The last handle or client is gone, so no write is in flight: mark the store cleanly
+    /// closed (the next open then skips checking records for torn writes). Not after a failed
+    /// persist (media may hold a write of unknown fate) nor while unwinding a panic.
+    fn drop(&mut self) {
+        if !self.opened.load(Ordering::Acquire)
+            || self.failed.load(Ordering::Acquire)
+            || std::thread::panicking()
+        {
+            return;
+        }
+        if let Ok(w) = self.region.atomic_u64(header::CLEAN as u64) {
+            w.store(layout::CLEAN_MARK, Ordering::Release);
+            // A failure leaves the mark off: the next open checks everything, which is safe.
+            let _ = self.region.persist(header::CLEAN as u64, 8);
+        }
+    }
 }
 
 impl std::fmt::Debug for Inner {
