@@ -164,6 +164,8 @@ pub struct BenchPlan {
     pub flush: Option<tierbase::device::FlushInstruction>,
     /// Pre-size stores for the run's records (see [`StoreOptions::presize`]).
     pub presize: bool,
+    /// When acknowledged writes become durable (see [`StoreOptions::durability`]).
+    pub durability: tierbase::device::Durability,
 }
 
 impl BenchPlan {
@@ -187,6 +189,7 @@ impl BenchPlan {
             verify: true,
             flush: None,
             presize: true,
+            durability: tierbase::device::Durability::Immediate,
         }
     }
 
@@ -308,6 +311,7 @@ fn run_repetition(
     opts.emulate = plan.emulate.clone();
     opts.flush = plan.flush;
     opts.presize = plan.presize;
+    opts.durability = plan.durability;
     let store = open_store(&plan.store, &opts)?;
     let info = store.info();
     if spec.has_scans() && !info.capabilities.ordered_scan {

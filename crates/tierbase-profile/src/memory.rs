@@ -492,6 +492,7 @@ fn prepare(key: &TargetKey, catalogue: &Catalogue, opts: &RunOptions) -> Result<
         reserve: key.range,
         prefault: false,
         emulate,
+        ..RegionOptions::default()
     };
     let (region, medium, path, cleanup) = match &key.path {
         None => (

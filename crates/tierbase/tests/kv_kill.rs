@@ -29,6 +29,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tierbase::Error;
+use tierbase::device::{Durability, FsKind};
 use tierbase::kv::{KvOptions, KvStore, ReclaimOptions, RecordLayout};
 use tierbase::testing::crash::{LogLine, TextState, Write};
 
@@ -45,8 +46,9 @@ const MAX_VALUE: u64 = 80 << 10;
 /// Growth step of the store.
 const CHUNK: u64 = 1 << 20;
 
-fn opts() -> KvOptions {
+fn opts(durability: Durability) -> KvOptions {
     KvOptions::default()
+        .durability(durability)
         .layout(RecordLayout::Variable)
         .chunk_size(CHUNK)
         .reclaim(Some(ReclaimOptions {
@@ -55,8 +57,11 @@ fn opts() -> KvOptions {
         }))
 }
 
-fn store_dir() -> tempfile::TempDir {
-    if Path::new("/dev/shm").is_dir() {
+fn store_dir(durability: Durability) -> tempfile::TempDir {
+    if durability.defers() {
+        // Deferred syncs only happen on a disk file.
+        tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+    } else if Path::new("/dev/shm").is_dir() {
         tempfile::tempdir_in("/dev/shm").unwrap()
     } else {
         tempfile::tempdir().unwrap()
@@ -123,9 +128,11 @@ fn writer_child(spec: &str) {
         println!("error child panicked: {info}");
         std::process::abort();
     }));
-    let (seed, path) = spec.split_once('|').unwrap();
-    let seed: u64 = seed.parse().unwrap();
-    let store = KvStore::open(path, &opts()).unwrap();
+    let mut parts = spec.splitn(3, '|');
+    let seed: u64 = parts.next().unwrap().parse().unwrap();
+    let durability = Durability::parse(parts.next().unwrap()).unwrap();
+    let path = parts.next().unwrap();
+    let store = KvStore::open(path, &opts(durability)).unwrap();
     println!("child started");
     std::thread::scope(|s| {
         for t in 0..WRITERS {
@@ -168,7 +175,7 @@ fn writer_thread(store: &KvStore, t: u64, seed: u64) {
 /// Child mode of the lock test: open the store, write a key, say "ready", wait to be killed.
 fn holder_child(path: &str) {
     println!();
-    let store = KvStore::open(path, &opts()).unwrap_or_else(|e| {
+    let store = KvStore::open(path, &opts(Durability::Immediate)).unwrap_or_else(|e| {
         println!("error holder: {e}");
         std::process::exit(3);
     });
@@ -266,14 +273,24 @@ fn dump(store: &KvStore) -> BTreeMap<String, String> {
 
 /// `rounds` kill -9 rounds on one store (`test`: the name of the calling test, which the child
 /// re-runs).
-fn kill_loop(test: &str, rounds: u64, seed: u64) {
+fn kill_loop(test: &str, rounds: u64, seed: u64, durability: Durability) {
     let rounds = env_u64("TIERBASE_KILL_ROUNDS").unwrap_or(rounds);
     let seed = env_u64("TIERBASE_KILL_SEED").unwrap_or(seed);
-    let dir = store_dir();
+    let dir = store_dir(durability);
+    if durability.defers() && tierbase::device::fs_kind(dir.path()) == FsKind::Memory {
+        eprintln!(
+            "skipped: {} is memory-backed, nothing is deferred",
+            dir.path().display()
+        );
+        return;
+    }
     let path = dir.path().join("killed.tb");
     {
         let _fork = fork_guard();
-        KvStore::create(&path, &opts()).unwrap().close().unwrap();
+        KvStore::create(&path, &opts(durability))
+            .unwrap()
+            .close()
+            .unwrap();
     }
     let mut state = TextState::new();
     let mut rng = Rng(seed);
@@ -286,7 +303,7 @@ fn kill_loop(test: &str, rounds: u64, seed: u64) {
         let (mut child, mut out) = spawn_child(
             test,
             WRITER_ENV,
-            &format!("{child_seed}|{}", path.display()),
+            &format!("{child_seed}|{}|{}", durability.name(), path.display()),
         );
         let mut line = String::new();
         let mut acks = 0;
@@ -313,7 +330,13 @@ fn kill_loop(test: &str, rounds: u64, seed: u64) {
         in_flight_at_kill += state.in_flight();
 
         let fork = fork_guard();
-        let store = KvStore::open(&path, &opts()).unwrap_or_else(|e| panic!("{ctx}: reopen: {e}"));
+        let store = KvStore::open(&path, &opts(durability))
+            .unwrap_or_else(|e| panic!("{ctx}: reopen: {e}"));
+        assert_eq!(
+            store.region().defers_persists(),
+            durability.defers(),
+            "{ctx}: the store must run the durability level under test"
+        );
         let actual = dump(&store);
         state
             .check(&actual)
@@ -369,6 +392,24 @@ fn acknowledged_writes_survive_kill_9_with_concurrent_writers() {
         "acknowledged_writes_survive_kill_9_with_concurrent_writers",
         100,
         0x6b69_6c6c,
+        Durability::Immediate,
+    );
+}
+
+/// `Eventual` on a disk file acknowledges before the file sync: a process crash must still
+/// lose nothing (the page cache outlives the process), and the deferred syncs must keep the
+/// media consistent for recovery.
+#[test]
+fn deferred_writes_survive_kill_9_on_a_disk_file() {
+    if let Ok(spec) = std::env::var(WRITER_ENV) {
+        writer_child(&spec);
+        return;
+    }
+    kill_loop(
+        "deferred_writes_survive_kill_9_on_a_disk_file",
+        20,
+        0x6576_656e,
+        Durability::Eventual(Duration::from_millis(20)),
     );
 }
 
@@ -383,6 +424,7 @@ fn kill_9_soak_keeps_every_acknowledged_write_and_a_bounded_file() {
         "kill_9_soak_keeps_every_acknowledged_write_and_a_bounded_file",
         1000,
         0x736f_616b,
+        Durability::Immediate,
     );
 }
 
@@ -392,11 +434,14 @@ fn second_open_from_another_process_fails_naming_the_holder() {
         holder_child(&path);
         return;
     }
-    let dir = store_dir();
+    let dir = store_dir(Durability::Immediate);
     let path = dir.path().join("held.tb");
     {
         let _fork = fork_guard();
-        KvStore::create(&path, &opts()).unwrap().close().unwrap();
+        KvStore::create(&path, &opts(Durability::Immediate))
+            .unwrap()
+            .close()
+            .unwrap();
     }
     let (mut child, mut out) = spawn_child(
         "second_open_from_another_process_fails_naming_the_holder",
@@ -415,7 +460,7 @@ fn second_open_from_another_process_fails_naming_the_holder() {
             break;
         }
     }
-    let err = match KvStore::open(&path, &opts()) {
+    let err = match KvStore::open(&path, &opts(Durability::Immediate)) {
         Ok(_) => panic!("a second open of a store another process holds succeeded"),
         Err(e) => e,
     };
@@ -442,7 +487,7 @@ fn second_open_from_another_process_fails_naming_the_holder() {
     let status = child.kill();
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
     let _fork = fork_guard();
-    let store = KvStore::open(&path, &opts()).unwrap();
+    let store = KvStore::open(&path, &opts(Durability::Immediate)).unwrap();
     assert_eq!(
         store.get(b"held").unwrap().as_deref(),
         Some(&b"by the child"[..])

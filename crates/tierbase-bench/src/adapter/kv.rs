@@ -65,9 +65,11 @@ impl KvBenchStore {
                 0
             })
             .recovery_threads(o.threads.max(1))
+            .durability(o.durability)
             .region(RegionOptions {
                 emulate: o.emulate.clone(),
                 flush: o.flush,
+                commit: o.durability,
                 // Fault the region in when it grows (the grower does it, in short steps), not
                 // during measured operations.
                 prefault: true,
@@ -88,6 +90,8 @@ impl KvBenchStore {
             store.layout(),
             store.durability().guarantee()
         ));
+        info.notes
+            .push(format!("durability level {}", store.stats().commit));
         info.notes.push(format!(
             "flush instruction {}; {} pages per block",
             store.region().flush_instruction(),

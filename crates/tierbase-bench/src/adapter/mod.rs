@@ -177,6 +177,9 @@ pub struct StoreOptions {
     /// Whether a store may pre-size itself for `records` (default); `false` starts it at its
     /// minimum size, so that the run includes its growth.
     pub presize: bool,
+    /// When acknowledged writes become durable, for stores that offer levels (`kv`: deferred
+    /// syncs on a disk file). Others run their one level and say so.
+    pub durability: tierbase::device::Durability,
 }
 
 impl StoreOptions {
@@ -192,6 +195,7 @@ impl StoreOptions {
             emulate: None,
             flush: None,
             presize: true,
+            durability: tierbase::device::Durability::Immediate,
         }
     }
 }

@@ -116,6 +116,11 @@ struct YcsbArgs {
     /// every growth step, and the slowest operation shows what growth costs a writer.
     #[arg(long)]
     grow_from_empty: bool,
+    /// When `kv` acknowledges a write: immediate (durable on return), eventual[:MS] (a
+    /// background sync every MS milliseconds, default 100), none (at close). Only a store on a
+    /// disk file defers anything; elsewhere a persist is a flush and a fence.
+    #[arg(long, default_value = "immediate", value_name = "LEVEL", value_parser = parse_durability)]
+    durability: tierbase::device::Durability,
 
     /// No progress output.
     #[arg(long, short)]
@@ -279,6 +284,12 @@ fn workloads(a: &YcsbArgs) -> anyhow::Result<Vec<WorkloadSpec>> {
         s.validate()?;
     }
     Ok(specs)
+}
+
+fn parse_durability(s: &str) -> Result<tierbase::device::Durability, String> {
+    tierbase::device::Durability::parse(s).ok_or_else(|| {
+        format!("unknown durability level '{s}' (immediate, eventual, eventual:<ms>, none)")
+    })
 }
 
 fn parse_flush(s: &str) -> Result<tierbase::device::FlushInstruction, String> {
@@ -480,6 +491,7 @@ fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
     plan.verify = !a.no_verify;
     plan.flush = a.flush;
     plan.presize = !a.grow_from_empty;
+    plan.durability = a.durability;
     if let Some(name) = &a.emulate {
         let catalogue = ctx.catalogue()?;
         plan.emulate = Some(catalogue.require(name)?.clone());

@@ -262,6 +262,10 @@ fn print_stats(store: &KvStore) {
     println!("layout        {}", s.layout);
     println!("records       {}", s.records);
     println!("durability    {} ({})", s.durability, s.guarantee);
+    println!(
+        "commit        {} ({} deferred persists, {} file syncs)",
+        s.commit, s.deferred_persists, s.syncs
+    );
     println!("emulation     {}", s.emulation);
     println!("region        {}", format_size(s.region_bytes));
     println!(

@@ -145,6 +145,8 @@ pub struct DeviceCounters {
     pub fences: Counter,
     /// `msync`/`fdatasync` calls.
     pub syncs: Counter,
+    /// Persists deferred to a later sync (durability levels `Eventual` and `None`).
+    pub deferred_persists: Counter,
     /// Distinct 256-byte media lines made durable, counted per persist call (write
     /// amplification at Optane's media granularity).
     pub media_lines_written: Counter,
@@ -186,6 +188,7 @@ impl DeviceCounters {
             flushes: self.flushes.get(),
             fences: self.fences.get(),
             syncs: self.syncs.get(),
+            deferred_persists: self.deferred_persists.get(),
             media_lines_written: self.media_lines_written.get(),
             max_in_flight: self.max_in_flight.load(Ordering::Relaxed),
             errors: self.errors.get(),
@@ -210,6 +213,9 @@ pub struct CounterSnapshot {
     pub fences: u64,
     /// `msync`/`fdatasync` calls.
     pub syncs: u64,
+    /// Persists deferred to a later sync.
+    #[serde(default)]
+    pub deferred_persists: u64,
     /// Distinct 256-byte media lines made durable (per persist call).
     pub media_lines_written: u64,
     /// Largest number of I/Os observed in flight at once.
@@ -231,6 +237,9 @@ impl CounterSnapshot {
             flushes: self.flushes.saturating_sub(earlier.flushes),
             fences: self.fences.saturating_sub(earlier.fences),
             syncs: self.syncs.saturating_sub(earlier.syncs),
+            deferred_persists: self
+                .deferred_persists
+                .saturating_sub(earlier.deferred_persists),
             media_lines_written: self
                 .media_lines_written
                 .saturating_sub(earlier.media_lines_written),

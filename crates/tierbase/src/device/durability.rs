@@ -98,6 +98,66 @@ impl fmt::Display for DurabilityMode {
     }
 }
 
+/// When an acknowledged write becomes durable (as redb's `Durability` and fjall's
+/// `PersistMode`). Orthogonal to [`DurabilityMode`], which says what "durable" means on the
+/// medium.
+///
+/// Only media whose persist is a file sync (`msync` mode: a file on a disk) defer anything: there
+/// a sync costs a disk write, and deferring it is what makes small writes fast. On DAX and
+/// memory-backed files a persist is a flush and a fence, already cheap, and every level behaves
+/// as `Immediate`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// Durable when the call returns (the default).
+    #[default]
+    Immediate,
+    /// Acknowledged before it is durable; a background flush makes every write durable within
+    /// the interval (and `sync` at once). A power loss may lose the writes of the last
+    /// interval: each key then holds a value it had at, or after, the last completed flush.
+    /// A process crash loses nothing (the page cache keeps the writes).
+    Eventual(std::time::Duration),
+    /// As `Eventual` without the background flush: writes become durable at an explicit
+    /// `sync` or a clean close. For bulk loads that can be redone.
+    None,
+}
+
+impl Durability {
+    /// Short name used in reports (`immediate`, `eventual:100ms`, `none`).
+    pub fn name(self) -> String {
+        match self {
+            Durability::Immediate => "immediate".into(),
+            Durability::Eventual(d) => format!("eventual:{}ms", d.as_millis()),
+            Durability::None => "none".into(),
+        }
+    }
+
+    /// Parses `immediate`, `eventual` (100 ms), `eventual:<ms>` or `none`.
+    pub fn parse(s: &str) -> Option<Self> {
+        let s = s.trim().to_ascii_lowercase();
+        match s.as_str() {
+            "immediate" => Some(Durability::Immediate),
+            "eventual" => Some(Durability::Eventual(std::time::Duration::from_millis(100))),
+            "none" => Some(Durability::None),
+            _ => {
+                let ms = s.strip_prefix("eventual:")?;
+                let ms = ms.strip_suffix("ms").unwrap_or(ms).parse::<u64>().ok()?;
+                (ms > 0).then(|| Durability::Eventual(std::time::Duration::from_millis(ms)))
+            }
+        }
+    }
+
+    /// Whether acknowledged writes may wait for a later sync.
+    pub fn defers(self) -> bool {
+        self != Durability::Immediate
+    }
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
 /// The kind of file system a path lives on, as far as durability is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -167,6 +227,31 @@ mod tests {
         }
         assert!(!ProcessCrash.survives_power_loss());
         assert!(ProcessCrash.survives_process_crash());
+    }
+
+    #[test]
+    fn durability_levels_parse_and_name() {
+        use std::time::Duration;
+        for d in [
+            Durability::Immediate,
+            Durability::Eventual(Duration::from_millis(250)),
+            Durability::None,
+        ] {
+            assert_eq!(Durability::parse(&d.name()), Some(d));
+        }
+        assert_eq!(
+            Durability::parse("eventual"),
+            Some(Durability::Eventual(Duration::from_millis(100)))
+        );
+        assert_eq!(
+            Durability::parse("eventual:7"),
+            Some(Durability::Eventual(Duration::from_millis(7)))
+        );
+        for bad in ["eventual:0", "eventual:x", "later", ""] {
+            assert_eq!(Durability::parse(bad), None, "{bad}");
+        }
+        assert!(!Durability::Immediate.defers());
+        assert!(Durability::None.defers());
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub use counters::{Counter, CounterSnapshot, DeviceCounters};
 pub use cpu::{CpuFeatures, FlushInstruction};
 pub use crash::CrashSimConfig;
 pub use dram::{DramArena, DramSlice};
-pub use durability::{DurabilityMode, FsKind, fs_kind};
+pub use durability::{Durability, DurabilityMode, FsKind, fs_kind};
 pub use emulate::{Direction, Emulator, EmulatorStats, Ticket, now_ns, spin_until};
 pub use profile::{Catalogue, DeviceKind, DeviceProfile};
 pub use raw::RawAccess;

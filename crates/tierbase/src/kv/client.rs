@@ -18,6 +18,10 @@
 //! 4. invalidate the previous record (marker cleared, stamp zeroed, one persist), then return.
 //!    A crash before this leaves two valid copies of an unacknowledged write; recovery keeps
 //!    one (the newer version), and either is a correct outcome.
+//!
+//! Under a deferring durability level (`Eventual`, `None` on a disk file) the persists of
+//! steps 2 and 4 wait for the next sync, and a replacing put syncs once between them: a
+//! power loss must never find the old record's invalidation on media without the new record.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -211,6 +215,8 @@ impl Writer<'_> {
             o != off.0 && inner.holds_key(RecordOffset(o), key, scratch)
         });
         if let Some(old) = old {
+            // The new record reaches media before the old one's invalidation can.
+            inner.region.sync_deferred()?;
             let done = inner.invalidate(RecordOffset(old))?;
             inner.finish_invalidate(done)?;
         }
@@ -248,6 +254,7 @@ impl Writer<'_> {
                 "index entry of a key at {cur} changed while its key was locked"
             )));
         }
+        inner.region.sync_deferred()?;
         let done = inner.invalidate(cur)?;
         inner.finish_invalidate(done)?;
         Ok(true)
@@ -333,7 +340,7 @@ impl Writer<'_> {
                 // is in flight), then the bytes, then one persist of both (see layout::stamp).
                 bits.fetch_or(bit, Ordering::AcqRel);
                 self.write_slot(at, key, value, version, true)?;
-                inner.region.persist_all(&[(at, len), (word, 8)])?;
+                inner.persist_ack(&[(at, len), (word, 8)])?;
             } else {
                 self.write_slot(at, key, value, version, false)?;
                 inner.region.persist(at, len)?;
@@ -415,7 +422,7 @@ impl Writer<'_> {
                 .region
                 .atomic_u32(pos)?
                 .store(var::inline_word(key.len(), value.len()), Ordering::Release);
-            inner.region.persist(pos, size as usize)?;
+            inner.persist_ack(&[(pos, size as usize)])?;
             meta.tail.store((tail + size) as u32, Ordering::Release);
             meta.live.fetch_add(size, Ordering::Relaxed);
             inner.metrics.live_bytes_written.add(size);

@@ -166,6 +166,7 @@ fn move_records(
                 "index entry at {off} changed while its key was locked"
             )));
         }
+        inner.region.sync_deferred()?;
         let done = inner.invalidate(off)?;
         inner.finish_invalidate(done)?;
         moved += 1;

@@ -32,7 +32,7 @@
 //! | ordered range scans | **no** (hash index; use a B-tree store for scans) |
 //! | unordered iteration | yes ([`KvStore::iter`], weakly consistent, stops when you stop) |
 //! | transactions / multi-key atomicity | no |
-//! | durability | every acknowledged write, in the region's [`DurabilityMode`]; one persist per insert (record, marker and check together) |
+//! | durability | every acknowledged write, in the region's [`DurabilityMode`], at the [`Durability`] level asked for (`Immediate` by default; `Eventual` and `None` defer file syncs on a disk file, see [`KvOptions::durability`]); one persist per insert (record, marker and check together) |
 //! | crash safety | a torn record (marker on media, bytes not) fails its CRC32C check and recovery drops it; free space never holds a record that passes |
 //! | concurrent writers | yes, linearizable per key (writers of one key take turns) |
 //! | multi-process access | no: a second open (any process) fails with [`Error::Locked`] |
@@ -66,7 +66,7 @@ pub use verify::{VerifyReport, verify, verify_region};
 
 use self::layout::{FORMAT_VERSION, Geometry, HEADER_LEN, MAGIC, header};
 use self::store::{FREE, Inner, LARGE, OWNED, SEALED};
-use crate::device::{DramArena, DurabilityMode, PmemRegion, RegionOptions};
+use crate::device::{DramArena, Durability, DurabilityMode, PmemRegion, RegionOptions};
 use crate::error::{Error, Result};
 use crate::space::FreeExtents;
 use crate::sync::{Background, KeyLocks};
@@ -164,6 +164,14 @@ impl KvOptions {
         self
     }
 
+    /// Sets when acknowledged writes become durable (the region's
+    /// [`RegionOptions::commit`]; default `Immediate`). See [`Durability`] for what a crash may
+    /// lose under each level; the store's [`KvStats::commit`] says what is in effect.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.region.commit = durability;
+        self
+    }
+
     /// Sets [`KvOptions::region`].
     pub fn region(mut self, region: RegionOptions) -> Self {
         self.region = region;
@@ -190,6 +198,13 @@ pub struct KvStats {
     pub durability: DurabilityMode,
     /// What it guarantees.
     pub guarantee: &'static str,
+    /// When acknowledged writes become durable: the durability level, and whether this medium
+    /// defers anything under it ("immediate" where a persist is a flush and a fence).
+    pub commit: String,
+    /// Persists deferred to a later sync so far.
+    pub deferred_persists: u64,
+    /// File syncs run so far (`msync` mode).
+    pub syncs: u64,
     /// The flush instruction persists use ("none" where the medium needs none).
     pub flush: &'static str,
     /// "none" or "emulated <profile>".
@@ -238,6 +253,8 @@ struct Shared {
     inner: Arc<Inner>,
     recovery: RecoveryReport,
     workers: Mutex<Vec<Background>>,
+    /// The durability level asked for.
+    commit: Durability,
     /// Clients lent to store-level writes, so that concurrent callers do not queue on one.
     clients: ArrayQueue<Client>,
 }
@@ -431,12 +448,25 @@ impl KvStore {
             *inner.grower.lock() = w.handle();
             workers.push(w);
         }
+        if let Durability::Eventual(interval) = opts.region.commit
+            && inner.region.defers_persists()
+        {
+            let w = Background::spawn(
+                "tierbase-kv-flush",
+                inner.clone(),
+                interval,
+                |inner, ticker| store::flush_loop(inner, ticker),
+            )
+            .map_err(spawn_failed)?;
+            workers.push(w);
+        }
         inner.note_space_use();
         Ok(KvStore {
             shared: Arc::new(Shared {
                 inner,
                 recovery,
                 workers: Mutex::new(workers),
+                commit: opts.region.commit,
                 clients: ArrayQueue::new(64),
             }),
         })
@@ -474,18 +504,19 @@ impl KvStore {
     }
 
     /// Inserts or replaces `key` through a pooled client. Returns whether the key was new.
-    /// Durable when it returns.
+    /// Durable when it returns (at the `Immediate` level; see [`KvOptions::durability`]).
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         self.with_client(|c| c.put(key, value))
     }
 
     /// Replaces the value of an existing key; returns whether it existed. Durable when it
-    /// returns.
+    /// returns (at the `Immediate` level).
     pub fn update(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         self.with_client(|c| c.update(key, value))
     }
 
-    /// Deletes `key`; returns whether it existed. Durable when it returns.
+    /// Deletes `key`; returns whether it existed. Durable when it returns (at the `Immediate`
+    /// level).
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
         let mut scratch = Vec::new();
         self.inner().delete(key, &mut scratch)
@@ -530,6 +561,15 @@ impl KvStore {
     pub fn metrics(&self) -> KvMetrics {
         let inner = self.inner();
         inner.metrics.snapshot(inner.region.counters())
+    }
+
+    /// Makes every write acknowledged so far durable: one file sync under a deferring
+    /// durability level ([`KvOptions::durability`]), nothing under `Immediate` (each write
+    /// already is).
+    pub fn sync(&self) -> Result<()> {
+        let inner = self.inner();
+        inner.check_writable()?;
+        inner.fail_on_error(inner.region.sync_deferred())
     }
 
     /// Why the store refuses writes, if a persist failed (see [`Error::ReadOnly`]).
@@ -604,6 +644,13 @@ impl KvStore {
             records: inner.index.len() as u64,
             durability: inner.region.durability(),
             guarantee: inner.region.durability().guarantee(),
+            commit: if inner.region.defers_persists() {
+                self.shared.commit.name()
+            } else {
+                format!("immediate (asked: {})", self.shared.commit.name())
+            },
+            deferred_persists: inner.region.counters().deferred_persists,
+            syncs: inner.region.counters().syncs,
             flush: inner.region.flush_instruction().name(),
             emulation: inner.region.info().emulation,
             region_bytes: inner.region.len(),

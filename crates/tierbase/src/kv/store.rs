@@ -34,7 +34,7 @@ use parking_lot::{Mutex, RwLock};
 use super::index::OffsetIndex;
 use super::layout::{self, Geometry, RecordLayout, RecordOffset, header, stamp, var};
 use super::metrics::Metrics;
-use crate::device::{DramArena, PmemRegion};
+use crate::device::{DramArena, DurabilityMode, PmemRegion};
 use crate::error::{Error, Result};
 use crate::space::FreeExtents;
 use crate::sync::{KeyLocks, LatchGuard, LatchRun, VersionLatch, backoff};
@@ -143,14 +143,21 @@ pub(crate) struct Inner {
 }
 
 impl Drop for Inner {
-    /// The last handle or client is gone, so no write is in flight: mark the store cleanly
-    /// closed (the next open then skips checking records for torn writes). Not after a failed
-    /// persist (media may hold a write of unknown fate) nor while unwinding a panic.
+    /// The last handle or client is gone, so no write is in flight: make deferred writes
+    /// durable and mark the store cleanly closed (the next open then skips checking records for
+    /// torn writes). Not after a failed persist (media may hold a write of unknown fate), nor
+    /// while unwinding a panic, nor in durability mode `None` (nothing is persisted).
     fn drop(&mut self) {
         if !self.opened.load(Ordering::Acquire)
             || self.failed.load(Ordering::Acquire)
             || std::thread::panicking()
+            // Without persists the mark could reach media before the data it vouches for.
+            || self.region.durability() == DurabilityMode::None
         {
+            return;
+        }
+        // Deferred writes first: the mark vouches for them.
+        if self.region.sync_deferred().is_err() {
             return;
         }
         if let Ok(w) = self.region.atomic_u64(header::CLEAN as u64) {
@@ -168,6 +175,16 @@ impl std::fmt::Debug for Inner {
             .field("layout", &self.geo.layout)
             .field("records", &self.index.len())
             .finish()
+    }
+}
+
+/// The flusher's body under `Durability::Eventual`: every interval, make the deferred writes
+/// durable. A failed sync makes the store read-only (as a failed persist does) and ends it.
+pub(crate) fn flush_loop(inner: &Inner, ticker: &crate::sync::Ticker) {
+    while ticker.next() {
+        if inner.fail_on_error(inner.region.sync_deferred()).is_err() {
+            return;
+        }
     }
 }
 
@@ -468,12 +485,14 @@ impl Inner {
         match self.geo.fixed_sizes() {
             Some((k, v)) => {
                 let slot = self.slot_pos(off);
+                let value_at = (layout::slot_value(k) - layout::SLOT_KEY) as usize;
+                // The record's lines and the page latch are independent misses: start both.
+                self.region.prefetch(slot + layout::SLOT_KEY, value_at + v);
                 let latch = self.page_latch(off.block(), off.page())?;
                 let Some(v1) = latch.optimistic() else {
                     return Ok(ReadOutcome::Retry);
                 };
                 // Key and value in one copy (they are adjacent), the key checked from it.
-                let value_at = (layout::slot_value(k) - layout::SLOT_KEY) as usize;
                 scratch.resize(value_at + v, 0);
                 self.region.read(slot + layout::SLOT_KEY, scratch)?;
                 if !latch.validate(v1) {
@@ -666,6 +685,18 @@ impl Inner {
 
     // ----- invalidation and delete ----------------------------------------------------------
 
+    /// The persist that acknowledges a record or an invalidation: deferred to the next sync
+    /// under a deferring durability level — only where records carry a check, so that a record
+    /// reaching media in pieces, or over a slot whose invalidation did not, can be told apart.
+    #[inline]
+    pub fn persist_ack(&self, ranges: &[(u64, usize)]) -> Result<()> {
+        if self.self_validating {
+            self.region.persist_deferred(ranges)
+        } else {
+            self.region.persist_all(ranges)
+        }
+    }
+
     /// Marks the record at `off` invalid on media and persists that (atomic; does not wait for
     /// the page latch). A large record's blocks are freed by [`Inner::finish_invalidate`] once
     /// no index entry points at it any more.
@@ -685,7 +716,7 @@ impl Inner {
                     .region
                     .atomic_u64(word)?
                     .fetch_and(!bit, Ordering::AcqRel);
-                self.region.persist_all(&[(at, 8), (word, 8)])?;
+                self.persist_ack(&[(at, 8), (word, 8)])?;
                 if prev & bit == 0 {
                     return Ok(Invalidated::No);
                 }
@@ -699,7 +730,13 @@ impl Inner {
                 let pos = self.var_pos(off);
                 let w = self.region.atomic_u32(pos)?;
                 let prev = w.fetch_and(!var::VALID, Ordering::AcqRel);
-                self.region.persist(pos, 4)?;
+                if prev & var::LARGE != 0 {
+                    // The run is freed next and may be rewritten at once: the head's
+                    // invalidation must be on media first, whatever the durability level.
+                    self.region.persist(pos, 4)?;
+                } else {
+                    self.persist_ack(&[(pos, 4)])?;
+                }
                 if prev & var::VALID == 0 {
                     return Ok(Invalidated::No);
                 }

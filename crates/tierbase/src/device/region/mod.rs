@@ -63,7 +63,7 @@ use self::persist::media_lines;
 use super::counters::{CounterSnapshot, DeviceCounters};
 use super::cpu::{self, CACHE_LINE, FlushInstruction};
 use super::crash::{CrashSim, CrashSimConfig};
-use super::durability::{DurabilityMode, FsKind, fs_kind};
+use super::durability::{Durability, DurabilityMode, FsKind, fs_kind};
 use super::emulate::{Direction, Emulator, now_ns};
 use super::group_sync::GroupSync;
 use super::profile::DeviceProfile;
@@ -112,6 +112,11 @@ pub struct RegionOptions {
     pub prefault: bool,
     /// Make the region behave like this memory profile (reads and persists are slowed down).
     pub emulate: Option<DeviceProfile>,
+    /// When acknowledged writes become durable. Anything but `Immediate` defers the persists a
+    /// store marks deferrable ([`PmemRegion::persist_deferred`]) on media whose persist is a
+    /// file sync, and on crash-simulated regions (which then model a page cache: unflushed
+    /// words reach media at random). Elsewhere it has no effect.
+    pub commit: Durability,
 }
 
 impl Default for RegionOptions {
@@ -122,6 +127,7 @@ impl Default for RegionOptions {
             reserve: 1 << 40,
             prefault: false,
             emulate: None,
+            commit: Durability::Immediate,
         }
     }
 }
@@ -164,6 +170,9 @@ pub struct PmemRegion {
     sim: Option<CrashSim>,
     emulator: Option<Emulator>,
     group: GroupSync,
+    /// Deferred persists (see [`RegionOptions::commit`]); `None` when every persist is done at
+    /// once.
+    deferred: Option<persist::Deferred>,
 }
 
 // SAFETY: the mapping is process-wide shared memory; all access goes through raw-pointer copies
@@ -383,6 +392,7 @@ impl PmemRegion {
             sim: None,
             emulator: None,
             group: GroupSync::default(),
+            deferred: None,
         };
         // Map the header and the existing data; the first mapping decides DAX or not.
         region.mapping = region.map_range(0, REGION_HEADER_LEN + data_len, true)?;
@@ -399,6 +409,9 @@ impl PmemRegion {
             },
         };
         region.mode = resolve_mode(opts.durability, available)?;
+        if opts.commit.defers() && region.mode == DurabilityMode::Msync {
+            region.deferred = Some(persist::Deferred::default());
+        }
         if region.mode == DurabilityMode::ProcessCrash && opts.flush.is_none() {
             // A memory-backed file survives kill -9 from the page cache; writing cache lines
             // back buys nothing there, so by default nothing is flushed (fences stay). Ask for
@@ -471,9 +484,13 @@ impl PmemRegion {
             sim,
             emulator: None,
             group: GroupSync::default(),
+            deferred: None,
         };
         if let Some(requested) = opts.durability {
             region.mode = resolve_mode(Some(requested), region.mode)?;
+        }
+        if opts.commit.defers() && region.sim.is_some() {
+            region.deferred = Some(persist::Deferred::default());
         }
         if let Some(p) = &opts.emulate {
             region.emulator = Some(Emulator::new(p)?);
@@ -728,6 +745,22 @@ impl PmemRegion {
                 len: len as u64,
                 size,
             }),
+        }
+    }
+
+    /// Hints the CPU to start loading the cache lines of `off..off + len` (ignored when out of
+    /// range). A lookup that knows a record's offset before it must read something else (a
+    /// latch) overlaps the two cache misses this way.
+    #[inline]
+    pub fn prefetch(&self, off: u64, len: usize) {
+        let Ok(o) = self.check(off, len) else {
+            return;
+        };
+        let first = o & !63;
+        for line in (first..o + len).step_by(64) {
+            // The address stays inside the mapping (bounds checked above) and prefetching never
+            // faults, so the pointer is only a hint.
+            crate::device::cpu::prefetch(self.base_ptr().wrapping_add(line));
         }
     }
 

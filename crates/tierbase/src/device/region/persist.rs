@@ -4,6 +4,14 @@
 
 use super::*;
 
+/// Deferred persists of a region: how many were issued, and how many of the first ones a
+/// completed sync covers. A caller whose count is covered needs no sync of its own.
+#[derive(Debug, Default)]
+pub(super) struct Deferred {
+    written: AtomicU64,
+    synced: AtomicU64,
+}
+
 impl PmemRegion {
     /// Writes back (without fence) every cache line overlapping `[off, off+len)`. In `Msync`
     /// mode this is the `msync` itself (which is synchronous, so it also orders).
@@ -146,6 +154,52 @@ impl PmemRegion {
                 self.persist(off, data.len())
             }
         }
+    }
+
+    /// Whether this region defers the persists marked deferrable (see
+    /// [`RegionOptions::commit`]).
+    pub fn defers_persists(&self) -> bool {
+        self.deferred.is_some()
+    }
+
+    /// The persist that acknowledges a write which nothing else is ordered after: done now
+    /// ([`PmemRegion::persist_all`]) unless this region defers persists, in which case the ranges
+    /// become durable at the next [`PmemRegion::sync_deferred`]. A write that must reach media
+    /// before another one (a record before the invalidation of the record it replaces) calls
+    /// `sync_deferred` in between.
+    #[inline]
+    pub fn persist_deferred(&self, ranges: &[(u64, usize)]) -> Result<()> {
+        let Some(d) = &self.deferred else {
+            return self.persist_all(ranges);
+        };
+        for &(off, len) in ranges {
+            self.check(off, len)?;
+        }
+        d.written.fetch_add(1, Ordering::AcqRel);
+        self.counters.deferred_persists.incr();
+        Ok(())
+    }
+
+    /// Makes every deferred persist issued before this call durable: one group-committed file
+    /// sync (on a crash-simulated region, every written line). Free when nothing is pending,
+    /// and when the region defers nothing.
+    pub fn sync_deferred(&self) -> Result<()> {
+        let Some(d) = &self.deferred else {
+            return Ok(());
+        };
+        let target = d.written.load(Ordering::Acquire);
+        if d.synced.load(Ordering::Acquire) >= target {
+            return Ok(());
+        }
+        if self.mode == DurabilityMode::Msync {
+            self.group_sync()?;
+        } else {
+            // The simulated page cache: everything written so far becomes durable.
+            self.flush_lines(0, self.len() as usize, false)?;
+            self.drain();
+        }
+        d.synced.fetch_max(target, Ordering::AcqRel);
+        Ok(())
     }
 
     /// `Msync` mode's persist: one `fdatasync` of the file, shared by every writer waiting at

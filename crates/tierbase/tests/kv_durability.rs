@@ -1,0 +1,314 @@
+//! Durability levels (`Durability::Eventual` / `None`): what a deferred write may lose, and
+//! that nothing else is lost.
+//!
+//! - Power loss at every persist point of a script run with deferred persists on a
+//!   crash-simulated region (which then behaves like a page cache: a written word reaches media
+//!   at the next sync, or earlier at random). After recovery every key must hold a value it had
+//!   at, or after, the last `sync` that returned — never an older one (a replaced record's
+//!   invalidation reaching media before its replacement would show one), never a torn one.
+//! - On a disk file: inserts and deletes cost no file sync, a replacing put one, `sync` one,
+//!   the background flush makes writes durable on its own, and a clean close keeps everything.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tierbase::device::{Durability, DurabilityMode, PmemRegion, RegionOptions};
+use tierbase::kv::{KvOptions, KvStore, RecordLayout};
+use tierbase::testing::crash::{Crashed, PowerLoss, ScriptEnd};
+
+/// Large enough records that the script fills several blocks (and compaction moves some).
+const FIXED: RecordLayout = RecordLayout::Fixed {
+    key_size: 16,
+    value_size: 400,
+};
+
+/// Small records: the disk tests' inserts all fit the first block.
+const SMALL: RecordLayout = RecordLayout::Fixed {
+    key_size: 16,
+    value_size: 40,
+};
+
+fn opts(layout: RecordLayout, durability: Durability) -> KvOptions {
+    // No background reclaimer: the persist points must be the script's own.
+    KvOptions::default()
+        .reclaim(None)
+        .layout(layout)
+        .pages_per_block(2)
+        .chunk_size(4 * 2 * 4096)
+        .recovery_threads(2)
+        .region(RegionOptions {
+            reserve: 64 << 20,
+            ..RegionOptions::default()
+        })
+        .durability(durability)
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Put(u32, u32),
+    Delete(u32),
+    Compact,
+    Sync,
+}
+
+fn key(layout: RecordLayout, i: u32) -> Vec<u8> {
+    match layout {
+        RecordLayout::Fixed { key_size, .. } => {
+            let mut k = vec![0u8; key_size as usize];
+            k[..4].copy_from_slice(&i.to_le_bytes());
+            k
+        }
+        RecordLayout::Variable => format!("key-{i}").into_bytes(),
+    }
+}
+
+fn value(layout: RecordLayout, v: u32) -> Vec<u8> {
+    let len = match layout {
+        RecordLayout::Fixed { value_size, .. } => value_size as usize,
+        RecordLayout::Variable => 8 + (v as usize * 29) % 700,
+    };
+    let mut out = vec![(v % 251) as u8; len];
+    out[..4].copy_from_slice(&v.to_le_bytes());
+    out
+}
+
+/// Puts, replacing puts, deletes and a compaction over 12 keys, with a sync every few steps.
+fn script() -> Vec<Step> {
+    let mut s = Vec::new();
+    let mut v = 1;
+    for round in 0..6u32 {
+        for k in 0..12u32 {
+            if (k + round) % 5 == 4 {
+                s.push(Step::Delete(k));
+            } else {
+                s.push(Step::Put(k, v));
+                v += 1;
+            }
+            if (k + 1) % 5 == 0 {
+                s.push(Step::Sync);
+            }
+        }
+        if round == 3 {
+            s.push(Step::Compact);
+        }
+    }
+    s
+}
+
+/// Per key, every value (`None`: absent) it may hold after a power loss: the one it had at the
+/// last completed sync, and each one written since.
+#[derive(Debug, Default)]
+struct Acked {
+    current: BTreeMap<u32, Option<u32>>,
+    allowed: BTreeMap<u32, BTreeSet<Option<u32>>>,
+    during_create: bool,
+}
+
+impl Acked {
+    fn write(&mut self, k: u32, v: Option<u32>) {
+        self.current.insert(k, v);
+        // A key first written since the last sync was absent at it.
+        let allowed = self
+            .allowed
+            .entry(k)
+            .or_insert_with(|| BTreeSet::from([None]));
+        allowed.insert(v);
+    }
+
+    fn synced(&mut self) {
+        for (k, v) in &self.current {
+            self.allowed.insert(*k, BTreeSet::from([*v]));
+        }
+    }
+}
+
+fn run_script(layout: RecordLayout, region: PmemRegion) -> ScriptEnd<Acked> {
+    let store = KvStore::create_in(region, &opts(layout, Durability::None))
+        .unwrap_or_else(|e| panic!("create: {e}"));
+    let mut acked = Acked::default();
+    if store.region().crashed() {
+        acked.during_create = true;
+        return ScriptEnd::new(acked, store.region());
+    }
+    assert!(store.region().defers_persists());
+    let mut c = store.client();
+    for step in script() {
+        // A write in flight may or may not have happened: allowed either way.
+        match step {
+            Step::Put(k, v) => {
+                acked.write(k, Some(v));
+                c.put(&key(layout, k), &value(layout, v)).unwrap();
+            }
+            Step::Delete(k) => {
+                acked.write(k, None);
+                store.delete(&key(layout, k)).unwrap();
+            }
+            Step::Compact => {
+                store.compact(0.0).unwrap();
+            }
+            Step::Sync => {
+                store.sync().unwrap();
+                if !store.region().crashed() {
+                    acked.synced();
+                }
+            }
+        }
+        if store.region().crashed() {
+            break;
+        }
+    }
+    ScriptEnd::new(acked, store.region())
+}
+
+fn check(layout: RecordLayout, crashed: Crashed<Acked>) {
+    let o = opts(layout, Durability::None);
+    let point = &crashed.point;
+    let region = crashed.reboot(&o.region).unwrap();
+    if crashed.acked.during_create {
+        if let Ok(s) = KvStore::open_in(region, &o) {
+            assert!(s.is_empty());
+        }
+        return;
+    }
+    let report = tierbase::kv::verify_region(&region).unwrap();
+    assert!(report.is_ok(), "{point}: {:?}", report.problems);
+    let store =
+        KvStore::open_in(region, &o).unwrap_or_else(|e| panic!("reopen after {point}: {e}"));
+    let mut value_buf = Vec::new();
+    for k in 0..12u32 {
+        let allowed = crashed
+            .acked
+            .allowed
+            .get(&k)
+            .cloned()
+            .unwrap_or_else(|| BTreeSet::from([None]));
+        let got = if store.get_into(&key(layout, k), &mut value_buf).unwrap() {
+            let v = u32::from_le_bytes(value_buf[..4].try_into().unwrap());
+            assert_eq!(
+                value_buf,
+                value(layout, v),
+                "{point}: key {k} holds a torn value"
+            );
+            Some(v)
+        } else {
+            None
+        };
+        assert!(
+            allowed.contains(&got),
+            "{point}: key {k} holds {got:?}, allowed since the last sync: {allowed:?}"
+        );
+    }
+    assert!(store.len() <= 12, "{point}: unknown keys recovered");
+}
+
+fn every_persist_point(layout: RecordLayout) {
+    let report = PowerLoss::new(opts(layout, Durability::None).region)
+        .survival(&[0.0, 0.5, 0.9])
+        .run(
+            |region, _| run_script(layout, region),
+            |crashed| check(layout, crashed),
+        );
+    assert!(
+        report.total_points > 20,
+        "the script should have many persist points, has {}",
+        report.total_points
+    );
+}
+
+#[test]
+fn deferred_writes_lose_at_most_what_followed_the_last_sync_fixed() {
+    every_persist_point(FIXED);
+}
+
+#[test]
+fn deferred_writes_lose_at_most_what_followed_the_last_sync_variable() {
+    every_persist_point(RecordLayout::Variable);
+}
+
+// ----- on a disk file ----------------------------------------------------------------------
+
+/// A store on a disk file (where persists are file syncs), or `None` if the target directory
+/// is memory-backed and nothing would be deferred.
+fn disk_store(dir: &tempfile::TempDir, durability: Durability) -> Option<KvStore> {
+    let store = KvStore::create(dir.path().join("s.tb"), &opts(SMALL, durability)).unwrap();
+    if store.durability() != DurabilityMode::Msync {
+        eprintln!("skipped: {} is not on a disk", dir.path().display());
+        return None;
+    }
+    Some(store)
+}
+
+#[test]
+fn deferred_levels_sync_only_where_order_or_the_caller_needs_it() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let Some(store) = disk_store(&dir, Durability::None) else {
+        return;
+    };
+    assert_eq!(store.stats().commit, "none");
+    let syncs = || store.stats().syncs;
+    let mut c = store.client();
+    // The first insert takes a block (an immediate persist of the store header); the next ones
+    // fill it.
+    assert!(c.put(&key(SMALL, 0), &value(SMALL, 0)).unwrap());
+    let start = syncs();
+    for i in 1..50 {
+        assert!(c.put(&key(SMALL, i), &value(SMALL, i)).unwrap());
+    }
+    for i in 0..5 {
+        assert!(store.delete(&key(SMALL, i)).unwrap());
+    }
+    assert_eq!(syncs(), start, "inserts and deletes are deferred");
+    assert_eq!(store.stats().deferred_persists, 55);
+    // A replacing put syncs once, so its record is on media before the old one's invalidation.
+    assert!(!c.put(&key(SMALL, 10), &value(SMALL, 1000)).unwrap());
+    assert_eq!(syncs(), start + 1);
+    store.sync().unwrap();
+    assert_eq!(syncs(), start + 2);
+    store.sync().unwrap();
+    assert_eq!(syncs(), start + 2, "nothing pending, no sync");
+    drop(c);
+    store.close().unwrap();
+
+    let store = KvStore::open(dir.path().join("s.tb"), &opts(SMALL, Durability::None)).unwrap();
+    assert!(store.recovery().after_clean_close);
+    assert_eq!(store.len(), 45);
+    assert_eq!(
+        store.get(&key(SMALL, 10)).unwrap(),
+        Some(value(SMALL, 1000))
+    );
+}
+
+#[test]
+fn immediate_defers_nothing_and_eventual_syncs_in_the_background() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let Some(store) = disk_store(&dir, Durability::Immediate) else {
+        return;
+    };
+    let mut c = store.client();
+    c.put(&key(SMALL, 1), &value(SMALL, 1)).unwrap();
+    assert_eq!(store.stats().deferred_persists, 0);
+    assert!(store.stats().syncs >= 1);
+    drop(c);
+    store.close().unwrap();
+
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let eventual = Durability::Eventual(std::time::Duration::from_millis(5));
+    let Some(store) = disk_store(&dir, eventual) else {
+        return;
+    };
+    assert_eq!(store.stats().commit, "eventual:5ms");
+    let before = store.stats().syncs;
+    store
+        .client()
+        .put(&key(SMALL, 1), &value(SMALL, 1))
+        .unwrap();
+    // The flusher syncs without being asked (liveness: it runs every 5 ms; the deadline only
+    // bounds a hang).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while store.stats().syncs == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no background sync in 60 s"
+        );
+        std::thread::yield_now();
+    }
+}
