@@ -11,9 +11,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tierbase::device::{Durability, DurabilityMode, PmemRegion, RegionOptions};
+use tierbase::device::{Durability, DurabilityMode, PmemRegion};
 use tierbase::kv::{KvOptions, KvStore, RecordLayout};
 use tierbase::testing::crash::{Crashed, PowerLoss, ScriptEnd};
+
+mod kv_common;
+use kv_common::crash_opts;
 
 /// Large enough records that the script fills several blocks (and compaction moves some).
 const FIXED: RecordLayout = RecordLayout::Fixed {
@@ -28,18 +31,7 @@ const SMALL: RecordLayout = RecordLayout::Fixed {
 };
 
 fn opts(layout: RecordLayout, durability: Durability) -> KvOptions {
-    // No background reclaimer: the persist points must be the script's own.
-    KvOptions::default()
-        .reclaim(None)
-        .layout(layout)
-        .pages_per_block(2)
-        .chunk_size(4 * 2 * 4096)
-        .recovery_threads(2)
-        .region(RegionOptions {
-            reserve: 64 << 20,
-            ..RegionOptions::default()
-        })
-        .durability(durability)
+    crash_opts(layout).durability(durability)
 }
 
 #[derive(Clone, Debug)]

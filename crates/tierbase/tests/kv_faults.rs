@@ -14,48 +14,13 @@
 //!
 //! Replay one point with `TIERBASE_CRASH_POINT=n`.
 
-use std::collections::BTreeMap;
-
 use tierbase::Error;
-use tierbase::device::{PmemRegion, RegionOptions};
+use tierbase::device::PmemRegion;
 use tierbase::kv::{KvOptions, KvStore, RecordLayout};
 use tierbase::testing::crash::{FaultInjection, FaultLog, Faulted, Media};
 
-#[derive(Clone, Debug)]
-enum Step {
-    Put(Vec<u8>, Vec<u8>),
-    Update(Vec<u8>, Vec<u8>),
-    Delete(Vec<u8>),
-    Compact,
-}
-
-impl Step {
-    fn key(&self) -> Option<&[u8]> {
-        match self {
-            Step::Put(k, _) | Step::Update(k, _) | Step::Delete(k) => Some(k),
-            Step::Compact => None,
-        }
-    }
-}
-
-type Model = BTreeMap<Vec<u8>, Vec<u8>>;
-
-fn apply(model: &mut Model, step: &Step) {
-    match step {
-        Step::Put(k, v) => {
-            model.insert(k.clone(), v.clone());
-        }
-        Step::Update(k, v) => {
-            if let Some(slot) = model.get_mut(k) {
-                *slot = v.clone();
-            }
-        }
-        Step::Delete(k) => {
-            model.remove(k);
-        }
-        Step::Compact => {}
-    }
-}
+mod kv_common;
+use kv_common::{Model, Step, apply, crash_opts};
 
 fn key(layout: RecordLayout, i: u32) -> Vec<u8> {
     match layout {
@@ -116,16 +81,7 @@ fn script(layout: RecordLayout) -> Vec<Step> {
 
 fn opts(layout: RecordLayout) -> KvOptions {
     // No reclaimer: the script's persist points are its own, so every point fails a call.
-    KvOptions::default()
-        .reclaim(None)
-        .layout(layout)
-        .pages_per_block(2)
-        .chunk_size(4 * 2 * 4096)
-        .recovery_threads(2)
-        .region(RegionOptions {
-            reserve: 64 << 20,
-            ..RegionOptions::default()
-        })
+    crash_opts(layout)
 }
 
 fn run_step(store: &KvStore, step: &Step) -> tierbase::Result<()> {
