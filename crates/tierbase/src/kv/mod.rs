@@ -680,10 +680,15 @@ impl KvStore {
         self.inner().path.clone()
     }
 
-    /// Closes this handle. The last handle to close stops background work; every acknowledged
-    /// write is already durable, so closing adds nothing to durability. Clones and clients
-    /// still alive keep the store open.
+    /// Closes this handle. First makes every acknowledged write durable (a no-op at the
+    /// `Immediate` level, where each already is; one sync under `Eventual` and `None`) and
+    /// returns that sync's error, if any. The last handle to close stops background work;
+    /// clones and clients still alive keep the store open.
     pub fn close(self) -> Result<()> {
+        let inner = self.inner();
+        if !inner.failed.load(Ordering::Acquire) {
+            inner.fail_on_error(inner.region.sync_deferred())?;
+        }
         drop(self);
         Ok(())
     }
