@@ -270,11 +270,37 @@ fn deferred_levels_sync_only_where_order_or_the_caller_needs_it() {
 }
 
 #[test]
+fn deferring_levels_run_immediate_where_a_persist_is_a_fence() {
+    // tmpfs defers nothing: a persist there is a fence, already cheap.
+    if std::path::Path::new("/dev/shm").is_dir() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let opts = opts(
+            SMALL,
+            Durability::Eventual(std::time::Duration::from_millis(5)),
+        );
+        let store = KvStore::create(dir.path().join("s.tb"), &opts).unwrap();
+        assert!(!store.region().defers_persists());
+        assert!(
+            store
+                .stats()
+                .commit
+                .starts_with("immediate (asked: eventual:5ms")
+        );
+        store
+            .client()
+            .put(&key(SMALL, 1), &value(SMALL, 1))
+            .unwrap();
+        assert_eq!(store.stats().deferred_persists, 0);
+    }
+}
+
+#[test]
 fn immediate_defers_nothing_and_eventual_syncs_in_the_background() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let Some(store) = disk_store(&dir, Durability::Immediate) else {
         return;
     };
+    assert_eq!(store.stats().commit, "immediate");
     let mut c = store.client();
     c.put(&key(SMALL, 1), &value(SMALL, 1)).unwrap();
     assert_eq!(store.stats().deferred_persists, 0);

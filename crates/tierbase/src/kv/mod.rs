@@ -644,10 +644,13 @@ impl KvStore {
             records: inner.index.len() as u64,
             durability: inner.region.durability(),
             guarantee: inner.region.durability().guarantee(),
-            commit: if inner.region.defers_persists() {
+            commit: if inner.region.defers_persists() || !self.shared.commit.defers() {
                 self.shared.commit.name()
             } else {
-                format!("immediate (asked: {})", self.shared.commit.name())
+                format!(
+                    "immediate (asked: {}; a persist on this medium is a flush and a fence)",
+                    self.shared.commit.name()
+                )
             },
             deferred_persists: inner.region.counters().deferred_persists,
             syncs: inner.region.counters().syncs,
