@@ -22,6 +22,29 @@ use crate::error::{Error, Result};
 /// Bytes at the start of an arena that keep ordinary pages.
 pub const SMALL_PREFIX: usize = 2 << 20;
 
+/// A private anonymous mapping of `len` bytes with protection `prot`, at an address the kernel
+/// chooses, without reserving swap (`MAP_NORESERVE`): memory is taken page by page as it is
+/// touched. The one place the device layer asks for anonymous address space (DRAM arenas and
+/// region reservations).
+pub(crate) fn map_anonymous(len: usize, prot: libc::c_int) -> std::io::Result<NonNull<u8>> {
+    // SAFETY: a fresh private anonymous mapping at a kernel-chosen address; it touches no
+    // existing memory, and nothing else refers to the range.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    NonNull::new(p.cast::<u8>()).ok_or_else(|| std::io::Error::other("mmap returned null"))
+}
+
 /// A growable array of `T` in one reserved range of address space: elements are appended in
 /// runs ([`DramArena::push`]) and never move or go away before the arena does, so a run's start
 /// index stays valid for the arena's life.
@@ -74,47 +97,21 @@ impl<T> DramArena<T> {
         // thread populating memory (a region growing), stalling the appender for that long.
         // Under strict overcommit, where such a mapping counts in full, fall back to address
         // space only (PROT_NONE) and make runs accessible as they are appended.
-        // SAFETY: a fresh private anonymous mapping; nothing else refers to the range.
-        let mut p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
+        let (p, accessible) = match map_anonymous(bytes, libc::PROT_READ | libc::PROT_WRITE) {
+            Ok(p) => (p, bytes),
+            Err(_) => (
+                map_anonymous(bytes, libc::PROT_NONE)
+                    .map_err(|e| Error::io("reserve DRAM", None, e))?,
                 0,
-            )
+            ),
         };
-        let mut accessible = bytes;
-        if p == libc::MAP_FAILED {
-            accessible = 0;
-            // SAFETY: as above.
-            p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    bytes,
-                    libc::PROT_NONE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                    -1,
-                    0,
-                )
-            };
-        }
-        if p == libc::MAP_FAILED {
-            return Err(Error::io(
-                "reserve DRAM",
-                None,
-                std::io::Error::last_os_error(),
-            ));
-        }
-        let base = NonNull::new(p.cast::<T>())
-            .ok_or_else(|| Error::InvalidArgument("mmap returned null".into()))?;
+        let base = p.cast::<T>();
         if bytes > SMALL_PREFIX {
             // A hint: where the kernel has no huge pages (or disables them), ordinary pages.
             // SAFETY: advice on our own mapping; it changes no contents.
             unsafe {
                 libc::madvise(
-                    p.cast::<u8>().add(SMALL_PREFIX).cast(),
+                    p.as_ptr().add(SMALL_PREFIX).cast(),
                     bytes - SMALL_PREFIX,
                     libc::MADV_HUGEPAGE,
                 )

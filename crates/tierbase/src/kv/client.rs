@@ -373,10 +373,7 @@ impl Writer<'_> {
         buf.extend_from_slice(value);
         buf.resize(geo.slot_size as usize, 0);
         if checked {
-            let check = stamp::check(buf.get(stamp::SLOT_COVERED..).unwrap_or_default());
-            if let Some(c) = buf.get_mut(..stamp::SLOT_COVERED) {
-                c.copy_from_slice(&check.to_le_bytes());
-            }
+            stamp::seal(buf);
         }
         self.inner.region.write(at, buf)
     }
@@ -410,10 +407,7 @@ impl Writer<'_> {
             buf.extend_from_slice(&u64::from(version).to_le_bytes());
             buf.extend_from_slice(key);
             buf.extend_from_slice(value);
-            let check = stamp::check(buf.get(4..).unwrap_or_default());
-            if let Some(c) = buf.get_mut(..4) {
-                c.copy_from_slice(&check.to_le_bytes());
-            }
+            stamp::seal(buf);
             buf.resize(size as usize - 4, 0);
             inner.region.write(pos + 4, buf)?;
             // Header word with the body, one persist: a crash that tears the record leaves a

@@ -301,8 +301,23 @@ pub mod stamp {
         ((word >> 32) as u32, word as u32)
     }
 
-    /// Byte position, inside a fixed slot, where the check's coverage starts.
-    pub const SLOT_COVERED: usize = 4;
+    /// Writes into `checked[..4]` the check of `checked[4..]`: a record's checked range starts
+    /// with its check (a fixed slot from byte 0, where the stamp's low half is the check; a
+    /// variable record from byte 4, after its header word).
+    #[inline]
+    pub fn seal(checked: &mut [u8]) {
+        if let Some((c, covered)) = checked.split_first_chunk_mut::<4>() {
+            *c = check(covered).to_le_bytes();
+        }
+    }
+
+    /// Whether `checked[..4]` holds the check of `checked[4..]` (see [`seal`]).
+    #[inline]
+    pub fn is_sealed(checked: &[u8]) -> bool {
+        checked
+            .split_first_chunk::<4>()
+            .is_some_and(|(c, covered)| u32::from_le_bytes(*c) == check(covered))
+    }
 }
 
 /// Largest `n` with `8 * ceil(n / 64) + n * slot <= page`, and the bitset words it needs.

@@ -220,36 +220,34 @@ fn scan_block(inner: &Inner, b: u64, used: u64, check: bool, w: &mut Scanner) ->
     let bs = geo.block_size();
     let mut live = 0u64;
     let mut torn = Vec::new();
-    let mut value = Vec::new();
     // Part of a large record (head or continuation, whatever another thread has classified
     // so far): its bytes are the record's, not free space.
     let mut large = false;
     let walked = walk_block(&inner.region, &geo, b, used, bs, &mut |entry| {
-        match entry {
-            Entry::Slot(off) => {
-                if check && !inner.record_is_whole(off, &mut value)? {
-                    torn.push(off);
-                    return Ok(());
-                }
-                let version = inner.version_at(off)?;
-                inner.read_key_at(off, key)?;
-                batch.push(inner, off, version, key);
-                live += 1;
-            }
+        // An inline record (fixed slot or variable log entry): what it adds to the block's
+        // live count (records or bytes), if it is whole.
+        let inline = match entry {
+            Entry::Slot(off) => Some((off, 1)),
             Entry::Inline {
                 off,
                 valid: true,
                 size,
-            } => {
-                if check && !inner.record_is_whole(off, &mut value)? {
-                    torn.push(off);
-                    return Ok(());
-                }
-                let version = inner.version_at(off)?;
-                inner.read_key_at(off, key)?;
-                batch.push(inner, off, version, key);
-                live += size;
+            } => Some((off, size)),
+            _ => None,
+        };
+        if let Some((off, weight)) = inline {
+            // `scratch` is free while the walk runs (the batch uses it after).
+            if check && !inner.record_is_whole(off, scratch)? {
+                torn.push(off);
+                return Ok(());
             }
+            let version = inner.version_at(off)?;
+            inner.read_key_at(off, key)?;
+            batch.push(inner, off, version, key);
+            live += weight;
+            return Ok(());
+        }
+        match entry {
             Entry::LargeHead { valid: true, span } => {
                 large = true;
                 let (klen, _, version) = inner.large_lengths(b)?;
@@ -274,7 +272,8 @@ fn scan_block(inner: &Inner, b: u64, used: u64, check: bool, w: &mut Scanner) ->
             // Deleted records, dead large heads and continuation blocks (claimed by their head,
             // if it is valid) hold nothing to index.
             Entry::LargeHead { valid: false, .. } | Entry::Continuation { .. } => large = true,
-            Entry::Inline { valid: false, .. } => {}
+            // Deleted inline records hold nothing; live ones were taken above.
+            Entry::Slot(_) | Entry::Inline { .. } => {}
         }
         Ok(())
     })?;

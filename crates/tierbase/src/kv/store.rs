@@ -703,21 +703,9 @@ impl Inner {
     pub fn invalidate(&self, off: RecordOffset) -> Result<Invalidated> {
         match self.geo.layout {
             RecordLayout::Fixed { .. } => {
-                let (word, bit) = self.bit_of(off);
-                // The stamp is zeroed with the bit (one persist), so the slot's bytes can never
-                // pass for a record again (see layout::stamp) — and before the bit, while the
-                // slot is still taken: once the bit is clear, an inserter may claim the slot.
-                // A crash between the two leaves a marked slot with a zero stamp: invalid.
-                let at = self.slot_pos(off);
-                self.region
-                    .atomic_u64(at + layout::SLOT_STAMP)?
-                    .store(0, Ordering::Release);
-                let prev = self
-                    .region
-                    .atomic_u64(word)?
-                    .fetch_and(!bit, Ordering::AcqRel);
-                self.persist_ack(&[(at, 8), (word, 8)])?;
-                if prev & bit == 0 {
+                let (was_marked, touched) = self.unmark_slot(off)?;
+                self.persist_ack(&touched)?;
+                if !was_marked {
                     return Ok(Invalidated::No);
                 }
                 self.block_meta(off.block())?
@@ -755,18 +743,29 @@ impl Inner {
         }
     }
 
+    /// Zeroes the stamp of the fixed slot at `off` and clears its bit (not persisted). Returns
+    /// whether the bit was set, and the two words touched. The stamp goes first, while the slot
+    /// is still taken (once the bit is clear, an inserter may claim the slot), and with it the
+    /// slot's bytes can never pass for a record again (see layout::stamp); a crash between the
+    /// two leaves a marked slot with a zero stamp: invalid.
+    fn unmark_slot(&self, off: RecordOffset) -> Result<(bool, [(u64, usize); 2])> {
+        let (word, bit) = self.bit_of(off);
+        let at = self.slot_pos(off) + layout::SLOT_STAMP;
+        self.region.atomic_u64(at)?.store(0, Ordering::Release);
+        let prev = self
+            .region
+            .atomic_u64(word)?
+            .fetch_and(!bit, Ordering::AcqRel);
+        Ok((prev & bit != 0, [(at, 8), (word, 8)]))
+    }
+
     /// Recovery: unmarks a record that a crash tore (marker set, check failed) and zeroes its
     /// stamp, durably. It was never acknowledged and was never counted live.
     pub fn discard_torn(&self, off: RecordOffset) -> Result<()> {
         match self.geo.layout {
             RecordLayout::Fixed { .. } => {
-                let (word, bit) = self.bit_of(off);
-                let at = self.slot_pos(off);
-                self.region.atomic_u64(at)?.store(0, Ordering::Release);
-                self.region
-                    .atomic_u64(word)?
-                    .fetch_and(!bit, Ordering::AcqRel);
-                self.region.persist_all(&[(at, 8), (word, 8)])
+                let (_, touched) = self.unmark_slot(off)?;
+                self.region.persist_all(&touched)
             }
             RecordLayout::Variable => {
                 let pos = self.var_pos(off);

@@ -153,13 +153,13 @@ pub(crate) fn record_is_whole(
     match geo.layout {
         RecordLayout::Fixed { .. } => {
             let at = geo.slot_offset(off.block(), off.page(), off.pos());
-            let (version, check) = stamp::unpack(region.read_u64(at + layout::SLOT_STAMP)?);
+            let (version, _) = stamp::unpack(region.read_u64(at + layout::SLOT_STAMP)?);
             if version == 0 || !geo.self_validating() {
                 return Ok(version != 0);
             }
             buf.resize(geo.slot_size as usize, 0);
             region.read(at, buf)?;
-            Ok(stamp::check(buf.get(stamp::SLOT_COVERED..).unwrap_or_default()) == check)
+            Ok(stamp::is_sealed(buf))
         }
         RecordLayout::Variable => {
             let pos = geo.page_offset(off.block(), off.page()) + u64::from(off.pos());
@@ -173,10 +173,8 @@ pub(crate) fn record_is_whole(
             }
             buf.resize(var::INLINE_HEADER as usize + k + v, 0);
             region.read(pos, buf)?;
-            let mut stored = [0u8; 4];
-            stored.copy_from_slice(buf.get(4..8).unwrap_or(&[0; 4]));
-            let covered = buf.get(var::INLINE_VERSION as usize..).unwrap_or_default();
-            Ok(stamp::check(covered) == u32::from_le_bytes(stored))
+            // The checked range starts after the header word.
+            Ok(stamp::is_sealed(buf.get(4..).unwrap_or_default()))
         }
     }
 }

@@ -241,24 +241,10 @@ fn reserve_address_space(wanted: usize, minimum: usize) -> Result<(NonNull<u8>, 
     let minimum = minimum.max(PAGE);
     let mut len = wanted.max(minimum);
     loop {
-        // SAFETY: anonymous PROT_NONE mapping at a kernel-chosen address; touches no existing
-        // memory.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
+        let err = match super::dram::map_anonymous(len, libc::PROT_NONE) {
+            Ok(base) => return Ok((base, len)),
+            Err(e) => e,
         };
-        if p != libc::MAP_FAILED {
-            let base = NonNull::new(p.cast::<u8>())
-                .ok_or_else(|| Error::InvalidArgument("mmap returned null".into()))?;
-            return Ok((base, len));
-        }
-        let err = std::io::Error::last_os_error();
         let next = (len / 2) & !(PAGE - 1);
         if next < minimum {
             return Err(Error::io("reserve address space", None, err));
