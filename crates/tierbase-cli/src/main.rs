@@ -35,6 +35,8 @@ enum Command {
     Profile(cmd::profile::ProfileArgs),
     /// Operate a hybrid KV store file: create, put, get, delete, scan, stats, verify.
     Kv(cmd::kv::KvArgs),
+    /// Serve a store over the Redis protocol (redis-cli, redis-benchmark, client libraries).
+    Serve(cmd::serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
         Command::Report(a) => cmd::report::run(a, &ctx).map(|()| true),
         Command::Profile(a) => cmd::profile::run(a, &ctx).map(|()| true),
         Command::Kv(a) => cmd::kv::run(a, &ctx),
+        Command::Serve(a) => cmd::serve::run(a, &ctx).map(|()| true),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -3,7 +3,7 @@
 //! Layers (see `docs/ARCHITECTURE.md`):
 //! - [`device`]: persistent regions, block devices, durability modes, device profiles,
 //!   emulation and counters — the only code that touches hardware;
-//! - stores built on it (added issue by issue);
+//! - stores built on it ([`kv`]), each implementing the engine's [`store::Store`] interface;
 //! - front ends (the `tierbase` CLI, benchmarks) live in their own crates.
 //!
 //! ```
@@ -27,6 +27,7 @@ pub mod device;
 mod error;
 pub mod kv;
 pub mod space;
+pub mod store;
 pub mod sync;
 pub mod testing;
 

@@ -9,6 +9,7 @@ pub mod devices;
 pub mod kv;
 pub mod profile;
 pub mod report;
+pub mod serve;
 
 /// What every command may need from the global options.
 #[derive(Debug)]

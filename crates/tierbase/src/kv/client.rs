@@ -29,6 +29,7 @@ use std::sync::atomic::Ordering;
 use super::layout::{self, RecordLayout, RecordOffset, stamp, var};
 use super::store::{Inner, LARGE};
 use crate::error::{Error, Result};
+use crate::store::Change;
 
 /// A handle for one thread's writes (and reads). Create one per thread with
 /// [`super::KvStore::client`]; it owns an insert block until dropped. `'static` and `Send`:
@@ -132,6 +133,20 @@ impl Client {
         self.writer().update(key, value)
     }
 
+    /// Reads `key` and applies what `decide` returns (keep, put a value, delete) while
+    /// holding the key's lock, so no other write of `key` comes between the read and the
+    /// write: the base of atomic read-modify-write (counters, appends, conditional puts).
+    /// `decide` runs exactly once; it should be quick (writers of keys sharing the lock's
+    /// stripe wait for it). Durable when it returns, like [`Client::put`].
+    pub fn modify(
+        &mut self,
+        key: &[u8],
+        decide: &mut dyn FnMut(Option<&[u8]>) -> Change,
+    ) -> Result<()> {
+        self.help_reclaim();
+        self.writer().modify(key, decide)
+    }
+
     /// Reads `key` into `value`; returns whether it exists (reuses `value`'s allocation).
     pub fn get_into(&mut self, key: &[u8], value: &mut Vec<u8>) -> Result<bool> {
         self.inner.get(key, value, &mut self.state.scratch)
@@ -222,6 +237,35 @@ impl Writer<'_> {
         }
         inner.metrics.puts.incr();
         Ok(old.is_none())
+    }
+
+    /// See [`Client::modify`].
+    pub(crate) fn modify(
+        &mut self,
+        key: &[u8],
+        decide: &mut dyn FnMut(Option<&[u8]>) -> Change,
+    ) -> Result<()> {
+        self.inner.check_key(key)?;
+        self.inner.check_writable()?;
+        let inner = self.inner;
+        let kw = inner.key_word(key);
+        let key_lock = inner.lock_key(kw);
+        // Writers of this key wait for the lock, so the value read is the one replaced.
+        let mut current = Vec::new();
+        let found = inner.get(key, &mut current, &mut self.st.scratch)?;
+        match decide(found.then_some(current.as_slice())) {
+            Change::Keep => Ok(()),
+            Change::Put(value) => {
+                self.check_value(&value)?;
+                let result = self.put_locked(key, &value, kw, key_lock.version());
+                inner.fail_on_error(result).map(drop)
+            }
+            Change::Delete => {
+                let result = inner.delete_locked(key, kw, &mut self.st.scratch);
+                inner.metrics.deletes.incr();
+                inner.fail_on_error(result).map(drop)
+            }
+        }
     }
 
     /// Replaces the value of an existing key; returns `false` (and writes nothing) if the key

@@ -754,6 +754,66 @@ impl OffsetIndex {
         segs + dirs + stash
     }
 
+    /// The tag of `key` (the top 16 bits of its hash): an entry's position in tag order,
+    /// which never changes while it lives (splits and displacements keep it).
+    pub fn tag(key: u64) -> u16 {
+        tag_of(mix(key))
+    }
+
+    /// Appends the offset of every entry whose tag lies in `lo..=hi` to `out`: for each
+    /// segment covering part of the range, a snapshot taken while no entry of it moved (the
+    /// segment's version is re-checked; a split or displacement during the pass repeats it).
+    /// Walking the tag space in ascending ranges therefore meets every entry that lives
+    /// throughout exactly once (the store's cursor scan).
+    pub fn entries_in_tags(&self, lo: u16, hi: u16, out: &mut Vec<u64>) {
+        let mut tag = u32::from(lo);
+        let hi = u32::from(hi);
+        let mut found = Vec::new();
+        while tag <= hi {
+            let h = u64::from(tag) << 48;
+            let next = loop {
+                let Some(seg) = self.segment_for(h) else {
+                    std::hint::spin_loop();
+                    continue;
+                };
+                let v1 = seg.version.load(Ordering::Acquire);
+                if v1 & 1 == 1 || !seg.owns(h) {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                let depth = seg.depth.load(Ordering::Acquire);
+                // The segment's last tag: its prefix's range in the 16-bit tag space.
+                let seg_end = if depth == 0 {
+                    0xFFFF
+                } else {
+                    let prefix = u32::try_from(seg.prefix.load(Ordering::Acquire)).unwrap_or(0);
+                    ((prefix + 1) << (16 - depth)) - 1
+                };
+                let last = seg_end.min(hi);
+                let wanted = |t: u16| (tag..=last).contains(&u32::from(t));
+                found.clear();
+                for bucket in seg.buckets.iter() {
+                    for s in 0..SLOTS {
+                        if let Some((t, v)) = bucket.get(s)
+                            && wanted(t)
+                        {
+                            found.push(v);
+                        }
+                    }
+                }
+                if seg.stash_len.load(Ordering::Acquire) > 0 {
+                    found.extend(seg.stash.lock().iter().filter(|e| wanted(e.0)).map(|e| e.1));
+                }
+                fence(Ordering::Acquire);
+                if seg.version.load(Ordering::Relaxed) == v1 {
+                    break last + 1;
+                }
+            };
+            out.extend_from_slice(&found);
+            tag = next;
+        }
+    }
+
     /// Visits the offset of every entry (not a snapshot; for statistics and tests).
     pub fn for_each(&self, mut f: impl FnMut(u64)) {
         for (_, seg) in self.segments.iter() {

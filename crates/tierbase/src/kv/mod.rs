@@ -69,6 +69,7 @@ use self::store::{FREE, Inner, LARGE, OWNED, SEALED};
 use crate::device::{DramArena, Durability, DurabilityMode, PmemRegion, RegionOptions};
 use crate::error::{Error, Result};
 use crate::space::FreeExtents;
+use crate::store::{Change, Store, StoreDescription};
 use crate::sync::{Background, KeyLocks};
 
 /// Default pages per block: Viper's six (one 4 KiB page per DIMM of a 6-DIMM interleave set).
@@ -522,6 +523,95 @@ impl KvStore {
         self.inner().delete(key, &mut scratch)
     }
 
+    /// Reads `key` and applies what `decide` returns, atomically per key (see
+    /// [`Client::modify`]). Durable when it returns (at the `Immediate` level).
+    pub fn modify(
+        &self,
+        key: &[u8],
+        decide: &mut dyn FnMut(Option<&[u8]>) -> Change,
+    ) -> Result<()> {
+        self.with_client(|c| c.modify(key, decide))
+    }
+
+    /// A cursor walk over the keys, in the index's hash order (not byte order): appends the
+    /// keys of the next stretch of the 2^16 hash positions, sized so that about `count` keys
+    /// come back, and returns the cursor to continue from (0 when the walk is done; start
+    /// with 0). Every key present for the whole walk is returned at least once, whatever
+    /// splits, moves or compactions happen meanwhile (a key keeps its hash position for
+    /// life); keys written or deleted during the walk may or may not appear.
+    pub fn scan(&self, cursor: u64, count: usize, out: &mut Vec<Vec<u8>>) -> Result<u64> {
+        const POSITIONS: u64 = 1 << 16;
+        let Ok(lo) = u16::try_from(cursor) else {
+            return Ok(0);
+        };
+        let inner = self.inner();
+        let per_position = inner.index.len() as f64 / POSITIONS as f64;
+        let span = if per_position <= 0.0 {
+            POSITIONS
+        } else {
+            ((count.max(1) as f64 / per_position).ceil() as u64).clamp(1, POSITIONS)
+        };
+        let hi_wide = (u64::from(lo) + span - 1).min(POSITIONS - 1);
+        let hi = u16::try_from(hi_wide).unwrap_or(u16::MAX);
+        let in_range = |key: &[u8]| {
+            let tag = OffsetIndex::tag(inner.key_word(key));
+            (lo..=hi).contains(&tag)
+        };
+        // An entry read while its record is being replaced or moved gives no key (or the
+        // wrong one): collect the range again and read what is new, until a pass meets only
+        // entries that held still.
+        let mut read = std::collections::HashSet::new();
+        let mut keys = std::collections::BTreeSet::new();
+        let (mut offsets, mut key, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
+        let mut failure = None;
+        for _pass in 0..32 {
+            offsets.clear();
+            inner.index.entries_in_tags(lo, hi, &mut offsets);
+            let mut settled = true;
+            failure = None;
+            for &off in &offsets {
+                if !read.insert(off) {
+                    continue;
+                }
+                let at = RecordOffset(off);
+                match inner.read_key_at(at, &mut key) {
+                    Ok(true) if in_range(&key) => {
+                        if inner.indexed_at(&key, at) {
+                            keys.insert(key.clone());
+                        } else {
+                            settled = false;
+                            if inner.locate(&key, &mut scratch).is_some() {
+                                keys.insert(key.clone());
+                            }
+                        }
+                    }
+                    Ok(_) => settled = false,
+                    Err(e) => {
+                        settled = false;
+                        failure = Some((off, e));
+                    }
+                }
+            }
+            if settled {
+                break;
+            }
+        }
+        // An unreadable record still indexed after the passes is real corruption.
+        if let Some((off, e)) = failure {
+            offsets.clear();
+            inner.index.entries_in_tags(lo, hi, &mut offsets);
+            if offsets.contains(&off) {
+                return Err(e);
+            }
+        }
+        out.extend(keys);
+        Ok(if hi_wide + 1 >= POSITIONS {
+            0
+        } else {
+            hi_wide + 1
+        })
+    }
+
     /// Number of live keys.
     pub fn len(&self) -> usize {
         self.inner().index.len()
@@ -867,4 +957,126 @@ fn decode_header(hdr: &[u8], path: Option<&Path>, chunk_size: u64) -> Result<Geo
     // for reference.
     let _ = stored_chunk;
     Ok(geo)
+}
+
+impl Store for KvStore {
+    fn describe(&self) -> StoreDescription {
+        let inner = self.inner();
+        let mode = inner.region.durability();
+        let medium = match mode {
+            DurabilityMode::Dax => "DAX file",
+            DurabilityMode::Msync => "disk file (msync)",
+            DurabilityMode::ProcessCrash => "tmpfs-backed file",
+            DurabilityMode::None => "volatile memory",
+        };
+        let medium = match inner.path() {
+            Some(p) => format!("{medium} {}", p.display()),
+            None => medium.to_string(),
+        };
+        let guarantee = if mode.survives_power_loss() {
+            "power loss"
+        } else if mode.survives_process_crash() {
+            "process crash"
+        } else {
+            "nothing"
+        };
+        StoreDescription {
+            store: "kv".into(),
+            medium,
+            guarantee: guarantee.into(),
+            commit: self.shared.commit.name(),
+            ordered: false,
+        }
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        KvStore::get(self, key)
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        KvStore::put(self, key, value)
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<bool> {
+        KvStore::delete(self, key)
+    }
+
+    fn modify(&self, key: &[u8], decide: &mut dyn FnMut(Option<&[u8]>) -> Change) -> Result<()> {
+        KvStore::modify(self, key, decide)
+    }
+
+    fn len(&self) -> u64 {
+        KvStore::len(self) as u64
+    }
+
+    fn scan(&self, cursor: u64, count: usize, out: &mut Vec<Vec<u8>>) -> Result<u64> {
+        KvStore::scan(self, cursor, count, out)
+    }
+
+    fn defers_sync(&self) -> bool {
+        self.inner().region.defers_persists() && self.shared.commit.defers()
+    }
+
+    fn sync(&self) -> Result<()> {
+        KvStore::sync(self)
+    }
+
+    fn metrics(&self) -> Vec<(String, String)> {
+        let stats = self.stats();
+        let m = self.metrics();
+        let mut lines = vec![
+            ("kv_records".to_string(), stats.records.to_string()),
+            ("kv_layout".to_string(), format!("{:?}", stats.layout)),
+            (
+                "kv_durability_mode".to_string(),
+                stats.durability.name().to_string(),
+            ),
+            ("kv_commit".to_string(), stats.commit.clone()),
+            ("kv_flush".to_string(), stats.flush.to_string()),
+            ("kv_emulation".to_string(), stats.emulation.clone()),
+            (
+                "kv_region_bytes".to_string(),
+                stats.region_bytes.to_string(),
+            ),
+            ("kv_live_bytes".to_string(), stats.live_bytes.to_string()),
+            ("kv_dead_bytes".to_string(), stats.dead_bytes.to_string()),
+            (
+                "kv_space_amplification".to_string(),
+                format!("{:.2}", stats.space_amplification),
+            ),
+            ("kv_dram_bytes".to_string(), stats.dram_bytes.to_string()),
+            ("kv_syncs".to_string(), stats.syncs.to_string()),
+            (
+                "kv_deferred_persists".to_string(),
+                stats.deferred_persists.to_string(),
+            ),
+        ];
+        let counters = [
+            ("puts", m.puts),
+            ("updates", m.updates),
+            ("deletes", m.deletes),
+            ("gets", m.gets),
+            ("get_hits", m.get_hits),
+            ("read_retries", m.read_retries),
+            ("compactions", m.compactions),
+            ("records_moved", m.records_moved),
+            ("large_records", m.large_records),
+            ("reclaim_errors", m.reclaim_errors),
+            ("fences", m.region.fences),
+            ("flushes", m.region.flushes),
+            ("bytes_written", m.region.bytes_written),
+            ("io_errors", m.region.errors),
+        ];
+        for (name, value) in counters {
+            lines.push((format!("kv_{name}"), value.to_string()));
+        }
+        if let Some(reason) = stats.read_only {
+            lines.push(("kv_read_only".to_string(), reason));
+        }
+        lines
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        KvStore::close(*self)
+    }
 }

@@ -820,7 +820,7 @@ impl Inner {
         self.fail_on_error(result)
     }
 
-    fn delete_locked(&self, key: &[u8], kw: u64, scratch: &mut Vec<u8>) -> Result<bool> {
+    pub fn delete_locked(&self, key: &[u8], kw: u64, scratch: &mut Vec<u8>) -> Result<bool> {
         let Some(off) = self.locate(key, scratch) else {
             return Ok(false);
         };

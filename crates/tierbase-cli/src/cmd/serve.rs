@@ -1,0 +1,103 @@
+//! `tierbase serve`: a store behind the Redis protocol (the server lives in
+//! `tierbase-server`; this parses flags and prints the start and stop lines).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use tierbase::device::Durability;
+use tierbase_server::resp::Limits;
+use tierbase_server::{STORES, Server, ServerConfig, open_store};
+
+use super::Ctx;
+use crate::util::parse_size;
+
+/// Arguments of `tierbase serve`.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// The store to serve.
+    #[arg(long, default_value = "kv", value_parser = clap::builder::PossibleValuesParser::new(STORES))]
+    store: String,
+    /// The store's file (created if missing). A file on tmpfs survives a process crash; on a
+    /// disk or DAX file system, power loss.
+    #[arg(long, value_name = "FILE")]
+    path: PathBuf,
+    /// Address to listen on. Anything but loopback needs --requirepass (or
+    /// --protected-mode no).
+    #[arg(long, default_value = "127.0.0.1:6380")]
+    listen: SocketAddr,
+    /// When a write's reply is sent: immediate (once durable), eventual[:<ms>] (once applied;
+    /// a background flush makes it durable within the interval), none (durable at shutdown).
+    #[arg(long, default_value = "immediate", value_parser = parse_durability)]
+    durability: Durability,
+    /// Password clients must AUTH with.
+    #[arg(long, value_name = "PASSWORD")]
+    requirepass: Option<String>,
+    /// Refuse a non-loopback --listen without --requirepass (yes|no).
+    #[arg(long, default_value = "yes", value_parser = parse_yes_no)]
+    protected_mode: bool,
+    /// Most clients connected at once.
+    #[arg(long, default_value_t = 10_000)]
+    max_clients: usize,
+    /// Longest bulk string a request may carry (e.g. 512M).
+    #[arg(long, default_value = "512M", value_parser = parse_size)]
+    max_bulk_len: u64,
+    /// Most arguments in one request.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    max_args: usize,
+    /// Close a client idle this many seconds (0: never).
+    #[arg(long, default_value_t = 0)]
+    timeout: u64,
+    /// Worker threads [default: one per CPU].
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+fn parse_durability(s: &str) -> Result<Durability, String> {
+    Durability::parse(s).ok_or_else(|| {
+        format!("'{s}' is not a durability level (immediate, eventual, eventual:<ms>, none)")
+    })
+}
+
+fn parse_yes_no(s: &str) -> Result<bool, String> {
+    match s {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(format!("'{s}': expected yes or no")),
+    }
+}
+
+/// Runs the server until SHUTDOWN, SIGINT or SIGTERM.
+pub fn run(args: ServeArgs, _ctx: &Ctx) -> anyhow::Result<()> {
+    let defaults = ServerConfig::default();
+    let config = ServerConfig {
+        listen: args.listen,
+        requirepass: args.requirepass,
+        protected_mode: args.protected_mode,
+        max_clients: args.max_clients,
+        limits: Limits {
+            max_bulk_len: usize::try_from(args.max_bulk_len).unwrap_or(usize::MAX),
+            max_args: args.max_args,
+            ..Limits::default()
+        },
+        idle_timeout: (args.timeout > 0).then(|| Duration::from_secs(args.timeout)),
+        worker_threads: args.threads.unwrap_or(defaults.worker_threads),
+        handle_signals: true,
+    };
+    config.validate()?;
+    let (store, policy) = open_store(&args.store, &args.path, args.durability)
+        .with_context(|| format!("opening {}", args.path.display()))?;
+    let server = Server::bind(store, policy, config)?;
+    let ready = server.ready()?;
+    eprintln!(
+        "tierbase serve: listening on {} — store {} on {}; commit {}; guarantee: {}",
+        ready.addr, ready.store, ready.medium, ready.policy.commit, ready.policy.guarantee
+    );
+    let summary = server.serve()?;
+    eprintln!(
+        "tierbase serve: stopped ({}) after {} connections and {} commands; store closed cleanly",
+        summary.reason, summary.connections, summary.commands
+    );
+    Ok(())
+}

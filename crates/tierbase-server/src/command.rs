@@ -1,0 +1,923 @@
+//! Commands: the Redis command set tierbase serves, executed against the engine's
+//! [`Store`] interface.
+//!
+//! Owns: the command table (names, arities, flags), argument checking, Redis's error texts,
+//! each command's semantics, and `INFO`/`CONFIG GET`/`COMMAND` contents. Must not touch:
+//! sockets or framing (`server`, `resp`) or any store's internals — every key operation is a
+//! [`Store`] call, and read-modify-write commands (INCR, APPEND, SET NX/XX/GET, GETDEL) are
+//! one [`Store::modify`] each, so they are atomic per key.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
+
+use tierbase::store::{Change, Store};
+
+use crate::glob::glob_match;
+use crate::resp::{Protocol, Reply};
+use crate::server::ServerConfig;
+use crate::stores::ReplyPolicy;
+
+/// Shared server state the commands read and update.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub store: Box<dyn Store>,
+    pub policy: ReplyPolicy,
+    pub config: ServerConfig,
+    pub port: u16,
+    pub started: Instant,
+    pub stats: Stats,
+}
+
+/// Server-wide counters (`INFO stats`, `INFO clients`).
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub clients: AtomicUsize,
+    pub next_client_id: AtomicU64,
+    pub connections_received: AtomicU64,
+    pub rejected_connections: AtomicU64,
+    pub commands: AtomicU64,
+    pub keyspace_hits: AtomicU64,
+    pub keyspace_misses: AtomicU64,
+    pub net_input_bytes: AtomicU64,
+    pub net_output_bytes: AtomicU64,
+    pub syncs_before_reply: AtomicU64,
+    pub protocol_errors: AtomicU64,
+}
+
+/// One connection's session state.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub id: u64,
+    pub name: Option<Vec<u8>>,
+    pub protocol: Protocol,
+    pub authenticated: bool,
+}
+
+/// What the connection does after a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flow {
+    /// Read the next command.
+    Continue,
+    /// Send what is buffered, then close (QUIT).
+    Close,
+    /// Close without a reply and shut the server down (SHUTDOWN).
+    Shutdown,
+}
+
+/// The outcome of one command.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub reply: Option<Reply>,
+    /// Whether it wrote to the store (its reply waits for durability).
+    pub wrote: bool,
+    pub flow: Flow,
+}
+
+impl Outcome {
+    fn read(reply: Reply) -> Self {
+        Outcome {
+            reply: Some(reply),
+            wrote: false,
+            flow: Flow::Continue,
+        }
+    }
+
+    fn write(reply: Reply) -> Self {
+        Outcome {
+            reply: Some(reply),
+            wrote: true,
+            flow: Flow::Continue,
+        }
+    }
+}
+
+/// A command's entry in the table: Redis's arity convention (n: exactly n arguments counting
+/// the name; -n: at least n), flags, and key positions, as `COMMAND` reports them.
+struct Spec {
+    name: &'static str,
+    arity: i64,
+    flags: &'static [&'static str],
+    first_key: i64,
+    last_key: i64,
+    step: i64,
+}
+
+const fn spec(
+    name: &'static str,
+    arity: i64,
+    flags: &'static [&'static str],
+    keys: (i64, i64, i64),
+) -> Spec {
+    Spec {
+        name,
+        arity,
+        flags,
+        first_key: keys.0,
+        last_key: keys.1,
+        step: keys.2,
+    }
+}
+
+const W: &[&str] = &["write"];
+const WD: &[&str] = &["write", "denyoom"];
+const R: &[&str] = &["readonly", "fast"];
+const A: &[&str] = &["fast", "no-auth"];
+const NK: (i64, i64, i64) = (0, 0, 0);
+const K1: (i64, i64, i64) = (1, 1, 1);
+
+static COMMANDS: &[Spec] = &[
+    spec("ping", -1, A, NK),
+    spec("echo", 2, &["fast"], NK),
+    spec("quit", -1, A, NK),
+    spec("hello", -1, A, NK),
+    spec("auth", -2, A, NK),
+    spec("select", 2, &["fast"], NK),
+    spec("client", -2, &["admin"], NK),
+    spec("command", -1, &["loading", "stale"], NK),
+    spec("config", -2, &["admin"], NK),
+    spec("info", -1, &["loading", "stale"], NK),
+    spec("dbsize", 1, R, NK),
+    spec("get", 2, R, K1),
+    spec("set", -3, WD, K1),
+    spec("setnx", 3, WD, K1),
+    spec("getset", 3, WD, K1),
+    spec("getdel", 2, W, K1),
+    spec("mget", -2, R, (1, -1, 1)),
+    spec("mset", -3, WD, (1, -1, 2)),
+    spec("del", -2, W, (1, -1, 1)),
+    spec("unlink", -2, W, (1, -1, 1)),
+    spec("exists", -2, R, (1, -1, 1)),
+    spec("incr", 2, WD, K1),
+    spec("decr", 2, WD, K1),
+    spec("incrby", 3, WD, K1),
+    spec("decrby", 3, WD, K1),
+    spec("append", 3, WD, K1),
+    spec("strlen", 2, R, K1),
+    spec("type", 2, R, K1),
+    spec("ttl", 2, R, K1),
+    spec("pttl", 2, R, K1),
+    spec("scan", -2, &["readonly"], NK),
+    spec("flushdb", -1, W, NK),
+    spec("shutdown", -1, &["admin"], NK),
+];
+
+fn find_spec(name: &str) -> Option<&'static Spec> {
+    COMMANDS.iter().find(|s| s.name == name)
+}
+
+fn lower(arg: &[u8]) -> String {
+    String::from_utf8_lossy(arg).to_ascii_lowercase()
+}
+
+fn wrong_args(name: &str) -> Reply {
+    Reply::error(format!(
+        "ERR wrong number of arguments for '{name}' command"
+    ))
+}
+
+fn not_integer() -> Reply {
+    Reply::error("ERR value is not an integer or out of range")
+}
+
+fn syntax_error() -> Reply {
+    Reply::error("ERR syntax error")
+}
+
+/// A store failure as a reply: Redis's generic error prefix with the store's one line.
+fn store_error(e: &tierbase::Error) -> Reply {
+    Reply::error(format!("ERR {e}"))
+}
+
+fn parse_i64(arg: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(arg).ok()?;
+    // Redis accepts no leading '+', spaces or leading zeros ("007"); i64 parsing would.
+    if s.is_empty()
+        || s.starts_with('+')
+        || (s.len() > 1 && s.starts_with('0'))
+        || s.starts_with("-0")
+    {
+        return None;
+    }
+    s.parse().ok()
+}
+
+fn unknown_command(args: &[Vec<u8>]) -> Reply {
+    let name = String::from_utf8_lossy(args.first().map_or(&[][..], Vec::as_slice)).into_owned();
+    let mut rest = String::new();
+    for a in args.iter().skip(1).take(16) {
+        rest.push_str(&format!("'{}' ", String::from_utf8_lossy(a)));
+    }
+    Reply::error(format!(
+        "ERR unknown command '{name}', with args beginning with: {rest}"
+    ))
+}
+
+/// Executes one command.
+pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Outcome {
+    shared.stats.commands.fetch_add(1, Ordering::Relaxed);
+    let Some(first) = args.first() else {
+        return Outcome::read(Reply::error("ERR empty command"));
+    };
+    let name = lower(first);
+    let Some(spec) = find_spec(&name) else {
+        return Outcome::read(unknown_command(args));
+    };
+    let n = args.len() as i64;
+    if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
+        return Outcome::read(wrong_args(&name));
+    }
+    if !session.authenticated && !spec.flags.contains(&"no-auth") {
+        return Outcome::read(Reply::error("NOAUTH Authentication required."));
+    }
+    let store = shared.store.as_ref();
+    let rest = &args[1..];
+    match name.as_str() {
+        "ping" => Outcome::read(match rest {
+            [] => Reply::Simple("PONG".into()),
+            [msg] => Reply::bulk(msg.clone()),
+            _ => wrong_args("ping"),
+        }),
+        "echo" => Outcome::read(Reply::bulk(rest[0].clone())),
+        "quit" => Outcome {
+            reply: Some(Reply::ok()),
+            wrote: false,
+            flow: Flow::Close,
+        },
+        "hello" => hello(shared, session, rest),
+        "auth" => Outcome::read(auth(shared, session, rest)),
+        "select" => Outcome::read(match parse_i64(&rest[0]) {
+            Some(0) => Reply::ok(),
+            Some(_) => Reply::error("ERR DB index is out of range"),
+            None => not_integer(),
+        }),
+        "client" => Outcome::read(client(session, rest)),
+        "command" => Outcome::read(command(rest)),
+        "config" => Outcome::read(config(shared, rest)),
+        "info" => Outcome::read(Reply::Verbatim(info(shared, rest))),
+        "dbsize" => Outcome::read(Reply::Integer(store.len() as i64)),
+        "get" => Outcome::read(match store.get(&rest[0]) {
+            Ok(v) => {
+                count_hit(shared, v.is_some());
+                v.map_or(Reply::Nil, Reply::Bulk)
+            }
+            Err(e) => store_error(&e),
+        }),
+        "set" => set(store, rest),
+        "setnx" => {
+            let mut created = false;
+            let value = rest[1].clone();
+            write_outcome(
+                store.modify(&rest[0], &mut |old| {
+                    created = old.is_none();
+                    if created {
+                        Change::Put(value.clone())
+                    } else {
+                        Change::Keep
+                    }
+                }),
+                || Reply::Integer(i64::from(created)),
+            )
+        }
+        "getset" => {
+            let mut previous = None;
+            let value = rest[1].clone();
+            write_outcome(
+                store.modify(&rest[0], &mut |old| {
+                    previous = old.map(<[u8]>::to_vec);
+                    Change::Put(value.clone())
+                }),
+                || previous.take().map_or(Reply::Nil, Reply::Bulk),
+            )
+        }
+        "getdel" => {
+            let mut previous = None;
+            write_outcome(
+                store.modify(&rest[0], &mut |old| {
+                    previous = old.map(<[u8]>::to_vec);
+                    if previous.is_some() {
+                        Change::Delete
+                    } else {
+                        Change::Keep
+                    }
+                }),
+                || previous.take().map_or(Reply::Nil, Reply::Bulk),
+            )
+        }
+        "mget" => {
+            let mut values = Vec::with_capacity(rest.len());
+            for key in rest {
+                match store.get(key) {
+                    Ok(v) => {
+                        count_hit(shared, v.is_some());
+                        values.push(v.map_or(Reply::Nil, Reply::Bulk));
+                    }
+                    Err(e) => return Outcome::read(store_error(&e)),
+                }
+            }
+            Outcome::read(Reply::Array(values))
+        }
+        "mset" => {
+            if !rest.len().is_multiple_of(2) {
+                return Outcome::read(wrong_args("mset"));
+            }
+            for pair in rest.chunks_exact(2) {
+                if let Err(e) = store.put(&pair[0], &pair[1]) {
+                    return Outcome::write(store_error(&e));
+                }
+            }
+            Outcome::write(Reply::ok())
+        }
+        "del" | "unlink" => {
+            let mut removed = 0;
+            for key in rest {
+                match store.delete(key) {
+                    Ok(true) => removed += 1,
+                    Ok(false) => {}
+                    Err(e) => return Outcome::write(store_error(&e)),
+                }
+            }
+            Outcome::write(Reply::Integer(removed))
+        }
+        "exists" => {
+            let mut found = 0;
+            for key in rest {
+                match store.get(key) {
+                    Ok(Some(_)) => found += 1,
+                    Ok(None) => {}
+                    Err(e) => return Outcome::read(store_error(&e)),
+                }
+            }
+            Outcome::read(Reply::Integer(found))
+        }
+        "incr" => incr_by(store, &rest[0], Some(1)),
+        "decr" => incr_by(store, &rest[0], Some(-1)),
+        "incrby" => incr_by(store, &rest[0], parse_i64(&rest[1])),
+        "decrby" => incr_by(
+            store,
+            &rest[0],
+            parse_i64(&rest[1]).and_then(i64::checked_neg),
+        ),
+        "append" => {
+            let mut len = 0;
+            let suffix = &rest[1];
+            write_outcome(
+                store.modify(&rest[0], &mut |old| {
+                    let mut v = old.map(<[u8]>::to_vec).unwrap_or_default();
+                    v.extend_from_slice(suffix);
+                    len = v.len();
+                    Change::Put(v)
+                }),
+                || Reply::Integer(len as i64),
+            )
+        }
+        "strlen" => Outcome::read(match store.get(&rest[0]) {
+            Ok(v) => Reply::Integer(v.map_or(0, |v| v.len() as i64)),
+            Err(e) => store_error(&e),
+        }),
+        "type" => Outcome::read(match store.get(&rest[0]) {
+            Ok(Some(_)) => Reply::Simple("string".into()),
+            Ok(None) => Reply::Simple("none".into()),
+            Err(e) => store_error(&e),
+        }),
+        "ttl" | "pttl" => Outcome::read(match store.get(&rest[0]) {
+            // No key expires: -1 for a key, -2 for none (Redis's convention).
+            Ok(Some(_)) => Reply::Integer(-1),
+            Ok(None) => Reply::Integer(-2),
+            Err(e) => store_error(&e),
+        }),
+        "scan" => Outcome::read(scan(store, rest)),
+        "flushdb" => flushdb(store, rest),
+        "shutdown" => Outcome {
+            reply: None,
+            wrote: false,
+            flow: Flow::Shutdown,
+        },
+        _ => Outcome::read(unknown_command(args)),
+    }
+}
+
+fn count_hit(shared: &Shared, hit: bool) {
+    let counter = if hit {
+        &shared.stats.keyspace_hits
+    } else {
+        &shared.stats.keyspace_misses
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The outcome of a write through [`Store::modify`]: its reply, or the store's error.
+fn write_outcome(result: tierbase::Result<()>, reply: impl FnOnce() -> Reply) -> Outcome {
+    match result {
+        Ok(()) => Outcome::write(reply()),
+        Err(e) => Outcome::write(store_error(&e)),
+    }
+}
+
+fn incr_by(store: &dyn Store, key: &[u8], delta: Option<i64>) -> Outcome {
+    let Some(delta) = delta else {
+        return Outcome::read(not_integer());
+    };
+    let mut result: Result<i64, Reply> = Ok(0);
+    let done = store.modify(key, &mut |old| {
+        let current = match old {
+            None => 0,
+            Some(v) => match parse_i64(v) {
+                Some(n) => n,
+                None => {
+                    result = Err(not_integer());
+                    return Change::Keep;
+                }
+            },
+        };
+        match current.checked_add(delta) {
+            Some(n) => {
+                result = Ok(n);
+                Change::Put(n.to_string().into_bytes())
+            }
+            None => {
+                result = Err(Reply::error("ERR increment or decrement would overflow"));
+                Change::Keep
+            }
+        }
+    });
+    write_outcome(done, || match result {
+        Ok(n) => Reply::Integer(n),
+        Err(reply) => reply,
+    })
+}
+
+/// SET key value [NX | XX] [GET]; expiry options are refused (no key expires in tierbase).
+fn set(store: &dyn Store, rest: &[Vec<u8>]) -> Outcome {
+    let (key, value) = (&rest[0], &rest[1]);
+    let (mut nx, mut xx, mut get) = (false, false, false);
+    for opt in &rest[2..] {
+        match lower(opt).as_str() {
+            "nx" if !xx => nx = true,
+            "xx" if !nx => xx = true,
+            "get" => get = true,
+            "ex" | "px" | "exat" | "pxat" | "keepttl" | "persist" => {
+                return Outcome::read(Reply::error(
+                    "ERR key expiry (EX/PX/EXAT/PXAT/KEEPTTL) is not supported by tierbase: keys do not expire",
+                ));
+            }
+            _ => return Outcome::read(syntax_error()),
+        }
+    }
+    if !nx && !xx && !get {
+        return match store.put(key, value) {
+            Ok(_) => Outcome::write(Reply::ok()),
+            Err(e) => Outcome::write(store_error(&e)),
+        };
+    }
+    let (mut previous, mut applied) = (None, false);
+    let done = store.modify(key, &mut |old| {
+        previous = old.map(<[u8]>::to_vec);
+        applied = !(nx && old.is_some() || xx && old.is_none());
+        if applied {
+            Change::Put(value.clone())
+        } else {
+            Change::Keep
+        }
+    });
+    write_outcome(done, || {
+        if get {
+            previous.take().map_or(Reply::Nil, Reply::Bulk)
+        } else if applied {
+            Reply::ok()
+        } else {
+            Reply::Nil
+        }
+    })
+}
+
+/// SCAN cursor [MATCH pattern] [COUNT n] [TYPE type].
+fn scan(store: &dyn Store, rest: &[Vec<u8>]) -> Reply {
+    let Some(cursor) = std::str::from_utf8(&rest[0])
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    else {
+        return Reply::error("ERR invalid cursor");
+    };
+    let (mut pattern, mut count, mut type_ok) = (None, 10usize, true);
+    let mut opts = rest[1..].iter();
+    while let Some(opt) = opts.next() {
+        let Some(value) = opts.next() else {
+            return syntax_error();
+        };
+        match lower(opt).as_str() {
+            "match" => pattern = Some(value.clone()),
+            "count" => match parse_i64(value) {
+                Some(n) if n >= 1 => count = usize::try_from(n).unwrap_or(usize::MAX),
+                Some(_) => return syntax_error(),
+                None => return not_integer(),
+            },
+            "type" => type_ok = lower(value) == "string",
+            _ => return syntax_error(),
+        }
+    }
+    let mut keys = Vec::new();
+    let next = match store.scan(cursor, count, &mut keys) {
+        Ok(next) => next,
+        Err(e) => return store_error(&e),
+    };
+    let keys = keys
+        .into_iter()
+        .filter(|k| type_ok && pattern.as_deref().is_none_or(|p| glob_match(p, k)))
+        .map(Reply::Bulk)
+        .collect();
+    Reply::Array(vec![Reply::bulk(next.to_string()), Reply::Array(keys)])
+}
+
+/// FLUSHDB [ASYNC | SYNC]: deletes every key (a walk, not one atomic step).
+fn flushdb(store: &dyn Store, rest: &[Vec<u8>]) -> Outcome {
+    match rest {
+        [] => {}
+        [mode] if matches!(lower(mode).as_str(), "async" | "sync") => {}
+        _ => return Outcome::read(syntax_error()),
+    }
+    let mut cursor = 0;
+    let mut keys = Vec::new();
+    loop {
+        keys.clear();
+        cursor = match store.scan(cursor, 1024, &mut keys) {
+            Ok(c) => c,
+            Err(e) => return Outcome::write(store_error(&e)),
+        };
+        for key in &keys {
+            if let Err(e) = store.delete(key) {
+                return Outcome::write(store_error(&e));
+            }
+        }
+        if cursor == 0 {
+            return Outcome::write(Reply::ok());
+        }
+    }
+}
+
+/// HELLO [protover [AUTH username password] [SETNAME clientname]].
+fn hello(shared: &Shared, session: &mut Session, rest: &[Vec<u8>]) -> Outcome {
+    let mut protocol = session.protocol;
+    let mut opts = rest.iter();
+    if let Some(v) = opts.next() {
+        protocol = match parse_i64(v) {
+            Some(2) => Protocol::Resp2,
+            Some(3) => Protocol::Resp3,
+            Some(_) => {
+                return Outcome::read(Reply::error("NOPROTO unsupported protocol version"));
+            }
+            None => {
+                return Outcome::read(Reply::error(
+                    "ERR Protocol version is not an integer or out of range",
+                ));
+            }
+        };
+    }
+    let mut name = None;
+    while let Some(opt) = opts.next() {
+        match lower(opt).as_str() {
+            "auth" => {
+                let (Some(user), Some(pass)) = (opts.next(), opts.next()) else {
+                    return Outcome::read(syntax_error());
+                };
+                let reply = auth(shared, session, &[user.clone(), pass.clone()]);
+                if matches!(reply, Reply::Error(_)) {
+                    return Outcome::read(reply);
+                }
+            }
+            "setname" => {
+                let Some(n) = opts.next() else {
+                    return Outcome::read(syntax_error());
+                };
+                name = Some(n.clone());
+            }
+            _ => return Outcome::read(syntax_error()),
+        }
+    }
+    if !session.authenticated {
+        return Outcome::read(Reply::error(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the \
+             HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and \
+             select the RESP protocol version at the same time",
+        ));
+    }
+    if name.is_some() {
+        session.name = name;
+    }
+    session.protocol = protocol;
+    let proto = match protocol {
+        Protocol::Resp2 => 2,
+        Protocol::Resp3 => 3,
+    };
+    let fields = vec![
+        (Reply::bulk("server"), Reply::bulk("redis")),
+        (Reply::bulk("version"), Reply::bulk(REDIS_VERSION)),
+        (Reply::bulk("proto"), Reply::Integer(proto)),
+        (Reply::bulk("id"), Reply::Integer(session.id as i64)),
+        (Reply::bulk("mode"), Reply::bulk("standalone")),
+        (Reply::bulk("role"), Reply::bulk("master")),
+        (Reply::bulk("modules"), Reply::Array(Vec::new())),
+        (
+            Reply::bulk("tierbase"),
+            Reply::bulk(env!("CARGO_PKG_VERSION")),
+        ),
+        (
+            Reply::bulk("store"),
+            Reply::bulk(shared.store.describe().store),
+        ),
+    ];
+    Outcome::read(Reply::Map(fields))
+}
+
+/// The Redis version whose protocol and commands tierbase answers as (clients check it).
+pub(crate) const REDIS_VERSION: &str = "7.2.0";
+
+/// AUTH [username] password (only the `default` user exists).
+fn auth(shared: &Shared, session: &mut Session, rest: &[Vec<u8>]) -> Reply {
+    let (user, pass) = match rest {
+        [pass] => (&b"default"[..], pass),
+        [user, pass] => (user.as_slice(), pass),
+        _ => return syntax_error(),
+    };
+    let Some(expected) = &shared.config.requirepass else {
+        return Reply::error(
+            "ERR AUTH <password> called without any password configured for the default user. \
+             Are you sure your configuration is correct?",
+        );
+    };
+    if user == b"default" && constant_time_eq(pass, expected.as_bytes()) {
+        session.authenticated = true;
+        Reply::ok()
+    } else {
+        Reply::error("WRONGPASS invalid username-password pair or user is disabled.")
+    }
+}
+
+/// Compares without an early exit, so the reply time says nothing about the password.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = u8::from(a.len() != b.len());
+    for (i, x) in a.iter().enumerate() {
+        diff |= x ^ b.get(i).copied().unwrap_or(!x);
+    }
+    diff == 0
+}
+
+/// CLIENT SETNAME | GETNAME | ID | SETINFO | INFO.
+fn client(session: &mut Session, rest: &[Vec<u8>]) -> Reply {
+    match (lower(&rest[0]).as_str(), &rest[1..]) {
+        ("setname", [name]) => {
+            if name.iter().any(|&c| c <= b' ' || c > b'~') {
+                return Reply::error(
+                    "ERR Client names cannot contain spaces, newlines or special characters.",
+                );
+            }
+            session.name = (!name.is_empty()).then(|| name.clone());
+            Reply::ok()
+        }
+        ("getname", []) => session.name.clone().map_or(Reply::Nil, Reply::Bulk),
+        ("id", []) => Reply::Integer(session.id as i64),
+        ("setinfo", [_, _]) => Reply::ok(),
+        ("info", []) => Reply::Verbatim(format!(
+            "id={} name={} resp={}\n",
+            session.id,
+            String::from_utf8_lossy(session.name.as_deref().unwrap_or_default()),
+            match session.protocol {
+                Protocol::Resp2 => 2,
+                Protocol::Resp3 => 3,
+            }
+        )),
+        (sub, _) => Reply::error(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{sub}'. Try CLIENT HELP."
+        )),
+    }
+}
+
+fn command_entry(spec: &Spec) -> Reply {
+    Reply::Array(vec![
+        Reply::bulk(spec.name),
+        Reply::Integer(spec.arity),
+        Reply::Set(
+            spec.flags
+                .iter()
+                .map(|f| Reply::Simple((*f).into()))
+                .collect(),
+        ),
+        Reply::Integer(spec.first_key),
+        Reply::Integer(spec.last_key),
+        Reply::Integer(spec.step),
+    ])
+}
+
+/// COMMAND, COMMAND COUNT, COMMAND INFO name…, COMMAND DOCS [name…].
+fn command(rest: &[Vec<u8>]) -> Reply {
+    match rest.first().map(|s| lower(s)).as_deref() {
+        None => Reply::Array(COMMANDS.iter().map(command_entry).collect()),
+        Some("count") => Reply::Integer(COMMANDS.len() as i64),
+        Some("info") => Reply::Array(
+            rest[1..]
+                .iter()
+                .map(|n| find_spec(&lower(n)).map_or(Reply::Nil, command_entry))
+                .collect(),
+        ),
+        // No documentation entries: clients treat an empty reply as "no hints".
+        Some("docs") => Reply::Map(Vec::new()),
+        Some(sub) => Reply::error(format!("ERR unknown subcommand '{sub}'. Try COMMAND HELP.")),
+    }
+}
+
+/// CONFIG GET pattern…; CONFIG SET and the rest are refused (start-up flags configure the
+/// server).
+fn config(shared: &Shared, rest: &[Vec<u8>]) -> Reply {
+    let sub = lower(&rest[0]);
+    if sub != "get" {
+        return Reply::error(format!(
+            "ERR CONFIG {} is not supported by tierbase (configure the server with its start-up flags)",
+            sub.to_ascii_uppercase()
+        ));
+    }
+    if rest.len() < 2 {
+        return wrong_args("config|get");
+    }
+    let c = &shared.config;
+    let values: Vec<(&str, String)> = vec![
+        ("appendonly", "no".into()),
+        ("save", String::new()),
+        ("databases", "1".into()),
+        ("maxclients", c.max_clients.to_string()),
+        (
+            "timeout",
+            c.idle_timeout.map_or(0, |d| d.as_secs()).to_string(),
+        ),
+        ("proto-max-bulk-len", c.limits.max_bulk_len.to_string()),
+        ("port", shared.port.to_string()),
+        ("bind", c.listen.ip().to_string()),
+        (
+            "protected-mode",
+            if c.protected_mode { "yes" } else { "no" }.into(),
+        ),
+        ("maxmemory", "0".into()),
+        ("io-threads", c.worker_threads.to_string()),
+    ];
+    let mut out = Vec::new();
+    for pattern in &rest[1..] {
+        for (name, value) in &values {
+            if glob_match(&pattern.to_ascii_lowercase(), name.as_bytes())
+                && !out
+                    .iter()
+                    .any(|(n, _): &(Reply, Reply)| n == &Reply::bulk(*name))
+            {
+                out.push((Reply::bulk(*name), Reply::bulk(value.clone())));
+            }
+        }
+    }
+    Reply::Map(out)
+}
+
+/// CPU seconds (user, system) this process has used.
+fn cpu_seconds() -> (f64, f64) {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a `rusage` into the pointer it is given; the pointer is to a
+    // zeroed, properly aligned `rusage` that lives across the call.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    if rc != 0 {
+        return (0.0, 0.0);
+    }
+    // SAFETY: getrusage returned 0, so it filled the struct (and it was zeroed before).
+    let usage = unsafe { usage.assume_init() };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(usage.ru_utime), secs(usage.ru_stime))
+}
+
+/// Resident set size in bytes, from /proc (0 where it cannot be read).
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// INFO [section…]: server, clients, stats, memory, persistence, cpu, keyspace, tierbase.
+fn info(shared: &Shared, rest: &[Vec<u8>]) -> String {
+    let wanted: Vec<String> = rest.iter().map(|s| lower(s)).collect();
+    let all = wanted.is_empty()
+        || wanted
+            .iter()
+            .any(|w| w == "all" || w == "everything" || w == "default");
+    let show = |section: &str| all || wanted.iter().any(|w| w == section);
+    let st = &shared.stats;
+    let desc = shared.store.describe();
+    let mut out = String::new();
+    let mut section = |name: &str, lines: Vec<(String, String)>| {
+        if show(&name.to_ascii_lowercase()) {
+            if !out.is_empty() {
+                out.push_str("\r\n");
+            }
+            out.push_str(&format!("# {name}\r\n"));
+            for (k, v) in lines {
+                out.push_str(&format!("{k}:{v}\r\n"));
+            }
+        }
+    };
+    let s = |k: &str, v: String| (k.to_string(), v);
+    let load = |c: &AtomicU64| c.load(Ordering::Relaxed).to_string();
+    section(
+        "Server",
+        vec![
+            s("redis_version", REDIS_VERSION.into()),
+            s("tierbase_version", env!("CARGO_PKG_VERSION").into()),
+            s("redis_mode", "standalone".into()),
+            s("os", std::env::consts::OS.into()),
+            s("arch_bits", (usize::BITS).to_string()),
+            s("multiplexing_api", "tokio".into()),
+            s("process_id", std::process::id().to_string()),
+            s("tcp_port", shared.port.to_string()),
+            s(
+                "uptime_in_seconds",
+                shared.started.elapsed().as_secs().to_string(),
+            ),
+            s(
+                "io_threads_active",
+                shared.config.worker_threads.to_string(),
+            ),
+        ],
+    );
+    section(
+        "Clients",
+        vec![
+            s(
+                "connected_clients",
+                st.clients.load(Ordering::Relaxed).to_string(),
+            ),
+            s("maxclients", shared.config.max_clients.to_string()),
+            s("blocked_clients", "0".into()),
+        ],
+    );
+    let dram = shared
+        .store
+        .metrics()
+        .into_iter()
+        .find(|(k, _)| k.ends_with("dram_bytes"))
+        .map_or_else(|| "0".to_string(), |(_, v)| v);
+    section(
+        "Memory",
+        vec![
+            s("used_memory", dram.clone()),
+            s("used_memory_rss", rss_bytes().to_string()),
+            s("tierbase_store_dram_bytes", dram),
+            s("maxmemory", "0".into()),
+        ],
+    );
+    section(
+        "Persistence",
+        vec![
+            s("loading", "0".into()),
+            s("aof_enabled", "0".into()),
+            s("rdb_changes_since_last_save", "0".into()),
+            s("tierbase_guarantee", shared.policy.guarantee_class.into()),
+            s("tierbase_guarantee_detail", shared.policy.guarantee.clone()),
+            s("tierbase_commit", shared.policy.commit.clone()),
+            s(
+                "tierbase_sync_before_reply",
+                u8::from(shared.policy.sync_before_reply).to_string(),
+            ),
+            s("tierbase_syncs_before_reply", load(&st.syncs_before_reply)),
+            s("tierbase_medium", desc.medium.clone()),
+        ],
+    );
+    section(
+        "Stats",
+        vec![
+            s("total_connections_received", load(&st.connections_received)),
+            s("total_commands_processed", load(&st.commands)),
+            s("rejected_connections", load(&st.rejected_connections)),
+            s("keyspace_hits", load(&st.keyspace_hits)),
+            s("keyspace_misses", load(&st.keyspace_misses)),
+            s("total_net_input_bytes", load(&st.net_input_bytes)),
+            s("total_net_output_bytes", load(&st.net_output_bytes)),
+            s("total_error_replies_protocol", load(&st.protocol_errors)),
+            s("expired_keys", "0".into()),
+            s("evicted_keys", "0".into()),
+        ],
+    );
+    let (user, sys) = cpu_seconds();
+    section(
+        "CPU",
+        vec![
+            s("used_cpu_sys", format!("{sys:.6}")),
+            s("used_cpu_user", format!("{user:.6}")),
+        ],
+    );
+    section(
+        "Keyspace",
+        vec![s(
+            "db0",
+            format!("keys={},expires=0,avg_ttl=0", shared.store.len()),
+        )],
+    );
+    let mut store_lines = vec![
+        s("store", desc.store),
+        s("store_ordered", u8::from(desc.ordered).to_string()),
+    ];
+    store_lines.extend(shared.store.metrics());
+    section("Tierbase", store_lines);
+    out
+}

@@ -1,0 +1,35 @@
+//! `tierbase serve`: tierbase's stores behind the Redis protocol (RESP2, and RESP3 through
+//! `HELLO 3`), so redis-cli, redis-benchmark and every Redis client library can use them.
+//!
+//! Owns: the wire protocol ([`resp`]), the command set (`command`), the network loop
+//! ([`Server`]), and which stores can be served ([`open_store`]). Must not touch: any store's
+//! internals — a store is served through the engine's [`tierbase::store::Store`] interface,
+//! so adding one is one arm in [`open_store`].
+//!
+//! Durability: a write's reply leaves only once the write is durable at the commit level the
+//! server was started with (see [`ReplyPolicy`] and docs/SERVER.md).
+//!
+//! ```no_run
+//! use tierbase::device::Durability;
+//! use tierbase_server::{Server, ServerConfig, open_store};
+//! # fn main() -> Result<(), tierbase_server::ServerError> {
+//! let (store, policy) = open_store("kv", "/dev/shm/served.tb".as_ref(), Durability::Immediate)?;
+//! let server = Server::bind(store, policy, ServerConfig::default())?;
+//! println!("listening on {}", server.ready()?.addr);
+//! server.serve()?; // until SHUTDOWN
+//! # Ok(()) }
+//! ```
+
+#![deny(missing_docs)]
+
+mod command;
+mod error;
+mod glob;
+pub mod resp;
+mod server;
+mod stores;
+
+pub use error::{Result, ServerError};
+pub use glob::glob_match;
+pub use server::{Ready, Server, ServerConfig, ShutdownHandle, Summary};
+pub use stores::{ReplyPolicy, STORES, open_store, reply_policy};

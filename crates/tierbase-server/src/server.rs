@@ -1,0 +1,492 @@
+//! The network loop: listening, connections, pipelining, limits, durability before replies,
+//! and graceful shutdown.
+//!
+//! Owns: sockets, the tokio runtime, per-connection buffers, the client limit, idle timeouts,
+//! and the order "execute a batch → make it durable → reply". Must not touch: command
+//! semantics (`command`) or framing details (`resp`).
+//!
+//! Design (measured in docs/SERVER.md): a multi-threaded tokio runtime, one task per
+//! connection. A task parses every complete request in its buffer (a pipeline), executes
+//! them in order, and, when any wrote and the store defers its syncs, calls one
+//! [`tierbase::store::Store::sync`] before sending the batch's replies: concurrent
+//! connections' syncs are grouped by the store (one `fdatasync` for all waiting), and a reply
+//! never precedes durability. Store calls are synchronous and short on memory media; where a
+//! sync can block on a disk the batch runs under `block_in_place`, so the other connections
+//! keep their worker threads.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use tierbase::store::Store;
+
+use crate::command::{self, Flow, Session, Shared, Stats};
+use crate::error::{Result, ServerError};
+use crate::resp::{Limits, Protocol, Reply, parse_request};
+use crate::stores::ReplyPolicy;
+
+/// How the server listens and what it allows.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Address to listen on (loopback by default).
+    pub listen: SocketAddr,
+    /// Password clients must give with AUTH (or HELLO … AUTH) before any other command.
+    pub requirepass: Option<String>,
+    /// Refuse to listen on a non-loopback address without a password (Redis's protected
+    /// mode).
+    pub protected_mode: bool,
+    /// Most connections at once; one more gets `-ERR max number of clients reached`.
+    pub max_clients: usize,
+    /// Request size limits (bulk length, arguments, inline length).
+    pub limits: Limits,
+    /// Close a connection idle this long (`None`: never).
+    pub idle_timeout: Option<Duration>,
+    /// Runtime worker threads.
+    pub worker_threads: usize,
+    /// Stop on SIGINT and SIGTERM (the command line sets this; embedded servers need not).
+    pub handle_signals: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 6380)),
+            requirepass: None,
+            protected_mode: true,
+            max_clients: 10_000,
+            limits: Limits::default(),
+            idle_timeout: None,
+            worker_threads: std::thread::available_parallelism().map_or(2, usize::from),
+            handle_signals: false,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Refuses what the server would refuse at [`Server::bind`], before anything is opened:
+    /// a non-loopback address without a password under protected mode, zero limits.
+    pub fn validate(&self) -> Result<()> {
+        if self.protected_mode && self.requirepass.is_none() && !self.listen.ip().is_loopback() {
+            return Err(ServerError::Config(format!(
+                "refusing to listen on {} without a password: give --requirepass, or \
+                 --protected-mode no to serve everyone who can reach it",
+                self.listen
+            )));
+        }
+        if self.max_clients == 0 || self.worker_threads == 0 {
+            return Err(ServerError::Config(
+                "--max-clients and --threads must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What the server says when it is ready (for the start log line).
+#[derive(Clone, Debug)]
+pub struct Ready {
+    /// The address it listens on (with the real port when port 0 was asked for).
+    pub addr: SocketAddr,
+    /// Store name.
+    pub store: String,
+    /// Medium and path.
+    pub medium: String,
+    /// Commit level and guarantee.
+    pub policy: ReplyPolicy,
+}
+
+/// What the server did, when it stopped.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    /// Connections accepted.
+    pub connections: u64,
+    /// Commands executed.
+    pub commands: u64,
+    /// Why it stopped.
+    pub reason: String,
+}
+
+/// Stops a running server from another thread (tests, embedding).
+#[derive(Clone, Debug)]
+pub struct ShutdownHandle {
+    tx: Arc<watch::Sender<Option<String>>>,
+}
+
+impl ShutdownHandle {
+    /// Asks the server to stop: it stops accepting, finishes the commands it has read,
+    /// closes the store cleanly, and `serve` returns.
+    pub fn shutdown(&self, reason: &str) {
+        self.tx.send_if_modified(|r| {
+            if r.is_none() {
+                *r = Some(reason.to_string());
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+/// A server with its socket bound, ready to [`Server::serve`].
+#[derive(Debug)]
+pub struct Server {
+    runtime: tokio::runtime::Runtime,
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    shutdown: Arc<watch::Sender<Option<String>>>,
+}
+
+impl Server {
+    /// Checks the configuration, starts the runtime and binds the socket.
+    pub fn bind(store: Box<dyn Store>, policy: ReplyPolicy, config: ServerConfig) -> Result<Self> {
+        config.validate()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.worker_threads)
+            .thread_name("tierbase-serve")
+            .enable_all()
+            .build()
+            .map_err(|e| ServerError::io("starting the runtime", e))?;
+        let listener = runtime
+            .block_on(TcpListener::bind(config.listen))
+            .map_err(|e| ServerError::io(format!("listening on {}", config.listen), e))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| ServerError::io("reading the bound address", e))?
+            .port();
+        let (tx, _rx) = watch::channel(None);
+        Ok(Server {
+            runtime,
+            listener,
+            shared: Arc::new(Shared {
+                store,
+                policy,
+                config,
+                port,
+                started: Instant::now(),
+                stats: Stats::default(),
+            }),
+            shutdown: Arc::new(tx),
+        })
+    }
+
+    /// The bound address and what is served.
+    pub fn ready(&self) -> Result<Ready> {
+        let addr = self
+            .listener
+            .local_addr()
+            .map_err(|e| ServerError::io("reading the bound address", e))?;
+        let desc = self.shared.store.describe();
+        Ok(Ready {
+            addr,
+            store: desc.store,
+            medium: desc.medium,
+            policy: self.shared.policy.clone(),
+        })
+    }
+
+    /// A handle that stops the server.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle {
+            tx: self.shutdown.clone(),
+        }
+    }
+
+    /// Serves until SHUTDOWN, a signal (if configured) or a [`ShutdownHandle`]; then
+    /// finishes in-flight commands, closes every connection and closes the store cleanly.
+    pub fn serve(self) -> Result<Summary> {
+        let Server {
+            runtime,
+            listener,
+            shared,
+            shutdown,
+        } = self;
+        let reason = runtime.block_on(accept_loop(listener, shared.clone(), shutdown))?;
+        // Every connection task has ended: the store handle is ours alone.
+        runtime.shutdown_timeout(Duration::from_secs(5));
+        let summary = Summary {
+            connections: shared.stats.connections_received.load(Ordering::Relaxed),
+            commands: shared.stats.commands.load(Ordering::Relaxed),
+            reason,
+        };
+        match Arc::try_unwrap(shared) {
+            Ok(shared) => shared.store.close()?,
+            // A task outlived the drain (it cannot, but never skip durability for it).
+            Err(shared) => shared.store.sync()?,
+        }
+        Ok(summary)
+    }
+}
+
+async fn signal_or_pending(enabled: bool) -> String {
+    if !enabled {
+        return std::future::pending().await;
+    }
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "SIGINT".to_string(),
+        _ = term.recv() => "SIGTERM".to_string(),
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    shutdown: Arc<watch::Sender<Option<String>>>,
+) -> Result<String> {
+    let mut stop = shutdown.subscribe();
+    let mut tasks = tokio::task::JoinSet::new();
+    let signals = signal_or_pending(shared.config.handle_signals);
+    tokio::pin!(signals);
+    let reason = loop {
+        tokio::select! {
+            reason = &mut signals => break reason,
+            _ = stop.changed() => break stop.borrow().clone().unwrap_or_default(),
+            accepted = listener.accept() => {
+                let (stream, _) = match accepted {
+                    Ok(a) => a,
+                    // Out of file descriptors and the like: back off, keep serving the rest.
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                shared.stats.connections_received.fetch_add(1, Ordering::Relaxed);
+                let clients = shared.stats.clients.fetch_add(1, Ordering::AcqRel) + 1;
+                if clients > shared.config.max_clients {
+                    shared.stats.clients.fetch_sub(1, Ordering::AcqRel);
+                    shared.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+                    tasks.spawn(reject(stream));
+                    continue;
+                }
+                let (shared, stop) = (shared.clone(), shutdown.subscribe());
+                let stop_all = shutdown.clone();
+                tasks.spawn(async move {
+                    let flow = connection(stream, &shared, stop).await;
+                    shared.stats.clients.fetch_sub(1, Ordering::AcqRel);
+                    if flow == Flow::Shutdown {
+                        stop_all.send_if_modified(|r| {
+                            r.get_or_insert_with(|| "SHUTDOWN command".to_string());
+                            true
+                        });
+                    }
+                });
+            }
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+    };
+    // Tell every connection (a SIGINT did not go through the channel).
+    shutdown.send_if_modified(|r| {
+        r.get_or_insert_with(|| reason.clone());
+        true
+    });
+    drop(listener);
+    while tasks.join_next().await.is_some() {}
+    Ok(reason)
+}
+
+async fn reject(mut stream: TcpStream) {
+    let _ = stream
+        .write_all(b"-ERR max number of clients reached\r\n")
+        .await;
+    let _ = stream.shutdown().await;
+}
+
+/// Initial read buffer; it grows only as far as a request in it needs (bounded by the
+/// limits), and shrinks back after a large request.
+const READ_CHUNK: usize = 16 * 1024;
+/// Replies buffered before they are written out mid-batch (a long pipeline of GETs must not
+/// build an unbounded reply buffer).
+const FLUSH_AT: usize = 64 * 1024;
+
+async fn connection(
+    mut stream: TcpStream,
+    shared: &Arc<Shared>,
+    mut stop: watch::Receiver<Option<String>>,
+) -> Flow {
+    let _ = stream.set_nodelay(true);
+    let mut session = Session {
+        id: shared.stats.next_client_id.fetch_add(1, Ordering::Relaxed) + 1,
+        name: None,
+        protocol: Protocol::Resp2,
+        authenticated: shared.config.requirepass.is_none(),
+    };
+    let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut output: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    loop {
+        // Execute every complete request already read.
+        let (flow, stop_reading) =
+            match run_batch(shared, &mut session, &mut input, &mut output, &mut stream).await {
+                Ok(r) => r,
+                Err(()) => return Flow::Close,
+            };
+        if !output.is_empty() {
+            shared
+                .stats
+                .net_output_bytes
+                .fetch_add(output.len() as u64, Ordering::Relaxed);
+            if stream.write_all(&output).await.is_err() {
+                return Flow::Close;
+            }
+            output.clear();
+        }
+        if stop_reading || flow != Flow::Continue {
+            let _ = stream.shutdown().await;
+            return flow;
+        }
+        if stop.borrow().is_some() {
+            // Shutting down: what was read is done and answered; close.
+            let _ = stream.shutdown().await;
+            return Flow::Close;
+        }
+        if input.capacity() > 4 * READ_CHUNK && input.len() < READ_CHUNK {
+            input.shrink_to(READ_CHUNK);
+        }
+        input.reserve(READ_CHUNK);
+        let read = async {
+            match shared.config.idle_timeout {
+                Some(t) => tokio::time::timeout(t, stream.read_buf(&mut input))
+                    .await
+                    .unwrap_or(Ok(0)),
+                None => stream.read_buf(&mut input).await,
+            }
+        };
+        tokio::select! {
+            n = read => match n {
+                Ok(0) | Err(_) => return Flow::Close,
+                Ok(n) => {
+                    shared.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            },
+            _ = stop.changed() => {
+                let _ = stream.shutdown().await;
+                return Flow::Close;
+            }
+        }
+    }
+}
+
+/// How a stretch of pipelined requests ended.
+struct Stretch {
+    flow: Flow,
+    wrote: bool,
+    /// The reply buffer filled up before the input ran out.
+    more: bool,
+    /// A protocol error: reply, then close.
+    broken: bool,
+}
+
+/// Executes complete requests from `input[*consumed..]` until the input runs out, a command
+/// ends the connection, or the replies reach [`FLUSH_AT`].
+fn execute_stretch(
+    shared: &Shared,
+    session: &mut Session,
+    input: &[u8],
+    consumed: &mut usize,
+    output: &mut Vec<u8>,
+) -> Stretch {
+    let mut stretch = Stretch {
+        flow: Flow::Continue,
+        wrote: false,
+        more: false,
+        broken: false,
+    };
+    loop {
+        let rest = input.get(*consumed..).unwrap_or_default();
+        if rest.is_empty() {
+            return stretch;
+        }
+        match parse_request(rest, &shared.config.limits) {
+            Ok(Some(req)) => {
+                *consumed += req.consumed;
+                if req.args.is_empty() {
+                    continue;
+                }
+                let outcome = command::execute(shared, session, &req.args);
+                stretch.wrote |= outcome.wrote;
+                if let Some(reply) = outcome.reply {
+                    reply.encode(session.protocol, output);
+                }
+                if outcome.flow != Flow::Continue {
+                    stretch.flow = outcome.flow;
+                    return stretch;
+                }
+                if output.len() >= FLUSH_AT {
+                    stretch.more = true;
+                    return stretch;
+                }
+            }
+            Ok(None) => return stretch,
+            Err(e) => {
+                shared.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                Reply::error(format!("ERR {e}")).encode(session.protocol, output);
+                stretch.flow = Flow::Close;
+                stretch.broken = true;
+                return stretch;
+            }
+        }
+    }
+}
+
+/// Parses and executes every complete request in `input`, appending replies to `output`;
+/// a stretch that wrote is made durable (one store sync) before its replies can leave.
+/// Returns the flow and whether the connection must close after replying. `Err` when the
+/// peer is gone.
+async fn run_batch(
+    shared: &Arc<Shared>,
+    session: &mut Session,
+    input: &mut Vec<u8>,
+    output: &mut Vec<u8>,
+    stream: &mut TcpStream,
+) -> std::result::Result<(Flow, bool), ()> {
+    let mut consumed = 0;
+    let sync_first = shared.policy.sync_before_reply;
+    let result = loop {
+        let replies_from = output.len();
+        let mut stretch = if sync_first {
+            // A write may wait on the disk (an ordering sync): keep the worker's other
+            // connections running meanwhile.
+            tokio::task::block_in_place(|| {
+                execute_stretch(shared, session, input, &mut consumed, output)
+            })
+        } else {
+            execute_stretch(shared, session, input, &mut consumed, output)
+        };
+        if stretch.wrote && sync_first {
+            let synced = tokio::task::block_in_place(|| shared.store.sync());
+            shared
+                .stats
+                .syncs_before_reply
+                .fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = synced {
+                // Nothing of this stretch is acknowledged: its replies become the error.
+                output.truncate(replies_from);
+                Reply::error(format!("ERR write not durable: {e}"))
+                    .encode(session.protocol, output);
+                stretch.flow = Flow::Close;
+                stretch.broken = true;
+            }
+        }
+        if !stretch.more || stretch.flow != Flow::Continue {
+            break (stretch.flow, stretch.broken);
+        }
+        // A full reply buffer mid-pipeline: send it, then go on.
+        shared
+            .stats
+            .net_output_bytes
+            .fetch_add(output.len() as u64, Ordering::Relaxed);
+        if stream.write_all(output).await.is_err() {
+            return Err(());
+        }
+        output.clear();
+    };
+    input.drain(..consumed.min(input.len()));
+    Ok(result)
+}

@@ -1,0 +1,94 @@
+//! The stores the server can serve, by name, and the reply policy each gets.
+//!
+//! Owns: opening a store for serving ([`open_store`]) and deciding when a write's reply may
+//! go out ([`ReplyPolicy`]). Must not touch: the protocol or commands. Adding a store is one
+//! arm here: open it, and say whether the server syncs before replying.
+
+use std::path::Path;
+
+use tierbase::device::Durability;
+use tierbase::kv::{KvOptions, KvStore};
+use tierbase::store::Store;
+
+use crate::error::{Result, ServerError};
+
+/// Store names `--store` accepts.
+pub const STORES: &[&str] = &["kv"];
+
+/// When a write's reply is sent, and what the reply then promises.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplyPolicy {
+    /// The commit level asked for (`immediate`, `eventual:<ms>ms`, `none`).
+    pub commit: String,
+    /// Sync the store before replying to a batch that wrote (the store defers its syncs,
+    /// and the level asked for is `immediate`): one sync serves every connection waiting.
+    pub sync_before_reply: bool,
+    /// What an acknowledged write survives, in words (`INFO persistence`).
+    pub guarantee: String,
+    /// The same, as one of `power-loss`, `process-crash`, `none`.
+    pub guarantee_class: &'static str,
+}
+
+/// Opens (or creates) the store `kind` at `path` for serving at commit level `level`.
+///
+/// At `immediate` a store that can defer its syncs is opened deferring, and the server syncs
+/// once per batch of writes before replying: concurrent connections share each sync (group
+/// commit) and every reply still means durable.
+pub fn open_store(
+    kind: &str,
+    path: &Path,
+    level: Durability,
+) -> Result<(Box<dyn Store>, ReplyPolicy)> {
+    match kind {
+        "kv" => {
+            let store_level = match level {
+                Durability::Immediate => Durability::None,
+                other => other,
+            };
+            let opts = KvOptions::default().durability(store_level);
+            let store = KvStore::open_or_create(path, &opts)?;
+            let policy = reply_policy(&store, level);
+            Ok((Box::new(store), policy))
+        }
+        other => Err(ServerError::Config(format!(
+            "unknown store '{other}' (stores: {})",
+            STORES.join(", ")
+        ))),
+    }
+}
+
+/// The reply policy for `store` opened for serving at `level`.
+pub fn reply_policy(store: &dyn Store, level: Durability) -> ReplyPolicy {
+    let medium = store.describe().guarantee;
+    let defers = store.defers_sync();
+    let (guarantee, class) = match (medium.as_str(), level) {
+        ("nothing", _) => ("nothing survives the process".to_string(), "none"),
+        ("power loss", Durability::Immediate) => (
+            "every acknowledged write survives power loss".to_string(),
+            "power-loss",
+        ),
+        ("power loss", Durability::Eventual(d)) => (
+            format!(
+                "acknowledged writes survive a process crash; a power loss may take the last {} ms",
+                d.as_millis()
+            ),
+            "process-crash",
+        ),
+        ("power loss", Durability::None) => (
+            "acknowledged writes survive a process crash; a power loss may take everything \
+             since the last clean close"
+                .to_string(),
+            "process-crash",
+        ),
+        _ => (
+            "acknowledged writes survive a process crash (kill -9), not a power loss".to_string(),
+            "process-crash",
+        ),
+    };
+    ReplyPolicy {
+        commit: level.name(),
+        sync_before_reply: defers && level == Durability::Immediate,
+        guarantee,
+        guarantee_class: class,
+    }
+}

@@ -1,0 +1,92 @@
+//! The engine's store interface: what a front end (the Redis-protocol server, an embedding
+//! application) needs from any tierbase store, so that serving a new store is one adapter.
+//!
+//! Owns: the [`Store`] trait, its read-modify-write vocabulary ([`Change`]), and
+//! [`StoreDescription`] (what a store is, where it lives and what a crash may take). Must not
+//! touch: any store's internals — each store implements the trait next to its own code
+//! (`kv/` for [`crate::kv::KvStore`]).
+//!
+//! Contract every implementation keeps:
+//! - point operations are linearizable per key, including [`Store::modify`], which runs its
+//!   closure while no other writer of that key can act (INCR, APPEND and SET NX are built on
+//!   it);
+//! - a write is durable when it returns unless [`Store::defers_sync`] says writes wait for
+//!   [`Store::sync`]; then `sync` makes every write acknowledged before it durable, and one
+//!   `sync` serves any number of writers (group commit);
+//! - [`Store::scan`] walks the keys with a cursor: starting at cursor 0 and following the
+//!   returned cursors until 0 comes back returns every key present for the whole walk at
+//!   least once; keys added or removed meanwhile may or may not appear.
+
+use crate::error::Result;
+
+/// What [`Store::modify`]'s closure wants done with the key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Leave the key as it is.
+    Keep,
+    /// Store this value (insert or replace).
+    Put(Vec<u8>),
+    /// Remove the key.
+    Delete,
+}
+
+/// What a store is and what it promises, for logs, `INFO` and `stats`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreDescription {
+    /// The store's name (`kv`, …).
+    pub store: String,
+    /// Where its data lives: medium and path (`tmpfs-backed file /dev/shm/s.tb`, …).
+    pub medium: String,
+    /// What an acknowledged write survives: `power loss`, `process crash` or `nothing`.
+    pub guarantee: String,
+    /// The commit level in force (`immediate`, `eventual:<ms>`, `none`).
+    pub commit: String,
+    /// Whether [`Store::scan`] returns keys in byte order.
+    pub ordered: bool,
+}
+
+/// A key-value store the engine's front ends can drive. `Send + Sync`: one handle is shared
+/// by every thread or task.
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// What the store is (see [`StoreDescription`]).
+    fn describe(&self) -> StoreDescription;
+
+    /// The value of `key`, if present.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// Inserts or replaces `key`; returns whether it was new.
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<bool>;
+
+    /// Removes `key`; returns whether it existed.
+    fn delete(&self, key: &[u8]) -> Result<bool>;
+
+    /// Reads `key` and applies what `decide` returns, atomically: no other write of `key`
+    /// happens between the read and the write. `decide` is called exactly once.
+    fn modify(&self, key: &[u8], decide: &mut dyn FnMut(Option<&[u8]>) -> Change) -> Result<()>;
+
+    /// Number of keys.
+    fn len(&self) -> u64;
+
+    /// Whether the store has no keys.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends about `count` keys from position `cursor` (0: the start) to `out` and returns
+    /// the cursor to continue from (0: done). See the module docs for the guarantee.
+    fn scan(&self, cursor: u64, count: usize, out: &mut Vec<Vec<u8>>) -> Result<u64>;
+
+    /// Whether writes wait for [`Store::sync`] to become durable.
+    fn defers_sync(&self) -> bool;
+
+    /// Makes every write acknowledged so far durable (nothing to do when
+    /// [`Store::defers_sync`] is false).
+    fn sync(&self) -> Result<()>;
+
+    /// The store's own counters and figures, as (name, value) lines for `INFO`.
+    fn metrics(&self) -> Vec<(String, String)>;
+
+    /// Makes every acknowledged write durable and releases the store (a clean close: the
+    /// next open needs no crash recovery once the last handle is gone).
+    fn close(self: Box<Self>) -> Result<()>;
+}
