@@ -55,7 +55,14 @@ fn main() -> ExitCode {
                 .next()
                 .unwrap_or("invalid arguments")
                 .trim_start_matches("error: ");
-            eprintln!("tierbase: error: {first} (see --help)");
+            // clap lists the accepted values on a later line: keep them on this one.
+            let accepted = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("[possible values: "))
+                .and_then(|l| l.strip_suffix(']'))
+                .map(|values| format!("; possible values: {values}"))
+                .unwrap_or_default();
+            eprintln!("tierbase: error: {first}{accepted} (see --help)");
             return ExitCode::from(2);
         }
     };

@@ -126,7 +126,7 @@ const NK: (i64, i64, i64) = (0, 0, 0);
 const K1: (i64, i64, i64) = (1, 1, 1);
 
 static COMMANDS: &[Spec] = &[
-    spec("ping", -1, A, NK),
+    spec("ping", -1, &["fast"], NK),
     spec("echo", 2, &["fast"], NK),
     spec("quit", -1, A, NK),
     spec("hello", -1, A, NK),
@@ -352,11 +352,11 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
         "incr" => incr_by(store, &rest[0], Some(1)),
         "decr" => incr_by(store, &rest[0], Some(-1)),
         "incrby" => incr_by(store, &rest[0], parse_i64(&rest[1])),
-        "decrby" => incr_by(
-            store,
-            &rest[0],
-            parse_i64(&rest[1]).and_then(i64::checked_neg),
-        ),
+        "decrby" => match parse_i64(&rest[1]) {
+            // Its negation does not fit: Redis's own message.
+            Some(i64::MIN) => Outcome::read(Reply::error("ERR decrement would overflow")),
+            delta => incr_by(store, &rest[0], delta.map(|d| -d)),
+        },
         "append" => {
             let mut len = 0;
             let suffix = &rest[1];
@@ -588,6 +588,9 @@ fn hello(shared: &Shared, session: &mut Session, rest: &[Vec<u8>]) -> Outcome {
                 let Some(n) = opts.next() else {
                     return Outcome::read(syntax_error());
                 };
+                if let Err(reply) = check_client_name(n) {
+                    return Outcome::read(reply);
+                }
                 name = Some(n.clone());
             }
             _ => return Outcome::read(syntax_error()),
@@ -661,18 +664,26 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
+/// Redis's rule for client names (CLIENT SETNAME, HELLO … SETNAME): printable, no spaces.
+fn check_client_name(name: &[u8]) -> Result<(), Reply> {
+    if name.iter().any(|&c| c <= b' ' || c > b'~') {
+        return Err(Reply::error(
+            "ERR Client names cannot contain spaces, newlines or special characters.",
+        ));
+    }
+    Ok(())
+}
+
 /// CLIENT SETNAME | GETNAME | ID | SETINFO | INFO.
 fn client(session: &mut Session, rest: &[Vec<u8>]) -> Reply {
     match (lower(&rest[0]).as_str(), &rest[1..]) {
-        ("setname", [name]) => {
-            if name.iter().any(|&c| c <= b' ' || c > b'~') {
-                return Reply::error(
-                    "ERR Client names cannot contain spaces, newlines or special characters.",
-                );
+        ("setname", [name]) => match check_client_name(name) {
+            Ok(()) => {
+                session.name = (!name.is_empty()).then(|| name.clone());
+                Reply::ok()
             }
-            session.name = (!name.is_empty()).then(|| name.clone());
-            Reply::ok()
-        }
+            Err(reply) => reply,
+        },
         ("getname", []) => session.name.clone().map_or(Reply::Nil, Reply::Bulk),
         ("id", []) => Reply::Integer(session.id as i64),
         ("setinfo", [_, _]) => Reply::ok(),

@@ -23,6 +23,7 @@
 #![deny(missing_docs)]
 
 mod command;
+mod commit;
 mod error;
 mod glob;
 pub mod resp;

@@ -7,12 +7,11 @@
 //!
 //! Design (measured in docs/SERVER.md): a multi-threaded tokio runtime, one task per
 //! connection. A task parses every complete request in its buffer (a pipeline), executes
-//! them in order, and, when any wrote and the store defers its syncs, calls one
-//! [`tierbase::store::Store::sync`] before sending the batch's replies: concurrent
-//! connections' syncs are grouped by the store (one `fdatasync` for all waiting), and a reply
-//! never precedes durability. Store calls are synchronous and short on memory media; where a
-//! sync can block on a disk the batch runs under `block_in_place`, so the other connections
-//! keep their worker threads.
+//! them in order, and, when any wrote and the store defers its syncs, waits (without holding
+//! a worker thread) for the commit thread's next store sync before sending the batch's
+//! replies: one sync answers every connection that wrote meanwhile (group commit), and a
+//! reply never precedes durability (`commit`). Store calls themselves are synchronous and
+//! short.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,6 +25,7 @@ use tokio::sync::watch;
 use tierbase::store::Store;
 
 use crate::command::{self, Flow, Session, Shared, Stats};
+use crate::commit::Committer;
 use crate::error::{Result, ServerError};
 use crate::resp::{Limits, Protocol, Reply, parse_request};
 use crate::stores::ReplyPolicy;
@@ -137,6 +137,7 @@ impl ShutdownHandle {
 pub struct Server {
     runtime: tokio::runtime::Runtime,
     listener: TcpListener,
+    signals: Option<StopSignals>,
     shared: Arc<Shared>,
     shutdown: Arc<watch::Sender<Option<String>>>,
 }
@@ -158,10 +159,20 @@ impl Server {
             .local_addr()
             .map_err(|e| ServerError::io("reading the bound address", e))?
             .port();
+        let signals = if config.handle_signals {
+            let _enter = runtime.enter();
+            Some(
+                StopSignals::subscribe()
+                    .map_err(|e| ServerError::io("subscribing to SIGINT and SIGTERM", e))?,
+            )
+        } else {
+            None
+        };
         let (tx, _rx) = watch::channel(None);
         Ok(Server {
             runtime,
             listener,
+            signals,
             shared: Arc::new(Shared {
                 store,
                 policy,
@@ -202,12 +213,39 @@ impl Server {
         let Server {
             runtime,
             listener,
+            signals,
             shared,
             shutdown,
         } = self;
-        let reason = runtime.block_on(accept_loop(listener, shared.clone(), shutdown))?;
-        // Every connection task has ended: the store handle is ours alone.
+        // Replies to writes wait for a sync only when the store defers them.
+        let committer = shared.policy.sync_before_reply.then(Committer::new);
+        let commit_thread = match &committer {
+            Some(c) => {
+                let (c, shared) = (c.clone(), shared.clone());
+                let thread = std::thread::Builder::new()
+                    .name("tierbase-commit".into())
+                    .spawn(move || c.run(shared.store.as_ref()))
+                    .map_err(|e| ServerError::io("starting the commit thread", e))?;
+                Some(thread)
+            }
+            None => None,
+        };
+        let served = runtime.block_on(accept_loop(
+            listener,
+            signals,
+            shared.clone(),
+            committer.clone(),
+            shutdown,
+        ));
+        // Every connection task has ended: nobody waits for a commit any more.
+        if let Some(c) = &committer {
+            c.stop();
+        }
+        if let Some(thread) = commit_thread {
+            let _ = thread.join();
+        }
         runtime.shutdown_timeout(Duration::from_secs(5));
+        let reason = served?;
         let summary = Summary {
             connections: shared.stats.connections_received.load(Ordering::Relaxed),
             commands: shared.stats.commands.load(Ordering::Relaxed),
@@ -222,28 +260,45 @@ impl Server {
     }
 }
 
-async fn signal_or_pending(enabled: bool) -> String {
-    if !enabled {
-        return std::future::pending().await;
+/// SIGINT and SIGTERM, subscribed to at bind time (before the ready line, so a supervisor's
+/// early SIGTERM is a graceful stop too).
+#[derive(Debug)]
+struct StopSignals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn subscribe() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(StopSignals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
     }
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return std::future::pending().await,
+}
+
+/// The name of the first stop signal, or never (no signals subscribed).
+async fn stop_signal(signals: Option<StopSignals>) -> String {
+    let Some(mut s) = signals else {
+        return std::future::pending().await;
     };
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => "SIGINT".to_string(),
-        _ = term.recv() => "SIGTERM".to_string(),
+        _ = s.interrupt.recv() => "SIGINT".to_string(),
+        _ = s.terminate.recv() => "SIGTERM".to_string(),
     }
 }
 
 async fn accept_loop(
     listener: TcpListener,
+    signals: Option<StopSignals>,
     shared: Arc<Shared>,
+    committer: Option<Arc<Committer>>,
     shutdown: Arc<watch::Sender<Option<String>>>,
 ) -> Result<String> {
     let mut stop = shutdown.subscribe();
     let mut tasks = tokio::task::JoinSet::new();
-    let signals = signal_or_pending(shared.config.handle_signals);
+    let signals = stop_signal(signals);
     tokio::pin!(signals);
     let reason = loop {
         tokio::select! {
@@ -267,9 +322,9 @@ async fn accept_loop(
                     continue;
                 }
                 let (shared, stop) = (shared.clone(), shutdown.subscribe());
-                let stop_all = shutdown.clone();
+                let (stop_all, committer) = (shutdown.clone(), committer.clone());
                 tasks.spawn(async move {
-                    let flow = connection(stream, &shared, stop).await;
+                    let flow = connection(stream, &shared, committer, stop).await;
                     shared.stats.clients.fetch_sub(1, Ordering::AcqRel);
                     if flow == Flow::Shutdown {
                         stop_all.send_if_modified(|r| {
@@ -309,6 +364,7 @@ const FLUSH_AT: usize = 64 * 1024;
 async fn connection(
     mut stream: TcpStream,
     shared: &Arc<Shared>,
+    committer: Option<Arc<Committer>>,
     mut stop: watch::Receiver<Option<String>>,
 ) -> Flow {
     let _ = stream.set_nodelay(true);
@@ -322,21 +378,31 @@ async fn connection(
     let mut output: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     loop {
         // Execute every complete request already read.
-        let (flow, stop_reading) =
-            match run_batch(shared, &mut session, &mut input, &mut output, &mut stream).await {
-                Ok(r) => r,
-                Err(()) => return Flow::Close,
-            };
+        let batch = run_batch(
+            shared,
+            &mut session,
+            &mut input,
+            &mut output,
+            &mut stream,
+            committer.as_deref(),
+        );
+        let (flow, stop_reading) = match batch.await {
+            Ok(r) => r,
+            Err(()) => return Flow::Close,
+        };
+        let unparsed = input.len();
         if !output.is_empty() {
-            shared
-                .stats
-                .net_output_bytes
-                .fetch_add(output.len() as u64, Ordering::Relaxed);
-            if stream.write_all(&output).await.is_err() {
+            if write_while_reading(&mut stream, &output, &mut input, shared)
+                .await
+                .is_err()
+            {
                 return Flow::Close;
             }
             output.clear();
         }
+        // Requests that arrived while the replies went out are executed before waiting for
+        // more.
+        let arrived = input.len() > unparsed;
         if stop_reading || flow != Flow::Continue {
             let _ = stream.shutdown().await;
             return flow;
@@ -345,6 +411,9 @@ async fn connection(
             // Shutting down: what was read is done and answered; close.
             let _ = stream.shutdown().await;
             return Flow::Close;
+        }
+        if arrived {
+            continue;
         }
         if input.capacity() > 4 * READ_CHUNK && input.len() < READ_CHUNK {
             input.shrink_to(READ_CHUNK);
@@ -371,6 +440,49 @@ async fn connection(
             }
         }
     }
+}
+
+/// Writes `output` whole while still reading requests into `input` (up to
+/// [`query_buffer_limit`]): a client that sends a long pipeline before it reads any reply
+/// (as client libraries' pipelines do) would otherwise fill both directions' socket buffers
+/// and wait on the server forever. Beyond the limit the server stops reading (back-pressure).
+async fn write_while_reading(
+    stream: &mut TcpStream,
+    output: &[u8],
+    input: &mut Vec<u8>,
+    shared: &Shared,
+) -> std::io::Result<()> {
+    let limit = query_buffer_limit(&shared.config.limits);
+    let (mut reader, mut writer) = stream.split();
+    let mut written = 0;
+    let mut peer_done = false;
+    while written < output.len() {
+        let rest = output.get(written..).unwrap_or_default();
+        tokio::select! {
+            n = writer.write(rest) => match n? {
+                0 => return Err(std::io::ErrorKind::WriteZero.into()),
+                n => written += n,
+            },
+            n = reader.read_buf(input), if !peer_done && input.len() < limit => match n? {
+                // Half-closed: the requests are all in; the replies still go out.
+                0 => peer_done = true,
+                n => {
+                    shared.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            },
+        }
+    }
+    shared
+        .stats
+        .net_output_bytes
+        .fetch_add(output.len() as u64, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Most unparsed request bytes a connection buffers while its replies cannot be sent: one
+/// largest request plus a pipeline's worth (Redis's `client-query-buffer-limit` is 1 GiB).
+fn query_buffer_limit(limits: &Limits) -> usize {
+    limits.max_bulk_len.saturating_add(64 * READ_CHUNK)
 }
 
 /// How a stretch of pipelined requests ended.
@@ -445,22 +557,16 @@ async fn run_batch(
     input: &mut Vec<u8>,
     output: &mut Vec<u8>,
     stream: &mut TcpStream,
+    committer: Option<&Committer>,
 ) -> std::result::Result<(Flow, bool), ()> {
     let mut consumed = 0;
-    let sync_first = shared.policy.sync_before_reply;
     let result = loop {
         let replies_from = output.len();
-        let mut stretch = if sync_first {
-            // A write may wait on the disk (an ordering sync): keep the worker's other
-            // connections running meanwhile.
-            tokio::task::block_in_place(|| {
-                execute_stretch(shared, session, input, &mut consumed, output)
-            })
-        } else {
-            execute_stretch(shared, session, input, &mut consumed, output)
-        };
-        if stretch.wrote && sync_first {
-            let synced = tokio::task::block_in_place(|| shared.store.sync());
+        let mut stretch = execute_stretch(shared, session, input, &mut consumed, output);
+        if stretch.wrote
+            && let Some(committer) = committer
+        {
+            let synced = committer.durable().await;
             shared
                 .stats
                 .syncs_before_reply
@@ -478,11 +584,10 @@ async fn run_batch(
             break (stretch.flow, stretch.broken);
         }
         // A full reply buffer mid-pipeline: send it, then go on.
-        shared
-            .stats
-            .net_output_bytes
-            .fetch_add(output.len() as u64, Ordering::Relaxed);
-        if stream.write_all(output).await.is_err() {
+        if write_while_reading(stream, output, input, shared)
+            .await
+            .is_err()
+        {
             return Err(());
         }
         output.clear();

@@ -6,7 +6,8 @@
 //!   at the next sync, or earlier at random). After recovery every key must hold a value it had
 //!   at, or after, the last `sync` that returned — never an older one (a replaced record's
 //!   invalidation reaching media before its replacement would show one), never a torn one.
-//! - On a disk file: inserts and deletes cost no file sync, a replacing put one, `sync` one,
+//! - On a disk file: inserts, deletes and replacing puts cost no file sync (a delete of a key
+//!   replaced since the last sync two), `sync` one,
 //!   the background flush makes writes durable on its own, and a clean close keeps everything.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -83,6 +84,30 @@ fn script() -> Vec<Step> {
             s.push(Step::Compact);
         }
     }
+    // Replaced twice and deleted with no sync between (the delete must first make the
+    // replaced records durably invalid), then replaced once more and compacted while the
+    // replaced records still wait for their invalidation.
+    for k in 0..3u32 {
+        s.push(Step::Put(k, v));
+        s.push(Step::Put(k, v + 1));
+        s.push(Step::Delete(k));
+        s.push(Step::Put(k, v + 2));
+        s.push(Step::Put(k, v + 3));
+        v += 4;
+    }
+    s.push(Step::Compact);
+    s.push(Step::Sync);
+    // Replaced, synced (the replaced record's invalidation is written, not yet durable), then
+    // deleted: the replaced value is older than the last sync, so it must never come back.
+    for k in 6..9u32 {
+        s.push(Step::Put(k, v));
+        s.push(Step::Put(k, v + 1));
+        s.push(Step::Sync);
+        s.push(Step::Delete(k));
+        v += 2;
+    }
+    s.push(Step::Put(5, v));
+    s.push(Step::Delete(5));
     s
 }
 
@@ -250,19 +275,39 @@ fn deferred_levels_sync_only_where_order_or_the_caller_needs_it() {
     }
     assert_eq!(syncs(), start, "inserts and deletes are deferred");
     assert_eq!(store.stats().deferred_persists, 55);
-    // A replacing put syncs once, so its record is on media before the old one's invalidation.
+    // A replacing put costs no sync either: the old record stays valid until a sync has put
+    // the new one on media; that sync writes the old one's invalidation, the next makes it
+    // durable.
+    let live = |records: u64| records * store.stats().live_bytes / 45;
+    let live45 = live(45);
     assert!(!c.put(&key(SMALL, 10), &value(SMALL, 1000)).unwrap());
-    assert_eq!(syncs(), start + 1);
+    assert!(!c.put(&key(SMALL, 11), &value(SMALL, 1001)).unwrap());
+    assert_eq!(syncs(), start, "replacing puts are deferred");
+    // The replaced records are still valid, and still counted live (their space is not free).
+    assert_eq!(store.stats().live_bytes, live45 / 45 * 47);
     store.sync().unwrap();
-    assert_eq!(syncs(), start + 2);
+    assert_eq!(syncs(), start + 1);
+    assert_eq!(store.stats().live_bytes, live45);
+    store.sync().unwrap();
+    assert_eq!(
+        syncs(),
+        start + 2,
+        "the invalidations written by the first sync"
+    );
     store.sync().unwrap();
     assert_eq!(syncs(), start + 2, "nothing pending, no sync");
+    // Deleting a key replaced since the last sync: its replaced record is made durably
+    // invalid first (two syncs), so a power loss cannot bring it back.
+    assert!(!c.put(&key(SMALL, 12), &value(SMALL, 1002)).unwrap());
+    assert!(store.delete(&key(SMALL, 12)).unwrap());
+    assert_eq!(syncs(), start + 4);
+    store.sync().unwrap();
     drop(c);
     store.close().unwrap();
 
     let store = KvStore::open(dir.path().join("s.tb"), &opts(SMALL, Durability::None)).unwrap();
     assert!(store.recovery().after_clean_close);
-    assert_eq!(store.len(), 45);
+    assert_eq!(store.len(), 44);
     assert_eq!(
         store.get(&key(SMALL, 10)).unwrap(),
         Some(value(SMALL, 1000))

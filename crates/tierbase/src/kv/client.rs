@@ -219,7 +219,19 @@ impl Writer<'_> {
         inner.index.prefetch(kw);
         let key_lock = inner.lock_key(kw);
         let result = self.put_locked(key, value, kw, key_lock.version());
-        inner.fail_on_error(result)
+        drop(key_lock);
+        let result = inner.fail_on_error(result)?;
+        self.sync_if_retired_over_limit()?;
+        Ok(result)
+    }
+
+    /// Syncs (with no key lock held) when too many replaced records wait for their
+    /// invalidation (see [`Inner::retire`]).
+    fn sync_if_retired_over_limit(&self) -> Result<()> {
+        if self.inner.retired_over_limit() {
+            self.inner.fail_on_error(self.inner.sync())?;
+        }
+        Ok(())
     }
 
     fn put_locked(&mut self, key: &[u8], value: &[u8], kw: u64, version: u32) -> Result<bool> {
@@ -231,9 +243,7 @@ impl Writer<'_> {
         });
         if let Some(old) = old {
             // The new record reaches media before the old one's invalidation can.
-            inner.region.sync_deferred()?;
-            let done = inner.invalidate(RecordOffset(old))?;
-            inner.finish_invalidate(done)?;
+            inner.retire(kw, RecordOffset(old))?;
         }
         inner.metrics.puts.incr();
         Ok(old.is_none())
@@ -253,8 +263,8 @@ impl Writer<'_> {
         // Writers of this key wait for the lock, so the value read is the one replaced.
         let mut current = Vec::new();
         let found = inner.get(key, &mut current, &mut self.st.scratch)?;
-        match decide(found.then_some(current.as_slice())) {
-            Change::Keep => Ok(()),
+        let outcome = match decide(found.then_some(current.as_slice())) {
+            Change::Keep => return Ok(()),
             Change::Put(value) => {
                 self.check_value(&value)?;
                 let result = self.put_locked(key, &value, kw, key_lock.version());
@@ -265,7 +275,10 @@ impl Writer<'_> {
                 inner.metrics.deletes.incr();
                 inner.fail_on_error(result).map(drop)
             }
-        }
+        };
+        drop(key_lock);
+        outcome?;
+        self.sync_if_retired_over_limit()
     }
 
     /// Replaces the value of an existing key; returns `false` (and writes nothing) if the key
@@ -283,8 +296,11 @@ impl Writer<'_> {
             Some((_, vsize)) if vsize <= 8 => self.update_in_place(key, value),
             _ => self.update_copy(key, value, kw, key_lock.version()),
         };
+        drop(key_lock);
         inner.metrics.updates.incr();
-        inner.fail_on_error(result)
+        let result = inner.fail_on_error(result)?;
+        self.sync_if_retired_over_limit()?;
+        Ok(result)
     }
 
     fn update_copy(&mut self, key: &[u8], value: &[u8], kw: u64, version: u32) -> Result<bool> {
@@ -298,9 +314,7 @@ impl Writer<'_> {
                 "index entry of a key at {cur} changed while its key was locked"
             )));
         }
-        inner.region.sync_deferred()?;
-        let done = inner.invalidate(cur)?;
-        inner.finish_invalidate(done)?;
+        inner.retire(kw, cur)?;
         Ok(true)
     }
 

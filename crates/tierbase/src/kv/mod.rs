@@ -414,6 +414,7 @@ impl KvStore {
             opened: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
+            retired: Mutex::new(store::Retired::default()),
         });
         // A clean close means no write was cut short; whatever happens from here on must not
         // pass for one, so the mark goes before the first write can.
@@ -659,7 +660,7 @@ impl KvStore {
     pub fn sync(&self) -> Result<()> {
         let inner = self.inner();
         inner.check_writable()?;
-        inner.fail_on_error(inner.region.sync_deferred())
+        inner.fail_on_error(inner.sync())
     }
 
     /// Why the store refuses writes, if a persist failed (see [`Error::ReadOnly`]).
@@ -780,7 +781,7 @@ impl KvStore {
     pub fn close(self) -> Result<()> {
         let inner = self.inner();
         if !inner.failed.load(Ordering::Acquire) {
-            inner.fail_on_error(inner.region.sync_deferred())?;
+            inner.fail_on_error(inner.settle())?;
         }
         drop(self);
         Ok(())

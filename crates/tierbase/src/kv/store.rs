@@ -140,7 +140,30 @@ pub(crate) struct Inner {
     /// Set (once) by a failed persist: the store refuses writes from then on.
     pub failed: AtomicBool,
     pub failure: Mutex<Option<String>>,
+    /// Replaced records whose invalidation waits for a sync (deferring durability levels; see
+    /// [`Inner::retire`]).
+    pub retired: Mutex<Retired>,
 }
+
+/// Replaced records still valid on media, by key word: their invalidation is written only
+/// once the record that replaced them is on media (after the next sync), and forgotten once
+/// that invalidation is on media too (after the sync after that).
+#[derive(Debug, Default)]
+pub struct Retired {
+    by_key: std::collections::HashMap<u64, Vec<RetiredRecord>>,
+    count: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RetiredRecord {
+    off: u64,
+    /// Its invalidation is written (durable at the next sync).
+    invalidated: bool,
+}
+
+/// Retired records beyond which a writer syncs itself (bounds DRAM and the dead space they
+/// keep counted as live under a level that rarely syncs).
+const RETIRED_LIMIT: usize = 1 << 14;
 
 impl Drop for Inner {
     /// The last handle or client is gone, so no write is in flight: make deferred writes
@@ -156,8 +179,9 @@ impl Drop for Inner {
         {
             return;
         }
-        // Deferred writes first: the mark vouches for them.
-        if self.region.sync_deferred().is_err() {
+        // Deferred writes first, and every replaced record durably invalid: the mark vouches
+        // for them.
+        if self.settle().is_err() {
             return;
         }
         if let Ok(w) = self.region.atomic_u64(header::CLEAN as u64) {
@@ -182,7 +206,7 @@ impl std::fmt::Debug for Inner {
 /// durable. A failed sync makes the store read-only (as a failed persist does) and ends it.
 pub(crate) fn flush_loop(inner: &Inner, ticker: &crate::sync::Ticker) {
     while ticker.next() {
-        if inner.fail_on_error(inner.region.sync_deferred()).is_err() {
+        if inner.fail_on_error(inner.sync()).is_err() {
             return;
         }
     }
@@ -807,6 +831,149 @@ impl Inner {
         Ok(())
     }
 
+    // ----- deferred invalidation of replaced records ----------------------------------------
+
+    /// Retires `old`, the record a write of key word `kw` just replaced (the caller holds the
+    /// key's lock and the index points at the new record). The new record must reach media
+    /// before `old`'s invalidation can, or a power loss could leave neither. Immediately: one
+    /// sync, then the invalidation. Under a deferring level the record instead stays valid
+    /// (still counted live, so its space is not reused) and [`Inner::sync`] invalidates it
+    /// after the sync that covers its replacement: a replacing write then costs no sync of
+    /// its own. A crash meanwhile leaves both records valid, and recovery keeps the newer.
+    pub fn retire(&self, kw: u64, old: RecordOffset) -> Result<()> {
+        if self.defers_invalidation(old)? {
+            let mut retired = self.retired.lock();
+            retired.by_key.entry(kw).or_default().push(RetiredRecord {
+                off: old.0,
+                invalidated: false,
+            });
+            retired.count += 1;
+            return Ok(());
+        }
+        self.region.sync_deferred()?;
+        let done = self.invalidate(old)?;
+        self.finish_invalidate(done)?;
+        Ok(())
+    }
+
+    /// Whether `old`'s invalidation may wait (see [`Inner::retire`]): the region defers
+    /// persists, records carry checks, and `old` is not a large record (whose run is freed,
+    /// and may be rewritten, as soon as it is invalid).
+    fn defers_invalidation(&self, old: RecordOffset) -> Result<bool> {
+        if !self.self_validating || !self.region.defers_persists() {
+            return Ok(false);
+        }
+        Ok(match self.geo.layout {
+            RecordLayout::Fixed { .. } => true,
+            RecordLayout::Variable => {
+                let word = self
+                    .region
+                    .atomic_u32(self.var_pos(old))?
+                    .load(Ordering::Acquire);
+                word & var::LARGE == 0
+            }
+        })
+    }
+
+    /// Whether so many records wait for their invalidation that the writer should sync.
+    pub fn retired_over_limit(&self) -> bool {
+        self.retired.lock().count > RETIRED_LIMIT
+    }
+
+    /// Before the key's current record is invalidated (a delete; the caller holds the key's
+    /// lock): every older record of the key must be durably invalid first, or a power loss
+    /// could bring one back in place of the delete. Costs two syncs when the key has retired
+    /// records, none otherwise.
+    pub fn settle_key(&self, kw: u64) -> Result<()> {
+        let records = {
+            let mut retired = self.retired.lock();
+            match retired.by_key.remove(&kw) {
+                Some(records) => {
+                    retired.count -= records.len();
+                    records
+                }
+                None => return Ok(()),
+            }
+        };
+        // Their replacements (the current record among them) on media first…
+        self.region.sync_deferred()?;
+        for r in records.iter().filter(|r| !r.invalidated) {
+            let done = self.invalidate(RecordOffset(r.off))?;
+            self.finish_invalidate(done)?;
+        }
+        // …then their invalidations.
+        self.region.sync_deferred()
+    }
+
+    /// Makes every write so far durable, forgets retired records whose invalidation that made
+    /// durable, and writes the invalidation of those whose replacement it made durable (they
+    /// become durable at the next sync). A key whose lock is busy keeps its records for the
+    /// next round (a writer of that key may be settling it).
+    pub fn sync(&self) -> Result<()> {
+        let (to_invalidate, to_forget) = {
+            let retired = self.retired.lock();
+            let mut to_invalidate = Vec::new();
+            let mut to_forget = Vec::new();
+            for (&kw, records) in &retired.by_key {
+                for r in records {
+                    if r.invalidated {
+                        to_forget.push((kw, r.off));
+                    } else {
+                        to_invalidate.push((kw, r.off));
+                    }
+                }
+            }
+            (to_invalidate, to_forget)
+        };
+        self.region.sync_deferred()?;
+        if !to_forget.is_empty() {
+            let mut retired = self.retired.lock();
+            for (kw, off) in to_forget {
+                retired.forget(kw, off);
+            }
+        }
+        for (kw, off) in to_invalidate {
+            let Some(_key) = self.try_lock_key(kw) else {
+                continue;
+            };
+            let still_waiting = {
+                let retired = self.retired.lock();
+                retired.by_key.get(&kw).is_some_and(|rs| {
+                    rs.contains(&RetiredRecord {
+                        off,
+                        invalidated: false,
+                    })
+                })
+            };
+            if !still_waiting {
+                continue;
+            }
+            let done = self.invalidate(RecordOffset(off))?;
+            self.finish_invalidate(done)?;
+            let mut retired = self.retired.lock();
+            if let Some(r) = retired
+                .by_key
+                .get_mut(&kw)
+                .and_then(|rs| rs.iter_mut().find(|r| r.off == off))
+            {
+                r.invalidated = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Syncs until no retired record is left valid or unsynced (close and drop: the clean
+    /// mark vouches that media holds one valid record per key).
+    pub fn settle(&self) -> Result<()> {
+        for _ in 0..3 {
+            self.sync()?;
+            if self.retired.lock().count == 0 {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
     /// Deletes `key`: under the key's lock, invalidate the record durably (holding its page
     /// latch, so that a fixed slot cannot be reused while its entry is indexed), then remove
     /// the index entry.
@@ -824,6 +991,7 @@ impl Inner {
         let Some(off) = self.locate(key, scratch) else {
             return Ok(false);
         };
+        self.settle_key(kw)?;
         let page = self.lock_page(off.block(), off.page())?;
         let done = self.invalidate(off)?;
         if !self.index.remove_exact(kw, off.0) {
@@ -1078,6 +1246,20 @@ impl Inner {
             let _ = m
                 .state
                 .compare_exchange(OWNED, SEALED, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+}
+
+impl Retired {
+    /// Drops the record at `off` of key word `kw` (its invalidation is durable).
+    fn forget(&mut self, kw: u64, off: u64) {
+        if let Some(records) = self.by_key.get_mut(&kw) {
+            let before = records.len();
+            records.retain(|r| !(r.off == off && r.invalidated));
+            self.count -= before - records.len();
+            if records.is_empty() {
+                self.by_key.remove(&kw);
+            }
         }
     }
 }
