@@ -19,9 +19,11 @@
 //!    A crash before this leaves two valid copies of an unacknowledged write; recovery keeps
 //!    one (the newer version), and either is a correct outcome.
 //!
-//! Under a deferring durability level (`Eventual`, `None` on a disk file) the persists of
-//! steps 2 and 4 wait for the next sync, and a replacing put syncs once between them: a
-//! power loss must never find the old record's invalidation on media without the new record.
+//! Under a deferring durability level (`Eventual`, `None` on a disk file) the persist of
+//! step 2 waits for the next sync, and step 4 waits too: the previous record is *retired*
+//! (still valid on media) and the next sync, once the new record is on media, writes its
+//! invalidation (see `Inner::retire`): a power loss must never find the old record's
+//! invalidation on media without the new record.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

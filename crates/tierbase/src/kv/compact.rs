@@ -166,10 +166,15 @@ fn move_records(
                 "index entry at {off} changed while its key was locked"
             )));
         }
-        inner.region.sync_deferred()?;
-        let done = inner.invalidate(off)?;
-        inner.finish_invalidate(done)?;
+        // As a replacing put: invalidated at once after a sync, or under a deferring level
+        // retired until the next sync (one sync for the whole block, below).
+        inner.retire(kw, off)?;
         moved += 1;
+    }
+    if moved > 0 && inner.region.defers_persists() {
+        // The copies on media, then the originals' invalidations written (they count live
+        // until then, so the block is freed only once they are).
+        inner.sync()?;
     }
     Ok(moved)
 }

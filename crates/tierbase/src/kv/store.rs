@@ -1093,7 +1093,10 @@ impl Inner {
         }
         let used = self.region.atomic_u64(header::USED_BLOCKS as u64)?;
         used.fetch_max(cur + n, Ordering::AcqRel);
-        self.region.persist(header::USED_BLOCKS as u64, 8)?;
+        // Under a deferring level the high-water mark is durable with the records in its new
+        // blocks (at the next sync, which flushes every deferred write): a block is not worth
+        // a file sync of its own.
+        self.persist_ack(&[(header::USED_BLOCKS as u64, 8)])?;
         if self.growth_due()
             && let Some(t) = self.grower.lock().as_ref()
         {
