@@ -473,6 +473,21 @@ impl OffsetIndex {
         self.segments.get(id as usize)
     }
 
+    /// The segment owning hash `h` and its version, once no split or displacement is moving
+    /// its entries (a reader then validates that version after its pass).
+    #[inline]
+    fn stable_segment(&self, h: u64) -> (&Segment, u64) {
+        loop {
+            if let Some(seg) = self.segment_for(h) {
+                let version = seg.version.load(Ordering::Acquire);
+                if version & 1 == 0 && seg.owns(h) {
+                    return (seg, version);
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+
     /// Offers the offset of each entry for `key` to `visit` until it returns true (accepted);
     /// returns whether one was accepted. Lock-free.
     ///
@@ -484,15 +499,7 @@ impl OffsetIndex {
     pub fn find(&self, key: u64, mut visit: impl FnMut(u64) -> bool) -> bool {
         let h = mix(key);
         loop {
-            let Some(seg) = self.segment_for(h) else {
-                std::hint::spin_loop();
-                continue;
-            };
-            let v1 = seg.version.load(Ordering::Acquire);
-            if v1 & 1 == 1 || !seg.owns(h) {
-                std::hint::spin_loop();
-                continue;
-            }
+            let (seg, v1) = self.stable_segment(h);
             let mut restart = false;
             let accepted = seg.each_entry(h, |at, val| {
                 if visit(val) {
@@ -772,15 +779,7 @@ impl OffsetIndex {
         while tag <= hi {
             let h = u64::from(tag) << 48;
             let next = loop {
-                let Some(seg) = self.segment_for(h) else {
-                    std::hint::spin_loop();
-                    continue;
-                };
-                let v1 = seg.version.load(Ordering::Acquire);
-                if v1 & 1 == 1 || !seg.owns(h) {
-                    std::hint::spin_loop();
-                    continue;
-                }
+                let (seg, v1) = self.stable_segment(h);
                 let depth = seg.depth.load(Ordering::Acquire);
                 // The segment's last tag: its prefix's range in the 16-bit tag space.
                 let seg_end = if depth == 0 {
