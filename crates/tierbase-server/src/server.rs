@@ -343,7 +343,16 @@ async fn accept_loop(
         true
     });
     drop(listener);
-    while tasks.join_next().await.is_some() {}
+    // Connections finish what they read and answer it; one whose client stops reading its
+    // replies cannot, and must not hold the shutdown (and the store's clean close) forever.
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+    }
     Ok(reason)
 }
 
@@ -353,6 +362,17 @@ async fn reject(mut stream: TcpStream) {
         .await;
     let _ = stream.shutdown().await;
 }
+
+/// How long a graceful shutdown waits for connections to finish before it closes them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Request limits before AUTH (as Redis's): a client without the password cannot make the
+/// server buffer more than a small command.
+const UNAUTHENTICATED_LIMITS: Limits = Limits {
+    max_bulk_len: 16 * 1024,
+    max_args: 10,
+    max_inline_len: 16 * 1024,
+};
 
 /// Initial read buffer; it grows only as far as a request in it needs (bounded by the
 /// limits), and shrinks back after a large request.
@@ -417,6 +437,16 @@ async fn connection(
         }
         if input.capacity() > 4 * READ_CHUNK && input.len() < READ_CHUNK {
             input.shrink_to(READ_CHUNK);
+        }
+        if input.len() >= query_buffer_limit(&shared.config.limits) {
+            // One request larger than any the limits allow to complete: refuse it.
+            shared.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
+            let mut reply = Vec::new();
+            Reply::error("ERR Protocol error: query buffer limit reached")
+                .encode(session.protocol, &mut reply);
+            let _ = stream.write_all(&reply).await;
+            let _ = stream.shutdown().await;
+            return Flow::Close;
         }
         input.reserve(READ_CHUNK);
         let read = async {
@@ -515,7 +545,12 @@ fn execute_stretch(
         if rest.is_empty() {
             return stretch;
         }
-        match parse_request(rest, &shared.config.limits) {
+        let limits = if session.authenticated {
+            shared.config.limits
+        } else {
+            UNAUTHENTICATED_LIMITS
+        };
+        match parse_request(rest, &limits) {
             Ok(Some(req)) => {
                 *consumed += req.consumed;
                 if req.args.is_empty() {

@@ -767,12 +767,12 @@ impl OffsetIndex {
         tag_of(mix(key))
     }
 
-    /// Appends the offset of every entry whose tag lies in `lo..=hi` to `out`: for each
+    /// Appends (tag, offset) of every entry whose tag lies in `lo..=hi` to `out`: for each
     /// segment covering part of the range, a snapshot taken while no entry of it moved (the
     /// segment's version is re-checked; a split or displacement during the pass repeats it).
     /// Walking the tag space in ascending ranges therefore meets every entry that lives
     /// throughout exactly once (the store's cursor scan).
-    pub fn entries_in_tags(&self, lo: u16, hi: u16, out: &mut Vec<u64>) {
+    pub fn entries_in_tags(&self, lo: u16, hi: u16, out: &mut Vec<(u16, u64)>) {
         let mut tag = u32::from(lo);
         let hi = u32::from(hi);
         let mut found = Vec::new();
@@ -796,12 +796,12 @@ impl OffsetIndex {
                         if let Some((t, v)) = bucket.get(s)
                             && wanted(t)
                         {
-                            found.push(v);
+                            found.push((t, v));
                         }
                     }
                 }
                 if seg.stash_len.load(Ordering::Acquire) > 0 {
-                    found.extend(seg.stash.lock().iter().filter(|e| wanted(e.0)).map(|e| e.1));
+                    found.extend(seg.stash.lock().iter().filter(|e| wanted(e.0)).copied());
                 }
                 fence(Ordering::Acquire);
                 if seg.version.load(Ordering::Relaxed) == v1 {

@@ -554,55 +554,42 @@ impl KvStore {
         };
         let hi_wide = (u64::from(lo) + span - 1).min(POSITIONS - 1);
         let hi = u16::try_from(hi_wide).unwrap_or(u16::MAX);
-        let in_range = |key: &[u8]| {
-            let tag = OffsetIndex::tag(inner.key_word(key));
-            (lo..=hi).contains(&tag)
-        };
-        // An entry read while its record is being replaced or moved gives no key (or the
-        // wrong one): collect the range again and read what is new, until a pass meets only
-        // entries that held still.
-        let mut read = std::collections::HashSet::new();
+        // Entries are snapshots: by the time one is read, its key may have moved on and the
+        // offset may hold another key's record. So the walk repeats with fresh snapshots until
+        // a whole pass reads, at every entry, a key that has the entry's tag and was already
+        // collected (or no longer exists): then every entry of that snapshot — among them one
+        // for each key present throughout — is accounted for. (The one blind spot:
+        // between the snapshot and the read, a key moves away and another key with the same
+        // 16-bit tag is written at exactly its old offset.)
         let mut keys = std::collections::BTreeSet::new();
-        let (mut offsets, mut key, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
-        let mut failure = None;
-        for _pass in 0..32 {
-            offsets.clear();
-            inner.index.entries_in_tags(lo, hi, &mut offsets);
-            let mut settled = true;
-            failure = None;
-            for &off in &offsets {
-                if !read.insert(off) {
-                    continue;
-                }
+        let (mut entries, mut key, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
+        for pass in 0..64 {
+            entries.clear();
+            inner.index.entries_in_tags(lo, hi, &mut entries);
+            let mut complete = true;
+            for &(tag, off) in &entries {
                 let at = RecordOffset(off);
                 match inner.read_key_at(at, &mut key) {
-                    Ok(true) if in_range(&key) => {
-                        if inner.indexed_at(&key, at) {
+                    // The entry's key (or, in the blind spot, a same-tag key): collected if it
+                    // exists now, whether this record is still its current one or not.
+                    Ok(true) if OffsetIndex::tag(inner.key_word(&key)) == tag => {
+                        if !keys.contains(&key)
+                            && (inner.indexed_at(&key, at)
+                                || inner.locate(&key, &mut scratch).is_some())
+                        {
                             keys.insert(key.clone());
-                        } else {
-                            settled = false;
-                            if inner.locate(&key, &mut scratch).is_some() {
-                                keys.insert(key.clone());
-                            }
+                            complete = false;
                         }
                     }
-                    Ok(_) => settled = false,
-                    Err(e) => {
-                        settled = false;
-                        failure = Some((off, e));
-                    }
+                    Ok(_) => complete = false,
+                    // A record replaced under the reader can look malformed; an entry that
+                    // still reads so after many passes is corruption.
+                    Err(e) if pass == 63 => return Err(e),
+                    Err(_) => complete = false,
                 }
             }
-            if settled {
+            if complete {
                 break;
-            }
-        }
-        // An unreadable record still indexed after the passes is real corruption.
-        if let Some((off, e)) = failure {
-            offsets.clear();
-            inner.index.entries_in_tags(lo, hi, &mut offsets);
-            if offsets.contains(&off) {
-                return Err(e);
             }
         }
         out.extend(keys);

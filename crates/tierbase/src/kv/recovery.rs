@@ -153,6 +153,9 @@ pub(crate) fn recover(inner: &Inner, threads: usize, clean: bool) -> Result<Reco
             inner.free.free(off.block(), 1);
         }
     }
+    // Under a deferring level those invalidations were deferred: make them durable before any
+    // write (a delete of the winner, a reuse of a freed block) can reach media ahead of them.
+    inner.region.sync_deferred()?;
     let live: u64 = (0..used)
         .filter_map(|b| inner.block_meta(b).ok())
         .map(|m| m.live.load(Ordering::Acquire))

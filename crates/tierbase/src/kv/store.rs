@@ -152,10 +152,14 @@ pub(crate) struct Inner {
 pub struct Retired {
     by_key: std::collections::HashMap<u64, Vec<RetiredRecord>>,
     count: usize,
+    /// Ids of retirements: an offset may be retired, invalidated, reused by the same key and
+    /// retired again while a sync still works from an older list, so entries are named by id.
+    next_id: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct RetiredRecord {
+    id: u64,
     off: u64,
     /// Its invalidation is written (durable at the next sync).
     invalidated: bool,
@@ -843,7 +847,10 @@ impl Inner {
     pub fn retire(&self, kw: u64, old: RecordOffset) -> Result<()> {
         if self.defers_invalidation(old)? {
             let mut retired = self.retired.lock();
+            retired.next_id += 1;
+            let id = retired.next_id;
             retired.by_key.entry(kw).or_default().push(RetiredRecord {
+                id,
                 off: old.0,
                 invalidated: false,
             });
@@ -917,9 +924,9 @@ impl Inner {
             for (&kw, records) in &retired.by_key {
                 for r in records {
                     if r.invalidated {
-                        to_forget.push((kw, r.off));
+                        to_forget.push((kw, r.id));
                     } else {
-                        to_invalidate.push((kw, r.off));
+                        to_invalidate.push((kw, r.id, r.off));
                     }
                 }
             }
@@ -928,22 +935,22 @@ impl Inner {
         self.region.sync_deferred()?;
         if !to_forget.is_empty() {
             let mut retired = self.retired.lock();
-            for (kw, off) in to_forget {
-                retired.forget(kw, off);
+            for (kw, id) in to_forget {
+                retired.forget(kw, id);
             }
         }
-        for (kw, off) in to_invalidate {
+        for (kw, id, off) in to_invalidate {
+            // Under the key's lock: no writer of the key retires or settles meanwhile, and
+            // no other sync invalidates this entry twice.
             let Some(_key) = self.try_lock_key(kw) else {
                 continue;
             };
             let still_waiting = {
                 let retired = self.retired.lock();
-                retired.by_key.get(&kw).is_some_and(|rs| {
-                    rs.contains(&RetiredRecord {
-                        off,
-                        invalidated: false,
-                    })
-                })
+                retired
+                    .by_key
+                    .get(&kw)
+                    .is_some_and(|rs| rs.iter().any(|r| r.id == id && !r.invalidated))
             };
             if !still_waiting {
                 continue;
@@ -954,7 +961,7 @@ impl Inner {
             if let Some(r) = retired
                 .by_key
                 .get_mut(&kw)
-                .and_then(|rs| rs.iter_mut().find(|r| r.off == off))
+                .and_then(|rs| rs.iter_mut().find(|r| r.id == id))
             {
                 r.invalidated = true;
             }
@@ -1093,10 +1100,7 @@ impl Inner {
         }
         let used = self.region.atomic_u64(header::USED_BLOCKS as u64)?;
         used.fetch_max(cur + n, Ordering::AcqRel);
-        // Under a deferring level the high-water mark is durable with the records in its new
-        // blocks (at the next sync, which flushes every deferred write): a block is not worth
-        // a file sync of its own.
-        self.persist_ack(&[(header::USED_BLOCKS as u64, 8)])?;
+        self.region.persist(header::USED_BLOCKS as u64, 8)?;
         if self.growth_due()
             && let Some(t) = self.grower.lock().as_ref()
         {
@@ -1254,11 +1258,11 @@ impl Inner {
 }
 
 impl Retired {
-    /// Drops the record at `off` of key word `kw` (its invalidation is durable).
-    fn forget(&mut self, kw: u64, off: u64) {
+    /// Drops retirement `id` of key word `kw` (its invalidation is durable).
+    fn forget(&mut self, kw: u64, id: u64) {
         if let Some(records) = self.by_key.get_mut(&kw) {
             let before = records.len();
-            records.retain(|r| !(r.off == off && r.invalidated));
+            records.retain(|r| !(r.id == id && r.invalidated));
             self.count -= before - records.len();
             if records.is_empty() {
                 self.by_key.remove(&kw);
