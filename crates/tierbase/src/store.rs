@@ -15,7 +15,8 @@
 //!   `sync` serves any number of writers (group commit);
 //! - [`Store::scan`] walks the keys with a cursor: starting at cursor 0 and following the
 //!   returned cursors until 0 comes back returns every key present for the whole walk at
-//!   least once; keys added or removed meanwhile may or may not appear.
+//!   least once; keys added or removed meanwhile may or may not appear (a store documents any
+//!   narrower exception under concurrent writes, as `KvStore::scan` does).
 
 use crate::error::Result;
 

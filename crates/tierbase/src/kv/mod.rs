@@ -539,7 +539,11 @@ impl KvStore {
     /// come back, and returns the cursor to continue from (0 when the walk is done; start
     /// with 0). Every key present for the whole walk is returned at least once, whatever
     /// splits, moves or compactions happen meanwhile (a key keeps its hash position for
-    /// life); keys written or deleted during the walk may or may not appear.
+    /// life); keys written or deleted during the walk may or may not appear. Two limits, both
+    /// under concurrent writes only: a key can be missed if, between a snapshot of its entry
+    /// and the read of its record, it moves and another key with the same 16-bit hash tag is
+    /// written at exactly its old offset; and a stretch whose records keep moving through 64
+    /// snapshots in a row is returned as the last one saw it.
     pub fn scan(&self, cursor: u64, count: usize, out: &mut Vec<Vec<u8>>) -> Result<u64> {
         const POSITIONS: u64 = 1 << 16;
         let Ok(lo) = u16::try_from(cursor) else {
