@@ -10,6 +10,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
+use tierbase::device::Counter;
 use tierbase::store::{Change, Store};
 
 use crate::glob::glob_match;
@@ -28,20 +29,22 @@ pub(crate) struct Shared {
     pub stats: Stats,
 }
 
-/// Server-wide counters (`INFO stats`, `INFO clients`).
+/// Server-wide counters (`INFO stats`, `INFO clients`): the engine's per-thread sharded
+/// counters, so runtime threads counting every command do not share a cache line.
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
+    /// Connected now (a gauge, not a counter).
     pub clients: AtomicUsize,
     pub next_client_id: AtomicU64,
-    pub connections_received: AtomicU64,
-    pub rejected_connections: AtomicU64,
-    pub commands: AtomicU64,
-    pub keyspace_hits: AtomicU64,
-    pub keyspace_misses: AtomicU64,
-    pub net_input_bytes: AtomicU64,
-    pub net_output_bytes: AtomicU64,
-    pub syncs_before_reply: AtomicU64,
-    pub protocol_errors: AtomicU64,
+    pub connections_received: Counter,
+    pub rejected_connections: Counter,
+    pub commands: Counter,
+    pub keyspace_hits: Counter,
+    pub keyspace_misses: Counter,
+    pub net_input_bytes: Counter,
+    pub net_output_bytes: Counter,
+    pub syncs_before_reply: Counter,
+    pub protocol_errors: Counter,
 }
 
 /// One connection's session state.
@@ -214,7 +217,7 @@ fn unknown_command(args: &[Vec<u8>]) -> Reply {
 
 /// Executes one command.
 pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Outcome {
-    shared.stats.commands.fetch_add(1, Ordering::Relaxed);
+    shared.stats.commands.incr();
     let Some(first) = args.first() else {
         return Outcome::read(Reply::error("ERR empty command"));
     };
@@ -402,7 +405,7 @@ fn count_hit(shared: &Shared, hit: bool) {
     } else {
         &shared.stats.keyspace_misses
     };
-    counter.fetch_add(1, Ordering::Relaxed);
+    counter.incr();
 }
 
 /// The outcome of a write through [`Store::modify`]: its reply, or the store's error.
@@ -829,7 +832,7 @@ fn info(shared: &Shared, rest: &[Vec<u8>]) -> String {
         }
     };
     let s = |k: &str, v: String| (k.to_string(), v);
-    let load = |c: &AtomicU64| c.load(Ordering::Relaxed).to_string();
+    let load = |c: &Counter| c.get().to_string();
     section(
         "Server",
         vec![
@@ -862,12 +865,12 @@ fn info(shared: &Shared, rest: &[Vec<u8>]) -> String {
             s("blocked_clients", "0".into()),
         ],
     );
-    let dram = shared
-        .store
-        .metrics()
-        .into_iter()
+    // One read of the store's figures (it walks the store's block metadata).
+    let store_metrics = shared.store.metrics();
+    let dram = store_metrics
+        .iter()
         .find(|(k, _)| k.ends_with("dram_bytes"))
-        .map_or_else(|| "0".to_string(), |(_, v)| v);
+        .map_or_else(|| "0".to_string(), |(_, v)| v.clone());
     section(
         "Memory",
         vec![
@@ -928,7 +931,7 @@ fn info(shared: &Shared, rest: &[Vec<u8>]) -> String {
         s("store", desc.store),
         s("store_ordered", u8::from(desc.ordered).to_string()),
     ];
-    store_lines.extend(shared.store.metrics());
+    store_lines.extend(store_metrics);
     section("Tierbase", store_lines);
     out
 }

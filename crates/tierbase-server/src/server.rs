@@ -247,8 +247,8 @@ impl Server {
         runtime.shutdown_timeout(Duration::from_secs(5));
         let reason = served?;
         let summary = Summary {
-            connections: shared.stats.connections_received.load(Ordering::Relaxed),
-            commands: shared.stats.commands.load(Ordering::Relaxed),
+            connections: shared.stats.connections_received.get(),
+            commands: shared.stats.commands.get(),
             reason,
         };
         match Arc::try_unwrap(shared) {
@@ -313,11 +313,11 @@ async fn accept_loop(
                         continue;
                     }
                 };
-                shared.stats.connections_received.fetch_add(1, Ordering::Relaxed);
+                shared.stats.connections_received.incr();
                 let clients = shared.stats.clients.fetch_add(1, Ordering::AcqRel) + 1;
                 if clients > shared.config.max_clients {
                     shared.stats.clients.fetch_sub(1, Ordering::AcqRel);
-                    shared.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+                    shared.stats.rejected_connections.incr();
                     tasks.spawn(reject(stream));
                     continue;
                 }
@@ -440,7 +440,7 @@ async fn connection(
         }
         if input.len() >= query_buffer_limit(&shared.config.limits) {
             // One request larger than any the limits allow to complete: refuse it.
-            shared.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
+            shared.stats.protocol_errors.incr();
             let mut reply = Vec::new();
             Reply::error("ERR Protocol error: query buffer limit reached")
                 .encode(session.protocol, &mut reply);
@@ -461,7 +461,7 @@ async fn connection(
             n = read => match n {
                 Ok(0) | Err(_) => return Flow::Close,
                 Ok(n) => {
-                    shared.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    shared.stats.net_input_bytes.add(n as u64);
                 }
             },
             _ = stop.changed() => {
@@ -497,15 +497,12 @@ async fn write_while_reading(
                 // Half-closed: the requests are all in; the replies still go out.
                 0 => peer_done = true,
                 n => {
-                    shared.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    shared.stats.net_input_bytes.add(n as u64);
                 }
             },
         }
     }
-    shared
-        .stats
-        .net_output_bytes
-        .fetch_add(output.len() as u64, Ordering::Relaxed);
+    shared.stats.net_output_bytes.add(output.len() as u64);
     Ok(())
 }
 
@@ -572,7 +569,7 @@ fn execute_stretch(
             }
             Ok(None) => return stretch,
             Err(e) => {
-                shared.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                shared.stats.protocol_errors.incr();
                 Reply::error(format!("ERR {e}")).encode(session.protocol, output);
                 stretch.flow = Flow::Close;
                 stretch.broken = true;
@@ -602,10 +599,7 @@ async fn run_batch(
             && let Some(committer) = committer
         {
             let synced = committer.durable().await;
-            shared
-                .stats
-                .syncs_before_reply
-                .fetch_add(1, Ordering::Relaxed);
+            shared.stats.syncs_before_reply.incr();
             if let Err(e) = synced {
                 // Nothing of this stretch is acknowledged: its replies become the error.
                 output.truncate(replies_from);

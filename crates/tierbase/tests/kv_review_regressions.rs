@@ -17,22 +17,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tierbase::device::{CrashSimConfig, Durability, PmemRegion, RegionOptions};
 use tierbase::kv::{KvOptions, KvStore, RecordLayout};
 
+mod kv_common;
+use kv_common::crash_opts;
+
 const FIXED: RecordLayout = RecordLayout::Fixed {
     key_size: 16,
     value_size: 40,
 };
 
+/// The crash tests' small store (`kv_common::crash_opts`), one recovery thread, deferring.
 fn opts(layout: RecordLayout) -> KvOptions {
-    KvOptions::default()
-        .reclaim(None)
-        .layout(layout)
-        .pages_per_block(2)
-        .chunk_size(4 * 2 * 4096)
+    crash_opts(layout)
         .recovery_threads(1)
-        .region(RegionOptions {
-            reserve: 64 << 20,
-            ..RegionOptions::default()
-        })
         .durability(Durability::None)
 }
 
