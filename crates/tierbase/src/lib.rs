@@ -23,6 +23,8 @@
 
 #![deny(missing_docs)]
 
+pub mod btree;
+pub mod buffer;
 pub mod device;
 mod error;
 pub mod kv;
@@ -30,5 +32,6 @@ pub mod space;
 pub mod store;
 pub mod sync;
 pub mod testing;
+pub mod wal;
 
 pub use error::{Error, Result, one_line_toml_error};

@@ -2,8 +2,11 @@
 //!
 //! Owns: opening with `O_DIRECT` (falling back to buffered I/O where the file system refuses
 //! it), alignment and range checks, submitting a batch of k reads/writes and waiting for all of
-//! them through io_uring (or a thread-pool fallback), `fdatasync`, counters and emulation.
-//! Must not touch: what the blocks mean (pages, logs and their formats belong to stores).
+//! them through io_uring (or a thread-pool fallback), `fdatasync`, growing a device, the
+//! exclusive lock on a store file, counters and emulation; and routing the same API to an
+//! in-memory, power-loss-simulated device ([`BlockDevice::simulated`], media model in
+//! `block_sim`). Must not touch: what the blocks mean (pages, logs and their formats belong to
+//! stores).
 //!
 //! io_uring submission is the one place where the kernel holds raw pointers into our buffers;
 //! [`BlockDevice::submit`] never returns (nor unwinds) while any submitted operation is still in
@@ -21,6 +24,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use io_uring::{IoUring, opcode, types};
@@ -28,10 +32,11 @@ use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 
 use super::aligned::AlignedBuf;
+use super::block_sim::{SimDisk, SimPower};
 use super::counters::{CounterSnapshot, DeviceCounters};
 use super::emulate::{Direction, Emulator, now_ns};
 use super::profile::DeviceProfile;
-use super::region::{io_err, sync_parent_dir};
+use super::region::{io_err, lock_file, sync_parent_dir};
 use crate::error::{Error, Result};
 
 /// Largest transfer Linux performs in one read/write call (`MAX_RW_COUNT`); longer requests are
@@ -156,11 +161,22 @@ pub struct BlockInfo {
     pub emulation: String,
 }
 
+/// What a [`BlockDevice`] reads and writes.
+enum Backing {
+    /// A file or raw device.
+    File(File),
+    /// In-memory media on a simulated power source.
+    Sim(SimDisk),
+}
+
 /// A block device or file. See the module docs.
 pub struct BlockDevice {
-    file: File,
+    backing: Backing,
     path: PathBuf,
-    len: u64,
+    /// Size in bytes; only grows ([`BlockDevice::grow`]).
+    len: AtomicU64,
+    /// Serialises [`BlockDevice::grow`] calls.
+    grow_lock: Mutex<()>,
     direct: bool,
     block_size: u64,
     queue_depth: u32,
@@ -223,9 +239,10 @@ impl std::fmt::Debug for BlockDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BlockDevice")
             .field("path", &self.path)
-            .field("len", &self.len)
+            .field("len", &self.len())
             .field("direct", &self.direct)
             .field("io_uring", &self.rings.is_some())
+            .field("simulated", &self.is_simulated())
             .finish()
     }
 }
@@ -307,9 +324,10 @@ impl BlockDevice {
         };
         let emulator = opts.emulate.as_ref().map(Emulator::new).transpose()?;
         Ok(BlockDevice {
-            file,
+            backing: Backing::File(file),
             path: path.to_path_buf(),
-            len,
+            len: AtomicU64::new(len),
+            grow_lock: Mutex::new(()),
             direct,
             block_size: opts.block_size,
             queue_depth: opts.queue_depth,
@@ -321,14 +339,162 @@ impl BlockDevice {
         })
     }
 
+    /// An in-memory device of `len` zeroed bytes named `name`, on the simulated power source
+    /// `power` (see [`SimPower`]): writes reach its media only when [`BlockDevice::sync`]
+    /// completes before the power loss, or — torn, sector by sector — at the loss itself.
+    ///
+    /// Validation (alignment, range) and counters are those of a file device; there is no I/O
+    /// engine (requests are copied in order), no emulation and no `O_DIRECT`. `len` must be a
+    /// positive multiple of `block_size`, a power of two. Devices on one power source should
+    /// have distinct names (the name seeds the tearing).
+    pub fn simulated(name: &str, len: u64, block_size: u64, power: &Arc<SimPower>) -> Result<Self> {
+        let n = usize::try_from(len)
+            .map_err(|_| Error::InvalidArgument(format!("size {len} too large")))?;
+        Self::simulated_checked(name, len, block_size, power, || vec![0; n])
+    }
+
+    /// An in-memory device whose working and durable images start as `image` — typically
+    /// [`BlockDevice::durable_image`] of a device that lost power, to "reboot" it. Otherwise
+    /// as [`BlockDevice::simulated`].
+    pub fn simulated_from(
+        name: &str,
+        image: Vec<u8>,
+        block_size: u64,
+        power: &Arc<SimPower>,
+    ) -> Result<Self> {
+        let len = image.len() as u64;
+        Self::simulated_checked(name, len, block_size, power, || image)
+    }
+
+    fn simulated_checked(
+        name: &str,
+        len: u64,
+        block_size: u64,
+        power: &Arc<SimPower>,
+        image: impl FnOnce() -> Vec<u8>,
+    ) -> Result<Self> {
+        check_options(&BlockOptions {
+            block_size,
+            ..BlockOptions::default()
+        })?;
+        if len == 0 || !len.is_multiple_of(block_size) {
+            return Err(Error::Misaligned {
+                offset: 0,
+                len,
+                alignment: block_size,
+            });
+        }
+        let path = PathBuf::from(name);
+        let disk = SimDisk::new(power, &path, image());
+        Ok(BlockDevice {
+            backing: Backing::Sim(disk),
+            path,
+            len: AtomicU64::new(len),
+            grow_lock: Mutex::new(()),
+            direct: false,
+            block_size,
+            queue_depth: 1,
+            rings: None,
+            engine_note: Some("simulated in memory (no I/O engine)".to_string()),
+            counters: DeviceCounters::default(),
+            in_flight: AtomicU64::new(0),
+            emulator: None,
+        })
+    }
+
+    /// Whether this is an in-memory device made by [`BlockDevice::simulated`].
+    pub fn is_simulated(&self) -> bool {
+        matches!(self.backing, Backing::Sim(_))
+    }
+
+    /// What the media of a simulated device holds: before a power loss, the synced writes
+    /// (nothing written since the last sync); after it, the frozen image with the surviving
+    /// sectors of the writes the loss tore. `None` for files and raw devices.
+    pub fn durable_image(&self) -> Option<Vec<u8>> {
+        match &self.backing {
+            Backing::Sim(disk) => disk.durable_image(),
+            Backing::File(_) => None,
+        }
+    }
+
+    /// What a simulated device reads back (every write that returned `Ok`): what a restarted
+    /// process would find if power had not been lost. `None` for files and raw devices.
+    pub fn working_image(&self) -> Option<Vec<u8>> {
+        match &self.backing {
+            Backing::Sim(disk) => disk.working_image(),
+            Backing::File(_) => None,
+        }
+    }
+
+    /// Grows the device to `new_len` bytes (a multiple of the block size; the same length is
+    /// a no-op, a shorter one an [`Error::InvalidArgument`]).
+    ///
+    /// A file gets the extra space allocated (`fallocate`, or sparsely where the file system
+    /// has none) and is `fsync`ed, so that the new length survives a crash; raw block devices
+    /// cannot grow ([`Error::Unsupported`]). A simulated device's new space reads zero and is
+    /// durable at once. [`BlockDevice::len`] returns the new length once this returns.
+    pub fn grow(&self, new_len: u64) -> Result<()> {
+        let _serial = self.grow_lock.lock();
+        let len = self.len();
+        if new_len < len {
+            return Err(Error::InvalidArgument(format!(
+                "{}: cannot shrink a block device from {len} to {new_len} bytes",
+                self.path.display()
+            )));
+        }
+        if new_len == len {
+            return Ok(());
+        }
+        if !new_len.is_multiple_of(self.block_size) {
+            return Err(Error::Misaligned {
+                offset: 0,
+                len: new_len,
+                alignment: self.block_size,
+            });
+        }
+        match &self.backing {
+            Backing::Sim(disk) => disk.grow(new_len)?,
+            Backing::File(file) => {
+                let meta = file
+                    .metadata()
+                    .map_err(|e| Error::io("stat", Some(&self.path), e))?;
+                if meta.file_type().is_block_device() {
+                    return Err(Error::Unsupported(format!(
+                        "{}: a raw block device cannot grow",
+                        self.path.display()
+                    )));
+                }
+                let Ok(l) = libc::off_t::try_from(new_len) else {
+                    return Err(Error::InvalidArgument(format!("size {new_len} too large")));
+                };
+                allocate(file, &self.path, l)?;
+                file.sync_all()
+                    .map_err(|e| io_err("fsync", Some(&self.path), e))?;
+            }
+        }
+        self.len.store(new_len, Ordering::Release);
+        Ok(())
+    }
+
+    /// Takes an exclusive lock on the file (`flock`), so that no second handle — in this
+    /// process or another — locks it while this one lives; that attempt fails with
+    /// [`Error::Locked`] naming the holder. Released when the device is dropped. A no-op for
+    /// simulated devices.
+    pub fn lock_exclusive(&self) -> Result<()> {
+        match &self.backing {
+            Backing::File(file) => lock_file(file, &self.path),
+            Backing::Sim(_) => Ok(()),
+        }
+    }
+
     /// Size in bytes.
     pub fn len(&self) -> u64 {
-        self.len
+        self.len.load(Ordering::Acquire)
     }
 
     /// Whether the device has zero bytes.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// Whether `O_DIRECT` is in use.
@@ -355,7 +521,7 @@ impl BlockDevice {
     pub fn info(&self) -> BlockInfo {
         BlockInfo {
             path: self.path.clone(),
-            len: self.len,
+            len: self.len(),
             direct_io: self.direct,
             engine: if self.rings.is_some() {
                 IoEngineKind::IoUring
@@ -383,9 +549,12 @@ impl BlockDevice {
 
     /// Makes every completed write durable (`fdatasync`).
     pub fn sync(&self) -> Result<()> {
-        self.file
-            .sync_data()
-            .map_err(|e| Error::io("fdatasync", Some(&self.path), e))?;
+        match &self.backing {
+            Backing::File(file) => file
+                .sync_data()
+                .map_err(|e| Error::io("fdatasync", Some(&self.path), e))?,
+            Backing::Sim(disk) => disk.sync()?,
+        }
         self.counters.syncs.incr();
         Ok(())
     }
@@ -399,13 +568,10 @@ impl BlockDevice {
                 alignment: self.block_size,
             });
         }
+        let size = self.len();
         match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(()),
-            _ => Err(Error::OutOfRange {
-                offset,
-                len,
-                size: self.len,
-            }),
+            Some(end) if end <= size => Ok(()),
+            _ => Err(Error::OutOfRange { offset, len, size }),
         }
     }
 
@@ -432,8 +598,14 @@ impl BlockDevice {
                 .max()
                 .unwrap_or(now)
         });
-        let result = match &self.rings {
-            Some(pool) => {
+        let result = match (&self.backing, &self.rings) {
+            (Backing::Sim(disk), _) => {
+                self.enter_flight();
+                let r = disk.submit(ios);
+                self.leave_flight(1);
+                r
+            }
+            (Backing::File(file), Some(pool)) => {
                 let ring = pool.lock().pop();
                 let ring = match ring {
                     Some(r) => Ok(r),
@@ -443,7 +615,7 @@ impl BlockDevice {
                 match ring {
                     Ok(mut ring) => {
                         let lim = self.limits(ring.params().sq_entries() as usize);
-                        let (result, reusable) = self.run_uring(&mut ring, ios, lim);
+                        let (result, reusable) = self.run_uring(file, &mut ring, ios, lim);
                         if reusable {
                             pool.lock().push(ring);
                         }
@@ -452,7 +624,7 @@ impl BlockDevice {
                     Err(e) => Err(e),
                 }
             }
-            None => self.run_threads(ios, self.limits(MAX_THREADS)),
+            (Backing::File(file), None) => self.run_threads(file, ios, self.limits(MAX_THREADS)),
         };
         if let (Some(e), Some(end)) = (&self.emulator, emulated_end) {
             e.wait_until(end);
@@ -505,10 +677,16 @@ impl BlockDevice {
     ///
     /// Invariant: this function does not return, and cannot unwind, while the kernel has
     /// consumed an entry whose completion it has not yet reaped.
-    fn run_uring(&self, ring: &mut IoUring, ios: &mut [Io<'_>], lim: Limits) -> (Result<()>, bool) {
+    fn run_uring(
+        &self,
+        file: &File,
+        ring: &mut IoUring,
+        ios: &mut [Io<'_>],
+        lim: Limits,
+    ) -> (Result<()>, bool) {
         let _no_unwind = AbortOnUnwind;
         let n = ios.len();
-        let fd = types::Fd(self.file.as_raw_fd());
+        let fd = types::Fd(file.as_raw_fd());
         let dirs: Vec<Direction> = ios.iter().map(Io::direction).collect();
         let mut reads: VecDeque<usize> = (0..n).filter(|&i| dirs[i] == Direction::Read).collect();
         let mut writes: VecDeque<usize> = (0..n).filter(|&i| dirs[i] == Direction::Write).collect();
@@ -662,7 +840,7 @@ impl BlockDevice {
         (first_err.map_or(Ok(()), Err), true)
     }
 
-    fn run_threads(&self, ios: &mut [Io<'_>], lim: Limits) -> Result<()> {
+    fn run_threads(&self, file: &File, ios: &mut [Io<'_>], lim: Limits) -> Result<()> {
         struct Sched {
             reads: VecDeque<usize>,
             writes: VecDeque<usize>,
@@ -746,7 +924,7 @@ impl BlockDevice {
                     result: None,
                 };
                 done.result = Some(match slots.get(idx) {
-                    Some(slot) => self.blocking_io(&mut slot.lock()),
+                    Some(slot) => self.blocking_io(file, &mut slot.lock()),
                     None => Ok(()),
                 });
             }
@@ -768,10 +946,10 @@ impl BlockDevice {
         sched.into_inner().failed.map_or(Ok(()), Err)
     }
 
-    fn blocking_io(&self, io: &mut Io<'_>) -> Result<()> {
+    fn blocking_io(&self, file: &File, io: &mut Io<'_>) -> Result<()> {
         match io {
-            Io::Read { offset, buf } => self.file.read_exact_at(buf, *offset),
-            Io::Write { offset, buf } => self.file.write_all_at(buf, *offset),
+            Io::Read { offset, buf } => file.read_exact_at(buf, *offset),
+            Io::Write { offset, buf } => file.write_all_at(buf, *offset),
         }
         .map_err(|e| self.io_error(e))
     }
@@ -795,8 +973,8 @@ fn check_options(opts: &BlockOptions) -> Result<()> {
     Ok(())
 }
 
-/// Allocates `len` bytes for a new file: `fallocate`, or a sparse `set_len` where the file
-/// system has no `fallocate`.
+/// Allocates the first `len` bytes of a file (a new one, or one that grows): `fallocate`, or a
+/// sparse `set_len` where the file system has no `fallocate`.
 fn allocate(file: &File, path: &Path, len: libc::off_t) -> Result<()> {
     let err = loop {
         // SAFETY: fallocate on our own descriptor with integer arguments.

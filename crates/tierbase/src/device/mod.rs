@@ -11,6 +11,7 @@
 
 mod aligned;
 mod block;
+mod block_sim;
 mod counters;
 pub mod cpu;
 mod crash;
@@ -26,12 +27,14 @@ mod shared_mem;
 
 pub use aligned::{AlignedBuf, IO_ALIGN};
 pub use block::{BlockDevice, BlockInfo, BlockOptions, DirectIo, Io, IoEngineKind};
+pub use block_sim::{BlockCrashConfig, SECTOR, SimPower};
 pub use counters::{Counter, CounterSnapshot, DeviceCounters};
 pub use cpu::{CpuFeatures, FlushInstruction};
 pub use crash::CrashSimConfig;
 pub use dram::{DramArena, DramSlice};
 pub use durability::{Durability, DurabilityMode, FsKind, fs_kind};
 pub use emulate::{Direction, Emulator, EmulatorStats, Ticket, now_ns, spin_until};
+pub(crate) use group_sync::GroupSync;
 pub use profile::{Catalogue, DeviceKind, DeviceProfile};
 pub use raw::RawAccess;
 pub use region::{

@@ -3,8 +3,9 @@
 //!
 //! Store-agnostic: every tool drives a script given as a closure and hands what the script
 //! acknowledged, with the bytes media holds afterwards, to a check closure. The harness knows
-//! regions ([`PmemRegion`], the crash simulator) and the crate's [`Error`]; it knows nothing of
-//! any store, so every store's tests use the same copy.
+//! regions ([`PmemRegion`], the crash simulator), simulated block devices ([`SimPower`],
+//! [`BlockCrashConfig`]) and the crate's [`Error`]; it knows nothing of any store, so every
+//! store's tests use the same copy.
 //!
 //! - [`PowerLoss`] runs a script once per persist point `n` on a crash-simulated region that
 //!   loses power when its `n`-th fence completes (`CrashSimConfig::crash_after_fences`), after a
@@ -18,6 +19,14 @@
 //!   failure is followed only by [`Error::ReadOnly`] naming it, and hands both the durable
 //!   image and the working bytes to the check (a reopen after a power loss, and after a
 //!   process restart).
+//! - [`BlockPowerLoss`] and [`BlockFaultInjection`] do the same for stores on block devices
+//!   ([`crate::device::BlockDevice::simulated`]): the script builds its devices (page file,
+//!   logs) on one [`SimPower`] the harness hands it, which loses power — tearing unsynced writes
+//!   per 512-byte sector with a probability — once `n` syncs over all of them completed
+//!   ([`BlockCrashConfig::crash_after_syncs`]), or fails every write and sync from then on
+//!   ([`BlockCrashConfig::fail_syncs_after`]). The script returns whatever the check needs
+//!   (typically what was acknowledged and each device's
+//!   [`durable_image`](crate::device::BlockDevice::durable_image)).
 //! - [`ExpectedState`] tracks, per key, the values a store may hold after a crash that cut
 //!   concurrent writers short: every acknowledged write, plus every write in flight (which may
 //!   or may not have happened). Threads report `begin` before and `ack` after each write, in
@@ -50,16 +59,50 @@
 //! assert_eq!(report.total_points, 2);
 //! assert_eq!(report.runs, 4); // the reference run and points 0, 1 and 2
 //! ```
+//!
+//! The same on a block device: a "log" that appends two blocks, syncing each.
+//!
+//! ```
+//! use tierbase::device::{AlignedBuf, BlockDevice};
+//! use tierbase::testing::crash::BlockPowerLoss;
+//!
+//! let report = BlockPowerLoss::new().survival(&[0.0, 0.5]).run(
+//!     |power, _point| {
+//!         let log = BlockDevice::simulated("log", 4 * 4096, 4096, power).unwrap();
+//!         let mut acked = 0usize;
+//!         for i in 0..2u8 {
+//!             let mut block = AlignedBuf::new(4096).unwrap();
+//!             block.fill(i + 1);
+//!             log.write_at(u64::from(i) * 4096, &block).unwrap();
+//!             log.sync().unwrap();
+//!             if !power.crashed() {
+//!                 acked += 1; // synced before the power loss
+//!             }
+//!         }
+//!         power.cut(); // lose power after the script too (tearing what is unsynced)
+//!         (acked, log.durable_image().unwrap())
+//!     },
+//!     |(acked, image), point| {
+//!         for (i, block) in image.chunks(4096).take(acked).enumerate() {
+//!             assert!(block.iter().all(|&b| b == i as u8 + 1), "block {i} at {point:?}");
+//!         }
+//!     },
+//! );
+//! assert_eq!(report.total_points, 2); // two syncs
+//! assert_eq!(report.runs, 4); // the reference run and points 0, 1 and 2
+//! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::Arc;
 
-use crate::device::{CrashSimConfig, PmemRegion, RegionOptions};
+use crate::device::{BlockCrashConfig, CrashSimConfig, PmemRegion, RegionOptions, SimPower};
 use crate::error::{Error, Result};
 
-/// Environment variable that restricts [`PowerLoss::run`] and [`FaultInjection::run`] to one
-/// persist point (`TIERBASE_CRASH_POINT=17`), to replay a failure.
+/// Environment variable that restricts [`PowerLoss::run`], [`FaultInjection::run`],
+/// [`BlockPowerLoss::run`] and [`BlockFaultInjection::run`] to one persist (or sync) point
+/// (`TIERBASE_CRASH_POINT=17`), to replay a failure.
 pub const REPLAY_ENV: &str = "TIERBASE_CRASH_POINT";
 
 // ----- choosing points ---------------------------------------------------------------------
@@ -746,6 +789,268 @@ impl FaultInjection {
                 Some(total),
                 &mut report,
             );
+        }
+        report
+    }
+}
+
+// ----- block devices: power loss and injected errors at every sync point -------------------
+
+/// A block run's configuration, as the harness names it in a failure.
+fn describe_block_point(cfg: &BlockCrashConfig) -> String {
+    let mut s = match (cfg.crash_after_syncs, cfg.fail_syncs_after) {
+        (Some(n), _) => format!("power loss at sync point {n}"),
+        (None, Some(n)) => format!("writes and syncs failing after sync point {n}"),
+        (None, None) => "no power loss or fault during the script (reference run)".to_string(),
+    };
+    if cfg.crash_after_syncs.is_some() && cfg.torn_survival > 0.0 {
+        s.push_str(&format!(
+            " (unsynced sectors survive with p = {}, seed {:#x})",
+            cfg.torn_survival, cfg.seed
+        ));
+    }
+    if let Some(n) = cfg.crash_after_syncs.or(cfg.fail_syncs_after) {
+        s.push_str(&format!(" [replay: {REPLAY_ENV}={n}]"));
+    }
+    s
+}
+
+/// Power loss at every sync point of a script on simulated block devices (see the module docs).
+///
+/// [`BlockPowerLoss::run`] first runs the script on a power source that never fails (the
+/// reference run) and counts the syncs `N` it completed ([`SimPower::syncs`], over every device
+/// the script made on it), then once for each point `n` in `first..=N` (or a sample of them,
+/// [`BlockPowerLoss::sample`]) on a fresh power source that loses power at the sync call after
+/// the `n`-th completed one ([`BlockCrashConfig::crash_after_syncs`]; that call does not take
+/// effect). Every run's result goes to the check with its point (`None` for the reference
+/// run). A panic in the script or the check is re-raised with the point in front (and how to
+/// replay it alone, [`REPLAY_ENV`]).
+///
+/// The script makes its devices with [`crate::device::BlockDevice::simulated`] on the power
+/// source it is given, counts a call as acknowledged only if it returned while
+/// [`SimPower::crashed`] was still false, and should end with [`SimPower::cut`] before it takes
+/// [`durable_image`](crate::device::BlockDevice::durable_image)s, so that a run whose point
+/// lies beyond its last sync (the reference run, point `N`) also loses power, tearing what it
+/// left unsynced. To "reboot", the check opens
+/// [`BlockDevice::simulated_from`](crate::device::BlockDevice::simulated_from) on the images.
+#[derive(Clone, Debug)]
+pub struct BlockPowerLoss {
+    survival: Vec<f64>,
+    seed: u64,
+    first: u64,
+    max_runs: Option<usize>,
+}
+
+impl Default for BlockPowerLoss {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BlockPowerLoss {
+    /// Every point from 0, only synced data surviving.
+    pub fn new() -> Self {
+        BlockPowerLoss {
+            survival: vec![0.0],
+            seed: 0,
+            first: 0,
+            max_runs: None,
+        }
+    }
+
+    /// Per-sector survival probabilities of unsynced writes, used in turn: point `n` gets
+    /// `survival[n % survival.len()]` (e.g. `[0.0, 0.5]` alternates). Empty means `[0.0]`.
+    pub fn survival(mut self, survival: &[f64]) -> Self {
+        self.survival = if survival.is_empty() {
+            vec![0.0]
+        } else {
+            survival.to_vec()
+        };
+        self
+    }
+
+    /// Seed of the survival choices and of sampling.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// The first point to crash at (default 0: at the first sync call).
+    pub fn first_point(mut self, first: u64) -> Self {
+        self.first = first;
+        self
+    }
+
+    /// Visits at most `max_runs` points (see [`crash_points`]) when the script has more.
+    pub fn sample(mut self, max_runs: usize) -> Self {
+        self.max_runs = Some(max_runs);
+        self
+    }
+
+    /// The power source configuration of point `n` (`None`: the reference run, which never
+    /// loses power on its own; its survival probability applies to [`SimPower::cut`]).
+    pub fn config(&self, n: Option<u64>) -> BlockCrashConfig {
+        let i = n.unwrap_or(0) as usize % self.survival.len().max(1);
+        let mut s = self.seed ^ n.unwrap_or(u64::MAX).rotate_left(29);
+        BlockCrashConfig {
+            crash_after_syncs: n,
+            torn_survival: self.survival.get(i).copied().unwrap_or(0.0),
+            seed: splitmix(&mut s),
+            fail_syncs_after: None,
+        }
+    }
+
+    /// Runs `script` at the reference point and at every chosen point, calling `check` with
+    /// each run's result. Returns the number of sync points of the reference run
+    /// ([`PowerLossReport::total_points`]), the runs made, and how many of them lost power at
+    /// their sync point (rather than at the script's [`SimPower::cut`]).
+    pub fn run<T>(
+        &self,
+        mut script: impl FnMut(&Arc<SimPower>, Option<u64>) -> T,
+        mut check: impl FnMut(T, Option<u64>),
+    ) -> PowerLossReport {
+        let mut report = PowerLossReport::default();
+        let mut one = |n: Option<u64>, report: &mut PowerLossReport| -> u64 {
+            let cfg = self.config(n);
+            let ctx = describe_block_point(&cfg);
+            with_context(
+                || ctx.clone(),
+                || {
+                    let power = SimPower::new(cfg);
+                    let out = script(&power, n);
+                    report.runs += 1;
+                    if power.crashed_at_sync() {
+                        report.crashed_in_script += 1;
+                    }
+                    let syncs = power.syncs();
+                    check(out, n);
+                    syncs
+                },
+            )
+        };
+        if let Some(n) = replay_point() {
+            eprintln!("crash harness: replaying sync point {n} only ({REPLAY_ENV})");
+            one(Some(n), &mut report);
+            return report;
+        }
+        report.total_points = one(None, &mut report);
+        for n in crash_points(self.first, report.total_points, self.max_runs, self.seed) {
+            one(Some(n), &mut report);
+        }
+        report
+    }
+}
+
+/// Injected I/O errors at every sync point of a script on simulated block devices.
+///
+/// For each point `n` (after a fault-free reference run that counts the syncs), the script
+/// gets a fresh power source whose devices fail every write and sync with an I/O error
+/// (`EIO`) once `n` syncs completed ([`BlockCrashConfig::fail_syncs_after`]), a [`FaultLog`]
+/// and the point (`None` for the reference run). Pass the store's results through the log
+/// ([`FaultLog::open`], [`FaultLog::write`]); the harness then checks, as
+/// [`FaultInjection`] does, that every error after the first is [`Error::ReadOnly`] naming
+/// it, that at least one write was tried after a failed write, and that no write succeeded
+/// after the failure; with [`BlockFaultInjection::every_point_fails`], also that a run whose
+/// fault came before the reference run's last sync saw a failure. A script that never uses
+/// the log is held to none of this. [`FaultLog::capture`] is for regions and not needed here:
+/// the script returns what the check needs, typically each device's
+/// [`durable_image`](crate::device::BlockDevice::durable_image) (the device died and power
+/// was lost) and [`working_image`](crate::device::BlockDevice::working_image) (the process
+/// restarted).
+#[derive(Clone, Debug, Default)]
+pub struct BlockFaultInjection {
+    first: u64,
+    max_runs: Option<usize>,
+    seed: u64,
+    every_point_fails: bool,
+}
+
+impl BlockFaultInjection {
+    /// Every point from 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The first point to fail at (default 0: the first write or sync fails).
+    pub fn first_point(mut self, first: u64) -> Self {
+        self.first = first;
+        self
+    }
+
+    /// Visits at most `max_runs` points, chosen with `seed` (see [`crash_points`]).
+    pub fn sample(mut self, max_runs: usize, seed: u64) -> Self {
+        self.max_runs = Some(max_runs);
+        self.seed = seed;
+        self
+    }
+
+    /// Requires a failure in every run whose fault comes before the reference run's last
+    /// sync (right for deterministic, single-threaded scripts that log their calls).
+    pub fn every_point_fails(mut self, required: bool) -> Self {
+        self.every_point_fails = required;
+        self
+    }
+
+    /// The power source configuration of point `n` (`None`: the fault-free reference run).
+    pub fn config(&self, n: Option<u64>) -> BlockCrashConfig {
+        BlockCrashConfig {
+            fail_syncs_after: n,
+            ..BlockCrashConfig::default()
+        }
+    }
+
+    /// Runs `script` fault-free and then at every chosen point, checking each run's log (see
+    /// the type's docs) and calling `check` with its result.
+    pub fn run<T>(
+        &self,
+        mut script: impl FnMut(&Arc<SimPower>, &mut FaultLog, Option<u64>) -> T,
+        mut check: impl FnMut(T, Option<u64>),
+    ) -> FaultReport {
+        let mut report = FaultReport::default();
+        let mut one = |n: Option<u64>, total: Option<u64>, report: &mut FaultReport| -> u64 {
+            let cfg = self.config(n);
+            let ctx = describe_block_point(&cfg);
+            with_context(
+                || ctx.clone(),
+                || {
+                    let power = SimPower::new(cfg);
+                    let mut log = FaultLog::default();
+                    let out = script(&power, &mut log, n);
+                    report.runs += 1;
+                    let problems = log.problems();
+                    assert!(problems.is_empty(), "{}", problems.join("\n"));
+                    if log.failed() {
+                        report.failed_runs += 1;
+                    } else if let (true, Some(n), Some(total)) = (self.every_point_fails, n, total)
+                    {
+                        assert!(
+                            n >= total,
+                            "writes and syncs failed after {n} of {total} sync points, but no \
+                             call reported an error"
+                        );
+                    }
+                    if n.is_none() {
+                        assert!(
+                            !log.failed(),
+                            "the fault-free run failed: {:?}",
+                            log.failure()
+                        );
+                    }
+                    let syncs = power.syncs();
+                    check(out, n);
+                    syncs
+                },
+            )
+        };
+        if let Some(n) = replay_point() {
+            eprintln!("fault harness: replaying sync point {n} only ({REPLAY_ENV})");
+            one(Some(n), None, &mut report);
+            return report;
+        }
+        let total = one(None, None, &mut report);
+        report.total_points = total;
+        for n in crash_points(self.first, total, self.max_runs, self.seed) {
+            one(Some(n), Some(total), &mut report);
         }
         report
     }

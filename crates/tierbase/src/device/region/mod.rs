@@ -54,7 +54,7 @@ mod header;
 mod persist;
 mod sim;
 
-use self::file::lock_file;
+pub(super) use self::file::lock_file;
 #[cfg(test)]
 use self::header::decode_len_word;
 use self::header::{encode_len_word, parse_header, write_header_fields};

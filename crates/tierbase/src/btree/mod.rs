@@ -1,0 +1,923 @@
+//! The B+-tree store: an ordered key-value store of slotted pages in a buffer pool over a page
+//! file, with a write-ahead log, group commit, atomic write batches, fuzzy checkpoints and
+//! restart.
+//!
+//! Owns: the store's files (a directory holding `pages.tb`, `wal-0.tb` and `wal-1.tb`), the
+//! superblock, creating, opening (restart: redo from the last checkpoint), checkpoints, the
+//! durability levels, the background thread that flushes the log and checkpoints, the
+//! store's counters, and its [`crate::store::Store`] adapter. Must not touch: the page layout
+//! ([`node`]), the tree's algorithms (`tree`), frames and eviction ([`crate::buffer`]) or the
+//! log's framing ([`crate::wal`]).
+//!
+//! Durability: a batch is one log frame. With [`Durability::Immediate`] a write returns once
+//! the log holds it durably (concurrent writers share the `fdatasync`); with `Eventual` a
+//! background flush makes it durable within the interval; with `None` at [`BTreeStore::sync`],
+//! a checkpoint or close. Pages reach the page file only after the log (WAL rule), and only
+//! with complete batches (no steal), so restart needs redo only. The format is described in
+//! docs/FORMAT-btree.md and docs/FORMAT-wal.md.
+
+pub mod node;
+mod tree;
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::buffer::{BufferPool, PoolOptions, WalRule};
+use crate::device::{
+    AlignedBuf, BlockDevice, BlockOptions, Counter, Durability, FsKind, SimPower, fs_kind,
+};
+use crate::error::{Error, Result};
+use crate::store::{Change, Store, StoreDescription};
+use crate::sync::Background;
+use crate::wal::Wal;
+use tree::{FIRST_ROOT, META_PID, Tree};
+pub use tree::{Limits, Meta};
+
+const SUPER_MAGIC: &[u8; 8] = b"TBBTREE1";
+const FORMAT_VERSION: u32 = 1;
+/// LSN of the first log frame of a new store.
+const FIRST_LSN: u64 = 4096;
+const SUPER_LEN: usize = 4096;
+/// Cursors of [`Store::scan`] kept at once.
+const MAX_CURSORS: usize = 4096;
+
+/// Options for creating or opening a B+-tree store.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct BTreeOptions {
+    /// Page size in bytes for a new store (a power of two, 4–64 KiB; default 16 KiB). An
+    /// existing store keeps the size it was created with.
+    pub page_size: usize,
+    /// DRAM budget of the buffer pool in bytes (default 64 MiB).
+    pub dram_bytes: u64,
+    /// When a write is durable.
+    pub durability: Durability,
+    /// Log bytes after which a checkpoint starts a new log generation (default 64 MiB).
+    pub checkpoint_bytes: u64,
+    /// How the files are opened (`O_DIRECT`, I/O engine, emulated profile).
+    pub block: BlockOptions,
+}
+
+impl Default for BTreeOptions {
+    fn default() -> Self {
+        BTreeOptions {
+            page_size: 16 * 1024,
+            dram_bytes: 64 << 20,
+            durability: Durability::Immediate,
+            checkpoint_bytes: 64 << 20,
+            block: BlockOptions::default(),
+        }
+    }
+}
+
+impl BTreeOptions {
+    /// Sets the page size (for a new store).
+    pub fn page_size(mut self, bytes: usize) -> Self {
+        self.page_size = bytes;
+        self
+    }
+    /// Sets the DRAM budget.
+    pub fn dram_bytes(mut self, bytes: u64) -> Self {
+        self.dram_bytes = bytes;
+        self
+    }
+    /// Sets the durability level.
+    pub fn durability(mut self, d: Durability) -> Self {
+        self.durability = d;
+        self
+    }
+    /// Sets the checkpoint threshold.
+    pub fn checkpoint_bytes(mut self, bytes: u64) -> Self {
+        self.checkpoint_bytes = bytes;
+        self
+    }
+}
+
+/// The three block devices of a store.
+#[derive(Debug)]
+pub struct BTreeDevices {
+    /// Superblocks, the meta page and the tree's pages.
+    pub pages: BlockDevice,
+    /// The two log files.
+    pub logs: [BlockDevice; 2],
+}
+
+impl BTreeDevices {
+    /// New, empty in-memory devices on a simulated power source (tests: power loss and
+    /// injected I/O errors at every sync).
+    pub fn simulated(power: &Arc<SimPower>) -> Result<Self> {
+        Ok(BTreeDevices {
+            pages: BlockDevice::simulated("pages", 64 * 1024, 4096, power)?,
+            logs: [
+                BlockDevice::simulated("wal-0", 4096, 4096, power)?,
+                BlockDevice::simulated("wal-1", 4096, 4096, power)?,
+            ],
+        })
+    }
+
+    /// In-memory devices holding `images` (pages, log 0, log 1), e.g. what media held when a
+    /// simulated power loss struck.
+    pub fn simulated_from(images: [Vec<u8>; 3], power: &Arc<SimPower>) -> Result<Self> {
+        let [p, l0, l1] = images;
+        Ok(BTreeDevices {
+            pages: BlockDevice::simulated_from("pages", p, 4096, power)?,
+            logs: [
+                BlockDevice::simulated_from("wal-0", l0, 4096, power)?,
+                BlockDevice::simulated_from("wal-1", l1, 4096, power)?,
+            ],
+        })
+    }
+}
+
+/// What a restart did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RestartReport {
+    /// Log frames replayed.
+    pub frames: u64,
+    /// Log records replayed.
+    pub records: u64,
+    /// Log bytes from the redo start to the end.
+    pub log_bytes: u64,
+    /// Pages written by the restart's checkpoint.
+    pub pages_written: u64,
+    /// Wall time of the whole open, in microseconds.
+    pub micros: u64,
+}
+
+/// Store counters beyond the pool's and the log's.
+#[derive(Debug, Default)]
+struct StoreCounters {
+    checkpoints: Counter,
+    batches: Counter,
+    gets: Counter,
+}
+
+/// The log as the buffer pool and the tree reach it: absent while restart replays (pages
+/// replayed from a durable log may be written at any time).
+#[derive(Debug, Default)]
+pub(crate) struct LogLink(OnceLock<Arc<Wal>>);
+
+impl LogLink {
+    pub(crate) fn get(&self) -> Option<&Arc<Wal>> {
+        self.0.get()
+    }
+}
+
+impl WalRule for LogLink {
+    fn committed_lsn(&self) -> u64 {
+        self.0.get().map_or(u64::MAX, |w| w.next_lsn())
+    }
+    fn flush_to(&self, lsn: u64) -> Result<()> {
+        self.0.get().map_or(Ok(()), |w| w.flush_to(lsn))
+    }
+}
+
+struct Inner {
+    tree: Tree,
+    log: Arc<LogLink>,
+    path: Option<PathBuf>,
+    medium: String,
+    guarantee: &'static str,
+    durability: Durability,
+    checkpoint_bytes: u64,
+    /// Serialises checkpoints; holds the superblock sequence number.
+    superblock: Mutex<u64>,
+    restart: RestartReport,
+    counters: StoreCounters,
+    cursors: Mutex<Cursors>,
+}
+
+#[derive(Default)]
+struct Cursors {
+    next: u64,
+    keys: HashMap<u64, Vec<u8>>,
+    order: VecDeque<u64>,
+}
+
+/// An ordered, durable key-value store on a B+-tree. Cheap to share: clone the handle or
+/// wrap it in an `Arc`; the last handle dropped closes the store cleanly (a checkpoint).
+#[derive(Clone)]
+pub struct BTreeStore {
+    inner: Arc<Inner>,
+    _background: Arc<BackgroundGuard>,
+}
+
+struct BackgroundGuard {
+    thread: Mutex<Option<Background>>,
+    inner: Arc<Inner>,
+    closed: AtomicBool,
+}
+
+impl Drop for BackgroundGuard {
+    fn drop(&mut self) {
+        if let Some(mut b) = self.thread.lock().take() {
+            b.stop();
+        }
+        if !self.closed.swap(true, Ordering::AcqRel)
+            && let Err(e) = self.inner.checkpoint()
+        {
+            tracing::warn!("closing the B-tree store: {e}");
+        }
+    }
+}
+
+impl std::fmt::Debug for BTreeStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BTreeStore")
+            .field("path", &self.inner.path)
+            .field("len", &self.inner.tree.len())
+            .finish()
+    }
+}
+
+fn file_names(dir: &Path) -> [PathBuf; 3] {
+    [
+        dir.join("pages.tb"),
+        dir.join("wal-0.tb"),
+        dir.join("wal-1.tb"),
+    ]
+}
+
+fn superblock(page_size: usize, seq: u64, generation: u32, lsn: u64) -> Result<AlignedBuf> {
+    let mut b = AlignedBuf::new(SUPER_LEN)?;
+    b[..8].copy_from_slice(SUPER_MAGIC);
+    b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    b[12..16].copy_from_slice(&(page_size as u32).to_le_bytes());
+    b[16..24].copy_from_slice(&seq.to_le_bytes());
+    b[24..28].copy_from_slice(&generation.to_le_bytes());
+    b[32..40].copy_from_slice(&lsn.to_le_bytes());
+    let c = crc32c::crc32c(&b[..40]);
+    b[40..44].copy_from_slice(&c.to_le_bytes());
+    Ok(b)
+}
+
+/// The newest valid superblock: (page size, sequence, redo generation, redo LSN).
+fn read_superblock(dev: &BlockDevice, path: Option<&Path>) -> Result<(usize, u64, u32, u64)> {
+    let mut best: Option<(usize, u64, u32, u64)> = None;
+    let mut version = None;
+    let mut b = AlignedBuf::new(SUPER_LEN)?;
+    for slot in 0..2u64 {
+        // Slot 0 sits at offset 0; slot 1 at the second page, whose size the first valid
+        // copy tells (both copies at 4 KiB granularity, the smallest page size).
+        for offset in [
+            slot * 4096,
+            slot * 65536,
+            slot * 16384,
+            slot * 8192,
+            slot * 32768,
+        ] {
+            if offset + SUPER_LEN as u64 > dev.len() {
+                continue;
+            }
+            dev.read_at(offset, &mut b)?;
+            if &b[..8] != SUPER_MAGIC || crc32c::crc32c(&b[..40]).to_le_bytes() != b[40..44] {
+                continue;
+            }
+            let v = u32::from_le_bytes(b[8..12].try_into().expect("4"));
+            if v != FORMAT_VERSION {
+                version = Some(v);
+                continue;
+            }
+            let ps = u32::from_le_bytes(b[12..16].try_into().expect("4")) as usize;
+            if offset != slot * ps as u64 {
+                continue;
+            }
+            let seq = u64::from_le_bytes(b[16..24].try_into().expect("8"));
+            let g = u32::from_le_bytes(b[24..28].try_into().expect("4"));
+            let lsn = u64::from_le_bytes(b[32..40].try_into().expect("8"));
+            if best.is_none_or(|(_, s, _, _)| seq > s) {
+                best = Some((ps, seq, g, lsn));
+            }
+        }
+    }
+    if let Some(found) = version
+        && best.is_none()
+    {
+        return Err(Error::UnsupportedVersion {
+            path: path.map(Path::to_path_buf),
+            what: "B-tree store",
+            found,
+            supported: FORMAT_VERSION,
+        });
+    }
+    best.ok_or_else(|| {
+        Error::corrupt(
+            path,
+            "not a tierbase B-tree store: no valid superblock (both copies missing or damaged)",
+        )
+    })
+}
+
+fn write_superblock(dev: &BlockDevice, page_size: usize, seq: u64, g: u32, lsn: u64) -> Result<()> {
+    let slot = seq % 2;
+    dev.write_at(
+        slot * page_size as u64,
+        &superblock(page_size, seq, g, lsn)?,
+    )?;
+    dev.sync()
+}
+
+/// Writes the initial pages, log and superblock onto empty devices.
+fn format(devs: &BTreeDevices, page_size: usize) -> Result<()> {
+    if !page_size.is_power_of_two() || !(4096..=65536).contains(&page_size) {
+        return Err(Error::InvalidArgument(format!(
+            "page size {page_size}: must be a power of two from 4096 to 65536"
+        )));
+    }
+    let need = (FIRST_ROOT + 1) * page_size as u64;
+    if devs.pages.len() < need {
+        devs.pages.grow(need)?;
+    }
+    let mut meta = AlignedBuf::new(page_size)?;
+    let mut n = node::NodeMut(&mut meta);
+    n.init(node::Kind::Meta, 0, META_PID, 0);
+    Meta {
+        root: FIRST_ROOT,
+        next_pid: FIRST_ROOT + 1,
+        free_head: 0,
+        count: 0,
+    }
+    .write(&mut meta);
+    crate::buffer::seal(&mut meta);
+    devs.pages.write_at(META_PID * page_size as u64, &meta)?;
+    let mut root = AlignedBuf::new(page_size)?;
+    node::NodeMut(&mut root).init(node::Kind::Leaf, 0, FIRST_ROOT, 0);
+    crate::buffer::seal(&mut root);
+    devs.pages.write_at(FIRST_ROOT * page_size as u64, &root)?;
+    devs.pages.sync()?;
+    Wal::format(&devs.logs, FIRST_LSN)?;
+    write_superblock(&devs.pages, page_size, 1, 1, FIRST_LSN)
+}
+
+impl BTreeStore {
+    /// Creates a store in directory `dir` (created if missing; must not hold a store).
+    pub fn create(dir: impl AsRef<Path>, opts: &BTreeOptions) -> Result<Self> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", Some(dir), e))?;
+        let names = file_names(dir);
+        if names[0].exists() {
+            return Err(Error::InvalidArgument(format!(
+                "{}: a store exists here already (open it instead)",
+                dir.display()
+            )));
+        }
+        let devs = BTreeDevices {
+            pages: BlockDevice::create(
+                &names[0],
+                4 * opts.page_size.max(4096) as u64,
+                &opts.block,
+            )?,
+            logs: [
+                BlockDevice::create(&names[1], 4096, &opts.block)?,
+                BlockDevice::create(&names[2], 4096, &opts.block)?,
+            ],
+        };
+        devs.pages.lock_exclusive()?;
+        format(&devs, opts.page_size)?;
+        Self::open_on(devs, Some(dir), opts)
+    }
+
+    /// Opens the store in directory `dir`, replaying its log.
+    pub fn open(dir: impl AsRef<Path>, opts: &BTreeOptions) -> Result<Self> {
+        let dir = dir.as_ref();
+        let names = file_names(dir);
+        for n in &names {
+            if !n.exists() {
+                return Err(Error::io(
+                    "open",
+                    Some(n),
+                    std::io::Error::from(std::io::ErrorKind::NotFound),
+                ));
+            }
+        }
+        let devs = BTreeDevices {
+            pages: BlockDevice::open(&names[0], &opts.block)?,
+            logs: [
+                BlockDevice::open(&names[1], &opts.block)?,
+                BlockDevice::open(&names[2], &opts.block)?,
+            ],
+        };
+        devs.pages.lock_exclusive()?;
+        Self::open_on(devs, Some(dir), opts)
+    }
+
+    /// Opens the store in `dir`, creating it if there is none.
+    pub fn open_or_create(dir: impl AsRef<Path>, opts: &BTreeOptions) -> Result<Self> {
+        if file_names(dir.as_ref())[0].exists() {
+            Self::open(dir, opts)
+        } else {
+            Self::create(dir, opts)
+        }
+    }
+
+    /// Creates a store on empty devices (simulated ones in tests).
+    pub fn create_on(devs: BTreeDevices, opts: &BTreeOptions) -> Result<Self> {
+        format(&devs, opts.page_size)?;
+        Self::open_on(devs, None, opts)
+    }
+
+    /// Opens a store on `devs`: restart from the last checkpoint, then a checkpoint.
+    pub fn open_on(devs: BTreeDevices, dir: Option<&Path>, opts: &BTreeOptions) -> Result<Self> {
+        let started = Instant::now();
+        let path = dir.map(Path::to_path_buf);
+        let (page_size, seq, redo_gen, redo_lsn) = read_superblock(
+            &devs.pages,
+            path.as_deref().map(|d| d.join("pages.tb")).as_deref(),
+        )?;
+        let log = Arc::new(LogLink::default());
+        let (medium, guarantee) = describe_medium(&devs, dir);
+        let pool = BufferPool::new(
+            devs.pages,
+            PoolOptions {
+                page_size,
+                dram_bytes: opts.dram_bytes,
+                check: |page, pid| node::check(page, Some(pid)),
+            },
+            log.clone(),
+        )?;
+        let placeholder = Meta {
+            root: FIRST_ROOT,
+            next_pid: FIRST_ROOT + 1,
+            free_head: 0,
+            count: 0,
+        };
+        let tree = Tree::new(pool, placeholder, redo_gen, log.clone());
+        let logs = devs.logs;
+        let mut restart = RestartReport::default();
+        let end = Wal::replay(&logs, redo_gen, redo_lsn, |lsn, payload| {
+            restart.frames += 1;
+            restart.records += tree.redo(lsn, payload)?;
+            Ok(())
+        })
+        .map_err(|e| with_path(e, path.as_deref()))?;
+        restart.log_bytes = end.lsn - redo_lsn;
+        // Redo leaves the meta page at its newest state (a page on media is never newer than
+        // the log, and every meta change is logged).
+        let meta = {
+            let page = tree
+                .pool
+                .fix_shared(META_PID)
+                .map_err(|e| with_path(e, path.as_deref()))?;
+            if node::Node(page.bytes()).kind() != Some(node::Kind::Meta) {
+                return Err(Error::corrupt(
+                    path.as_deref(),
+                    "page 2 is not the meta page",
+                ));
+            }
+            Meta::read(page.bytes())
+        };
+        if meta.root < FIRST_ROOT || meta.root >= meta.next_pid {
+            return Err(Error::corrupt(
+                path.as_deref(),
+                format!(
+                    "meta page names root {} of {} pages",
+                    meta.root, meta.next_pid
+                ),
+            ));
+        }
+        tree.adopt_meta(meta);
+        restart.pages_written = tree.pool.flush_dirty()?;
+        let pages = tree.pool.device();
+        // Redo now starts at the last generation read (its file stays untouched), then the
+        // log continues in a new generation, then redo starts there.
+        write_superblock(
+            pages,
+            page_size,
+            seq + 1,
+            end.generation,
+            end.generation_start,
+        )?;
+        let wal = Arc::new(Wal::resume(logs, end)?);
+        write_superblock(pages, page_size, seq + 2, end.generation + 1, end.lsn)?;
+        tree.writer.lock().generation = end.generation + 1;
+        log.0.set(wal).expect("log set once");
+        restart.micros = started.elapsed().as_micros() as u64;
+        let inner = Arc::new(Inner {
+            tree,
+            log,
+            path,
+            medium,
+            guarantee,
+            durability: opts.durability,
+            checkpoint_bytes: opts.checkpoint_bytes.max(1 << 20),
+            superblock: Mutex::new(seq + 2),
+            restart,
+            counters: StoreCounters::default(),
+            cursors: Mutex::new(Cursors::default()),
+        });
+        let interval = match opts.durability {
+            Durability::Eventual(d) => d.min(Duration::from_millis(100)),
+            _ => Duration::from_millis(100),
+        };
+        let bg = Background::spawn(
+            "tierbase-btree",
+            inner.clone(),
+            interval,
+            |inner, ticker| {
+                let mut last_flush = Instant::now();
+                while ticker.next() {
+                    if let Durability::Eventual(d) = inner.durability
+                        && last_flush.elapsed() >= d
+                    {
+                        last_flush = Instant::now();
+                        if let Err(e) = inner.sync() {
+                            tracing::warn!("B-tree log flush: {e}");
+                        }
+                    }
+                    let due = inner
+                        .log
+                        .get()
+                        .is_some_and(|w| w.generation_bytes() >= inner.checkpoint_bytes);
+                    if due && let Err(e) = inner.checkpoint() {
+                        tracing::warn!("B-tree checkpoint: {e}");
+                    }
+                }
+            },
+        )
+        .map_err(|e| Error::io("spawn the B-tree background thread", None, e))?;
+        Ok(BTreeStore {
+            _background: Arc::new(BackgroundGuard {
+                thread: Mutex::new(Some(bg)),
+                inner: inner.clone(),
+                closed: AtomicBool::new(false),
+            }),
+            inner,
+        })
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.inner.counters.gets.incr();
+        self.inner.tree.get(key)
+    }
+
+    /// Inserts or replaces `key`; whether it was new.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        Ok(!self.write_batch(&[(key, Some(value))])?[0])
+    }
+
+    /// Removes `key`; whether it existed.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        Ok(self.write_batch(&[(key, None)])?[0])
+    }
+
+    /// Applies every op (value `None`: delete) atomically: after any crash, all of them or
+    /// none. Returns, per op, whether its key existed before. Readers may see a batch
+    /// partly applied while it is being applied (no snapshot isolation).
+    pub fn write_batch(&self, ops: &[(&[u8], Option<&[u8]>)]) -> Result<Vec<bool>> {
+        let (existed, lsn) = self.inner.tree.apply(ops)?;
+        self.inner.counters.batches.incr();
+        self.inner.wait(lsn)?;
+        Ok(existed)
+    }
+
+    /// Calls `f(key, value)` for the keys in the range, in order (or reverse order), until it
+    /// returns false. A key present for the whole scan is seen exactly once.
+    pub fn range(
+        &self,
+        from: Bound<&[u8]>,
+        to: Bound<&[u8]>,
+        reverse: bool,
+        mut f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.inner.tree.range(from, to, !reverse, &mut f)
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> u64 {
+        self.inner.tree.len()
+    }
+
+    /// Whether the store holds no keys.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Makes every acknowledged write durable.
+    pub fn sync(&self) -> Result<()> {
+        self.inner.sync()
+    }
+
+    /// Writes every changed page and starts a new log generation (the old one is then free).
+    pub fn checkpoint(&self) -> Result<()> {
+        self.inner.checkpoint()
+    }
+
+    /// Checks the whole tree (levels, key order across pages, key count); returns (pages,
+    /// keys).
+    pub fn verify(&self) -> Result<(u64, u64)> {
+        self.inner.tree.verify()
+    }
+
+    /// What the open's restart did.
+    pub fn restart_report(&self) -> &RestartReport {
+        &self.inner.restart
+    }
+
+    /// Size limits of keys and values.
+    pub fn limits(&self) -> Limits {
+        self.inner.tree.limits
+    }
+
+    /// The store's figures as (name, value) pairs (`stats`, `INFO`).
+    pub fn stats(&self) -> Vec<(String, String)> {
+        self.inner.stats()
+    }
+
+    /// What media hold now: (pages, log 0, log 1), for simulated devices.
+    pub fn durable_images(&self) -> Option<[Vec<u8>; 3]> {
+        let t = &self.inner.tree;
+        let wal = self.inner.log.get()?;
+        Some([
+            t.pool.device().durable_image()?,
+            wal.files()[0].durable_image()?,
+            wal.files()[1].durable_image()?,
+        ])
+    }
+
+    /// Closes the store cleanly: stops the background thread and checkpoints, so the next
+    /// open replays nothing. Dropping the last handle does the same, logging any error.
+    pub fn close(self) -> Result<()> {
+        let guard = &self._background;
+        if let Some(mut b) = guard.thread.lock().take() {
+            b.stop();
+        }
+        if guard.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.inner.checkpoint()
+    }
+
+    /// Abandons the store without the closing checkpoint, as a crash would (tests).
+    pub fn abandon(self) {
+        let guard = &self._background;
+        if let Some(mut b) = guard.thread.lock().take() {
+            b.stop();
+        }
+        guard.closed.store(true, Ordering::Release);
+    }
+}
+
+fn with_path(e: Error, path: Option<&Path>) -> Error {
+    match (e, path) {
+        (Error::Corrupt { path: None, detail }, Some(p)) => Error::Corrupt {
+            path: Some(p.to_path_buf()),
+            detail,
+        },
+        (e, _) => e,
+    }
+}
+
+fn describe_medium(devs: &BTreeDevices, dir: Option<&Path>) -> (String, &'static str) {
+    match dir {
+        None => ("simulated block devices".into(), "power loss"),
+        Some(d) => {
+            let direct = if devs.pages.is_direct() {
+                "O_DIRECT"
+            } else {
+                "buffered"
+            };
+            match fs_kind(d) {
+                FsKind::Memory => (
+                    format!("tmpfs-backed files ({direct}) in {}", d.display()),
+                    "process crash",
+                ),
+                FsKind::Disk => (
+                    format!("disk files ({direct}, fdatasync) in {}", d.display()),
+                    "power loss",
+                ),
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn wal(&self) -> &Wal {
+        self.log.get().expect("log is open after restart")
+    }
+
+    /// Waits until the batch ending at `lsn` is as durable as the level promises.
+    fn wait(&self, lsn: u64) -> Result<()> {
+        if self.durability == Durability::Immediate
+            && let Err(e) = self.wal().flush_to(lsn)
+        {
+            return Err(self.failed(e));
+        }
+        Ok(())
+    }
+
+    /// A log or page write failed: the store refuses writes from now on.
+    fn failed(&self, e: Error) -> Error {
+        let mut w = self.tree.writer.lock();
+        if w.failed.is_none() {
+            w.failed = Some(e.to_string());
+        }
+        Error::ReadOnly {
+            path: self.path.clone(),
+            reason: w.failed.clone().unwrap_or_default(),
+        }
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.wal().flush().map_err(|e| self.failed(e))
+    }
+
+    fn checkpoint(&self) -> Result<()> {
+        let mut seq = self.superblock.lock();
+        let (generation, start) = {
+            let mut w = self.tree.writer.lock();
+            if let Some(reason) = &w.failed {
+                return Err(Error::ReadOnly {
+                    path: self.path.clone(),
+                    reason: reason.clone(),
+                });
+            }
+            match self.wal().switch_generation() {
+                Ok((g, s)) => {
+                    w.generation = g;
+                    (g, s)
+                }
+                Err(e) => {
+                    drop(w);
+                    return Err(self.failed(e));
+                }
+            }
+        };
+        let result = self.tree.pool.flush_dirty().and_then(|_| {
+            write_superblock(
+                self.tree.pool.device(),
+                self.tree.pool.page_size(),
+                *seq + 1,
+                generation,
+                start,
+            )
+        });
+        if let Err(e) = result {
+            return Err(self.failed(e));
+        }
+        *seq += 1;
+        self.counters.checkpoints.incr();
+        Ok(())
+    }
+
+    fn stats(&self) -> Vec<(String, String)> {
+        let p = &self.tree.pool;
+        let pc = &p.counters;
+        let dc = p.device().counters();
+        let mut out = vec![
+            ("store".to_string(), "btree".to_string()),
+            ("medium".into(), self.medium.clone()),
+            ("durability".into(), self.durability.name()),
+            ("keys".into(), self.tree.len().to_string()),
+            ("height".into(), self.tree.height().to_string()),
+            ("page_size".into(), p.page_size().to_string()),
+            (
+                "dram_budget_bytes".into(),
+                (p.frames() as u64 * p.page_size() as u64).to_string(),
+            ),
+            ("pages_resident".into(), p.resident_pages().to_string()),
+            ("pages_dirty".into(), p.dirty_pages().to_string()),
+            ("page_file_bytes".into(), p.device().len().to_string()),
+            ("dram_hits".into(), pc.hits.get().to_string()),
+            ("dram_misses".into(), pc.misses.get().to_string()),
+            ("evictions".into(), pc.evictions.get().to_string()),
+            (
+                "dirty_evictions".into(),
+                pc.dirty_evictions.get().to_string(),
+            ),
+            ("ssd_page_reads".into(), dc.reads.to_string()),
+            ("ssd_page_writes".into(), pc.page_writes.get().to_string()),
+            ("page_file_syncs".into(), dc.syncs.to_string()),
+            (
+                "checkpoints".into(),
+                self.counters.checkpoints.get().to_string(),
+            ),
+            (
+                "write_batches".into(),
+                self.counters.batches.get().to_string(),
+            ),
+            ("gets".into(), self.counters.gets.get().to_string()),
+            ("restart_frames".into(), self.restart.frames.to_string()),
+            ("restart_micros".into(), self.restart.micros.to_string()),
+        ];
+        if let Some(w) = self.log.get() {
+            out.extend([
+                ("wal_generation".to_string(), w.generation().to_string()),
+                ("wal_frames".into(), w.counters.frames.get().to_string()),
+                ("wal_bytes".into(), w.counters.bytes.get().to_string()),
+                (
+                    "wal_bytes_written".into(),
+                    w.counters.bytes_written.get().to_string(),
+                ),
+                ("wal_fsyncs".into(), w.counters.syncs.get().to_string()),
+                ("wal_durable_lsn".into(), w.durable_lsn().to_string()),
+            ]);
+        }
+        if let Some(reason) = &self.tree.writer.lock().failed {
+            out.push(("read_only".into(), reason.clone()));
+        }
+        out
+    }
+}
+
+impl Store for BTreeStore {
+    fn describe(&self) -> StoreDescription {
+        StoreDescription {
+            store: "btree".into(),
+            medium: self.inner.medium.clone(),
+            guarantee: self.inner.guarantee.into(),
+            commit: self.inner.durability.name(),
+            ordered: true,
+        }
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        BTreeStore::get(self, key)
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        BTreeStore::put(self, key, value)
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<bool> {
+        BTreeStore::delete(self, key)
+    }
+
+    fn modify(&self, key: &[u8], decide: &mut dyn FnMut(Option<&[u8]>) -> Change) -> Result<()> {
+        let lsn = self.inner.tree.modify(key, decide)?;
+        self.inner.wait(lsn)
+    }
+
+    fn len(&self) -> u64 {
+        BTreeStore::len(self)
+    }
+
+    /// Cursors name the key to continue from; the store keeps the last 4096 handed out, and
+    /// an unknown cursor is an error (start again from 0).
+    fn scan(&self, cursor: u64, count: usize, out: &mut Vec<Vec<u8>>) -> Result<u64> {
+        let start = if cursor == 0 {
+            None
+        } else {
+            Some(
+                self.inner
+                    .cursors
+                    .lock()
+                    .keys
+                    .get(&cursor)
+                    .cloned()
+                    .ok_or_else(|| {
+                        Error::InvalidArgument(format!("unknown or expired scan cursor {cursor}"))
+                    })?,
+            )
+        };
+        let want = count.max(1);
+        let mut got = 0;
+        let mut next: Option<Vec<u8>> = None;
+        let from = start.as_deref().map_or(Bound::Unbounded, Bound::Included);
+        self.range(from, Bound::Unbounded, false, |k, _| {
+            if got == want {
+                next = Some(k.to_vec());
+                return false;
+            }
+            out.push(k.to_vec());
+            got += 1;
+            true
+        })?;
+        let Some(next) = next else {
+            return Ok(0);
+        };
+        let mut c = self.inner.cursors.lock();
+        c.next += 1;
+        let id = c.next;
+        c.keys.insert(id, next);
+        c.order.push_back(id);
+        if c.order.len() > MAX_CURSORS
+            && let Some(old) = c.order.pop_front()
+        {
+            c.keys.remove(&old);
+        }
+        Ok(id)
+    }
+
+    fn defers_sync(&self) -> bool {
+        self.inner.durability != Durability::Immediate
+    }
+
+    fn sync(&self) -> Result<()> {
+        BTreeStore::sync(self)
+    }
+
+    fn metrics(&self) -> Vec<(String, String)> {
+        self.stats()
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        BTreeStore::close(*self)
+    }
+}

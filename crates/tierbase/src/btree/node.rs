@@ -1,0 +1,476 @@
+//! Slotted B+-tree pages: the byte layout of leaf, inner, free and meta pages, and every
+//! operation on one page.
+//!
+//! Owns: the page format (docs/FORMAT-btree.md describes every byte), sorted slot arrays with
+//! binary search, in-page compaction, splitting and merging two pages' entries, the compact
+//! page image the log carries, and the structural check that makes a page read from media
+//! safe to use. Must not touch: buffering, latching or logging — callers hand in the bytes of
+//! a page they hold.
+//!
+//! Layout of a page of `P` bytes (little-endian):
+//! ```text
+//! 0   u32 checksum (crc32c of bytes 4..P; set when the page is written to media)
+//! 4   u8  kind (1 leaf, 2 inner, 3 free, 4 meta)
+//! 5   u8  level (0 for leaves)
+//! 6   u16 count: number of slots
+//! 8   u64 page LSN: log position of the last change applied to this page
+//! 16  u64 pid: the page's own id (a page at the wrong place is detected)
+//! 24  u32 heap start: cells occupy [heap start, P)
+//! 28  u32 dead bytes in the heap (reclaimed by compaction)
+//! 32  u64 aux: inner: leftmost child; free: next free page; otherwise 0
+//! 40  u64 reserved (0)
+//! 48  count × u16 slot: offset of the slot's cell, in key order
+//! …   free space
+//! …   cells: u16 key length, u16 value length, key bytes, value bytes
+//! ```
+//! An inner page with entries (k_i, c_i) routes a key `x` to `aux` if `x < k_0`, else to the
+//! `c_i` of the largest `k_i <= x`; its values are 8-byte child ids.
+
+use std::cmp::Ordering;
+
+use crate::error::{Error, Result};
+
+/// Bytes of the page header.
+pub const HEADER: usize = 48;
+/// Bytes of one slot.
+const SLOT: usize = 2;
+/// Bytes of a cell's length fields.
+const CELL_HEAD: usize = 4;
+
+/// What a page holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Keys and values.
+    Leaf = 1,
+    /// Separator keys and child ids.
+    Inner = 2,
+    /// A page on the free list (`aux` = next free page, 0 = end).
+    Free = 3,
+    /// The tree's meta page (root, page count, free list, key count).
+    Meta = 4,
+}
+
+impl Kind {
+    fn from_u8(v: u8) -> Option<Kind> {
+        match v {
+            1 => Some(Kind::Leaf),
+            2 => Some(Kind::Inner),
+            3 => Some(Kind::Free),
+            4 => Some(Kind::Meta),
+            _ => None,
+        }
+    }
+}
+
+fn u16_at(p: &[u8], at: usize) -> usize {
+    u16::from_le_bytes([p[at], p[at + 1]]) as usize
+}
+fn put_u16(p: &mut [u8], at: usize, v: usize) {
+    p[at..at + 2].copy_from_slice(&(v as u16).to_le_bytes());
+}
+fn u32_at(p: &[u8], at: usize) -> usize {
+    u32::from_le_bytes(p[at..at + 4].try_into().expect("4 bytes")) as usize
+}
+fn put_u32(p: &mut [u8], at: usize, v: usize) {
+    p[at..at + 4].copy_from_slice(&(v as u32).to_le_bytes());
+}
+/// Reads a little-endian u64 at `at`.
+pub fn u64_at(p: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(p[at..at + 8].try_into().expect("8 bytes"))
+}
+/// Writes a little-endian u64 at `at`.
+pub fn put_u64(p: &mut [u8], at: usize, v: u64) {
+    p[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Bytes one entry takes in a page (slot + cell).
+pub fn entry_size(key_len: usize, value_len: usize) -> usize {
+    SLOT + CELL_HEAD + key_len + value_len
+}
+
+/// Read access to a page's bytes. Only valid on pages that passed [`check`] or were built by
+/// this module.
+#[derive(Clone, Copy, Debug)]
+pub struct Node<'a>(pub &'a [u8]);
+
+impl<'a> Node<'a> {
+    /// The page's kind (`None`: not a tree page, e.g. never written).
+    pub fn kind(&self) -> Option<Kind> {
+        Kind::from_u8(self.0[4])
+    }
+    /// Level above the leaves.
+    pub fn level(&self) -> u8 {
+        self.0[5]
+    }
+    /// Number of entries.
+    pub fn count(&self) -> usize {
+        u16_at(self.0, 6)
+    }
+    /// Page LSN.
+    pub fn lsn(&self) -> u64 {
+        u64_at(self.0, 8)
+    }
+    /// The page id written in the page.
+    pub fn pid(&self) -> u64 {
+        u64_at(self.0, 16)
+    }
+    fn heap_start(&self) -> usize {
+        u32_at(self.0, 24)
+    }
+    fn dead(&self) -> usize {
+        u32_at(self.0, 28)
+    }
+    /// Inner: leftmost child. Free: next free page.
+    pub fn aux(&self) -> u64 {
+        u64_at(self.0, 32)
+    }
+    fn cell(&self, i: usize) -> usize {
+        u16_at(self.0, HEADER + i * SLOT)
+    }
+    /// Key of entry `i`.
+    pub fn key(&self, i: usize) -> &'a [u8] {
+        let c = self.cell(i);
+        let k = u16_at(self.0, c);
+        &self.0[c + CELL_HEAD..c + CELL_HEAD + k]
+    }
+    /// Value of entry `i`.
+    pub fn value(&self, i: usize) -> &'a [u8] {
+        let c = self.cell(i);
+        let (k, v) = (u16_at(self.0, c), u16_at(self.0, c + 2));
+        &self.0[c + CELL_HEAD + k..c + CELL_HEAD + k + v]
+    }
+    /// Inner: child id of entry `i`.
+    pub fn child(&self, i: usize) -> u64 {
+        let v = self.value(i);
+        u64::from_le_bytes(v.try_into().unwrap_or([0; 8]))
+    }
+    /// `Ok(i)`: entry `i` has `key`; `Err(i)`: `key` would go at `i`.
+    pub fn search(&self, key: &[u8]) -> std::result::Result<usize, usize> {
+        let (mut lo, mut hi) = (0, self.count());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.key(mid).cmp(key) {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Greater => hi = mid,
+                Ordering::Equal => return Ok(mid),
+            }
+        }
+        Err(lo)
+    }
+    /// Inner: the child index (−1 for `aux`, as `None`) a key routes to.
+    pub fn route(&self, key: &[u8]) -> Option<usize> {
+        match self.search(key) {
+            Ok(i) => Some(i),
+            Err(0) => None,
+            Err(i) => Some(i - 1),
+        }
+    }
+    /// Inner: child id at route position (`None` = leftmost).
+    pub fn child_at(&self, at: Option<usize>) -> u64 {
+        at.map_or_else(|| self.aux(), |i| self.child(i))
+    }
+    /// Bytes free for new entries (after compaction).
+    pub fn free_space(&self) -> usize {
+        let used_front = HEADER + self.count() * SLOT;
+        self.heap_start().saturating_sub(used_front) + self.dead()
+    }
+    /// Bytes in use by entries (slots and cells).
+    pub fn used(&self) -> usize {
+        self.0.len() - HEADER - self.free_space()
+    }
+}
+
+/// Write access to a page's bytes.
+#[derive(Debug)]
+pub struct NodeMut<'a>(pub &'a mut [u8]);
+
+impl NodeMut<'_> {
+    /// Read view.
+    pub fn view(&self) -> Node<'_> {
+        Node(self.0)
+    }
+    /// Formats the page as an empty page of `kind`.
+    pub fn init(&mut self, kind: Kind, level: u8, pid: u64, aux: u64) {
+        let len = self.0.len();
+        self.0[..HEADER].fill(0);
+        self.0[4] = kind as u8;
+        self.0[5] = level;
+        put_u64(self.0, 16, pid);
+        put_u32(self.0, 24, len);
+        put_u64(self.0, 32, aux);
+    }
+    /// Sets the page LSN.
+    pub fn set_lsn(&mut self, lsn: u64) {
+        put_u64(self.0, 8, lsn);
+    }
+    /// Sets `aux` (leftmost child / next free page).
+    pub fn set_aux(&mut self, aux: u64) {
+        put_u64(self.0, 32, aux);
+    }
+    fn set_count(&mut self, n: usize) {
+        put_u16(self.0, 6, n);
+    }
+    /// Inserts a new entry at slot `at`; false if it does not fit even after compaction.
+    pub fn insert_at(&mut self, at: usize, key: &[u8], value: &[u8]) -> bool {
+        let need = entry_size(key.len(), value.len());
+        if self.view().free_space() < need {
+            return false;
+        }
+        let count = self.view().count();
+        let front = HEADER + (count + 1) * SLOT;
+        if self.view().heap_start() < front + CELL_HEAD + key.len() + value.len() {
+            self.compact();
+        }
+        let cell = self.view().heap_start() - CELL_HEAD - key.len() - value.len();
+        put_u16(self.0, cell, key.len());
+        put_u16(self.0, cell + 2, value.len());
+        self.0[cell + CELL_HEAD..cell + CELL_HEAD + key.len()].copy_from_slice(key);
+        self.0[cell + CELL_HEAD + key.len()..cell + CELL_HEAD + key.len() + value.len()]
+            .copy_from_slice(value);
+        put_u32(self.0, 24, cell);
+        let slots = HEADER + at * SLOT;
+        self.0
+            .copy_within(slots..HEADER + count * SLOT, slots + SLOT);
+        put_u16(self.0, slots, cell);
+        self.set_count(count + 1);
+        true
+    }
+    /// Removes entry `at`.
+    pub fn remove_at(&mut self, at: usize) {
+        let v = self.view();
+        let count = v.count();
+        let cell_len = CELL_HEAD + v.key(at).len() + v.value(at).len();
+        let dead = v.dead() + cell_len;
+        put_u32(self.0, 28, dead);
+        let slots = HEADER + at * SLOT;
+        self.0
+            .copy_within(slots + SLOT..HEADER + count * SLOT, slots);
+        self.set_count(count - 1);
+        if count == 1 {
+            // An empty page needs no heap: start it afresh.
+            let len = self.0.len();
+            put_u32(self.0, 24, len);
+            put_u32(self.0, 28, 0);
+        }
+    }
+    /// Inserts or replaces `key`; `Ok(true)` if it was new, `Ok(false)` if replaced, `Err(())`
+    /// if it does not fit (the page is unchanged).
+    #[allow(clippy::result_unit_err)]
+    pub fn upsert(&mut self, key: &[u8], value: &[u8]) -> std::result::Result<bool, ()> {
+        match self.view().search(key) {
+            Ok(i) => {
+                let old = self.view().value(i).len();
+                if self.view().free_space() + old < value.len() {
+                    return Err(());
+                }
+                self.remove_at(i);
+                let ok = self.insert_at(i, key, value);
+                debug_assert!(ok);
+                Ok(false)
+            }
+            Err(i) => {
+                if self.insert_at(i, key, value) {
+                    Ok(true)
+                } else {
+                    Err(())
+                }
+            }
+        }
+    }
+    /// Removes `key`; whether it was there.
+    pub fn remove(&mut self, key: &[u8]) -> bool {
+        match self.view().search(key) {
+            Ok(i) => {
+                self.remove_at(i);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+    /// Rewrites the heap without dead bytes, keeping slot order.
+    pub fn compact(&mut self) {
+        let len = self.0.len();
+        let v = self.view();
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = (0..v.count())
+            .map(|i| (v.key(i).to_vec(), v.value(i).to_vec()))
+            .collect();
+        let mut top = len;
+        for (i, (k, val)) in entries.iter().enumerate() {
+            top -= CELL_HEAD + k.len() + val.len();
+            put_u16(self.0, top, k.len());
+            put_u16(self.0, top + 2, val.len());
+            self.0[top + CELL_HEAD..top + CELL_HEAD + k.len()].copy_from_slice(k);
+            self.0[top + CELL_HEAD + k.len()..top + CELL_HEAD + k.len() + val.len()]
+                .copy_from_slice(val);
+            put_u16(self.0, HEADER + i * SLOT, top);
+        }
+        put_u32(self.0, 24, top);
+        put_u32(self.0, 28, 0);
+    }
+    /// Moves entries `from..` to `right` (an empty page of the same kind), appending them.
+    pub fn move_tail(&mut self, from: usize, right: &mut NodeMut<'_>) {
+        let count = self.view().count();
+        for i in from..count {
+            let n = right.view().count();
+            let ok = right.insert_at(n, self.view().key(i), self.view().value(i));
+            debug_assert!(ok);
+        }
+        for i in (from..count).rev() {
+            self.remove_at(i);
+        }
+        self.compact();
+    }
+    /// Appends every entry of `other` (whose keys all sort after this page's); false (and
+    /// nothing moved) if they do not fit.
+    pub fn append_all(&mut self, other: &Node<'_>) -> bool {
+        if self.view().free_space() < other.used() {
+            return false;
+        }
+        for i in 0..other.count() {
+            let n = self.view().count();
+            let ok = self.insert_at(n, other.key(i), other.value(i));
+            debug_assert!(ok);
+        }
+        true
+    }
+}
+
+/// The compact image of a page the log carries: header, slots and heap without the free gap
+/// (the page is compacted first, so the heap is contiguous).
+pub fn image(page: &mut [u8]) -> Vec<u8> {
+    NodeMut(page).compact();
+    let v = Node(page);
+    let front = HEADER + v.count() * SLOT;
+    let heap = v.heap_start();
+    let mut out = Vec::with_capacity(4 + front + page.len() - heap);
+    out.extend_from_slice(&(front as u32).to_le_bytes());
+    out.extend_from_slice(&page[..front]);
+    out.extend_from_slice(&page[heap..]);
+    out
+}
+
+/// Installs an image made by [`image`] into `page`, then checks the result.
+pub fn install_image(page: &mut [u8], img: &[u8]) -> Result<()> {
+    let bad = || Error::corrupt(None, "log: malformed page image");
+    let front = u32::from_le_bytes(
+        img.get(..4)
+            .ok_or_else(bad)?
+            .try_into()
+            .map_err(|_| bad())?,
+    ) as usize;
+    let rest = img.get(4..).ok_or_else(bad)?;
+    if front < HEADER || front > rest.len() || rest.len() > page.len() {
+        return Err(bad());
+    }
+    let heap_len = rest.len() - front;
+    let len = page.len();
+    page[..front].copy_from_slice(&rest[..front]);
+    page[front..len - heap_len].fill(0);
+    page[len - heap_len..].copy_from_slice(&rest[front..]);
+    check(page, None).map_err(|e| Error::corrupt(None, format!("log: page image: {e}")))
+}
+
+/// Checks that `page` is structurally sound, so every accessor above stays in bounds:
+/// known kind, the expected pid (when given), slots and cells inside the page, sorted keys.
+pub fn check(page: &[u8], pid: Option<u64>) -> std::result::Result<(), String> {
+    let len = page.len();
+    let v = Node(page);
+    let Some(kind) = v.kind() else {
+        return Err(format!("unknown page kind {}", page[4]));
+    };
+    if let Some(pid) = pid
+        && v.pid() != pid
+    {
+        return Err(format!("page {pid} holds page id {}", v.pid()));
+    }
+    let count = v.count();
+    let heap = v.heap_start();
+    if HEADER + count * SLOT > heap || heap > len || v.dead() > len - heap {
+        return Err(format!("page {}: slot array and heap overlap", v.pid()));
+    }
+    if matches!(kind, Kind::Free | Kind::Meta) {
+        return Ok(());
+    }
+    let mut live = 0;
+    for i in 0..count {
+        let c = v.cell(i);
+        if c < heap || c + CELL_HEAD > len {
+            return Err(format!(
+                "page {}: slot {i} points outside the heap",
+                v.pid()
+            ));
+        }
+        let (k, val) = (u16_at(page, c), u16_at(page, c + 2));
+        if c + CELL_HEAD + k + val > len {
+            return Err(format!("page {}: cell {i} runs past the page", v.pid()));
+        }
+        if kind == Kind::Inner && val != 8 {
+            return Err(format!(
+                "page {}: inner entry {i} is not a child id",
+                v.pid()
+            ));
+        }
+        live += CELL_HEAD + k + val;
+        if i > 0 && v.key(i - 1) >= v.key(i) {
+            return Err(format!("page {}: keys out of order at slot {i}", v.pid()));
+        }
+    }
+    if live + v.dead() != len - heap {
+        return Err(format!("page {}: heap accounting is off", v.pid()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insert_search_remove_compact_and_image_round_trip() {
+        let mut buf = vec![0u8; 4096];
+        let mut n = NodeMut(&mut buf);
+        n.init(Kind::Leaf, 0, 7, 0);
+        for i in (0..100u32).rev() {
+            assert_eq!(
+                n.upsert(format!("k{i:03}").as_bytes(), &[i as u8; 10]),
+                Ok(true)
+            );
+        }
+        assert_eq!(n.upsert(b"k050", b"x"), Ok(false));
+        assert!(n.remove(b"k010"));
+        assert!(!n.remove(b"k010"));
+        check(&buf, Some(7)).unwrap();
+        let v = Node(&buf);
+        assert_eq!(v.count(), 99);
+        assert_eq!(v.value(v.search(b"k050").unwrap()), b"x");
+        let mut copy = buf.clone();
+        let img = image(&mut copy);
+        let mut other = vec![0xAAu8; 4096];
+        install_image(&mut other, &img).unwrap();
+        assert_eq!(other, copy);
+        // Fill until full: upsert reports it and leaves the page intact.
+        let mut i = 0;
+        while NodeMut(&mut buf)
+            .upsert(format!("z{i:05}").as_bytes(), &[1; 30])
+            .is_ok()
+        {
+            i += 1;
+        }
+        check(&buf, Some(7)).unwrap();
+    }
+
+    #[test]
+    fn check_rejects_garbage_without_panicking() {
+        let mut buf = vec![0u8; 4096];
+        NodeMut(&mut buf).init(Kind::Leaf, 0, 1, 0);
+        NodeMut(&mut buf).upsert(b"a", b"b").unwrap();
+        for at in 0..64 {
+            let mut bad = buf.clone();
+            bad[at] ^= 0xFF;
+            let _ = check(&bad, Some(1));
+        }
+        let mut bad = buf.clone();
+        put_u16(&mut bad, HEADER, 4095);
+        assert!(check(&bad, Some(1)).is_err());
+    }
+}

@@ -1,0 +1,989 @@
+//! The B+-tree over the buffer manager: lookups and range scans with latch coupling, and one
+//! writer at a time applying inserts, updates, deletes, splits and merges, each change logged
+//! physiologically before its batch is handed to the log.
+//!
+//! Owns: the tree's algorithms, the log records they write (their bytes are in
+//! docs/FORMAT-wal.md) and their redo. Must not touch: files, the log's framing or group commit
+//! (`wal`), frames and eviction (`buffer`), or the page byte layout (`node`).
+//!
+//! Concurrency: readers fix pages shared, top-down, holding the parent until the child is
+//! fixed (latch coupling); the root is re-checked after it is fixed. Writers are serialised by
+//! one mutex (the writer), as in LMDB and redb; their durability waits (group commit) happen
+//! after the mutex is released, so concurrent committers still share one `fdatasync`. A
+//! writer fixes a leaf exclusive for an ordinary change; a split or merge fixes the whole
+//! path exclusive, top-down, so a reader never sees half a structure change. Scans keep no
+//! sibling links: they continue from the fence key of the leaf they finished, by a new
+//! descent, so a scan is never confused by a split or merge it raced.
+//!
+//! Logging: every change to a page sets the page's LSN to its record's LSN while the page is
+//! latched. The first change to a page in a log generation is logged as the page's full
+//! image (so restart can rebuild a page torn on media from the log alone); later changes as
+//! `Put`/`Remove` deltas; structure changes as images of every page they touch.
+
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use super::node::{self, Kind, Node, NodeMut};
+use crate::buffer::{BufferPool, PageRead, PageWrite, Verify};
+use crate::error::{Error, Result};
+use crate::wal::{FRAME_HEADER, Wal};
+
+/// The meta page's id (0 and 1 hold the superblock copies).
+pub const META_PID: u64 = 2;
+/// The first root's id.
+pub const FIRST_ROOT: u64 = 3;
+/// Deepest tree accepted (a deeper path means a cycle in a damaged file).
+const MAX_DEPTH: usize = 48;
+
+const REC_PUT: u8 = 1;
+const REC_REMOVE: u8 = 2;
+const REC_IMAGE: u8 = 3;
+const REC_META: u8 = 4;
+
+/// Offsets of the meta page's fields.
+const META_ROOT: usize = node::HEADER;
+const META_NEXT: usize = node::HEADER + 8;
+const META_FREE: usize = node::HEADER + 16;
+const META_COUNT: usize = node::HEADER + 24;
+
+/// The tree's global fields, kept on the meta page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Meta {
+    /// Root page.
+    pub root: u64,
+    /// First page id never used (the page file's high-water mark).
+    pub next_pid: u64,
+    /// Head of the free-page list (0: empty).
+    pub free_head: u64,
+    /// Number of keys.
+    pub count: u64,
+}
+
+impl Meta {
+    /// Reads the meta page.
+    pub fn read(page: &[u8]) -> Meta {
+        Meta {
+            root: node::u64_at(page, META_ROOT),
+            next_pid: node::u64_at(page, META_NEXT),
+            free_head: node::u64_at(page, META_FREE),
+            count: node::u64_at(page, META_COUNT),
+        }
+    }
+    /// Writes the meta page's fields.
+    pub fn write(&self, page: &mut [u8]) {
+        node::put_u64(page, META_ROOT, self.root);
+        node::put_u64(page, META_NEXT, self.next_pid);
+        node::put_u64(page, META_FREE, self.free_head);
+        node::put_u64(page, META_COUNT, self.count);
+    }
+}
+
+/// Size limits of one entry.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Longest key.
+    pub max_key: usize,
+    /// Longest value.
+    pub max_value: usize,
+}
+
+impl Limits {
+    /// Limits for a page size: an entry takes at most a quarter of a page, keys at most a
+    /// sixteenth (so inner pages keep a fan-out of at least 8).
+    pub fn for_page(page_size: usize) -> Limits {
+        let max_key = (page_size / 16).min(1024);
+        let quarter = (page_size - node::HEADER) / 4;
+        Limits {
+            max_key,
+            max_value: quarter - node::entry_size(max_key, 0),
+        }
+    }
+}
+
+/// The writer's state (behind the writer mutex).
+#[derive(Debug)]
+pub(crate) struct Writer {
+    rec: Vec<u8>,
+    frame_lsn: u64,
+    pub(crate) meta: Meta,
+    pub(crate) generation: u32,
+    /// Why the store refuses writes, after a failure in the middle of a change.
+    pub(crate) failed: Option<String>,
+}
+
+/// The tree. See the module docs.
+#[derive(Debug)]
+pub(crate) struct Tree {
+    pub(crate) pool: BufferPool,
+    pub(crate) log: std::sync::Arc<super::LogLink>,
+    pub(crate) writer: Mutex<Writer>,
+    root: AtomicU64,
+    count: AtomicU64,
+    height: AtomicU32,
+    pub(crate) limits: Limits,
+}
+
+/// Where a descent goes.
+#[derive(Clone, Copy, Debug)]
+enum Target<'k> {
+    /// The leaf that holds this key.
+    Key(&'k [u8]),
+    /// The leaf that holds the largest keys below this one.
+    Before(&'k [u8]),
+    /// The last leaf.
+    Last,
+}
+
+/// A leaf found by a descent, with the key range it covers.
+struct LeafAt<'a> {
+    page: PageRead<'a>,
+    /// Keys of this leaf are >= low (None: no lower bound).
+    low: Option<Vec<u8>>,
+    /// Keys of this leaf are < high (None: no upper bound).
+    high: Option<Vec<u8>>,
+}
+
+fn corrupt(detail: impl Into<String>) -> Error {
+    Error::corrupt(None, detail)
+}
+
+impl Tree {
+    pub(crate) fn new(
+        pool: BufferPool,
+        meta: Meta,
+        generation: u32,
+        log: std::sync::Arc<super::LogLink>,
+    ) -> Tree {
+        let limits = Limits::for_page(pool.page_size());
+        Tree {
+            pool,
+            log,
+            writer: Mutex::new(Writer {
+                rec: Vec::new(),
+                frame_lsn: 0,
+                meta,
+                generation,
+                failed: None,
+            }),
+            root: AtomicU64::new(meta.root),
+            count: AtomicU64::new(meta.count),
+            height: AtomicU32::new(0),
+            limits,
+        }
+    }
+
+    fn wal(&self) -> Result<&Wal> {
+        self.log
+            .get()
+            .map(|w| &**w)
+            .ok_or_else(|| Error::InvalidArgument("the tree's log is not open".into()))
+    }
+
+    /// Number of keys.
+    pub(crate) fn len(&self) -> u64 {
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// Levels of the tree (1: the root is a leaf), as last seen by a descent.
+    pub(crate) fn height(&self) -> u32 {
+        self.height.load(Ordering::Relaxed)
+    }
+
+    // ---------------------------------------------------------------- readers
+
+    fn fix_root(&self) -> Result<PageRead<'_>> {
+        loop {
+            let root = self.root.load(Ordering::Acquire);
+            let page = self.pool.fix_shared(root)?;
+            if self.root.load(Ordering::Acquire) == root {
+                return Ok(page);
+            }
+        }
+    }
+
+    /// Descends to the leaf for `target`, tracking the leaf's fences.
+    fn descend(&self, target: Target<'_>) -> Result<LeafAt<'_>> {
+        let mut page = self.fix_root()?;
+        let (mut low, mut high): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
+        for depth in 0..MAX_DEPTH {
+            let n = Node(page.bytes());
+            match n.kind() {
+                Some(Kind::Leaf) => {
+                    self.height.store(depth as u32 + 1, Ordering::Relaxed);
+                    return Ok(LeafAt { page, low, high });
+                }
+                Some(Kind::Inner) => {}
+                other => {
+                    return Err(corrupt(format!(
+                        "page {} is a {other:?} page inside the tree",
+                        page.pid()
+                    )));
+                }
+            }
+            let at = match target {
+                Target::Key(k) => n.route(k),
+                Target::Before(k) => match n.search(k) {
+                    Ok(0) | Err(0) => None,
+                    Ok(i) | Err(i) => Some(i - 1),
+                },
+                Target::Last => n.count().checked_sub(1),
+            };
+            let next_idx = at.map_or(0, |i| i + 1);
+            if next_idx < n.count() {
+                high = Some(n.key(next_idx).to_vec());
+            }
+            if let Some(i) = at {
+                low = Some(n.key(i).to_vec());
+            }
+            let level = n.level();
+            let child = n.child_at(at);
+            let next = self.pool.fix_shared(child)?;
+            let cl = Node(next.bytes()).level();
+            if cl + 1 != level {
+                return Err(corrupt(format!(
+                    "page {child} (level {cl}) is a child of page {} (level {level})",
+                    page.pid()
+                )));
+            }
+            page = next;
+        }
+        Err(corrupt(format!("tree deeper than {MAX_DEPTH} levels")))
+    }
+
+    /// The value of `key`.
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let leaf = self.descend(Target::Key(key))?;
+        let n = Node(leaf.page.bytes());
+        Ok(n.search(key).ok().map(|i| n.value(i).to_vec()))
+    }
+
+    /// Calls `f(key, value)` for keys in `[from, to)` order (forward) or reverse, until it
+    /// returns false. Each leaf is copied out under its latch, so `f` runs latch-free.
+    pub(crate) fn range(
+        &self,
+        from: Bound<&[u8]>,
+        to: Bound<&[u8]>,
+        forward: bool,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        let in_range = |k: &[u8]| {
+            (match from {
+                Bound::Included(s) => k >= s,
+                Bound::Excluded(s) => k > s,
+                Bound::Unbounded => true,
+            }) && (match to {
+                Bound::Included(e) => k <= e,
+                Bound::Excluded(e) => k < e,
+                Bound::Unbounded => true,
+            })
+        };
+        let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        if forward {
+            let mut cursor: Option<Vec<u8>> = match from {
+                Bound::Included(s) | Bound::Excluded(s) => Some(s.to_vec()),
+                Bound::Unbounded => None,
+            };
+            loop {
+                let leaf = self.descend(Target::Key(cursor.as_deref().unwrap_or(&[])))?;
+                let n = Node(leaf.page.bytes());
+                batch.clear();
+                let start = cursor
+                    .as_deref()
+                    .map_or(0, |c| n.search(c).unwrap_or_else(|i| i));
+                for i in start..n.count() {
+                    batch.push((n.key(i).to_vec(), n.value(i).to_vec()));
+                }
+                let high = leaf.high;
+                drop(leaf.page);
+                for (k, v) in &batch {
+                    if let Bound::Included(e) | Bound::Excluded(e) = to
+                        && !in_range(k)
+                        && k.as_slice() >= e
+                    {
+                        return Ok(());
+                    }
+                    if in_range(k) && !f(k, v) {
+                        return Ok(());
+                    }
+                }
+                match high {
+                    Some(h) => {
+                        if let Bound::Included(e) | Bound::Excluded(e) = to
+                            && h.as_slice() > e
+                        {
+                            return Ok(());
+                        }
+                        cursor = Some(h);
+                    }
+                    None => return Ok(()),
+                }
+            }
+        } else {
+            let mut cursor: Option<Vec<u8>> = None; // exclusive upper bound after the first leaf
+            let mut first = true;
+            loop {
+                let leaf = if first {
+                    match to {
+                        Bound::Included(e) => self.descend(Target::Key(e))?,
+                        Bound::Excluded(e) => self.descend(Target::Before(e))?,
+                        Bound::Unbounded => self.descend(Target::Last)?,
+                    }
+                } else {
+                    match &cursor {
+                        Some(c) => self.descend(Target::Before(c))?,
+                        None => return Ok(()),
+                    }
+                };
+                first = false;
+                let n = Node(leaf.page.bytes());
+                batch.clear();
+                for i in (0..n.count()).rev() {
+                    let k = n.key(i);
+                    if cursor.as_deref().is_some_and(|c| k >= c) {
+                        continue;
+                    }
+                    batch.push((k.to_vec(), n.value(i).to_vec()));
+                }
+                let low = leaf.low;
+                drop(leaf.page);
+                for (k, v) in &batch {
+                    if let Bound::Included(s) | Bound::Excluded(s) = from
+                        && !in_range(k)
+                        && k.as_slice() <= s
+                    {
+                        return Ok(());
+                    }
+                    if in_range(k) && !f(k, v) {
+                        return Ok(());
+                    }
+                }
+                match low {
+                    Some(l) => cursor = Some(l),
+                    None => return Ok(()),
+                }
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- the writer
+
+    fn check_entry(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        if key.len() > self.limits.max_key {
+            return Err(Error::KeyTooLarge {
+                len: key.len(),
+                max: self.limits.max_key,
+            });
+        }
+        if let Some(v) = value
+            && v.len() > self.limits.max_value
+        {
+            return Err(Error::ValueTooLarge {
+                len: v.len(),
+                max: self.limits.max_value,
+            });
+        }
+        Ok(())
+    }
+
+    /// Applies `ops` (value `None` = delete) as one atomic batch: one log frame, so after a
+    /// crash all of them or none are there. Returns, per op, whether the key existed before,
+    /// and the LSN that makes the batch durable once the log reaches it.
+    pub(crate) fn apply(&self, ops: &[(&[u8], Option<&[u8]>)]) -> Result<(Vec<bool>, u64)> {
+        for (k, v) in ops {
+            self.check_entry(k, *v)?;
+        }
+        let mut w = self.writer.lock();
+        self.begin(&mut w)?;
+        let mut existed = Vec::with_capacity(ops.len());
+        for (k, v) in ops {
+            let r = match v {
+                Some(v) => self.put_locked(&mut w, k, v).map(|new| !new),
+                None => self.delete_locked(&mut w, k),
+            };
+            match r {
+                Ok(e) => existed.push(e),
+                Err(e) => return Err(self.fail(&mut w, e)),
+            }
+        }
+        let end = self.commit(&mut w)?;
+        Ok((existed, end))
+    }
+
+    /// Reads `key` and applies what `decide` returns, under the writer mutex.
+    pub(crate) fn modify(
+        &self,
+        key: &[u8],
+        decide: &mut dyn FnMut(Option<&[u8]>) -> crate::store::Change,
+    ) -> Result<u64> {
+        self.check_entry(key, None)?;
+        let mut w = self.writer.lock();
+        self.begin(&mut w)?;
+        let current = self.get(key)?;
+        let change = decide(current.as_deref());
+        let r = match change {
+            crate::store::Change::Keep => Ok(()),
+            crate::store::Change::Put(v) => {
+                self.check_entry(key, Some(&v))?;
+                self.put_locked(&mut w, key, &v).map(|_| ())
+            }
+            crate::store::Change::Delete => self.delete_locked(&mut w, key).map(|_| ()),
+        };
+        if let Err(e) = r {
+            return Err(self.fail(&mut w, e));
+        }
+        self.commit(&mut w)
+    }
+
+    fn begin(&self, w: &mut Writer) -> Result<()> {
+        if let Some(reason) = &w.failed {
+            return Err(Error::ReadOnly {
+                path: None,
+                reason: reason.clone(),
+            });
+        }
+        w.rec.clear();
+        w.frame_lsn = self.wal()?.next_lsn();
+        Ok(())
+    }
+
+    /// Hands the batch's records to the log; returns the LSN to wait for.
+    fn commit(&self, w: &mut Writer) -> Result<u64> {
+        let wal = self.wal()?;
+        if w.rec.is_empty() {
+            return Ok(wal.next_lsn());
+        }
+        debug_assert_eq!(wal.next_lsn(), w.frame_lsn);
+        match wal.append(&w.rec) {
+            Ok(end) => {
+                w.rec.clear();
+                Ok(end)
+            }
+            Err(e) => Err(self.fail(w, e)),
+        }
+    }
+
+    /// A change failed half-way: pages may hold part of it, so no further writes.
+    fn fail(&self, w: &mut Writer, e: Error) -> Error {
+        if w.failed.is_none() && !matches!(e, Error::ReadOnly { .. }) {
+            w.failed = Some(e.to_string());
+        }
+        e
+    }
+
+    fn next_lsn(w: &Writer) -> u64 {
+        w.frame_lsn + FRAME_HEADER + w.rec.len() as u64
+    }
+
+    /// Logs the change just made to `page` (a delta, or its image on its first change in
+    /// this generation) and stamps the page with the record's LSN.
+    fn log_change(&self, w: &mut Writer, page: &mut PageWrite<'_>, delta: &dyn Fn(&mut Vec<u8>)) {
+        if page.state().image_gen == w.generation {
+            let lsn = Self::next_lsn(w);
+            delta(&mut w.rec);
+            NodeMut(page.bytes_mut()).set_lsn(lsn);
+        } else {
+            self.log_image(w, page);
+        }
+    }
+
+    fn log_image(&self, w: &mut Writer, page: &mut PageWrite<'_>) {
+        let lsn = Self::next_lsn(w);
+        let pid = page.pid();
+        NodeMut(page.bytes_mut()).set_lsn(lsn);
+        let img = node::image(page.bytes_mut());
+        w.rec.push(REC_IMAGE);
+        w.rec.extend_from_slice(&pid.to_le_bytes());
+        w.rec.extend_from_slice(&(img.len() as u32).to_le_bytes());
+        w.rec.extend_from_slice(&img);
+        page.state().image_gen = w.generation;
+    }
+
+    fn log_meta(&self, w: &mut Writer) -> Result<()> {
+        let lsn = Self::next_lsn(w);
+        let m = w.meta;
+        w.rec.push(REC_META);
+        for v in [m.root, m.next_pid, m.free_head, m.count] {
+            w.rec.extend_from_slice(&v.to_le_bytes());
+        }
+        let mut page = self.pool.fix_exclusive(META_PID)?;
+        let bytes = page.bytes_mut();
+        m.write(bytes);
+        NodeMut(bytes).set_lsn(lsn);
+        self.root.store(m.root, Ordering::Release);
+        self.count.store(m.count, Ordering::Release);
+        Ok(())
+    }
+
+    /// The pids from the root to the leaf for `key` (the writer is the only one changing the
+    /// structure, so the path stays valid while it holds the writer mutex).
+    fn path(&self, key: &[u8]) -> Result<Vec<u64>> {
+        let mut path = Vec::with_capacity(8);
+        let mut page = self.pool.fix_shared(self.root.load(Ordering::Acquire))?;
+        loop {
+            path.push(page.pid());
+            let n = Node(page.bytes());
+            match n.kind() {
+                Some(Kind::Leaf) => return Ok(path),
+                Some(Kind::Inner) if path.len() < MAX_DEPTH => {
+                    let child = n.child_at(n.route(key));
+                    let next = self.pool.fix_shared(child)?;
+                    if Node(next.bytes()).level() + 1 != n.level() {
+                        return Err(corrupt(format!(
+                            "page {child}: wrong level under its parent"
+                        )));
+                    }
+                    page = next;
+                }
+                _ => return Err(corrupt(format!("page {}: not a tree page", page.pid()))),
+            }
+        }
+    }
+
+    /// Inserts or replaces; whether the key was new.
+    fn put_locked(&self, w: &mut Writer, key: &[u8], value: &[u8]) -> Result<bool> {
+        let path = self.path(key)?;
+        let leaf_pid = *path.last().expect("path has a leaf");
+        let mut leaf = self.pool.fix_exclusive(leaf_pid)?;
+        let fits = {
+            let n = Node(leaf.bytes());
+            match n.search(key) {
+                Ok(i) => n.free_space() + n.value(i).len() >= value.len(),
+                Err(_) => n.free_space() >= node::entry_size(key.len(), value.len()),
+            }
+        };
+        if fits {
+            let new = NodeMut(leaf.bytes_mut())
+                .upsert(key, value)
+                .map_err(|()| corrupt("leaf refused an entry that fits"))?;
+            self.log_change(w, &mut leaf, &|rec: &mut Vec<u8>| {
+                rec.push(REC_PUT);
+                rec.extend_from_slice(&leaf_pid.to_le_bytes());
+                rec.extend_from_slice(&(key.len() as u16).to_le_bytes());
+                rec.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                rec.extend_from_slice(key);
+                rec.extend_from_slice(value);
+            });
+            drop(leaf);
+            if new {
+                w.meta.count += 1;
+                self.log_meta(w)?;
+            }
+            return Ok(new);
+        }
+        drop(leaf);
+        self.split_insert(w, &path, key, value)
+    }
+
+    /// Allocates a page: from the free list, else past the high-water mark.
+    fn alloc(&self, w: &mut Writer) -> Result<PageWrite<'_>> {
+        let pid = if w.meta.free_head != 0 {
+            let pid = w.meta.free_head;
+            let page = self.pool.fix_shared(pid)?;
+            let n = Node(page.bytes());
+            if n.kind() != Some(Kind::Free) {
+                return Err(corrupt(format!("page {pid} on the free list is not free")));
+            }
+            w.meta.free_head = n.aux();
+            pid
+        } else {
+            w.meta.next_pid += 1;
+            w.meta.next_pid - 1
+        };
+        self.pool.fix_new(pid)
+    }
+
+    /// Returns `page` to the free list (logged as its image).
+    fn free(&self, w: &mut Writer, page: &mut PageWrite<'_>) {
+        let pid = page.pid();
+        NodeMut(page.bytes_mut()).init(Kind::Free, 0, pid, w.meta.free_head);
+        w.meta.free_head = pid;
+        self.log_image(w, page);
+    }
+
+    /// Split point of a full page: the first index at which half of its bytes are left of it.
+    fn split_index(n: &Node<'_>) -> usize {
+        let half = n.used() / 2;
+        let mut acc = 0;
+        for i in 0..n.count() {
+            acc += node::entry_size(n.key(i).len(), n.value(i).len());
+            if acc >= half {
+                return (i + 1).clamp(1, n.count() - 1);
+            }
+        }
+        n.count() / 2
+    }
+
+    /// Insert that needs splits: fixes the whole path exclusive, top-down, then splits
+    /// bottom-up as far as needed.
+    fn split_insert(&self, w: &mut Writer, path: &[u64], key: &[u8], value: &[u8]) -> Result<bool> {
+        let mut pages = Vec::with_capacity(path.len());
+        for &pid in path {
+            pages.push(self.pool.fix_exclusive(pid)?);
+        }
+        let mut leaf = pages.pop().expect("leaf");
+        let new = !NodeMut(leaf.bytes_mut()).remove(key);
+        // Every page stays latched until the new root (if any) is published: a reader that
+        // fixed the old root must not find it split before the root pointer moves.
+        let mut held: Vec<PageWrite<'_>> = Vec::new();
+        let free_now = Node(leaf.bytes()).free_space();
+        if free_now >= node::entry_size(key.len(), value.len()) || Node(leaf.bytes()).count() < 2 {
+            // Removing the old entry made room (a value grew in place).
+            NodeMut(leaf.bytes_mut())
+                .upsert(key, value)
+                .map_err(|()| corrupt("entry does not fit an emptied leaf"))?;
+            self.log_image(w, &mut leaf);
+            held.push(leaf);
+            drop(pages);
+            if new {
+                w.meta.count += 1;
+            }
+            self.log_meta(w)?;
+            return Ok(new);
+        }
+        // Split the leaf and put the entry into the half it belongs to.
+        let mut right = self.alloc(w)?;
+        let right_pid = right.pid();
+        NodeMut(right.bytes_mut()).init(Kind::Leaf, 0, right_pid, 0);
+        let at = Self::split_index(&Node(leaf.bytes()));
+        NodeMut(leaf.bytes_mut()).move_tail(at, &mut NodeMut(right.bytes_mut()));
+        let sep = {
+            let (l, r) = (Node(leaf.bytes()), Node(right.bytes()));
+            let (last, first) = (l.key(l.count() - 1), r.key(0));
+            let common = last.iter().zip(first).take_while(|(a, b)| a == b).count();
+            first[..(common + 1).min(first.len())].to_vec()
+        };
+        let target = if key < sep.as_slice() {
+            &mut leaf
+        } else {
+            &mut right
+        };
+        NodeMut(target.bytes_mut())
+            .upsert(key, value)
+            .map_err(|()| corrupt("entry does not fit a half page"))?;
+        self.log_image(w, &mut leaf);
+        self.log_image(w, &mut right);
+        let mut child_left = (leaf.pid(), 0u8);
+        held.push(leaf);
+        held.push(right);
+        let mut up: (Vec<u8>, u64) = (sep, right_pid);
+        loop {
+            let Some(mut parent) = pages.pop() else {
+                // The root split: a new root above it.
+                let mut root = self.alloc(w)?;
+                let pid = root.pid();
+                let level = child_left.1 + 1;
+                NodeMut(root.bytes_mut()).init(Kind::Inner, level, pid, child_left.0);
+                if !NodeMut(root.bytes_mut()).insert_at(0, &up.0, &up.1.to_le_bytes()) {
+                    return Err(corrupt("separator does not fit an empty root"));
+                }
+                self.log_image(w, &mut root);
+                held.push(root);
+                w.meta.root = pid;
+                break;
+            };
+            let fits = Node(parent.bytes()).free_space() >= node::entry_size(up.0.len(), 8);
+            if fits {
+                let at = Node(parent.bytes()).search(&up.0).unwrap_or_else(|i| i);
+                NodeMut(parent.bytes_mut()).insert_at(at, &up.0, &up.1.to_le_bytes());
+                self.log_image(w, &mut parent);
+                held.push(parent);
+                break;
+            }
+            // Split the inner page: the middle key moves up, its child becomes the right
+            // page's leftmost child.
+            let mut right = self.alloc(w)?;
+            let rpid = right.pid();
+            let level = Node(parent.bytes()).level();
+            let mid = Self::split_index(&Node(parent.bytes()));
+            let (mid_key, mid_child) = {
+                let n = Node(parent.bytes());
+                (n.key(mid).to_vec(), n.child(mid))
+            };
+            NodeMut(right.bytes_mut()).init(Kind::Inner, level, rpid, mid_child);
+            NodeMut(parent.bytes_mut()).move_tail(mid + 1, &mut NodeMut(right.bytes_mut()));
+            NodeMut(parent.bytes_mut()).remove_at(mid);
+            let target = if up.0.as_slice() < mid_key.as_slice() {
+                &mut parent
+            } else {
+                &mut right
+            };
+            let at = Node(target.bytes()).search(&up.0).unwrap_or_else(|i| i);
+            if !NodeMut(target.bytes_mut()).insert_at(at, &up.0, &up.1.to_le_bytes()) {
+                return Err(corrupt("separator does not fit a half inner page"));
+            }
+            self.log_image(w, &mut parent);
+            self.log_image(w, &mut right);
+            child_left = (parent.pid(), level);
+            held.push(parent);
+            held.push(right);
+            up = (mid_key, rpid);
+        }
+        if new {
+            w.meta.count += 1;
+        }
+        self.log_meta(w)?;
+        drop(held);
+        drop(pages);
+        Ok(new)
+    }
+
+    /// Removes `key`; whether it existed.
+    fn delete_locked(&self, w: &mut Writer, key: &[u8]) -> Result<bool> {
+        let path = self.path(key)?;
+        let leaf_pid = *path.last().expect("path has a leaf");
+        let mut leaf = self.pool.fix_exclusive(leaf_pid)?;
+        if Node(leaf.bytes()).search(key).is_err() {
+            return Ok(false);
+        }
+        NodeMut(leaf.bytes_mut()).remove(key);
+        self.log_change(w, &mut leaf, &|rec: &mut Vec<u8>| {
+            rec.push(REC_REMOVE);
+            rec.extend_from_slice(&leaf_pid.to_le_bytes());
+            rec.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            rec.extend_from_slice(key);
+        });
+        let underfull = Node(leaf.bytes()).used() < self.pool.page_size() / 4;
+        drop(leaf);
+        w.meta.count -= 1;
+        if underfull && path.len() > 1 {
+            self.merge_path(w, &path, key)?;
+        } else {
+            self.log_meta(w)?;
+        }
+        Ok(true)
+    }
+
+    /// Merges underfull pages on `path` into a sibling where both fit one page, bottom-up,
+    /// and shrinks the root when it is left with one child.
+    fn merge_path(&self, w: &mut Writer, path: &[u64], key: &[u8]) -> Result<()> {
+        let mut pages = Vec::with_capacity(path.len());
+        for &pid in path {
+            pages.push(self.pool.fix_exclusive(pid)?);
+        }
+        let quarter = self.pool.page_size() / 4;
+        let room = self.pool.page_size() - node::HEADER;
+        while pages.len() > 1 {
+            let child = pages.pop().expect("child");
+            let parent = pages.last_mut().expect("parent");
+            if Node(child.bytes()).used() >= quarter {
+                break;
+            }
+            let pn = Node(parent.bytes());
+            let pos = pn.route(key); // None = leftmost child
+            // Merge with the right sibling if there is one, else into the left one.
+            let (mut left, mut right, sep_idx) = match pos {
+                None if pn.count() > 0 => {
+                    let sib = self.pool.fix_exclusive(pn.child(0))?;
+                    (child, sib, 0)
+                }
+                Some(i) if i + 1 < pn.count() => {
+                    let sib = self.pool.fix_exclusive(pn.child(i + 1))?;
+                    (child, sib, i + 1)
+                }
+                Some(i) => {
+                    let sib = self.pool.fix_exclusive(pn.child_at(i.checked_sub(1)))?;
+                    (sib, child, i)
+                }
+                None => break, // an inner page without entries: handled as the root below
+            };
+            let sep = Node(parent.bytes()).key(sep_idx).to_vec();
+            let (l, r) = (Node(left.bytes()), Node(right.bytes()));
+            let extra = if l.kind() == Some(Kind::Inner) {
+                node::entry_size(sep.len(), 8)
+            } else {
+                0
+            };
+            if l.used() + r.used() + extra > room {
+                break;
+            }
+            if l.kind() == Some(Kind::Inner) {
+                let n = l.count();
+                let aux = r.aux();
+                NodeMut(left.bytes_mut()).insert_at(n, &sep, &aux.to_le_bytes());
+            }
+            let right_copy = right.bytes().to_vec();
+            if !NodeMut(left.bytes_mut()).append_all(&Node(&right_copy)) {
+                return Err(corrupt("merge overflowed a page"));
+            }
+            NodeMut(parent.bytes_mut()).remove_at(sep_idx);
+            self.log_image(w, &mut left);
+            self.free(w, &mut right);
+            self.log_image(w, parent);
+        }
+        // A root inner page without separators hands the root to its only child.
+        if pages.len() == 1 {
+            let root = &mut pages[0];
+            let n = Node(root.bytes());
+            if n.kind() == Some(Kind::Inner) && n.count() == 0 && root.pid() == w.meta.root {
+                w.meta.root = n.aux();
+                self.free(w, root);
+            }
+        }
+        // Publish the (possibly new) root before any page of the change is released.
+        self.log_meta(w)?;
+        drop(pages);
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- redo
+
+    /// Applies the records of one log frame whose payload starts at `lsn`.
+    pub(crate) fn redo(&self, lsn: u64, payload: &[u8]) -> Result<u64> {
+        let mut at = 0usize;
+        let mut records = 0;
+        let bad = |what: &str| corrupt(format!("log record at LSN {}: {what}", lsn));
+        let take = |at: &mut usize, n: usize| -> Result<&[u8]> {
+            let s = payload.get(*at..*at + n).ok_or_else(|| {
+                corrupt(format!(
+                    "log frame at LSN {lsn}: record runs past the frame"
+                ))
+            })?;
+            *at += n;
+            Ok(s)
+        };
+        while at < payload.len() {
+            let rec_lsn = lsn + at as u64;
+            let kind = take(&mut at, 1)?[0];
+            records += 1;
+            if kind == REC_META {
+                let mut v = [0u64; 4];
+                for x in &mut v {
+                    *x = u64::from_le_bytes(take(&mut at, 8)?.try_into().expect("8"));
+                }
+                let m = Meta {
+                    root: v[0],
+                    next_pid: v[1],
+                    free_head: v[2],
+                    count: v[3],
+                };
+                let mut page = self.pool.fix_exclusive_with(META_PID, Verify::No)?;
+                if Node(page.bytes()).lsn() < rec_lsn || page.state().torn {
+                    let bytes = page.bytes_mut();
+                    NodeMut(bytes).init(Kind::Meta, 0, META_PID, 0);
+                    m.write(bytes);
+                    NodeMut(bytes).set_lsn(rec_lsn);
+                    page.state().torn = false;
+                }
+                continue;
+            }
+            let pid = u64::from_le_bytes(take(&mut at, 8)?.try_into().expect("8"));
+            match kind {
+                REC_IMAGE => {
+                    let len = u32::from_le_bytes(take(&mut at, 4)?.try_into().expect("4")) as usize;
+                    let img = take(&mut at, len)?;
+                    let mut page = self.pool.fix_exclusive_with(pid, Verify::No)?;
+                    node::install_image(page.bytes_mut(), img)?;
+                    if Node(page.bytes()).pid() != pid {
+                        return Err(bad("image of another page"));
+                    }
+                    page.state().torn = false;
+                }
+                REC_PUT | REC_REMOVE => {
+                    let klen =
+                        u16::from_le_bytes(take(&mut at, 2)?.try_into().expect("2")) as usize;
+                    let vlen = if kind == REC_PUT {
+                        u32::from_le_bytes(take(&mut at, 4)?.try_into().expect("4")) as usize
+                    } else {
+                        0
+                    };
+                    let key = take(&mut at, klen)?;
+                    let value = take(&mut at, vlen)?;
+                    let mut page = self.pool.fix_exclusive_with(pid, Verify::No)?;
+                    if page.state().torn {
+                        return Err(corrupt(format!(
+                            "page {pid} is torn on media and the log holds no image of it \
+                             before LSN {rec_lsn}"
+                        )));
+                    }
+                    if Node(page.bytes()).kind() != Some(Kind::Leaf) {
+                        return Err(bad("change to a page that is not a leaf"));
+                    }
+                    if Node(page.bytes()).lsn() >= rec_lsn {
+                        continue;
+                    }
+                    let mut n = NodeMut(page.bytes_mut());
+                    if kind == REC_PUT {
+                        n.upsert(key, value)
+                            .map_err(|()| bad("entry does not fit"))?;
+                    } else {
+                        n.remove(key);
+                    }
+                    n.set_lsn(rec_lsn);
+                }
+                _ => return Err(bad(&format!("unknown record kind {kind}"))),
+            }
+        }
+        Ok(records)
+    }
+
+    /// Adopts the meta page after redo.
+    pub(crate) fn adopt_meta(&self, meta: Meta) {
+        let mut w = self.writer.lock();
+        w.meta = meta;
+        self.root.store(meta.root, Ordering::Release);
+        self.count.store(meta.count, Ordering::Release);
+    }
+
+    /// Checks every page reachable from the root: levels, key order across pages (fences),
+    /// and that the leaves hold `count` keys. Returns (pages, keys).
+    pub(crate) fn verify(&self) -> Result<(u64, u64)> {
+        let mut pages = 0;
+        let mut keys = 0;
+        let root = self.root.load(Ordering::Acquire);
+        // (page, lower fence, upper fence, expected level)
+        type Visit = (u64, Option<Vec<u8>>, Option<Vec<u8>>, Option<u8>);
+        let mut stack: Vec<Visit> = vec![(root, None, None, None)];
+        while let Some((pid, low, high, level)) = stack.pop() {
+            pages += 1;
+            let page = self.pool.fix_shared(pid)?;
+            let n = Node(page.bytes());
+            if let Some(l) = level
+                && n.level() != l
+            {
+                return Err(corrupt(format!(
+                    "page {pid}: level {} where {l} belongs",
+                    n.level()
+                )));
+            }
+            for i in 0..n.count() {
+                let k = n.key(i);
+                if low.as_deref().is_some_and(|lo| k < lo)
+                    || high.as_deref().is_some_and(|h| k >= h)
+                {
+                    return Err(corrupt(format!(
+                        "page {pid}: key outside its parent's range"
+                    )));
+                }
+            }
+            match n.kind() {
+                Some(Kind::Leaf) => keys += n.count() as u64,
+                Some(Kind::Inner) => {
+                    if n.level() == 0 {
+                        return Err(corrupt(format!("inner page {pid} at level 0")));
+                    }
+                    let next = n.level() - 1;
+                    let first_high = (n.count() > 0).then(|| n.key(0).to_vec()).or(high.clone());
+                    stack.push((n.aux(), low.clone(), first_high, Some(next)));
+                    for i in 0..n.count() {
+                        let h = if i + 1 < n.count() {
+                            Some(n.key(i + 1).to_vec())
+                        } else {
+                            high.clone()
+                        };
+                        stack.push((n.child(i), Some(n.key(i).to_vec()), h, Some(next)));
+                    }
+                }
+                other => return Err(corrupt(format!("page {pid}: {other:?} page in the tree"))),
+            }
+        }
+        if keys != self.len() {
+            return Err(corrupt(format!(
+                "leaves hold {keys} keys, the meta page says {}",
+                self.len()
+            )));
+        }
+        Ok((pages, keys))
+    }
+}

@@ -1,0 +1,593 @@
+//! The buffer manager: a DRAM pool of page frames over a block device, with a page table,
+//! Clock replacement, shared and exclusive page latches, checksummed write-back that obeys
+//! the write-ahead rule, and fuzzy flushing for checkpoints.
+//!
+//! Owns: frames and their latches, which page is in which frame, choosing and writing back
+//! victims, checksums of pages on media, growing the page file, and the pool's counters.
+//! Must not touch: what is inside a page beyond the common prefix every page starts with
+//! (checksum, LSN and page id, see [`PAGE_PREFIX`]), or the log's format — the log is reached
+//! only through [`WalRule`].
+//!
+//! Rules it keeps:
+//! - **WAL rule**: a page is written only after the log is durable up to the page's LSN.
+//! - **No steal**: a page whose LSN is beyond what the log has been handed
+//!   ([`WalRule::committed_lsn`]) holds changes of a batch still being applied; it is neither
+//!   evicted nor written.
+//! - A frame is reused only under its exclusive latch, and every fix re-checks the frame's
+//!   page id after latching, so a fix racing an eviction retries instead of reading the wrong
+//!   page.
+//!
+//! This is the SSD buffer manager design of the three-tier paper (DRAM over a block device,
+//! page-grained); with a budget larger than the data it is the main-memory design. The
+//! cache-line-grained NVM tier, mini pages and pointer swizzling are not built yet (page ids
+//! go through the page table on every fix).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::device::{AlignedBuf, BlockDevice, Counter, Io};
+use crate::error::{Error, Result};
+
+/// Bytes every page starts with: `u32` checksum (crc32c of bytes 4..), `u32` owned by the
+/// page's format, `u64` page LSN, `u64` page id.
+pub const PAGE_PREFIX: usize = 24;
+const NO_PAGE: u64 = u64::MAX;
+const SHARDS: usize = 64;
+/// Pages written back in one batch by [`BufferPool::flush_dirty`].
+const FLUSH_BATCH: usize = 64;
+
+/// The log as the buffer manager sees it.
+pub trait WalRule: Send + Sync {
+    /// Highest LSN handed to the log (changes up to it belong to complete batches).
+    fn committed_lsn(&self) -> u64;
+    /// Makes the log durable up to `lsn`.
+    fn flush_to(&self, lsn: u64) -> Result<()>;
+}
+
+#[derive(Default)]
+struct IdHasher(u64);
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("page ids hash as u64")
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+type Table = HashMap<u64, u32, BuildHasherDefault<IdHasher>>;
+
+/// A frame's contents, behind its latch.
+#[derive(Debug)]
+pub struct FrameData {
+    pid: u64,
+    buf: AlignedBuf,
+    /// The checkpoint generation in which this page's full image was last logged (0: not
+    /// since it was loaded). The tree logs a full image on a page's first change in each
+    /// generation, which is what lets restart repair a page torn on media.
+    pub image_gen: u32,
+    /// The page failed its checksum when loaded (only with [`Verify::No`]).
+    pub torn: bool,
+}
+
+#[derive(Debug)]
+struct Frame {
+    data: RwLock<FrameData>,
+    referenced: AtomicBool,
+    /// A checkpoint is writing a copy of this page: it must not be evicted meanwhile (its own
+    /// write could land after the checkpoint's older copy).
+    io_busy: AtomicBool,
+    dirty_version: AtomicU64,
+    clean_version: AtomicU64,
+}
+
+impl Frame {
+    fn dirty(&self) -> bool {
+        self.dirty_version.load(Ordering::Acquire) != self.clean_version.load(Ordering::Acquire)
+    }
+}
+
+/// Whether a load checks the page's checksum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verify {
+    /// A checksum mismatch is an [`Error::Corrupt`].
+    Yes,
+    /// Load anyway and mark the frame [`FrameData::torn`] (restart, which repairs torn pages
+    /// from logged images).
+    No,
+}
+
+/// Pool counters (always on).
+#[derive(Debug, Default)]
+pub struct PoolCounters {
+    /// Fixes served from DRAM.
+    pub hits: Counter,
+    /// Fixes that read the page from the device.
+    pub misses: Counter,
+    /// Frames reused for another page.
+    pub evictions: Counter,
+    /// Pages written to the device (evictions and checkpoints).
+    pub page_writes: Counter,
+    /// Pages written back because they were evicted dirty.
+    pub dirty_evictions: Counter,
+}
+
+/// Options of a pool.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolOptions {
+    /// Page size in bytes (a power of two, 4–64 KiB).
+    pub page_size: usize,
+    /// DRAM budget for frames in bytes.
+    pub dram_bytes: u64,
+    /// The page format's structural check, run on every page loaded intact from media (so
+    /// that code above may trust a fixed page's layout): `Err` describes the damage.
+    pub check: fn(&[u8], u64) -> std::result::Result<(), String>,
+}
+
+/// The buffer pool. See the module docs.
+pub struct BufferPool {
+    device: BlockDevice,
+    page_size: usize,
+    frames: Box<[Frame]>,
+    table: Box<[Mutex<Table>]>,
+    free: Mutex<Vec<u32>>,
+    hand: AtomicUsize,
+    wal: Arc<dyn WalRule>,
+    check: fn(&[u8], u64) -> std::result::Result<(), String>,
+    grow: Mutex<()>,
+    /// Counters.
+    pub counters: PoolCounters,
+}
+
+impl std::fmt::Debug for BufferPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufferPool")
+            .field("frames", &self.frames.len())
+            .field("page_size", &self.page_size)
+            .finish()
+    }
+}
+
+/// A page fixed for reading.
+#[derive(Debug)]
+pub struct PageRead<'a> {
+    guard: RwLockReadGuard<'a, FrameData>,
+}
+
+impl PageRead<'_> {
+    /// The page's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.guard.buf
+    }
+    /// Page id.
+    pub fn pid(&self) -> u64 {
+        self.guard.pid
+    }
+}
+
+/// A page fixed for writing.
+#[derive(Debug)]
+pub struct PageWrite<'a> {
+    frame: &'a Frame,
+    guard: RwLockWriteGuard<'a, FrameData>,
+}
+
+impl PageWrite<'_> {
+    /// The page's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.guard.buf
+    }
+    /// The page's bytes for changing; marks the page dirty.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.frame.dirty_version.fetch_add(1, Ordering::AcqRel);
+        &mut self.guard.buf
+    }
+    /// Page id.
+    pub fn pid(&self) -> u64 {
+        self.guard.pid
+    }
+    /// Frame state (image generation, torn flag).
+    pub fn state(&mut self) -> &mut FrameData {
+        &mut self.guard
+    }
+}
+
+fn checksum(page: &[u8]) -> [u8; 4] {
+    crc32c::crc32c(&page[4..]).to_le_bytes()
+}
+
+/// Sets the checksum of a page written to media without the pool (formatting a new file).
+pub fn seal(page: &mut [u8]) {
+    let sum = checksum(page);
+    page[..4].copy_from_slice(&sum);
+}
+
+/// Whether a page read from media is intact: its checksum matches, or it was never written
+/// (all zero).
+fn intact(page: &[u8]) -> bool {
+    page[..4] == checksum(page) || page.iter().all(|&b| b == 0)
+}
+
+fn page_lsn(page: &[u8]) -> u64 {
+    u64::from_le_bytes(page[8..16].try_into().expect("8 bytes"))
+}
+
+impl BufferPool {
+    /// A pool over `device` with the given budget.
+    pub fn new(device: BlockDevice, opts: PoolOptions, wal: Arc<dyn WalRule>) -> Result<Self> {
+        let ps = opts.page_size;
+        if !ps.is_power_of_two() || !(4096..=65536).contains(&ps) {
+            return Err(Error::InvalidArgument(format!(
+                "page size {ps}: must be a power of two from 4096 to 65536"
+            )));
+        }
+        let n = (opts.dram_bytes / ps as u64).max(16);
+        if n > u32::MAX as u64 / 2 {
+            return Err(Error::InvalidArgument(format!(
+                "DRAM budget {} bytes is too large",
+                opts.dram_bytes
+            )));
+        }
+        let mut frames = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let buf = AlignedBuf::new(ps)?; // zeroed
+            frames.push(Frame {
+                data: RwLock::new(FrameData {
+                    pid: NO_PAGE,
+                    buf,
+                    image_gen: 0,
+                    torn: false,
+                }),
+                referenced: AtomicBool::new(false),
+                io_busy: AtomicBool::new(false),
+                dirty_version: AtomicU64::new(0),
+                clean_version: AtomicU64::new(0),
+            });
+        }
+        Ok(BufferPool {
+            device,
+            page_size: ps,
+            frames: frames.into_boxed_slice(),
+            table: (0..SHARDS).map(|_| Mutex::new(Table::default())).collect(),
+            free: Mutex::new((0..n as u32).rev().collect()),
+            hand: AtomicUsize::new(0),
+            wal,
+            check: opts.check,
+            grow: Mutex::new(()),
+            counters: PoolCounters::default(),
+        })
+    }
+
+    /// Page size in bytes.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// Number of frames (the DRAM budget in pages).
+    pub fn frames(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// The page file.
+    pub fn device(&self) -> &BlockDevice {
+        &self.device
+    }
+
+    fn shard(&self, pid: u64) -> &Mutex<Table> {
+        &self.table[(pid.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % SHARDS]
+    }
+
+    fn lookup(&self, pid: u64) -> Option<u32> {
+        self.shard(pid).lock().get(&pid).copied()
+    }
+
+    /// Fixes page `pid` for reading.
+    pub fn fix_shared(&self, pid: u64) -> Result<PageRead<'_>> {
+        loop {
+            if let Some(i) = self.lookup(pid) {
+                let frame = &self.frames[i as usize];
+                let guard = frame.data.read();
+                if guard.pid == pid {
+                    frame.referenced.store(true, Ordering::Relaxed);
+                    self.counters.hits.incr();
+                    return Ok(PageRead { guard });
+                }
+                continue;
+            }
+            if let Some(w) = self.load(pid, Verify::Yes, false)? {
+                return Ok(PageRead {
+                    guard: RwLockWriteGuard::downgrade(w.guard),
+                });
+            }
+        }
+    }
+
+    /// Fixes page `pid` for writing.
+    pub fn fix_exclusive(&self, pid: u64) -> Result<PageWrite<'_>> {
+        self.fix_exclusive_with(pid, Verify::Yes)
+    }
+
+    /// Fixes page `pid` for writing, choosing whether a checksum mismatch is an error.
+    pub fn fix_exclusive_with(&self, pid: u64, verify: Verify) -> Result<PageWrite<'_>> {
+        loop {
+            if let Some(i) = self.lookup(pid) {
+                let frame = &self.frames[i as usize];
+                let guard = frame.data.write();
+                if guard.pid == pid {
+                    frame.referenced.store(true, Ordering::Relaxed);
+                    self.counters.hits.incr();
+                    return Ok(PageWrite { frame, guard });
+                }
+                continue;
+            }
+            if let Some(w) = self.load(pid, verify, false)? {
+                return Ok(w);
+            }
+        }
+    }
+
+    /// Fixes a page that is new (never written, or free and being reused): no read; the
+    /// frame starts zeroed.
+    pub fn fix_new(&self, pid: u64) -> Result<PageWrite<'_>> {
+        loop {
+            if let Some(i) = self.lookup(pid) {
+                let frame = &self.frames[i as usize];
+                let mut guard = frame.data.write();
+                if guard.pid == pid {
+                    guard.buf.fill(0);
+                    frame.dirty_version.fetch_add(1, Ordering::AcqRel);
+                    return Ok(PageWrite { frame, guard });
+                }
+                continue;
+            }
+            if let Some(w) = self.load(pid, Verify::No, true)? {
+                return Ok(w);
+            }
+        }
+    }
+
+    /// Brings `pid` into a frame; `None` if another thread mapped it first (retry).
+    fn load(&self, pid: u64, verify: Verify, fresh: bool) -> Result<Option<PageWrite<'_>>> {
+        let (i, mut guard) = self.victim()?;
+        let frame = &self.frames[i as usize];
+        {
+            let mut t = self.shard(pid).lock();
+            if t.contains_key(&pid) {
+                drop(t);
+                drop(guard);
+                self.free.lock().push(i);
+                return Ok(None);
+            }
+            t.insert(pid, i);
+            guard.pid = pid;
+        }
+        guard.image_gen = 0;
+        guard.torn = false;
+        let v = frame.dirty_version.load(Ordering::Acquire);
+        frame.clean_version.store(v, Ordering::Release);
+        let offset = pid * self.page_size as u64;
+        let read = if fresh || offset + self.page_size as u64 > self.device.len() {
+            guard.buf.fill(0);
+            Ok(())
+        } else {
+            self.counters.misses.incr();
+            self.device.read_at(offset, &mut guard.buf)
+        };
+        let bad = match read {
+            Err(e) => Some(e),
+            Ok(()) if !intact(&guard.buf) => {
+                if verify == Verify::Yes {
+                    Some(Error::corrupt(
+                        Some(self.device.info().path.as_path()),
+                        format!("page {pid} fails its checksum (torn or damaged on media)"),
+                    ))
+                } else {
+                    guard.torn = true;
+                    None
+                }
+            }
+            Ok(()) if !fresh && guard.buf.iter().any(|&b| b != 0) => {
+                match (self.check)(&guard.buf, pid) {
+                    Ok(()) => None,
+                    Err(detail) if verify == Verify::Yes => Some(Error::corrupt(
+                        Some(self.device.info().path.as_path()),
+                        detail,
+                    )),
+                    Err(_) => {
+                        guard.torn = true;
+                        None
+                    }
+                }
+            }
+            Ok(()) => None,
+        };
+        if let Some(e) = bad {
+            self.shard(pid).lock().remove(&pid);
+            guard.pid = NO_PAGE;
+            drop(guard);
+            self.free.lock().push(i);
+            return Err(e);
+        }
+        if fresh {
+            frame.dirty_version.fetch_add(1, Ordering::AcqRel);
+        }
+        frame.referenced.store(true, Ordering::Relaxed);
+        Ok(Some(PageWrite { frame, guard }))
+    }
+
+    /// A free frame, exclusively latched and unmapped: from the free list, or by Clock.
+    fn victim(&self) -> Result<(u32, RwLockWriteGuard<'_, FrameData>)> {
+        if let Some(i) = self.free.lock().pop() {
+            return Ok((i, self.frames[i as usize].data.write()));
+        }
+        let n = self.frames.len();
+        for _ in 0..4 * n {
+            let i = self.hand.fetch_add(1, Ordering::Relaxed) % n;
+            let frame = &self.frames[i];
+            if frame.referenced.swap(false, Ordering::Relaxed) {
+                continue;
+            }
+            let Some(mut guard) = frame.data.try_write() else {
+                continue;
+            };
+            if frame.io_busy.load(Ordering::Acquire) {
+                continue;
+            }
+            if guard.pid != NO_PAGE {
+                if frame.dirty() {
+                    let lsn = page_lsn(&guard.buf);
+                    if lsn > self.wal.committed_lsn() {
+                        continue; // no steal
+                    }
+                    self.wal.flush_to(lsn)?;
+                    let pid = guard.pid;
+                    let sum = checksum(&guard.buf);
+                    guard.buf[..4].copy_from_slice(&sum);
+                    self.write_page(pid, &guard.buf)?;
+                    let v = frame.dirty_version.load(Ordering::Acquire);
+                    frame.clean_version.store(v, Ordering::Release);
+                    self.counters.dirty_evictions.incr();
+                }
+                let mut t = self.shard(guard.pid).lock();
+                if t.get(&guard.pid) == Some(&(i as u32)) {
+                    t.remove(&guard.pid);
+                }
+                drop(t);
+                guard.pid = NO_PAGE;
+                self.counters.evictions.incr();
+            }
+            return Ok((i as u32, guard));
+        }
+        Err(Error::StoreFull {
+            used: self.frames.len() as u64 * self.page_size as u64,
+            capacity: self.frames.len() as u64 * self.page_size as u64,
+            reason: "buffer pool: every frame is fixed or holds changes of an unfinished batch \
+                     (raise the DRAM budget or write smaller batches)"
+                .into(),
+        })
+    }
+
+    fn ensure_len(&self, end: u64) -> Result<()> {
+        if end <= self.device.len() {
+            return Ok(());
+        }
+        let _g = self.grow.lock();
+        if end <= self.device.len() {
+            return Ok(());
+        }
+        let step = self.device.len().clamp(1 << 20, 1 << 30);
+        self.device.grow(
+            (self.device.len() + step)
+                .max(end)
+                .next_multiple_of(self.page_size as u64),
+        )
+    }
+
+    fn write_page(&self, pid: u64, buf: &AlignedBuf) -> Result<()> {
+        let offset = pid * self.page_size as u64;
+        self.ensure_len(offset + self.page_size as u64)?;
+        self.device.write_at(offset, buf)?;
+        self.counters.page_writes.incr();
+        Ok(())
+    }
+
+    /// Writes every dirty page whose changes are complete (retrying pages of a batch in
+    /// progress until it completes), obeying the WAL rule, then syncs the page file. Pages
+    /// changed meanwhile may or may not be included. Writers keep working throughout.
+    pub fn flush_dirty(&self) -> Result<u64> {
+        let mut pending: Vec<usize> = (0..self.frames.len())
+            .filter(|&i| self.frames[i].dirty())
+            .collect();
+        let mut written = 0;
+        let mut round = 0u32;
+        while !pending.is_empty() {
+            let mut retry = Vec::new();
+            for chunk in pending.chunks(FLUSH_BATCH) {
+                let mut copies: Vec<(usize, u64, u64, AlignedBuf)> = Vec::new();
+                let mut max_lsn = 0;
+                for &i in chunk {
+                    let frame = &self.frames[i];
+                    let guard = frame.data.read();
+                    if guard.pid == NO_PAGE || !frame.dirty() {
+                        continue;
+                    }
+                    let lsn = page_lsn(&guard.buf);
+                    if lsn > self.wal.committed_lsn() {
+                        retry.push(i);
+                        continue;
+                    }
+                    let mut copy = match AlignedBuf::new(self.page_size) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            for (j, ..) in &copies {
+                                self.frames[*j].io_busy.store(false, Ordering::Release);
+                            }
+                            return Err(e);
+                        }
+                    };
+                    copy.copy_from_slice(&guard.buf);
+                    let v = frame.dirty_version.load(Ordering::Acquire);
+                    frame.io_busy.store(true, Ordering::Release);
+                    max_lsn = max_lsn.max(lsn);
+                    copies.push((i, guard.pid, v, copy));
+                }
+                let result = self.write_copies(&mut copies, max_lsn);
+                for (i, _, v, _) in &copies {
+                    let frame = &self.frames[*i];
+                    if result.is_ok() {
+                        frame.clean_version.fetch_max(*v, Ordering::AcqRel);
+                    }
+                    frame.io_busy.store(false, Ordering::Release);
+                }
+                result?;
+                written += copies.len() as u64;
+            }
+            pending = retry;
+            if !pending.is_empty() {
+                crate::sync::backoff(&mut round);
+            }
+        }
+        self.device.sync()?;
+        Ok(written)
+    }
+
+    fn write_copies(&self, copies: &mut [(usize, u64, u64, AlignedBuf)], lsn: u64) -> Result<()> {
+        if copies.is_empty() {
+            return Ok(());
+        }
+        self.wal.flush_to(lsn)?;
+        let mut end = 0;
+        for (_, pid, _, buf) in copies.iter_mut() {
+            let sum = checksum(buf);
+            buf[..4].copy_from_slice(&sum);
+            end = end.max((*pid + 1) * self.page_size as u64);
+        }
+        self.ensure_len(end)?;
+        let mut ios: Vec<Io<'_>> = copies
+            .iter()
+            .map(|(_, pid, _, buf)| Io::Write {
+                offset: pid * self.page_size as u64,
+                buf,
+            })
+            .collect();
+        self.device.submit(&mut ios)?;
+        self.counters.page_writes.add(copies.len() as u64);
+        Ok(())
+    }
+
+    /// Number of dirty frames right now.
+    pub fn dirty_pages(&self) -> usize {
+        self.frames.iter().filter(|f| f.dirty()).count()
+    }
+
+    /// Number of frames holding a page.
+    pub fn resident_pages(&self) -> usize {
+        self.table.iter().map(|t| t.lock().len()).sum()
+    }
+}

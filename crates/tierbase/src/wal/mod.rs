@@ -1,0 +1,385 @@
+//! The write-ahead log: framed, checksummed records on block devices, with group commit,
+//! generations for truncation, and replay at restart.
+//!
+//! Owns: the log's byte format (docs/FORMAT-wal.md), log sequence numbers (LSNs: byte
+//! positions in one endless log), appending frames, making them durable with one write and
+//! one `fdatasync` for every committer waiting (the engine's [`GroupSync`]), switching to a
+//! new generation at a checkpoint, and reading the frames back after a crash. Must not touch:
+//! what a frame's payload means (the store that logs decides), pages, or when to checkpoint.
+//!
+//! Two log files alternate. Generation `g` lives in file `g % 2`; its header block names `g`
+//! and the LSN its first frame has. A checkpoint switches to `g + 1` (the other file) and,
+//! once every page change before the switch is on media, declares `g + 1` the start of redo,
+//! which frees file `g % 2` for generation `g + 2`. Replay reads generation `g` frame by frame
+//! until a frame is missing, torn (checksum) or of another generation, then continues in the
+//! other file if that holds generation `g + 1` starting exactly there.
+//!
+//! Tail blocks are rewritten as the log grows: a group commit writes from the block holding
+//! the durable end. A torn rewrite cannot hurt frames already durable because the rewrite
+//! carries the same bytes for them, and media tear at sector granularity (512 B, the unit
+//! disks write atomically), never inside a sector.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::device::{AlignedBuf, BlockDevice, Counter, GroupSync};
+use crate::error::{Error, Result};
+
+/// Bytes of a frame's header.
+pub const FRAME_HEADER: u64 = 24;
+/// Log block size: header block and the alignment of every write.
+const BLOCK: u64 = 4096;
+const MAGIC: &[u8; 8] = b"TBWAL001";
+/// Largest payload of one frame.
+pub const MAX_FRAME: usize = 1 << 30;
+
+/// Where replay ended and the log continues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogEnd {
+    /// Generation of the last frame read.
+    pub generation: u32,
+    /// LSN at which that generation starts.
+    pub generation_start: u64,
+    /// LSN after the last complete frame.
+    pub lsn: u64,
+}
+
+struct Tail {
+    generation: u32,
+    /// LSN at the first byte after the generation's header block.
+    gen_start: u64,
+    /// Bytes from `buf_lsn` to the appended end.
+    buf: Vec<u8>,
+    buf_lsn: u64,
+}
+
+/// Log counters.
+#[derive(Debug, Default)]
+pub struct WalCounters {
+    /// Frames appended.
+    pub frames: Counter,
+    /// Payload bytes appended.
+    pub bytes: Counter,
+    /// `fdatasync` calls on the log.
+    pub syncs: Counter,
+    /// Bytes written to the log files (including rewritten tail blocks).
+    pub bytes_written: Counter,
+}
+
+/// The write-ahead log. See the module docs.
+pub struct Wal {
+    files: [BlockDevice; 2],
+    tail: Mutex<Tail>,
+    group: GroupSync,
+    appended: AtomicU64,
+    durable: AtomicU64,
+    /// Counters.
+    pub counters: WalCounters,
+}
+
+impl std::fmt::Debug for Wal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wal")
+            .field("appended", &self.appended.load(Ordering::Relaxed))
+            .field("durable", &self.durable.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+fn crc(bytes: &[u8]) -> u32 {
+    crc32c::crc32c(bytes)
+}
+
+fn header_block(generation: u32, start: u64) -> Result<AlignedBuf> {
+    let mut b = AlignedBuf::new(BLOCK as usize)?;
+    b.fill(0);
+    b[..8].copy_from_slice(MAGIC);
+    b[8..12].copy_from_slice(&generation.to_le_bytes());
+    b[16..24].copy_from_slice(&start.to_le_bytes());
+    let c = crc(&b[..24]);
+    b[24..28].copy_from_slice(&c.to_le_bytes());
+    Ok(b)
+}
+
+/// `(generation, start LSN)` of a log file's header, if it has a valid one.
+fn read_header(file: &BlockDevice) -> Result<Option<(u32, u64)>> {
+    if file.len() < BLOCK {
+        return Ok(None);
+    }
+    let mut b = AlignedBuf::new(BLOCK as usize)?;
+    file.read_at(0, &mut b)?;
+    if &b[..8] != MAGIC || crc(&b[..24]).to_le_bytes() != b[24..28] {
+        return Ok(None);
+    }
+    let generation = u32::from_le_bytes(b[8..12].try_into().expect("4"));
+    let start = u64::from_le_bytes(b[16..24].try_into().expect("8"));
+    Ok(Some((generation, start)))
+}
+
+/// Grows `file` so that `end` bytes fit (doubling, at least 1 MiB at a time).
+fn ensure_len(file: &BlockDevice, end: u64) -> Result<()> {
+    if end <= file.len() {
+        return Ok(());
+    }
+    let target = end.max(file.len() * 2).max(1 << 20).next_multiple_of(BLOCK);
+    file.grow(target)
+}
+
+impl Wal {
+    /// Starts a new log in two empty files: generation 1 at LSN `start` (open it with
+    /// [`Wal::replay`] and [`Wal::resume`]).
+    pub fn format(files: &[BlockDevice; 2], start: u64) -> Result<()> {
+        let file = &files[1];
+        ensure_len(file, BLOCK)?;
+        file.write_at(0, &header_block(1, start)?)?;
+        file.sync()
+    }
+
+    fn with_tail(files: [BlockDevice; 2], generation: u32, start: u64) -> Wal {
+        Wal {
+            files,
+            tail: Mutex::new(Tail {
+                generation,
+                gen_start: start,
+                buf: Vec::new(),
+                buf_lsn: start,
+            }),
+            group: GroupSync::default(),
+            appended: AtomicU64::new(start),
+            durable: AtomicU64::new(start),
+            counters: WalCounters::default(),
+        }
+    }
+
+    fn write_header(&self, generation: u32, start: u64) -> Result<()> {
+        let file = &self.files[generation as usize % 2];
+        ensure_len(file, BLOCK)?;
+        file.write_at(0, &header_block(generation, start)?)?;
+        file.sync()?;
+        self.counters.syncs.incr();
+        Ok(())
+    }
+
+    /// Reads every frame from generation `generation` on (whose first frame is at `start`),
+    /// calling `frame(lsn, payload)` in log order, and returns where the log ends. A missing
+    /// or torn frame ends the log; a frame that claims another position is corruption.
+    pub fn replay(
+        files: &[BlockDevice; 2],
+        generation: u32,
+        start: u64,
+        mut frame: impl FnMut(u64, &[u8]) -> Result<()>,
+    ) -> Result<LogEnd> {
+        let mut end = LogEnd {
+            generation,
+            generation_start: start,
+            lsn: start,
+        };
+        let mut expect_gen = generation;
+        loop {
+            let file = &files[expect_gen as usize % 2];
+            match read_header(file)? {
+                Some((g, s)) if g == expect_gen && s == end.lsn => {}
+                Some(_) | None if expect_gen != generation => return Ok(end),
+                found => {
+                    return Err(Error::corrupt(
+                        None,
+                        format!(
+                            "log generation {generation} (from LSN {start}) is missing: header \
+                             holds {found:?}"
+                        ),
+                    ));
+                }
+            }
+            let bytes = read_all(file)?;
+            let mut at = BLOCK as usize;
+            let gen_start = end.lsn;
+            end.generation = expect_gen;
+            end.generation_start = gen_start;
+            while let Some(h) = bytes.get(at..at + FRAME_HEADER as usize) {
+                let len = u32::from_le_bytes(h[0..4].try_into().expect("4")) as usize;
+                let sum = u32::from_le_bytes(h[4..8].try_into().expect("4"));
+                let g = u32::from_le_bytes(h[8..12].try_into().expect("4"));
+                let lsn = u64::from_le_bytes(h[16..24].try_into().expect("8"));
+                if len < FRAME_HEADER as usize || !len.is_multiple_of(8) || g != expect_gen {
+                    break;
+                }
+                let Some(body) = bytes.get(at + 8..at + len) else {
+                    break;
+                };
+                if crc(body) != sum {
+                    break;
+                }
+                let here = gen_start + (at as u64 - BLOCK);
+                if lsn != here {
+                    return Err(Error::corrupt(
+                        None,
+                        format!("log frame at LSN {here} claims LSN {lsn}"),
+                    ));
+                }
+                let plen = u32::from_le_bytes(h[12..16].try_into().expect("4")) as usize;
+                let payload = body
+                    .get(FRAME_HEADER as usize - 8..FRAME_HEADER as usize - 8 + plen)
+                    .ok_or_else(|| Error::corrupt(None, format!("log frame {lsn}: bad length")))?;
+                frame(lsn + FRAME_HEADER, payload)?;
+                at += len;
+                end.lsn = here + len as u64;
+            }
+            expect_gen += 1;
+        }
+    }
+
+    /// Continues the log after [`Wal::replay`] ended at `end`: the next generation starts
+    /// there (so that nothing after the end of the replayed generation is ever read again).
+    pub fn resume(files: [BlockDevice; 2], end: LogEnd) -> Result<Wal> {
+        let next = end.generation + 1;
+        let wal = Wal::with_tail(files, next, end.lsn);
+        wal.write_header(next, end.lsn)?;
+        Ok(wal)
+    }
+
+    /// LSN the next appended frame gets; record positions inside it are this plus
+    /// [`FRAME_HEADER`] plus their offset in the payload. Stable while the caller is the only
+    /// appender.
+    pub fn next_lsn(&self) -> u64 {
+        self.appended.load(Ordering::Acquire)
+    }
+
+    /// Current generation.
+    pub fn generation(&self) -> u32 {
+        self.tail.lock().generation
+    }
+
+    /// LSN up to which frames are durable.
+    pub fn durable_lsn(&self) -> u64 {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    /// Appends one frame; returns the LSN after it.
+    pub fn append(&self, payload: &[u8]) -> Result<u64> {
+        if payload.len() > MAX_FRAME {
+            return Err(Error::InvalidArgument(format!(
+                "log frame of {} bytes (at most {MAX_FRAME})",
+                payload.len()
+            )));
+        }
+        let len = (FRAME_HEADER as usize + payload.len()).next_multiple_of(8);
+        let mut t = self.tail.lock();
+        let lsn = self.appended.load(Ordering::Acquire);
+        let at = t.buf.len();
+        t.buf.resize(at + len, 0);
+        let generation = t.generation;
+        let f = &mut t.buf[at..at + len];
+        f[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+        f[8..12].copy_from_slice(&generation.to_le_bytes());
+        f[12..16].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        f[16..24].copy_from_slice(&lsn.to_le_bytes());
+        f[24..24 + payload.len()].copy_from_slice(payload);
+        let sum = crc(&f[8..]);
+        f[4..8].copy_from_slice(&sum.to_le_bytes());
+        let end = lsn + len as u64;
+        self.appended.store(end, Ordering::Release);
+        drop(t);
+        self.counters.frames.incr();
+        self.counters.bytes.add(payload.len() as u64);
+        Ok(end)
+    }
+
+    /// Makes every frame up to `lsn` durable; concurrent callers share one write and sync.
+    pub fn flush_to(&self, lsn: u64) -> Result<()> {
+        if self.durable.load(Ordering::Acquire) >= lsn {
+            return Ok(());
+        }
+        self.group
+            .sync(|| {
+                self.write_out()
+                    .map_err(|e| std::io::Error::other(e.to_string()))
+            })
+            .map(|_| ())
+            .map_err(|reason| Error::ReadOnly { path: None, reason })
+    }
+
+    /// Makes every appended frame durable.
+    pub fn flush(&self) -> Result<()> {
+        self.flush_to(self.appended.load(Ordering::Acquire))
+    }
+
+    /// Writes the unwritten tail (from the block holding the durable end) and syncs.
+    fn write_out(&self) -> Result<()> {
+        let t = self.tail.lock();
+        let end = t.buf_lsn + t.buf.len() as u64;
+        if end <= self.durable.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let file = &self.files[t.generation as usize % 2];
+        let offset = BLOCK + (t.buf_lsn - t.gen_start);
+        let padded = (t.buf.len() as u64).next_multiple_of(BLOCK) as usize;
+        let mut out = AlignedBuf::new(padded)?;
+        out[..t.buf.len()].copy_from_slice(&t.buf);
+        out[t.buf.len()..].fill(0);
+        let (buf_lsn, gen_start) = (t.buf_lsn, t.gen_start);
+        drop(t);
+        ensure_len(file, offset + padded as u64)?;
+        file.write_at(offset, &out)?;
+        file.sync()?;
+        self.counters.syncs.incr();
+        self.counters.bytes_written.add(padded as u64);
+        // Keep only the last partial block: the next write starts there.
+        let keep_from = gen_start + (end - gen_start) / BLOCK * BLOCK;
+        let mut t = self.tail.lock();
+        if t.buf_lsn == buf_lsn && keep_from > buf_lsn {
+            let cut = (keep_from - buf_lsn) as usize;
+            t.buf.drain(..cut);
+            t.buf_lsn = keep_from;
+        }
+        drop(t);
+        self.durable.fetch_max(end, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Starts a new generation at the current end (after making the old one durable); the
+    /// caller must be the only appender while this runs. Returns the new generation and its
+    /// start LSN.
+    pub fn switch_generation(&self) -> Result<(u32, u64)> {
+        self.flush()?;
+        let mut t = self.tail.lock();
+        let start = self.appended.load(Ordering::Acquire);
+        let next = t.generation + 1;
+        // The header is durable before any frame of the new generation can be.
+        self.write_header(next, start)?;
+        t.generation = next;
+        t.gen_start = start;
+        t.buf.clear();
+        t.buf_lsn = start;
+        Ok((next, start))
+    }
+
+    /// Bytes the current generation holds (for checkpoint triggers).
+    pub fn generation_bytes(&self) -> u64 {
+        let t = self.tail.lock();
+        self.appended.load(Ordering::Acquire) - t.gen_start
+    }
+
+    /// The two log files (for counters and reports).
+    pub fn files(&self) -> &[BlockDevice; 2] {
+        &self.files
+    }
+}
+
+fn read_all(file: &BlockDevice) -> Result<Vec<u8>> {
+    const CHUNK: u64 = 1 << 20;
+    let len = file.len() / BLOCK * BLOCK;
+    let mut out = Vec::with_capacity(len as usize);
+    let mut buf = AlignedBuf::new(CHUNK as usize)?;
+    let mut at = 0;
+    while at < len {
+        let n = CHUNK.min(len - at);
+        if n < CHUNK {
+            buf = AlignedBuf::new(n as usize)?;
+        }
+        file.read_at(at, &mut buf)?;
+        out.extend_from_slice(&buf[..n as usize]);
+        at += n;
+    }
+    Ok(out)
+}

@@ -1,0 +1,127 @@
+//! The B+-tree store's basic behaviour: model checks against a BTreeMap through splits,
+//! merges, reopen and range scans in both directions.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use tierbase::btree::{BTreeOptions, BTreeStore};
+use tierbase::device::Durability;
+
+fn opts() -> BTreeOptions {
+    BTreeOptions::default()
+        .page_size(4096)
+        .dram_bytes(64 * 4096)
+        .durability(Durability::None)
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key{:08}", i.wrapping_mul(2_654_435_761) % 1_000_003).into_bytes()
+}
+
+fn check_all(s: &BTreeStore, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    assert_eq!(s.len(), model.len() as u64);
+    let mut seen = Vec::new();
+    s.range(Bound::Unbounded, Bound::Unbounded, false, |k, v| {
+        seen.push((k.to_vec(), v.to_vec()));
+        true
+    })
+    .unwrap();
+    let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert_eq!(seen, want);
+    let mut back = Vec::new();
+    s.range(Bound::Unbounded, Bound::Unbounded, true, |k, v| {
+        back.push((k.to_vec(), v.to_vec()));
+        true
+    })
+    .unwrap();
+    back.reverse();
+    assert_eq!(back, want);
+    let (_, keys) = s.verify().unwrap();
+    assert_eq!(keys, model.len() as u64);
+}
+
+#[test]
+fn splits_merges_reopen_and_scans_match_a_btreemap() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t");
+    let mut model = BTreeMap::new();
+    {
+        let s = BTreeStore::create(&path, &opts()).unwrap();
+        for i in 0..5000u64 {
+            let v = vec![(i % 251) as u8; (i % 300) as usize];
+            assert_eq!(
+                s.put(&key(i), &v).unwrap(),
+                model.insert(key(i), v).is_none()
+            );
+        }
+        check_all(&s, &model);
+        for i in (0..5000u64).step_by(3) {
+            let v = vec![7u8; (i % 700) as usize];
+            assert_eq!(
+                s.put(&key(i), &v).unwrap(),
+                model.insert(key(i), v).is_none()
+            );
+        }
+        check_all(&s, &model);
+        for i in 0..4500u64 {
+            assert_eq!(s.delete(&key(i)).unwrap(), model.remove(&key(i)).is_some());
+        }
+        check_all(&s, &model);
+        s.close().unwrap();
+    }
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    assert_eq!(
+        s.restart_report().frames,
+        0,
+        "a clean close leaves nothing to replay"
+    );
+    check_all(&s, &model);
+    // Bounded scans.
+    let keys: Vec<_> = model.keys().cloned().collect();
+    let (lo, hi) = (&keys[10], &keys[200]);
+    let mut got = Vec::new();
+    s.range(Bound::Included(lo), Bound::Excluded(hi), false, |k, _| {
+        got.push(k.to_vec());
+        true
+    })
+    .unwrap();
+    assert_eq!(got, keys[10..200].to_vec());
+    let mut got = Vec::new();
+    s.range(Bound::Excluded(lo), Bound::Included(hi), true, |k, _| {
+        got.push(k.to_vec());
+        true
+    })
+    .unwrap();
+    let mut want = keys[11..=200].to_vec();
+    want.reverse();
+    assert_eq!(got, want);
+    // Delete everything: the tree shrinks back to a root leaf.
+    for k in &keys {
+        assert!(s.delete(k).unwrap());
+    }
+    model.clear();
+    check_all(&s, &model);
+}
+
+#[test]
+fn unclean_shutdown_replays_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t");
+    let mut model = BTreeMap::new();
+    {
+        let s = BTreeStore::create(&path, &opts().durability(Durability::Immediate)).unwrap();
+        for i in 0..3000u64 {
+            let v = i.to_le_bytes().to_vec();
+            s.put(&key(i), &v).unwrap();
+            model.insert(key(i), v);
+        }
+        for i in 0..1000u64 {
+            s.delete(&key(i)).unwrap();
+            model.remove(&key(i));
+        }
+        s.abandon();
+    }
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    assert!(s.restart_report().frames > 0);
+    check_all(&s, &model);
+}
