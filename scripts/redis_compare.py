@@ -6,7 +6,7 @@ without pipelining and with -P 16) against `tierbase serve` and `redis-server` a
 durability, on the same medium, alternating the servers in every repetition, and prints the
 medians (throughput, p50, p99, server CPU seconds per 100k requests) as a Markdown table.
 
-  scripts/redis_compare.py --reps 3 --media tmpfs,disk
+  scripts/redis_compare.py --reps 3 --media tmpfs,disk [--store btree]
 
 Needs redis-server and redis-benchmark (Debian: redis-server, redis-tools) and a release
 build of tierbase (`cargo build --release -p tierbase-cli`). Nothing here is a test.
@@ -57,13 +57,19 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+STORE = "kv"
+DRAM = "1G"
+
+
 def start(kind, durability, directory):
     port = free_port()
     if kind == "tierbase":
         path = os.path.join(directory, "served.tb")
         level = {"always": "immediate", "everysec": "eventual:1000", "none": "none"}[durability]
-        cmd = [TIERBASE, "serve", "--path", path, "--listen", f"127.0.0.1:{port}",
-               "--durability", level]
+        cmd = [TIERBASE, "serve", "--store", STORE, "--path", path, "--listen",
+               f"127.0.0.1:{port}", "--durability", level]
+        if STORE == "btree":
+            cmd += ["--dram", DRAM]
     else:
         cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", directory,
                "--save", "", "--protected-mode", "no"]
@@ -124,7 +130,12 @@ def main():
     ap.add_argument("--pipelines", default="1,16")
     ap.add_argument("--requests", type=int, default=200_000,
                     help="requests per test without pipelining (x5 with pipelining)")
+    ap.add_argument("--store", default="kv", help="tierbase store to serve (kv, btree)")
+    ap.add_argument("--dram", default="1G", help="DRAM budget of the btree store")
     args = ap.parse_args()
+    global STORE, DRAM
+    STORE = args.store
+    DRAM = args.dram
     if not os.path.exists(TIERBASE):
         sys.exit(f"build first: cargo build --release -p tierbase-cli ({TIERBASE} missing)")
     os.makedirs(args.disk_dir, exist_ok=True)

@@ -166,6 +166,8 @@ pub struct BenchPlan {
     pub presize: bool,
     /// When acknowledged writes become durable (see [`StoreOptions::durability`]).
     pub durability: tierbase::device::Durability,
+    /// DRAM budget of stores with a buffer pool (see [`StoreOptions::dram_budget`]).
+    pub dram_budget: Option<u64>,
 }
 
 impl BenchPlan {
@@ -190,6 +192,7 @@ impl BenchPlan {
             flush: None,
             presize: true,
             durability: tierbase::device::Durability::Immediate,
+            dram_budget: None,
         }
     }
 
@@ -312,6 +315,7 @@ fn run_repetition(
     opts.flush = plan.flush;
     opts.presize = plan.presize;
     opts.durability = plan.durability;
+    opts.dram_budget = plan.dram_budget;
     let store = open_store(&plan.store, &opts)?;
     let info = store.info();
     if spec.has_scans() && !info.capabilities.ordered_scan {

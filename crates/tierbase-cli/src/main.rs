@@ -35,6 +35,9 @@ enum Command {
     Profile(cmd::profile::ProfileArgs),
     /// Operate a hybrid KV store file: create, put, get, delete, scan, stats, verify.
     Kv(cmd::kv::KvArgs),
+    /// Operate a B+-tree store directory: create, put, get, delete, scan, stats, verify,
+    /// checkpoint.
+    Btree(cmd::btree::BTreeArgs),
     /// Serve a store over the Redis protocol (redis-cli, redis-benchmark, client libraries).
     Serve(cmd::serve::ServeArgs),
 }
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
         Command::Report(a) => cmd::report::run(a, &ctx).map(|()| true),
         Command::Profile(a) => cmd::profile::run(a, &ctx).map(|()| true),
         Command::Kv(a) => cmd::kv::run(a, &ctx),
+        Command::Btree(a) => cmd::btree::run(a, &ctx),
         Command::Serve(a) => cmd::serve::run(a, &ctx).map(|()| true),
     };
     match result {

@@ -1,5 +1,9 @@
 //! Small parsing helpers shared by commands.
 
+use std::path::Path;
+
+use anyhow::{Context, bail};
+
 /// Parses a size such as `4096`, `64K`, `256M`, `10G`, `1T`, `512KiB`, `2GB` (binary
 /// multiples: K = 1024); the message says what is wrong (for clap value parsers).
 pub fn parse_size(s: &str) -> Result<u64, String> {
@@ -9,6 +13,44 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 /// Formats a byte count with a binary unit, e.g. `1.5 GiB`.
 pub fn format_size(bytes: u64) -> String {
     tierbase_bench::units::format_bytes(bytes)
+}
+
+/// A key or value from the command line: UTF-8 text, or hex with `--hex`.
+pub fn decode(hex: bool, s: &str, what: &str) -> anyhow::Result<Vec<u8>> {
+    if !hex {
+        return Ok(s.as_bytes().to_vec());
+    }
+    let s = s.trim_start_matches("0x");
+    if !s.len().is_multiple_of(2) {
+        bail!("{what} '{s}' is not hex: odd number of digits");
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(&s[i..i + 2], 16).with_context(|| format!("{what} '{s}' is not hex"))
+        })
+        .collect()
+}
+
+/// A key or value for output: text when printable (and not `--hex`), else hex.
+pub fn encode(hex: bool, b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) if !hex && !s.chars().any(char::is_control) => s.to_string(),
+        _ => b.iter().map(|x| format!("{x:02x}")).collect(),
+    }
+}
+
+/// The library's error, with "`verb` `path`" in front only when it does not name the path
+/// itself (so a message never names the file twice).
+pub fn naming_path<T>(r: tierbase::Result<T>, verb: &str, path: &Path) -> anyhow::Result<T> {
+    r.map_err(|e| {
+        let shown = path.display().to_string();
+        if e.to_string().contains(&shown) {
+            anyhow::Error::new(e)
+        } else {
+            anyhow::Error::new(e).context(format!("{verb} {shown}"))
+        }
+    })
 }
 
 #[cfg(test)]

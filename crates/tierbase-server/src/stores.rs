@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use tierbase::btree::{BTreeOptions, BTreeStore};
 use tierbase::device::Durability;
 use tierbase::kv::{KvOptions, KvStore};
 use tierbase::store::Store;
@@ -13,7 +14,7 @@ use tierbase::store::Store;
 use crate::error::{Result, ServerError};
 
 /// Store names `--store` accepts.
-pub const STORES: &[&str] = &["kv"];
+pub const STORES: &[&str] = &["kv", "btree"];
 
 /// When a write's reply is sent, and what the reply then promises.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +40,17 @@ pub fn open_store(
     path: &Path,
     level: Durability,
 ) -> Result<(Box<dyn Store>, ReplyPolicy)> {
+    open_store_with(kind, path, level, None)
+}
+
+/// [`open_store`] with a DRAM budget for stores that have a buffer pool (`btree`; `None`:
+/// the store's default). Stores without one ignore it.
+pub fn open_store_with(
+    kind: &str,
+    path: &Path,
+    level: Durability,
+    dram_budget: Option<u64>,
+) -> Result<(Box<dyn Store>, ReplyPolicy)> {
     match kind {
         "kv" => {
             let store_level = match level {
@@ -47,6 +59,19 @@ pub fn open_store(
             };
             let opts = KvOptions::default().durability(store_level);
             let store = KvStore::open_or_create(path, &opts)?;
+            let policy = reply_policy(&store, level);
+            Ok((Box::new(store), policy))
+        }
+        "btree" => {
+            let store_level = match level {
+                Durability::Immediate => Durability::None,
+                other => other,
+            };
+            let mut opts = BTreeOptions::default().durability(store_level);
+            if let Some(b) = dram_budget {
+                opts = opts.dram_bytes(b);
+            }
+            let store = BTreeStore::open_or_create(path, &opts)?;
             let policy = reply_policy(&store, level);
             Ok((Box::new(store), policy))
         }

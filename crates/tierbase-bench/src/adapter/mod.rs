@@ -9,6 +9,8 @@
 //! - `kv`: tierbase's hybrid persistent KV store (Viper design): records in a persistent
 //!   region file in the run's directory, index in DRAM; fixed-size records when the workload's
 //!   values have one size. `kv-var`: the same with variable-size records always.
+//! - `btree`: tierbase's B+-tree store: a DRAM buffer pool (`--dram`, default 64 MiB) over
+//!   a page file, write-ahead log with group commit; ordered scans (workload E).
 //! - `memory`: the in-memory reference, a sharded concurrent hash map in anonymous DRAM; the
 //!   upper bound. No ordered scans (workload E needs `memory-btree`).
 //! - `memory-btree`: an ordered in-memory map (`BTreeMap` behind a read-write lock), for
@@ -22,6 +24,7 @@
 //! To add a store: implement [`Store`] and [`Client`] in a module here, add a [`StoreEntry`]
 //! to [`STORES`], and run [`crate::contract::run_contract_suite`] on it from a test.
 
+mod btree;
 mod kv;
 mod memory;
 mod null;
@@ -36,6 +39,7 @@ use serde::{Deserialize, Serialize};
 use tierbase::device::{DeviceProfile, FsKind, fs_kind};
 
 pub use crate::error::{BenchError, Result};
+pub use btree::BTreeBenchStore;
 pub use kv::KvBenchStore;
 pub use memory::{MemoryBTreeStore, MemoryStore};
 pub use null::NullStore;
@@ -180,6 +184,9 @@ pub struct StoreOptions {
     /// When acknowledged writes become durable, for stores that offer levels (`kv`: deferred
     /// syncs on a disk file). Others run their one level and say so.
     pub durability: tierbase::device::Durability,
+    /// DRAM budget in bytes for stores with a buffer pool or block cache (`btree`); `None`:
+    /// the store's default.
+    pub dram_budget: Option<u64>,
 }
 
 impl StoreOptions {
@@ -196,6 +203,7 @@ impl StoreOptions {
             flush: None,
             presize: true,
             durability: tierbase::device::Durability::Immediate,
+            dram_budget: None,
         }
     }
 }
@@ -235,6 +243,14 @@ pub const STORES: &[StoreEntry] = &[
         feature: None,
         built: true,
         open: |o| Ok(Box::new(KvBenchStore::open(o, true)?)),
+    },
+    StoreEntry {
+        name: "btree",
+        summary: "tierbase B+-tree: DRAM buffer pool (--dram) over a page file, WAL with group \
+                  commit; ordered scans; durable per --durability (fdatasync of the log)",
+        feature: None,
+        built: true,
+        open: |o| Ok(Box::new(BTreeBenchStore::open(o)?)),
     },
     StoreEntry {
         name: "memory",

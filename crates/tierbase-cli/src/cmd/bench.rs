@@ -47,9 +47,10 @@ enum BenchCommand {
 /// Arguments of `tierbase bench ycsb`.
 #[derive(clap::Args, Debug)]
 struct YcsbArgs {
-    /// Store to benchmark (`tierbase bench stores` lists them).
-    #[arg(long, default_value = DEFAULT_STORE, value_name = "NAME")]
-    store: String,
+    /// Store to benchmark (`tierbase bench stores` lists them) [default: kv, or btree when
+    /// the workloads include e (scans need an ordered store)].
+    #[arg(long, value_name = "NAME")]
+    store: Option<String>,
     /// Workloads to run, comma-separated: load, a, b, c, d, e, f. Each runs on a freshly
     /// opened and loaded store.
     #[arg(long, default_value = "a", value_name = "LIST")]
@@ -121,6 +122,9 @@ struct YcsbArgs {
     /// disk file defers anything; elsewhere a persist is a flush and a fence.
     #[arg(long, default_value = "immediate", value_name = "LEVEL", value_parser = parse_durability)]
     durability: tierbase::device::Durability,
+    /// DRAM budget of stores with a buffer pool (`btree`), e.g. 64M [default: 64M].
+    #[arg(long, value_name = "SIZE", value_parser = crate::util::parse_size)]
+    dram: Option<u64>,
 
     /// No progress output.
     #[arg(long, short)]
@@ -479,8 +483,14 @@ fn recovery(a: RecoveryArgs) -> anyhow::Result<()> {
 }
 
 fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
-    let mut plan = BenchPlan::new(a.store.trim());
-    plan.workloads = workloads(a)?;
+    let workloads = workloads(a)?;
+    let store = match &a.store {
+        Some(s) => s.trim().to_string(),
+        None if workloads.iter().any(|w| w.scan_proportion > 0.0) => "btree".to_string(),
+        None => DEFAULT_STORE.to_string(),
+    };
+    let mut plan = BenchPlan::new(&store);
+    plan.workloads = workloads;
     plan.threads = parse_thread_list(&a.threads)?;
     plan.seed = a.seed;
     plan.warmup = Warmup::parse(&a.warmup)?;
@@ -492,6 +502,7 @@ fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
     plan.flush = a.flush;
     plan.presize = !a.grow_from_empty;
     plan.durability = a.durability;
+    plan.dram_budget = a.dram;
     if let Some(name) = &a.emulate {
         let catalogue = ctx.catalogue()?;
         plan.emulate = Some(catalogue.require(name)?.clone());

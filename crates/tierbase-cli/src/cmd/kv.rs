@@ -1,13 +1,13 @@
 //! `tierbase kv`: operator commands for the hybrid KV store (what `ldb` is for RocksDB).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Subcommand;
 use tierbase::kv::{KvOptions, KvStore, RecordLayout};
 
 use super::Ctx;
-use crate::util::{format_size, parse_size};
+use crate::util::{decode, encode, format_size, naming_path, parse_size};
 
 /// Arguments of `tierbase kv`.
 #[derive(clap::Args, Debug)]
@@ -91,42 +91,6 @@ fn parse_fixed(s: &str) -> anyhow::Result<RecordLayout> {
     Ok(RecordLayout::Fixed {
         key_size,
         value_size,
-    })
-}
-
-fn decode(hex: bool, s: &str, what: &str) -> anyhow::Result<Vec<u8>> {
-    if !hex {
-        return Ok(s.as_bytes().to_vec());
-    }
-    let s = s.trim_start_matches("0x");
-    if !s.len().is_multiple_of(2) {
-        bail!("{what} '{s}' is not hex: odd number of digits");
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| {
-            u8::from_str_radix(&s[i..i + 2], 16).with_context(|| format!("{what} '{s}' is not hex"))
-        })
-        .collect()
-}
-
-fn encode(hex: bool, b: &[u8]) -> String {
-    match std::str::from_utf8(b) {
-        Ok(s) if !hex && !s.chars().any(char::is_control) => s.to_string(),
-        _ => b.iter().map(|x| format!("{x:02x}")).collect(),
-    }
-}
-
-/// The library's error, with "`verb` `path`" in front only when it does not name the path
-/// itself (so a message never names the file twice).
-fn naming_path<T>(r: tierbase::Result<T>, verb: &str, path: &Path) -> anyhow::Result<T> {
-    r.map_err(|e| {
-        let shown = path.display().to_string();
-        if e.to_string().contains(&shown) {
-            anyhow::Error::new(e)
-        } else {
-            anyhow::Error::new(e).context(format!("{verb} {shown}"))
-        }
     })
 }
 

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use tierbase::device::Catalogue;
 
 pub mod bench;
+pub mod btree;
 pub mod devices;
 pub mod kv;
 pub mod profile;

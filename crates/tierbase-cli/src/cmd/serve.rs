@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tierbase::device::Durability;
 use tierbase_server::resp::Limits;
-use tierbase_server::{STORES, Server, ServerConfig, open_store};
+use tierbase_server::{STORES, Server, ServerConfig, open_store_with};
 
 use super::Ctx;
 use crate::util::parse_size;
@@ -19,7 +19,7 @@ pub struct ServeArgs {
     /// The store to serve.
     #[arg(long, default_value = "kv", value_parser = clap::builder::PossibleValuesParser::new(STORES))]
     store: String,
-    /// The store's file (created if missing). A file on tmpfs survives a process crash; on a
+    /// The store's file (`kv`) or directory (`btree`), created if missing. A file on tmpfs survives a process crash; on a
     /// disk or DAX file system, power loss.
     #[arg(long, value_name = "FILE")]
     path: PathBuf,
@@ -52,6 +52,9 @@ pub struct ServeArgs {
     /// Worker threads [default: one per CPU].
     #[arg(long)]
     threads: Option<usize>,
+    /// DRAM budget of a store with a buffer pool (`--store btree`), e.g. 1G [default: 64M].
+    #[arg(long, value_parser = parse_size)]
+    dram: Option<u64>,
 }
 
 fn parse_durability(s: &str) -> Result<Durability, String> {
@@ -86,7 +89,7 @@ pub fn run(args: ServeArgs, _ctx: &Ctx) -> anyhow::Result<()> {
         handle_signals: true,
     };
     config.validate()?;
-    let (store, policy) = open_store(&args.store, &args.path, args.durability)
+    let (store, policy) = open_store_with(&args.store, &args.path, args.durability, args.dram)
         .with_context(|| format!("opening {}", args.path.display()))?;
     let server = Server::bind(store, policy, config)?;
     let ready = server.ready()?;

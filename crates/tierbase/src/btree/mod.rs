@@ -775,7 +775,12 @@ impl Inner {
             ("medium".into(), self.medium.clone()),
             ("durability".into(), self.durability.name()),
             ("keys".into(), self.tree.len().to_string()),
-            ("height".into(), self.tree.height().to_string()),
+            (
+                "height".into(),
+                self.tree
+                    .height()
+                    .map_or_else(|e| format!("unreadable: {e}"), |h| h.to_string()),
+            ),
             ("page_size".into(), p.page_size().to_string()),
             (
                 "dram_budget_bytes".into(),

@@ -21,7 +21,7 @@
 //! `Put`/`Remove` deltas; structure changes as images of every page they touch.
 
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -121,7 +121,6 @@ pub(crate) struct Tree {
     pub(crate) writer: Mutex<Writer>,
     root: AtomicU64,
     count: AtomicU64,
-    height: AtomicU32,
     pub(crate) limits: Limits,
 }
 
@@ -169,7 +168,6 @@ impl Tree {
             }),
             root: AtomicU64::new(meta.root),
             count: AtomicU64::new(meta.count),
-            height: AtomicU32::new(0),
             limits,
         }
     }
@@ -186,9 +184,10 @@ impl Tree {
         self.count.load(Ordering::Acquire)
     }
 
-    /// Levels of the tree (1: the root is a leaf), as last seen by a descent.
-    pub(crate) fn height(&self) -> u32 {
-        self.height.load(Ordering::Relaxed)
+    /// Levels of the tree (1: the root is a leaf).
+    pub(crate) fn height(&self) -> Result<u32> {
+        let root = self.fix_root()?;
+        Ok(u32::from(Node(root.bytes()).level()) + 1)
     }
 
     // ---------------------------------------------------------------- readers
@@ -207,13 +206,10 @@ impl Tree {
     fn descend(&self, target: Target<'_>) -> Result<LeafAt<'_>> {
         let mut page = self.fix_root()?;
         let (mut low, mut high): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
-        for depth in 0..MAX_DEPTH {
+        for _ in 0..MAX_DEPTH {
             let n = Node(page.bytes());
             match n.kind() {
-                Some(Kind::Leaf) => {
-                    self.height.store(depth as u32 + 1, Ordering::Relaxed);
-                    return Ok(LeafAt { page, low, high });
-                }
+                Some(Kind::Leaf) => return Ok(LeafAt { page, low, high }),
                 Some(Kind::Inner) => {}
                 other => {
                     return Err(corrupt(format!(
@@ -252,10 +248,39 @@ impl Tree {
         Err(corrupt(format!("tree deeper than {MAX_DEPTH} levels")))
     }
 
+    /// The leaf for `key` (a point lookup: no fences to track).
+    fn leaf_for(&self, key: &[u8]) -> Result<PageRead<'_>> {
+        let mut page = self.fix_root()?;
+        for _ in 0..MAX_DEPTH {
+            let n = Node(page.bytes());
+            match n.kind() {
+                Some(Kind::Leaf) => return Ok(page),
+                Some(Kind::Inner) => {}
+                other => {
+                    return Err(corrupt(format!(
+                        "page {} is a {other:?} page inside the tree",
+                        page.pid()
+                    )));
+                }
+            }
+            let level = n.level();
+            let child = n.child_at(n.route(key));
+            let next = self.pool.fix_shared(child)?;
+            if Node(next.bytes()).level() + 1 != level {
+                return Err(corrupt(format!(
+                    "page {child} is a child of page {} at the wrong level",
+                    page.pid()
+                )));
+            }
+            page = next;
+        }
+        Err(corrupt(format!("tree deeper than {MAX_DEPTH} levels")))
+    }
+
     /// The value of `key`.
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let leaf = self.descend(Target::Key(key))?;
-        let n = Node(leaf.page.bytes());
+        let leaf = self.leaf_for(key)?;
+        let n = Node(leaf.bytes());
         Ok(n.search(key).ok().map(|i| n.value(i).to_vec()))
     }
 
@@ -466,7 +491,7 @@ impl Tree {
 
     /// A change failed half-way: pages may hold part of it, so no further writes.
     fn fail(&self, w: &mut Writer, e: Error) -> Error {
-        if w.failed.is_none() && !matches!(e, Error::ReadOnly { .. }) {
+        if w.failed.is_none() {
             w.failed = Some(e.to_string());
         }
         e

@@ -605,6 +605,15 @@ impl BlockDevice {
                 self.leave_flight(1);
                 r
             }
+            // One operation alone goes straight to pread/pwrite: a ring round trip costs more
+            // than it saves for a single I/O (and buffered writes, as on tmpfs, are punted to
+            // io_uring's worker threads: ~10 µs more per write, measured with strace).
+            (Backing::File(file), _) if ios.len() == 1 => {
+                self.enter_flight();
+                let r = self.blocking_io(file, &mut ios[0]);
+                self.leave_flight(1);
+                r
+            }
             (Backing::File(file), Some(pool)) => {
                 let ring = pool.lock().pop();
                 let ring = match ring {

@@ -1,0 +1,180 @@
+//! `btree`: tierbase's B+-tree store (buffer pool over a page file, write-ahead log with
+//! group commit) behind the adapter traits.
+//!
+//! Owns: mapping [`StoreOptions`] to [`BTreeOptions`] (DRAM budget, durability level,
+//! emulated block device) and the store's truthful [`StoreInfo`]. Must not touch: the store's
+//! internals.
+//!
+//! The store is the directory `btree` in the run's directory. Its DRAM budget is
+//! `StoreOptions::dram_budget` (default 64 MiB); `update` and `delete` are atomic (the store
+//! serialises writers). Writes are durable per the level: `immediate` returns after the log's
+//! group commit (`fdatasync`; on tmpfs that reaches memory only).
+
+use std::ops::Bound;
+
+use tierbase::btree::{BTreeOptions, BTreeStore};
+use tierbase::device::{BlockOptions, Durability};
+use tierbase::store::{Change, Store as _};
+
+use super::{Capabilities, Client, Store, StoreInfo, StoreOptions, file_medium};
+use crate::error::{BenchError, Result};
+
+/// Default DRAM budget when the plan names none.
+pub const DEFAULT_DRAM: u64 = 64 << 20;
+
+/// The B+-tree store under benchmark.
+#[derive(Debug)]
+pub struct BTreeBenchStore {
+    store: BTreeStore,
+    info: StoreInfo,
+}
+
+impl BTreeBenchStore {
+    /// Creates a fresh store in `o.dir`.
+    pub fn open(o: &StoreOptions) -> Result<Self> {
+        std::fs::create_dir_all(&o.dir)
+            .map_err(|e| BenchError::io("create directory", &o.dir, e))?;
+        let dram = o.dram_budget.unwrap_or(DEFAULT_DRAM);
+        let mut opts = BTreeOptions::default()
+            .dram_bytes(dram)
+            .durability(o.durability);
+        opts.block = BlockOptions {
+            emulate: o.emulate.clone(),
+            ..BlockOptions::default()
+        };
+        let store = BTreeStore::create(o.dir.join("btree"), &opts)?;
+        let medium = file_medium(&o.dir);
+        let d = store.describe();
+        let durability = match (o.durability, medium) {
+            (Durability::Immediate, "tmpfs file") => "wal+fdatasync on tmpfs (process-crash)",
+            (Durability::Immediate, _) => "wal+fdatasync",
+            (Durability::Eventual(_), _) => "wal, background flush",
+            (Durability::None, _) => "wal, flushed at close",
+        };
+        let mut info = StoreInfo::new("btree", medium, durability);
+        info.capabilities = Capabilities {
+            ordered_scan: true,
+            atomic_update: true,
+        };
+        info.notes.push(format!(
+            "{}; DRAM budget {} MiB, 16 KiB pages; level {}",
+            d.medium,
+            dram >> 20,
+            d.commit
+        ));
+        if let Some(p) = &o.emulate {
+            info.emulated = Some(p.name.clone());
+            info.notes.push(format!(
+                "emulated {}: page and log I/O charged to the profile",
+                p.name
+            ));
+        }
+        Ok(BTreeBenchStore { store, info })
+    }
+
+    /// The store itself.
+    pub fn inner(&self) -> &BTreeStore {
+        &self.store
+    }
+}
+
+impl Store for BTreeBenchStore {
+    fn info(&self) -> StoreInfo {
+        let mut info = self.info.clone();
+        info.notes.push(
+            self.store
+                .stats()
+                .into_iter()
+                .filter(|(k, _)| {
+                    matches!(
+                        k.as_str(),
+                        "dram_hits" | "dram_misses" | "evictions" | "wal_fsyncs" | "height"
+                    )
+                })
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+        info
+    }
+
+    fn client(&self) -> Result<Box<dyn Client + '_>> {
+        Ok(Box::new(BTreeBenchClient { store: &self.store }))
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        self.store.close()?;
+        Ok(())
+    }
+}
+
+struct BTreeBenchClient<'a> {
+    store: &'a BTreeStore,
+}
+
+impl Client for BTreeBenchClient<'_> {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.store.put(key, value)?;
+        Ok(())
+    }
+
+    fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        match self.store.get(key)? {
+            Some(v) => {
+                *out = v;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
+        let mut found = false;
+        self.store.modify(key, &mut |old| {
+            found = old.is_some();
+            if found {
+                Change::Put(value.to_vec())
+            } else {
+                Change::Keep
+            }
+        })?;
+        Ok(found)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        Ok(self.store.delete(key)?)
+    }
+
+    fn scan(
+        &mut self,
+        start: &[u8],
+        count: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        let mut n = 0;
+        if count == 0 {
+            return Ok(0);
+        }
+        self.store
+            .range(Bound::Included(start), Bound::Unbounded, false, |k, v| {
+                visit(k, v);
+                n += 1;
+                n < count
+            })?;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contract_suite_passes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = StoreOptions::new(dir.path());
+        o.dram_budget = Some(1 << 20);
+        let store = BTreeBenchStore::open(&o).unwrap();
+        crate::contract::run_contract_suite(&store).unwrap_or_else(|e| panic!("{e}"));
+    }
+}

@@ -1,0 +1,187 @@
+//! `tierbase btree`: operator commands for the B+-tree store (a directory with a page file
+//! and two log files).
+
+use std::ops::Bound;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Subcommand;
+use tierbase::btree::{BTreeOptions, BTreeStore};
+
+use super::Ctx;
+use crate::util::{decode, encode, format_size, naming_path, parse_size};
+
+/// Arguments of `tierbase btree`.
+#[derive(clap::Args, Debug)]
+pub struct BTreeArgs {
+    /// The store's directory.
+    #[arg(long, global = true, value_name = "DIR")]
+    path: Option<PathBuf>,
+    /// Keys and values on the command line (and in output) are hex instead of UTF-8 text.
+    #[arg(long, global = true)]
+    hex: bool,
+    /// DRAM budget of the buffer pool, e.g. 64M or 1G.
+    #[arg(long, global = true, default_value = "64M", value_parser = parse_size)]
+    dram: u64,
+    #[command(subcommand)]
+    command: BTreeCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum BTreeCommand {
+    /// Create a new, empty store.
+    Create {
+        /// Page size, a power of two from 4K to 64K.
+        #[arg(long, default_value = "16K", value_parser = parse_size)]
+        page_size: u64,
+    },
+    /// Insert or replace a key.
+    Put {
+        /// Key.
+        key: String,
+        /// Value.
+        value: String,
+    },
+    /// Print a key's value (exit code 1 if absent).
+    Get {
+        /// Key.
+        key: String,
+    },
+    /// Delete a key (exit code 1 if absent).
+    Delete {
+        /// Key.
+        key: String,
+    },
+    /// Print keys and values in key order.
+    Scan {
+        /// First key (inclusive).
+        #[arg(long)]
+        from: Option<String>,
+        /// Last key (exclusive).
+        #[arg(long)]
+        to: Option<String>,
+        /// Descending order (from `--to`, exclusive, down to `--from`).
+        #[arg(long)]
+        reverse: bool,
+        /// Stop after this many keys.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Print key count, tree height, pool, page-file and log counters, restart figures.
+    Stats {
+        /// Machine-readable JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check every page of the tree (levels, key order across pages, key count); exit code
+    /// 1 if anything is wrong.
+    Verify,
+    /// Write every changed page and start a new log generation.
+    Checkpoint,
+}
+
+/// Runs the command. Returns `Ok(false)` for "not found" answers (exit code 1).
+pub fn run(args: BTreeArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
+    let path = args
+        .path
+        .clone()
+        .context("--path <DIR> is required: the store's directory")?;
+    let hex = args.hex;
+    let opts = BTreeOptions::default().dram_bytes(args.dram);
+    if let BTreeCommand::Create { page_size } = args.command {
+        let opts = opts.page_size(usize::try_from(page_size).unwrap_or(usize::MAX));
+        let store = naming_path(BTreeStore::create(&path, &opts), "creating", &path)?;
+        let medium = tierbase::store::Store::describe(&store).medium;
+        println!(
+            "created {} ({} pages; {})",
+            path.display(),
+            format_size(page_size),
+            medium
+        );
+        store.close()?;
+        return Ok(true);
+    }
+    let store = naming_path(BTreeStore::open(&path, &opts), "opening", &path)?;
+    let found = match args.command {
+        BTreeCommand::Put { key, value } => {
+            let (k, v) = (decode(hex, &key, "key")?, decode(hex, &value, "value")?);
+            let new = store.put(&k, &v)?;
+            println!("{}", if new { "inserted" } else { "replaced" });
+            true
+        }
+        BTreeCommand::Get { key } => match store.get(&decode(hex, &key, "key")?)? {
+            Some(v) => {
+                println!("{}", encode(hex, &v));
+                true
+            }
+            None => {
+                eprintln!("not found");
+                false
+            }
+        },
+        BTreeCommand::Delete { key } => {
+            let found = store.delete(&decode(hex, &key, "key")?)?;
+            println!("{}", if found { "deleted" } else { "not found" });
+            found
+        }
+        BTreeCommand::Scan {
+            from,
+            to,
+            reverse,
+            limit,
+        } => {
+            let from = from.map(|f| decode(hex, &f, "key")).transpose()?;
+            let to = to.map(|t| decode(hex, &t, "key")).transpose()?;
+            let lo = from.as_deref().map_or(Bound::Unbounded, Bound::Included);
+            let hi = to.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let mut n = 0;
+            store.range(lo, hi, reverse, |k, v| {
+                if n == limit {
+                    return false;
+                }
+                println!("{}\t{}", encode(hex, k), encode(hex, v));
+                n += 1;
+                true
+            })?;
+            true
+        }
+        BTreeCommand::Stats { json } => {
+            let stats = store.stats();
+            if json {
+                let map: serde_json::Map<String, serde_json::Value> = stats
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let value = v
+                            .parse::<u64>()
+                            .map_or_else(|_| serde_json::Value::from(v), serde_json::Value::from);
+                        (k, value)
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&map)?);
+            } else {
+                for (k, v) in stats {
+                    println!("{k:<20}{v}");
+                }
+            }
+            true
+        }
+        BTreeCommand::Verify => match store.verify() {
+            Ok((pages, keys)) => {
+                println!("OK: {pages} pages, {keys} keys, no format violations");
+                true
+            }
+            Err(e) => {
+                println!("problem: {e}");
+                false
+            }
+        },
+        BTreeCommand::Checkpoint => {
+            store.checkpoint()?;
+            println!("checkpointed");
+            true
+        }
+        BTreeCommand::Create { .. } => true,
+    };
+    store.close()?;
+    Ok(found)
+}
