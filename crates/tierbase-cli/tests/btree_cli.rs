@@ -71,6 +71,20 @@ fn bad_input_is_one_clear_line() {
     one_line_error(&o, "a store exists here already");
     let big = "x".repeat(5000);
     let o = tierbase(&["btree", "put", "--path", p, "k", &big]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = tierbase(&["btree", "get", "--path", p, "k"]);
+    assert_eq!(stdout(&o).trim(), big);
+    // With a 256 KiB pool a value may take 64 KiB.
+    let o = tierbase(&[
+        "btree",
+        "put",
+        "--dram",
+        "256K",
+        "--path",
+        p,
+        "k",
+        &"y".repeat(100_000),
+    ]);
     one_line_error(&o, "value too large");
     let o = tierbase(&[
         "btree",

@@ -134,10 +134,21 @@ fn btree_store_serves_redis_commands_in_key_order_and_keeps_them_across_a_restar
         .query(&mut con)
         .unwrap();
     assert_eq!(matched.len(), 100);
-    // A value beyond the store's limit is an error reply, and the key is unchanged.
+    // A value beyond a page goes to overflow pages; one beyond the store's limit (a quarter
+    // of the default 64 MiB pool) is an error reply, and the key is unchanged.
+    let _: () = cmd("SET")
+        .arg("big")
+        .arg(vec![b'y'; 100_000])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        cmd("STRLEN").arg("big").query::<u64>(&mut con).unwrap(),
+        100_000
+    );
+    let _: () = cmd("DEL").arg("big").query(&mut con).unwrap();
     let err = cmd("SET")
         .arg("a")
-        .arg(vec![b'x'; 10_000])
+        .arg(vec![b'x'; (16 << 20) + 1])
         .query::<()>(&mut con)
         .unwrap_err();
     assert!(err.to_string().contains("value too large"), "{err}");

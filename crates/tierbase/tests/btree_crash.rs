@@ -44,6 +44,8 @@ fn step(i: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
             (k(i + 2), Some(vec![2; 10])),
             (k(i / 3), None),
         ],
+        // Values beyond a quarter page go to overflow chains (4 KiB pages: 3 pages here).
+        _ if i.is_multiple_of(3) => vec![(k(i), Some(vec![(i % 251) as u8; 9000 + i as usize]))],
         _ => vec![(k(i), Some(i.to_le_bytes().to_vec()))],
     }
 }

@@ -219,7 +219,10 @@ impl Drop for BackgroundGuard {
         if let Some(mut b) = self.thread.lock().take() {
             b.stop();
         }
+        // While unwinding from a panic, no checkpoint: the log holds every acknowledged write,
+        // and I/O during an unwind must not start (the next open replays instead).
         if !self.closed.swap(true, Ordering::AcqRel)
+            && !std::thread::panicking()
             && let Err(e) = self.inner.checkpoint()
         {
             tracing::warn!("closing the B-tree store: {e}");

@@ -21,8 +21,12 @@
 //! 40  u64 reserved (0)
 //! 48  count × u16 slot: offset of the slot's cell, in key order
 //! …   free space
-//! …   cells: u16 key length, u16 value length, key bytes, value bytes
+//! …   cells: u16 key length (bit 15: the value is an overflow reference), u16 value
+//!     length, key bytes, value bytes
 //! ```
+//! An overflow page (kind 5) holds `u32` data length at offset 24 and the data from offset 48;
+//! `aux` is the next page of the chain (0: last). A leaf value too large for a page is stored in
+//! such a chain, and the leaf holds a 16-byte reference: `u64` total length, `u64` first page.
 //! An inner page with entries (k_i, c_i) routes a key `x` to `aux` if `x < k_0`, else to the
 //! `c_i` of the largest `k_i <= x`; its values are 8-byte child ids.
 
@@ -48,7 +52,14 @@ pub enum Kind {
     Free = 3,
     /// The tree's meta page (root, page count, free list, key count).
     Meta = 4,
+    /// Part of a large value (`aux` = next page of the chain).
+    Overflow = 5,
 }
+
+/// Bit of a cell's key length saying the value is an overflow reference.
+const REF_FLAG: usize = 0x8000;
+/// Bytes of an overflow reference: total length, first page.
+pub const REF_LEN: usize = 16;
 
 impl Kind {
     fn from_u8(v: u8) -> Option<Kind> {
@@ -57,6 +68,7 @@ impl Kind {
             2 => Some(Kind::Inner),
             3 => Some(Kind::Free),
             4 => Some(Kind::Meta),
+            5 => Some(Kind::Overflow),
             _ => None,
         }
     }
@@ -130,14 +142,23 @@ impl<'a> Node<'a> {
     /// Key of entry `i`.
     pub fn key(&self, i: usize) -> &'a [u8] {
         let c = self.cell(i);
-        let k = u16_at(self.0, c);
+        let k = u16_at(self.0, c) & !REF_FLAG;
         &self.0[c + CELL_HEAD..c + CELL_HEAD + k]
     }
-    /// Value of entry `i`.
+    /// Value of entry `i` as stored (an overflow reference when [`Node::is_ref`]).
     pub fn value(&self, i: usize) -> &'a [u8] {
         let c = self.cell(i);
-        let (k, v) = (u16_at(self.0, c), u16_at(self.0, c + 2));
+        let (k, v) = (u16_at(self.0, c) & !REF_FLAG, u16_at(self.0, c + 2));
         &self.0[c + CELL_HEAD + k..c + CELL_HEAD + k + v]
+    }
+    /// Whether entry `i`'s value is an overflow reference.
+    pub fn is_ref(&self, i: usize) -> bool {
+        u16_at(self.0, self.cell(i)) & REF_FLAG != 0
+    }
+    /// Overflow page: the data it holds.
+    pub fn overflow_data(&self) -> &'a [u8] {
+        let n = u32_at(self.0, 24).min(self.0.len() - HEADER);
+        &self.0[HEADER..HEADER + n]
     }
     /// Inner: child id of entry `i`.
     pub fn child(&self, i: usize) -> u64 {
@@ -212,6 +233,16 @@ impl NodeMut<'_> {
     }
     /// Inserts a new entry at slot `at`; false if it does not fit even after compaction.
     pub fn insert_at(&mut self, at: usize, key: &[u8], value: &[u8]) -> bool {
+        self.insert_cell(at, key, value, false)
+    }
+    /// Formats the page as an overflow page holding `data`, followed by page `next`.
+    pub fn init_overflow(&mut self, pid: u64, next: u64, data: &[u8]) {
+        self.init(Kind::Overflow, 0, pid, next);
+        put_u32(self.0, 24, data.len());
+        self.0[HEADER..HEADER + data.len()].copy_from_slice(data);
+    }
+    /// [`NodeMut::insert_at`] with the overflow-reference flag.
+    pub fn insert_cell(&mut self, at: usize, key: &[u8], value: &[u8], is_ref: bool) -> bool {
         let need = entry_size(key.len(), value.len());
         if self.view().free_space() < need {
             return false;
@@ -222,7 +253,7 @@ impl NodeMut<'_> {
             self.compact();
         }
         let cell = self.view().heap_start() - CELL_HEAD - key.len() - value.len();
-        put_u16(self.0, cell, key.len());
+        put_u16(self.0, cell, key.len() | if is_ref { REF_FLAG } else { 0 });
         put_u16(self.0, cell + 2, value.len());
         self.0[cell + CELL_HEAD..cell + CELL_HEAD + key.len()].copy_from_slice(key);
         self.0[cell + CELL_HEAD + key.len()..cell + CELL_HEAD + key.len() + value.len()]
@@ -257,6 +288,16 @@ impl NodeMut<'_> {
     /// if it does not fit (the page is unchanged).
     #[allow(clippy::result_unit_err)]
     pub fn upsert(&mut self, key: &[u8], value: &[u8]) -> std::result::Result<bool, ()> {
+        self.upsert_cell(key, value, false)
+    }
+    /// [`NodeMut::upsert`] with the overflow-reference flag.
+    #[allow(clippy::result_unit_err)]
+    pub fn upsert_cell(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        is_ref: bool,
+    ) -> std::result::Result<bool, ()> {
         match self.view().search(key) {
             Ok(i) => {
                 let old = self.view().value(i).len();
@@ -264,12 +305,12 @@ impl NodeMut<'_> {
                     return Err(());
                 }
                 self.remove_at(i);
-                let ok = self.insert_at(i, key, value);
+                let ok = self.insert_cell(i, key, value, is_ref);
                 debug_assert!(ok);
                 Ok(false)
             }
             Err(i) => {
-                if self.insert_at(i, key, value) {
+                if self.insert_cell(i, key, value, is_ref) {
                     Ok(true)
                 } else {
                     Err(())
@@ -291,13 +332,16 @@ impl NodeMut<'_> {
     pub fn compact(&mut self) {
         let len = self.0.len();
         let v = self.view();
-        let entries: Vec<(Vec<u8>, Vec<u8>)> = (0..v.count())
-            .map(|i| (v.key(i).to_vec(), v.value(i).to_vec()))
+        if v.kind() == Some(Kind::Overflow) {
+            return;
+        }
+        let entries: Vec<(Vec<u8>, Vec<u8>, bool)> = (0..v.count())
+            .map(|i| (v.key(i).to_vec(), v.value(i).to_vec(), v.is_ref(i)))
             .collect();
         let mut top = len;
-        for (i, (k, val)) in entries.iter().enumerate() {
+        for (i, (k, val, is_ref)) in entries.iter().enumerate() {
             top -= CELL_HEAD + k.len() + val.len();
-            put_u16(self.0, top, k.len());
+            put_u16(self.0, top, k.len() | if *is_ref { REF_FLAG } else { 0 });
             put_u16(self.0, top + 2, val.len());
             self.0[top + CELL_HEAD..top + CELL_HEAD + k.len()].copy_from_slice(k);
             self.0[top + CELL_HEAD + k.len()..top + CELL_HEAD + k.len() + val.len()]
@@ -312,7 +356,8 @@ impl NodeMut<'_> {
         let count = self.view().count();
         for i in from..count {
             let n = right.view().count();
-            let ok = right.insert_at(n, self.view().key(i), self.view().value(i));
+            let v = self.view();
+            let ok = right.insert_cell(n, v.key(i), v.value(i), v.is_ref(i));
             debug_assert!(ok);
         }
         for i in (from..count).rev() {
@@ -328,7 +373,7 @@ impl NodeMut<'_> {
         }
         for i in 0..other.count() {
             let n = self.view().count();
-            let ok = self.insert_at(n, other.key(i), other.value(i));
+            let ok = self.insert_cell(n, other.key(i), other.value(i), other.is_ref(i));
             debug_assert!(ok);
         }
         true
@@ -340,8 +385,11 @@ impl NodeMut<'_> {
 pub fn image(page: &mut [u8]) -> Vec<u8> {
     NodeMut(page).compact();
     let v = Node(page);
-    let front = HEADER + v.count() * SLOT;
-    let heap = v.heap_start();
+    let (front, heap) = if v.kind() == Some(Kind::Overflow) {
+        (HEADER + v.overflow_data().len(), page.len())
+    } else {
+        (HEADER + v.count() * SLOT, v.heap_start())
+    };
     let mut out = Vec::with_capacity(4 + front + page.len() - heap);
     out.extend_from_slice(&(front as u32).to_le_bytes());
     out.extend_from_slice(&page[..front]);
@@ -383,6 +431,13 @@ pub fn check(page: &[u8], pid: Option<u64>) -> std::result::Result<(), String> {
     {
         return Err(format!("page {pid} holds page id {}", v.pid()));
     }
+    if kind == Kind::Overflow {
+        return if u32_at(page, 24) <= len - HEADER && v.count() == 0 {
+            Ok(())
+        } else {
+            Err(format!("overflow page {}: bad data length", v.pid()))
+        };
+    }
     let count = v.count();
     let heap = v.heap_start();
     if HEADER + count * SLOT > heap || heap > len || v.dead() > len - heap {
@@ -400,13 +455,19 @@ pub fn check(page: &[u8], pid: Option<u64>) -> std::result::Result<(), String> {
                 v.pid()
             ));
         }
-        let (k, val) = (u16_at(page, c), u16_at(page, c + 2));
+        let (k, val) = (u16_at(page, c) & !REF_FLAG, u16_at(page, c + 2));
         if c + CELL_HEAD + k + val > len {
             return Err(format!("page {}: cell {i} runs past the page", v.pid()));
         }
-        if kind == Kind::Inner && val != 8 {
+        if kind == Kind::Inner && (val != 8 || v.is_ref(i)) {
             return Err(format!(
                 "page {}: inner entry {i} is not a child id",
+                v.pid()
+            ));
+        }
+        if v.is_ref(i) && val != REF_LEN {
+            return Err(format!(
+                "page {}: overflow reference {i} is malformed",
                 v.pid()
             ));
         }

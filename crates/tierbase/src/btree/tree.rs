@@ -41,6 +41,8 @@ const REC_PUT: u8 = 1;
 const REC_REMOVE: u8 = 2;
 const REC_IMAGE: u8 = 3;
 const REC_META: u8 = 4;
+/// `Put` whose value is an overflow reference (same layout as `Put`).
+const REC_PUT_REF: u8 = 5;
 
 /// Offsets of the meta page's fields.
 const META_ROOT: usize = node::HEADER;
@@ -85,19 +87,25 @@ impl Meta {
 pub struct Limits {
     /// Longest key.
     pub max_key: usize,
+    /// Longest value kept in its leaf; longer ones go to a chain of overflow pages.
+    pub max_inline: usize,
     /// Longest value.
     pub max_value: usize,
 }
 
 impl Limits {
-    /// Limits for a page size: an entry takes at most a quarter of a page, keys at most a
-    /// sixteenth (so inner pages keep a fan-out of at least 8).
-    pub fn for_page(page_size: usize) -> Limits {
+    /// Limits for a page size and buffer pool: an entry takes at most a quarter of a page,
+    /// keys at most a sixteenth (so inner pages keep a fan-out of at least 8); a value may
+    /// take up to a quarter of the pool (a batch must fit the pool: no steal) and 256 MiB.
+    pub fn for_pool(page_size: usize, pool_bytes: u64) -> Limits {
         let max_key = (page_size / 16).min(1024);
         let quarter = (page_size - node::HEADER) / 4;
         Limits {
             max_key,
-            max_value: quarter - node::entry_size(max_key, 0),
+            max_inline: quarter - node::entry_size(max_key, 0),
+            max_value: usize::try_from(pool_bytes / 4)
+                .unwrap_or(usize::MAX)
+                .min(256 << 20),
         }
     }
 }
@@ -155,7 +163,10 @@ impl Tree {
         generation: u32,
         log: std::sync::Arc<super::LogLink>,
     ) -> Tree {
-        let limits = Limits::for_page(pool.page_size());
+        let limits = Limits::for_pool(
+            pool.page_size(),
+            pool.frames() as u64 * pool.page_size() as u64,
+        );
         Tree {
             pool,
             log,
@@ -281,7 +292,90 @@ impl Tree {
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let leaf = self.leaf_for(key)?;
         let n = Node(leaf.bytes());
-        Ok(n.search(key).ok().map(|i| n.value(i).to_vec()))
+        match n.search(key) {
+            Ok(i) => self.value_of(&n, i).map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Entry `i`'s value, read from its overflow chain if it has one. The caller holds the
+    /// leaf's latch, so the chain cannot be freed meanwhile (a writer changes the leaf first).
+    fn value_of(&self, n: &Node<'_>, i: usize) -> Result<Vec<u8>> {
+        if !n.is_ref(i) {
+            return Ok(n.value(i).to_vec());
+        }
+        let r = n.value(i);
+        let total = node::u64_at(r, 0);
+        let mut next = node::u64_at(r, 8);
+        let cap = (self.pool.page_size() - node::HEADER) as u64;
+        if total > self.limits.max_value.max(1 << 30) as u64 {
+            return Err(corrupt(format!("overflow value of {total} bytes")));
+        }
+        let mut out = Vec::with_capacity(total as usize);
+        for _ in 0..total.div_ceil(cap) {
+            let page = self.pool.fix_shared(next)?;
+            let p = Node(page.bytes());
+            if p.kind() != Some(Kind::Overflow) {
+                return Err(corrupt(format!(
+                    "page {next} of an overflow chain is not one"
+                )));
+            }
+            out.extend_from_slice(p.overflow_data());
+            next = p.aux();
+        }
+        if out.len() as u64 != total || next != 0 {
+            return Err(corrupt(format!(
+                "overflow chain holds {} bytes, its reference says {total}",
+                out.len()
+            )));
+        }
+        Ok(out)
+    }
+
+    /// Writes `value` to a new chain of overflow pages; returns the reference.
+    fn write_chain(&self, w: &mut Writer, value: &[u8]) -> Result<[u8; node::REF_LEN]> {
+        let cap = self.pool.page_size() - node::HEADER;
+        let mut next = 0u64;
+        for chunk in value.chunks(cap).rev() {
+            let mut page = self.alloc(w)?;
+            let pid = page.pid();
+            NodeMut(page.bytes_mut()).init_overflow(pid, next, chunk);
+            self.log_image(w, &mut page);
+            next = pid;
+        }
+        let mut r = [0u8; node::REF_LEN];
+        r[..8].copy_from_slice(&(value.len() as u64).to_le_bytes());
+        r[8..].copy_from_slice(&next.to_le_bytes());
+        Ok(r)
+    }
+
+    /// Frees the overflow chain `r` refers to.
+    fn free_chain(&self, w: &mut Writer, r: &[u8]) -> Result<()> {
+        let total = node::u64_at(r, 0);
+        let mut next = node::u64_at(r, 8);
+        let cap = (self.pool.page_size() - node::HEADER) as u64;
+        for _ in 0..total.div_ceil(cap) {
+            let mut page = self.pool.fix_exclusive(next)?;
+            if Node(page.bytes()).kind() != Some(Kind::Overflow) {
+                return Err(corrupt(format!(
+                    "page {next} of an overflow chain is not one"
+                )));
+            }
+            let after = Node(page.bytes()).aux();
+            self.free(w, &mut page);
+            next = after;
+        }
+        Ok(())
+    }
+
+    /// The overflow reference `key` holds now, if any.
+    fn old_ref(&self, leaf_pid: u64, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let page = self.pool.fix_shared(leaf_pid)?;
+        let n = Node(page.bytes());
+        Ok(match n.search(key) {
+            Ok(i) if n.is_ref(i) => Some(n.value(i).to_vec()),
+            _ => None,
+        })
     }
 
     /// Calls `f(key, value)` for keys in `[from, to)` order (forward) or reverse, until it
@@ -318,7 +412,7 @@ impl Tree {
                     .as_deref()
                     .map_or(0, |c| n.search(c).unwrap_or_else(|i| i));
                 for i in start..n.count() {
-                    batch.push((n.key(i).to_vec(), n.value(i).to_vec()));
+                    batch.push((n.key(i).to_vec(), self.value_of(&n, i)?));
                 }
                 let high = leaf.high;
                 drop(leaf.page);
@@ -369,7 +463,7 @@ impl Tree {
                     if cursor.as_deref().is_some_and(|c| k >= c) {
                         continue;
                     }
-                    batch.push((k.to_vec(), n.value(i).to_vec()));
+                    batch.push((k.to_vec(), self.value_of(&n, i)?));
                 }
                 let low = leaf.low;
                 drop(leaf.page);
@@ -570,6 +664,31 @@ impl Tree {
     fn put_locked(&self, w: &mut Writer, key: &[u8], value: &[u8]) -> Result<bool> {
         let path = self.path(key)?;
         let leaf_pid = *path.last().expect("path has a leaf");
+        let old = self.old_ref(leaf_pid, key)?;
+        let chain;
+        let (value, is_ref) = if value.len() > self.limits.max_inline {
+            chain = self.write_chain(w, value)?;
+            (&chain[..], true)
+        } else {
+            (value, false)
+        };
+        let new = self.put_entry(w, &path, key, value, is_ref)?;
+        if let Some(r) = old {
+            self.free_chain(w, &r)?;
+        }
+        Ok(new)
+    }
+
+    /// Puts an entry (value stored as given) into the leaf at the end of `path`.
+    fn put_entry(
+        &self,
+        w: &mut Writer,
+        path: &[u64],
+        key: &[u8],
+        value: &[u8],
+        is_ref: bool,
+    ) -> Result<bool> {
+        let leaf_pid = *path.last().expect("path has a leaf");
         let mut leaf = self.pool.fix_exclusive(leaf_pid)?;
         let fits = {
             let n = Node(leaf.bytes());
@@ -580,10 +699,10 @@ impl Tree {
         };
         if fits {
             let new = NodeMut(leaf.bytes_mut())
-                .upsert(key, value)
+                .upsert_cell(key, value, is_ref)
                 .map_err(|()| corrupt("leaf refused an entry that fits"))?;
             self.log_change(w, &mut leaf, &|rec: &mut Vec<u8>| {
-                rec.push(REC_PUT);
+                rec.push(if is_ref { REC_PUT_REF } else { REC_PUT });
                 rec.extend_from_slice(&leaf_pid.to_le_bytes());
                 rec.extend_from_slice(&(key.len() as u16).to_le_bytes());
                 rec.extend_from_slice(&(value.len() as u32).to_le_bytes());
@@ -598,7 +717,7 @@ impl Tree {
             return Ok(new);
         }
         drop(leaf);
-        self.split_insert(w, &path, key, value)
+        self.split_insert(w, path, key, value, is_ref)
     }
 
     /// Allocates a page: from the free list, else past the high-water mark.
@@ -642,7 +761,14 @@ impl Tree {
 
     /// Insert that needs splits: fixes the whole path exclusive, top-down, then splits
     /// bottom-up as far as needed.
-    fn split_insert(&self, w: &mut Writer, path: &[u64], key: &[u8], value: &[u8]) -> Result<bool> {
+    fn split_insert(
+        &self,
+        w: &mut Writer,
+        path: &[u64],
+        key: &[u8],
+        value: &[u8],
+        is_ref: bool,
+    ) -> Result<bool> {
         let mut pages = Vec::with_capacity(path.len());
         for &pid in path {
             pages.push(self.pool.fix_exclusive(pid)?);
@@ -656,7 +782,7 @@ impl Tree {
         if free_now >= node::entry_size(key.len(), value.len()) || Node(leaf.bytes()).count() < 2 {
             // Removing the old entry made room (a value grew in place).
             NodeMut(leaf.bytes_mut())
-                .upsert(key, value)
+                .upsert_cell(key, value, is_ref)
                 .map_err(|()| corrupt("entry does not fit an emptied leaf"))?;
             self.log_image(w, &mut leaf);
             held.push(leaf);
@@ -685,7 +811,7 @@ impl Tree {
             &mut right
         };
         NodeMut(target.bytes_mut())
-            .upsert(key, value)
+            .upsert_cell(key, value, is_ref)
             .map_err(|()| corrupt("entry does not fit a half page"))?;
         self.log_image(w, &mut leaf);
         self.log_image(w, &mut right);
@@ -759,9 +885,13 @@ impl Tree {
         let path = self.path(key)?;
         let leaf_pid = *path.last().expect("path has a leaf");
         let mut leaf = self.pool.fix_exclusive(leaf_pid)?;
-        if Node(leaf.bytes()).search(key).is_err() {
-            return Ok(false);
-        }
+        let old = match Node(leaf.bytes()).search(key) {
+            Err(_) => return Ok(false),
+            Ok(i) => {
+                let n = Node(leaf.bytes());
+                n.is_ref(i).then(|| n.value(i).to_vec())
+            }
+        };
         NodeMut(leaf.bytes_mut()).remove(key);
         self.log_change(w, &mut leaf, &|rec: &mut Vec<u8>| {
             rec.push(REC_REMOVE);
@@ -771,6 +901,9 @@ impl Tree {
         });
         let underfull = Node(leaf.bytes()).used() < self.pool.page_size() / 4;
         drop(leaf);
+        if let Some(r) = old {
+            self.free_chain(w, &r)?;
+        }
         w.meta.count -= 1;
         if underfull && path.len() > 1 {
             self.merge_path(w, &path, key)?;
@@ -905,10 +1038,10 @@ impl Tree {
                     }
                     page.state().torn = false;
                 }
-                REC_PUT | REC_REMOVE => {
+                REC_PUT | REC_PUT_REF | REC_REMOVE => {
                     let klen =
                         u16::from_le_bytes(take(&mut at, 2)?.try_into().expect("2")) as usize;
-                    let vlen = if kind == REC_PUT {
+                    let vlen = if kind != REC_REMOVE {
                         u32::from_le_bytes(take(&mut at, 4)?.try_into().expect("4")) as usize
                     } else {
                         0
@@ -929,8 +1062,11 @@ impl Tree {
                         continue;
                     }
                     let mut n = NodeMut(page.bytes_mut());
-                    if kind == REC_PUT {
-                        n.upsert(key, value)
+                    if kind != REC_REMOVE {
+                        if kind == REC_PUT_REF && value.len() != node::REF_LEN {
+                            return Err(bad("malformed overflow reference"));
+                        }
+                        n.upsert_cell(key, value, kind == REC_PUT_REF)
                             .map_err(|()| bad("entry does not fit"))?;
                     } else {
                         n.remove(key);
@@ -983,7 +1119,17 @@ impl Tree {
                 }
             }
             match n.kind() {
-                Some(Kind::Leaf) => keys += n.count() as u64,
+                Some(Kind::Leaf) => {
+                    keys += n.count() as u64;
+                    for i in 0..n.count() {
+                        if n.is_ref(i) {
+                            let total = node::u64_at(n.value(i), 0);
+                            let cap = (self.pool.page_size() - node::HEADER) as u64;
+                            self.value_of(&n, i)?; // walks and checks the chain
+                            pages += total.div_ceil(cap);
+                        }
+                    }
+                }
                 Some(Kind::Inner) => {
                     if n.level() == 0 {
                         return Err(corrupt(format!("inner page {pid} at level 0")));
