@@ -58,7 +58,7 @@ pub struct BTreeOptions {
     pub dram_bytes: u64,
     /// When a write is durable.
     pub durability: Durability,
-    /// Log bytes after which a checkpoint starts a new log generation (default 64 MiB).
+    /// Log bytes after which a checkpoint starts a new log generation (default 512 MiB: each generation logs an image of every page it changes first, so short generations multiply log volume).
     pub checkpoint_bytes: u64,
     /// How the files are opened (`O_DIRECT`, I/O engine, emulated profile).
     pub block: BlockOptions,
@@ -70,7 +70,7 @@ impl Default for BTreeOptions {
             page_size: 16 * 1024,
             dram_bytes: 64 << 20,
             durability: Durability::Immediate,
-            checkpoint_bytes: 64 << 20,
+            checkpoint_bytes: 512 << 20,
             block: BlockOptions::default(),
         }
     }
