@@ -17,6 +17,11 @@
 //!   workload E and for checking scans.
 //! - `rocksdb` (feature `rocksdb`): RocksDB through the system library, WAL on, `sync=true`.
 //! - `rocksdb-nosync` (feature `rocksdb`): the same with `sync=false`.
+//! - `redb` (feature `redb`): the pure-Rust redb database, a write transaction per write,
+//!   durable per `--durability` (an fsync per commit at `immediate`); cache from `--dram`.
+//! - `lmdb` (feature `lmdb`): LMDB through heed (compiled from source), a write transaction
+//!   per write, durable per `--durability` (an fsync per commit at `immediate`, `NO_SYNC`
+//!   otherwise); the OS page cache holds the map (no cache cap).
 //!
 //! Not registered: [`NullStore`], a harness-overhead probe that stores nothing, used to
 //! measure what the benchmark driver itself costs per operation.
@@ -26,8 +31,12 @@
 
 mod btree;
 mod kv;
+#[cfg(feature = "lmdb")]
+mod lmdb;
 mod memory;
 mod null;
+#[cfg(feature = "redb")]
+mod redb;
 #[cfg(feature = "rocksdb")]
 mod rocksdb;
 #[cfg(feature = "rocksdb")]
@@ -38,6 +47,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tierbase::device::{DeviceProfile, FsKind, fs_kind};
 
+#[cfg(feature = "lmdb")]
+pub use self::lmdb::LmdbStore;
+#[cfg(feature = "redb")]
+pub use self::redb::RedbStore;
 pub use crate::error::{BenchError, Result};
 pub use btree::BTreeBenchStore;
 pub use kv::KvBenchStore;
@@ -226,6 +239,8 @@ pub struct StoreEntry {
 const ROCKSDB_BUILT: bool = true;
 #[cfg(not(feature = "rocksdb"))]
 const ROCKSDB_BUILT: bool = false;
+const REDB_BUILT: bool = cfg!(feature = "redb");
+const LMDB_BUILT: bool = cfg!(feature = "lmdb");
 
 /// Every store this crate knows, built or not.
 pub const STORES: &[StoreEntry] = &[
@@ -280,6 +295,22 @@ pub const STORES: &[StoreEntry] = &[
         built: ROCKSDB_BUILT,
         open: open_rocksdb_nosync,
     },
+    StoreEntry {
+        name: "redb",
+        summary: "redb (pure Rust, compiled in): copy-on-write B-tree file, a write transaction \
+                  per write, fsync per commit (per --durability); cache from --dram",
+        feature: Some("redb"),
+        built: REDB_BUILT,
+        open: open_redb,
+    },
+    StoreEntry {
+        name: "lmdb",
+        summary: "LMDB via heed (compiled in): memory-mapped B+-tree, a write transaction per \
+                  write, fsync per commit (NO_SYNC per --durability); OS page cache, no cap",
+        feature: Some("lmdb"),
+        built: LMDB_BUILT,
+        open: open_lmdb,
+    },
 ];
 
 #[cfg(feature = "rocksdb")]
@@ -292,19 +323,47 @@ fn open_rocksdb_nosync(o: &StoreOptions) -> Result<Box<dyn Store>> {
 }
 #[cfg(not(feature = "rocksdb"))]
 fn open_rocksdb_sync(_: &StoreOptions) -> Result<Box<dyn Store>> {
-    Err(not_built("rocksdb"))
+    Err(not_built("rocksdb", "rocksdb", ROCKSDB_HINT))
 }
 #[cfg(not(feature = "rocksdb"))]
 fn open_rocksdb_nosync(_: &StoreOptions) -> Result<Box<dyn Store>> {
-    Err(not_built("rocksdb-nosync"))
+    Err(not_built("rocksdb-nosync", "rocksdb", ROCKSDB_HINT))
+}
+#[cfg(not(feature = "rocksdb"))]
+const ROCKSDB_HINT: &str = "needs librocksdb-dev; see docs/BENCHMARKS.md";
+
+#[cfg(feature = "redb")]
+fn open_redb(o: &StoreOptions) -> Result<Box<dyn Store>> {
+    Ok(Box::new(RedbStore::open(o)?))
+}
+#[cfg(not(feature = "redb"))]
+fn open_redb(_: &StoreOptions) -> Result<Box<dyn Store>> {
+    Err(not_built(
+        "redb",
+        "redb",
+        "pure Rust, no system library; see docs/BENCHMARKS.md",
+    ))
 }
 
-#[cfg(not(feature = "rocksdb"))]
-fn not_built(name: &str) -> BenchError {
+#[cfg(feature = "lmdb")]
+fn open_lmdb(o: &StoreOptions) -> Result<Box<dyn Store>> {
+    Ok(Box::new(LmdbStore::open(o)?))
+}
+#[cfg(not(feature = "lmdb"))]
+fn open_lmdb(_: &StoreOptions) -> Result<Box<dyn Store>> {
+    Err(not_built(
+        "lmdb",
+        "lmdb",
+        "compiles LMDB from source, needs a C compiler; see docs/BENCHMARKS.md",
+    ))
+}
+
+#[cfg(any(not(feature = "rocksdb"), not(feature = "redb"), not(feature = "lmdb")))]
+fn not_built(name: &str, feature: &'static str, hint: &'static str) -> BenchError {
     BenchError::StoreNotBuilt {
         name: name.to_string(),
-        feature: "rocksdb",
-        hint: "needs librocksdb-dev; see docs/BENCHMARKS.md",
+        feature,
+        hint,
     }
 }
 
