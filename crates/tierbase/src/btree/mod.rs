@@ -370,20 +370,30 @@ impl BTreeStore {
                 dir.display()
             )));
         }
-        let devs = BTreeDevices {
-            pages: BlockDevice::create(
-                &names[0],
-                4 * opts.page_size.max(4096) as u64,
-                &opts.block,
-            )?,
-            logs: [
-                BlockDevice::create(&names[1], 4096, &opts.block)?,
-                BlockDevice::create(&names[2], 4096, &opts.block)?,
-            ],
-        };
-        devs.pages.lock_exclusive()?;
-        format(&devs, opts.page_size)?;
-        Self::open_on(devs, Some(dir), opts)
+        // A create that fails part-way removes the files it made, so that it can be retried.
+        let mut made: Vec<&Path> = Vec::new();
+        let result = (|| {
+            let pages =
+                BlockDevice::create(&names[0], 4 * opts.page_size.max(4096) as u64, &opts.block)?;
+            made.push(&names[0]);
+            pages.lock_exclusive()?;
+            let log0 = BlockDevice::create(&names[1], 4096, &opts.block)?;
+            made.push(&names[1]);
+            let log1 = BlockDevice::create(&names[2], 4096, &opts.block)?;
+            made.push(&names[2]);
+            let devs = BTreeDevices {
+                pages,
+                logs: [log0, log1],
+            };
+            format(&devs, opts.page_size)?;
+            Self::open_on(devs, Some(dir), opts)
+        })();
+        if result.is_err() {
+            for f in made {
+                let _ = std::fs::remove_file(f);
+            }
+        }
+        result
     }
 
     /// Opens the store in directory `dir`, replaying its log.

@@ -116,6 +116,9 @@ pub(crate) struct Writer {
     rec: Vec<u8>,
     frame_lsn: u64,
     pub(crate) meta: Meta,
+    /// The meta state last logged: a change that moves `meta` without logging it (chain
+    /// pages allocated or freed by a replace) is logged at the end of the op.
+    logged_meta: Meta,
     pub(crate) generation: u32,
     /// Why the store refuses writes, after a failure in the middle of a change.
     pub(crate) failed: Option<String>,
@@ -174,6 +177,7 @@ impl Tree {
                 rec: Vec::new(),
                 frame_lsn: 0,
                 meta,
+                logged_meta: meta,
                 generation,
                 failed: None,
             }),
@@ -513,6 +517,7 @@ impl Tree {
         for (k, v) in ops {
             self.check_entry(k, *v)?;
         }
+        self.check_batch_fits(ops)?;
         let mut w = self.writer.lock();
         self.begin(&mut w)?;
         let mut existed = Vec::with_capacity(ops.len());
@@ -528,6 +533,37 @@ impl Tree {
         }
         let end = self.commit(&mut w)?;
         Ok((existed, end))
+    }
+
+    /// Refuses, before anything is changed, a batch whose pages may not fit half the pool: a
+    /// batch's pages stay in DRAM until it is complete (no steal), and a pool that runs out of
+    /// frames in the middle of a batch leaves the store read-only. Per op: its path and a
+    /// split's new pages (twice the height, plus two) and its overflow pages.
+    fn check_batch_fits(&self, ops: &[(&[u8], Option<&[u8]>)]) -> Result<()> {
+        if ops.len() <= 1 {
+            return Ok(()); // one op fits by the value limit
+        }
+        let height = self.height()? as usize;
+        let cap = self.pool.page_size() - node::HEADER;
+        let pages: usize = ops
+            .iter()
+            .map(|(_, v)| {
+                let chain = v
+                    .filter(|v| v.len() > self.limits.max_inline)
+                    .map_or(0, |v| v.len().div_ceil(cap));
+                2 * height + 2 + chain
+            })
+            .sum();
+        let room = self.pool.frames() / 2;
+        if pages > room {
+            return Err(Error::InvalidArgument(format!(
+                "write batch of {} ops may change {pages} pages, more than half the buffer \
+                 pool ({room} of {} pages): split the batch or raise the DRAM budget",
+                ops.len(),
+                self.pool.frames()
+            )));
+        }
+        Ok(())
     }
 
     /// Reads `key` and applies what `decide` returns, under the writer mutex.
@@ -622,6 +658,7 @@ impl Tree {
     fn log_meta(&self, w: &mut Writer) -> Result<()> {
         let lsn = Self::next_lsn(w);
         let m = w.meta;
+        w.logged_meta = m;
         w.rec.push(REC_META);
         for v in [m.root, m.next_pid, m.free_head, m.count] {
             w.rec.extend_from_slice(&v.to_le_bytes());
@@ -675,6 +712,9 @@ impl Tree {
         let new = self.put_entry(w, &path, key, value, is_ref)?;
         if let Some(r) = old {
             self.free_chain(w, &r)?;
+        }
+        if w.meta != w.logged_meta {
+            self.log_meta(w)?;
         }
         Ok(new)
     }
@@ -1083,6 +1123,7 @@ impl Tree {
     pub(crate) fn adopt_meta(&self, meta: Meta) {
         let mut w = self.writer.lock();
         w.meta = meta;
+        w.logged_meta = meta;
         self.root.store(meta.root, Ordering::Release);
         self.count.store(meta.count, Ordering::Release);
     }

@@ -39,6 +39,8 @@ const NO_PAGE: u64 = u64::MAX;
 const SHARDS: usize = 64;
 /// Pages written back in one batch by [`BufferPool::flush_dirty`].
 const FLUSH_BATCH: usize = 64;
+/// Clock sweeps before the pool is declared exhausted.
+const VICTIM_SWEEPS: usize = 256;
 
 /// The log as the buffer manager sees it.
 pub trait WalRule: Send + Sync {
@@ -141,6 +143,8 @@ pub struct BufferPool {
     wal: Arc<dyn WalRule>,
     check: fn(&[u8], u64) -> std::result::Result<(), String>,
     grow: Mutex<()>,
+    /// A page write failed: dirty frames are no longer chosen as victims.
+    write_failed: AtomicBool,
     /// Counters.
     pub counters: PoolCounters,
 }
@@ -260,6 +264,7 @@ impl BufferPool {
             wal,
             check: opts.check,
             grow: Mutex::new(()),
+            write_failed: AtomicBool::new(false),
             counters: PoolCounters::default(),
         })
     }
@@ -422,12 +427,45 @@ impl BufferPool {
     }
 
     /// A free frame, exclusively latched and unmapped: from the free list, or by Clock.
+    ///
+    /// Clock skips frames without a page: those are on the free list or being loaded by
+    /// another thread (which latches them only after taking them). Frames may be fixed for
+    /// a moment everywhere (tiny pools under concurrency), so sweeps repeat, yielding, before
+    /// the pool is declared exhausted. After a failed write-back, dirty frames are skipped
+    /// (reads go on with clean frames; the store is read-only by then).
     fn victim(&self) -> Result<(u32, RwLockWriteGuard<'_, FrameData>)> {
         if let Some(i) = self.free.lock().pop() {
             return Ok((i, self.frames[i as usize].data.write()));
         }
         let n = self.frames.len();
-        for _ in 0..4 * n {
+        let mut write_error = None;
+        for sweep in 0..VICTIM_SWEEPS {
+            if sweep > 0 {
+                std::thread::yield_now();
+            }
+            if let Some(found) = self.sweep(n, &mut write_error)? {
+                return Ok(found);
+            }
+        }
+        if let Some(e) = write_error {
+            return Err(e);
+        }
+        Err(Error::StoreFull {
+            used: self.frames.len() as u64 * self.page_size as u64,
+            capacity: self.frames.len() as u64 * self.page_size as u64,
+            reason: "buffer pool: every frame is fixed or holds changes of an unfinished batch \
+                     (raise the DRAM budget or write smaller batches)"
+                .into(),
+        })
+    }
+
+    /// One Clock sweep (two passes over the frames, so cleared reference bits count).
+    fn sweep(
+        &self,
+        n: usize,
+        write_error: &mut Option<Error>,
+    ) -> Result<Option<(u32, RwLockWriteGuard<'_, FrameData>)>> {
+        for _ in 0..2 * n {
             let i = self.hand.fetch_add(1, Ordering::Relaxed) % n;
             let frame = &self.frames[i];
             if frame.referenced.swap(false, Ordering::Relaxed) {
@@ -436,20 +474,30 @@ impl BufferPool {
             let Some(mut guard) = frame.data.try_write() else {
                 continue;
             };
-            if frame.io_busy.load(Ordering::Acquire) {
+            if guard.pid == NO_PAGE || frame.io_busy.load(Ordering::Acquire) {
                 continue;
             }
-            if guard.pid != NO_PAGE {
+            {
                 if frame.dirty() {
+                    if write_error.is_some() || self.write_failed.load(Ordering::Acquire) {
+                        continue;
+                    }
                     let lsn = page_lsn(&guard.buf);
                     if lsn > self.wal.committed_lsn() {
                         continue; // no steal
                     }
-                    self.wal.flush_to(lsn)?;
                     let pid = guard.pid;
                     let sum = checksum(&guard.buf);
                     guard.buf[..4].copy_from_slice(&sum);
-                    self.write_page(pid, &guard.buf)?;
+                    let written = self
+                        .wal
+                        .flush_to(lsn)
+                        .and_then(|()| self.write_page(pid, &guard.buf));
+                    if let Err(e) = written {
+                        self.write_failed.store(true, Ordering::Release);
+                        *write_error = Some(e);
+                        continue;
+                    }
                     let v = frame.dirty_version.load(Ordering::Acquire);
                     frame.clean_version.store(v, Ordering::Release);
                     self.counters.dirty_evictions.incr();
@@ -462,15 +510,9 @@ impl BufferPool {
                 guard.pid = NO_PAGE;
                 self.counters.evictions.incr();
             }
-            return Ok((i as u32, guard));
+            return Ok(Some((i as u32, guard)));
         }
-        Err(Error::StoreFull {
-            used: self.frames.len() as u64 * self.page_size as u64,
-            capacity: self.frames.len() as u64 * self.page_size as u64,
-            reason: "buffer pool: every frame is fixed or holds changes of an unfinished batch \
-                     (raise the DRAM budget or write smaller batches)"
-                .into(),
-        })
+        Ok(None)
     }
 
     fn ensure_len(&self, end: u64) -> Result<()> {

@@ -1,0 +1,718 @@
+//! Bad and damaged input to the B+-tree store: each is a typed error, never a panic, a hang
+//! or wrong data.
+//!
+//! - a missing directory, an empty one, one holding garbage files (random bytes, empty,
+//!   odd-sized), and a `create` that fails part-way because a log file is in the way;
+//! - `pages.tb` truncated to various lengths;
+//! - every byte of the superblock flipped, in the newest copy (open falls back to the other
+//!   copy, with the same data) and in both (`Error::Corrupt`); fields rewritten with a valid
+//!   checksum (page size, sequence, generation, LSN: an error or the right data); a newer
+//!   format version in both copies (`Error::UnsupportedVersion`);
+//! - a byte flipped in every page of the tree (leaves, inner pages, overflow pages, free and
+//!   meta pages): `Error::Corrupt` on open or on the read that touches the page, every other
+//!   read right; and header and slot bytes rewritten with a valid page checksum (structural
+//!   damage the checksum cannot see): errors, never a panic;
+//! - the log: a torn tail and a bad checksum in the last frame are silently the end of the
+//!   log (the state before that write comes back); a frame with a valid checksum that claims
+//!   the wrong LSN, and a damaged generation header, are `Error::Corrupt`;
+//! - a panic while a store is open ends as an ordinary test failure (not an abort), and the
+//!   store opens afterwards with every acknowledged write.
+
+use std::collections::BTreeMap;
+use std::io::{Seek, SeekFrom, Write};
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+
+use tierbase::Error;
+use tierbase::btree::{BTreeOptions, BTreeStore};
+use tierbase::device::Durability;
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+const PAGE: usize = 4096;
+
+fn opts() -> BTreeOptions {
+    BTreeOptions::default()
+        .page_size(PAGE)
+        .dram_bytes(64 * PAGE as u64)
+        .durability(Durability::Immediate)
+}
+
+/// A directory for store files: on tmpfs when there is one (hundreds of opens, each syncing).
+fn scratch_dir() -> tempfile::TempDir {
+    if Path::new("/dev/shm").is_dir() {
+        tempfile::tempdir_in("/dev/shm").expect("temporary directory in /dev/shm")
+    } else {
+        tempfile::tempdir().expect("temporary directory")
+    }
+}
+
+fn poke(path: &Path, offset: u64, bytes: &[u8]) {
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+/// The store's three files, to put back after each damage (every open that succeeds writes
+/// superblocks and a log header, so all three must go back together).
+struct Snapshot(PathBuf, Vec<(&'static str, Vec<u8>)>);
+
+impl Snapshot {
+    fn take(dir: &Path) -> Snapshot {
+        let files = ["pages.tb", "wal-0.tb", "wal-1.tb"]
+            .into_iter()
+            .map(|n| (n, std::fs::read(dir.join(n)).unwrap()))
+            .collect();
+        Snapshot(dir.to_path_buf(), files)
+    }
+    fn restore(&self) {
+        for (n, b) in &self.1 {
+            std::fs::write(self.0.join(n), b).unwrap();
+        }
+    }
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key-{:06}", (i * 7919) % 100_000).into_bytes()
+}
+
+fn val(i: u32) -> Vec<u8> {
+    let len = match i % 10 {
+        0 => 2_500, // an overflow page
+        1..=3 => 300,
+        _ => 40,
+    };
+    (0..len).map(|j| (i as usize + j) as u8).collect()
+}
+
+/// A store closed cleanly: enough keys for a three-level tree, some overflow values, some
+/// pages on the free list.
+fn filled_store(dir: &Path) -> (PathBuf, Model) {
+    let path = dir.join("s");
+    let s = BTreeStore::create(&path, &opts()).unwrap();
+    let mut model = Model::new();
+    for i in 0..3000u32 {
+        s.put(&key(i), &val(i)).unwrap();
+        model.insert(key(i), val(i));
+    }
+    for i in (0..3000u32).step_by(7) {
+        s.delete(&key(i)).unwrap();
+        model.remove(&key(i));
+    }
+    s.close().unwrap();
+    (path, model)
+}
+
+/// Reads everything there is to read; returns the contents if every read succeeded. A read
+/// error must be `Error::Corrupt`; a successful read must return the model's data.
+fn read_all(s: &BTreeStore, model: &Model, ctx: &str) -> Result<(), String> {
+    let mut first_err = None;
+    let mut note = |e: Error| {
+        assert!(
+            matches!(e, Error::Corrupt { .. }),
+            "{ctx}: not Error::Corrupt: {e:?}"
+        );
+        first_err.get_or_insert(e.to_string());
+    };
+    for (k, v) in model {
+        match s.get(k) {
+            Ok(got) => assert_eq!(got.as_ref(), Some(v), "{ctx}: get returned wrong data"),
+            Err(e) => note(e),
+        }
+    }
+    assert!(
+        matches!(s.get(b"absent"), Ok(None) | Err(Error::Corrupt { .. })),
+        "{ctx}"
+    );
+    let mut seen = Vec::new();
+    match s.range(Bound::Unbounded, Bound::Unbounded, false, |k, v| {
+        seen.push((k.to_vec(), v.to_vec()));
+        true
+    }) {
+        Ok(()) => {
+            let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            assert!(seen == want, "{ctx}: a complete scan returned wrong data");
+        }
+        Err(e) => {
+            // What came before the error is right.
+            for (k, v) in &seen {
+                assert_eq!(model.get(k), Some(v), "{ctx}: scan returned wrong data");
+            }
+            note(e);
+        }
+    }
+    if let Err(e) = s.verify() {
+        note(e);
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+// ----- files missing or not a store --------------------------------------------------------
+
+#[test]
+fn missing_empty_and_garbage_directories_are_clear_errors() {
+    let dir = scratch_dir();
+    // Missing: an I/O error naming the file.
+    let missing = dir.path().join("nope");
+    match BTreeStore::open(&missing, &opts()) {
+        Err(e @ Error::Io { .. }) => {
+            assert!(e.to_string().contains("nope"), "{e}");
+        }
+        other => panic!("open of a missing dir: {other:?}"),
+    }
+    // Empty.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    assert!(matches!(
+        BTreeStore::open(&empty, &opts()),
+        Err(Error::Io { .. })
+    ));
+    // Garbage of several shapes: never a panic, a typed error, and the message says what.
+    let garbage = dir.path().join("garbage");
+    std::fs::create_dir(&garbage).unwrap();
+    let shapes: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "random",
+            (0..256 * 1024u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+                .collect(),
+        ),
+        ("zeros", vec![0; 64 * 1024]),
+        ("empty", Vec::new()),
+        ("odd-sized", vec![0xA5; 5000]),
+        (
+            "magic only",
+            b"TBBTREE1"
+                .iter()
+                .copied()
+                .chain(std::iter::repeat_n(0, 8184))
+                .collect(),
+        ),
+    ];
+    for (what, bytes) in &shapes {
+        for name in ["pages.tb", "wal-0.tb", "wal-1.tb"] {
+            std::fs::write(garbage.join(name), bytes).unwrap();
+        }
+        match BTreeStore::open(&garbage, &opts()) {
+            Ok(_) => panic!("{what}: garbage opened as a store"),
+            Err(e) => {
+                assert!(
+                    matches!(
+                        e,
+                        Error::Corrupt { .. } | Error::Misaligned { .. } | Error::Io { .. }
+                    ),
+                    "{what}: {e:?}"
+                );
+                assert!(!e.to_string().contains('\n'), "{what}: {e}");
+            }
+        }
+    }
+    // A directory that is a file.
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    assert!(BTreeStore::open(&file, &opts()).is_err());
+    assert!(BTreeStore::create(&file, &opts()).is_err());
+}
+
+/// A `create` that fails because a log file is in the way must not leave a half-made store
+/// behind: after removing the obstacle, `create` works. Today `BTreeStore::create` makes
+/// `pages.tb` first and leaves it when making `wal-0.tb` fails, so the next `create` says "a
+/// store exists here already (open it instead)" and `open` fails too (no superblock).
+#[test]
+fn a_failed_create_leaves_nothing_behind() {
+    let dir = scratch_dir();
+    let path = dir.path().join("s");
+    std::fs::create_dir(&path).unwrap();
+    std::fs::write(path.join("wal-0.tb"), b"in the way").unwrap();
+    assert!(BTreeStore::create(&path, &opts()).is_err());
+    std::fs::remove_file(path.join("wal-0.tb")).unwrap();
+    let s = BTreeStore::create(&path, &opts())
+        .unwrap_or_else(|e| panic!("create after the failed one: {e}"));
+    s.put(b"k", b"v").unwrap();
+    s.close().unwrap();
+}
+
+#[test]
+fn a_truncated_page_file_is_an_error_or_the_right_data() {
+    let dir = scratch_dir();
+    let (path, model) = filled_store(dir.path());
+    let pages = path.join("pages.tb");
+    let original = std::fs::read(&pages).unwrap();
+    let snap = Snapshot::take(&path);
+    let mut errors = 0;
+    for len in [
+        0,
+        100,
+        4096,
+        8192,
+        3 * 4096,
+        original.len() / 3,
+        original.len() / 2,
+        original.len() - 4096,
+    ] {
+        snap.restore();
+        std::fs::write(&pages, &original[..len]).unwrap();
+        let ctx = format!("pages.tb truncated to {len} of {} bytes", original.len());
+        match BTreeStore::open(&path, &opts()) {
+            Ok(s) => {
+                if read_all(&s, &model, &ctx).is_err() {
+                    errors += 1;
+                }
+                s.abandon();
+            }
+            Err(e) => {
+                errors += 1;
+                assert!(
+                    matches!(e, Error::Corrupt { .. } | Error::Misaligned { .. }),
+                    "{ctx}: {e:?}"
+                );
+            }
+        }
+    }
+    assert!(errors >= 7, "truncations went unnoticed");
+    snap.restore();
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    read_all(&s, &model, "restored").unwrap();
+}
+
+// ----- the superblock ----------------------------------------------------------------------
+
+/// (offset of the newest copy, offset of the other) and the sequence numbers.
+fn superblocks(pages: &Path) -> [(u64, u64); 2] {
+    let b = std::fs::read(pages).unwrap();
+    let seq = |at: usize| u64::from_le_bytes(b[at + 16..at + 24].try_into().unwrap());
+    let (s0, s1) = (seq(0), seq(PAGE));
+    if s0 > s1 {
+        [(0, s0), (PAGE as u64, s1)]
+    } else {
+        [(PAGE as u64, s1), (0, s0)]
+    }
+}
+
+fn reseal_superblock(pages: &Path, at: u64, edit: impl FnOnce(&mut [u8])) {
+    let mut b = std::fs::read(pages).unwrap();
+    let s = &mut b[at as usize..at as usize + 64];
+    edit(s);
+    let c = crc32c::crc32c(&s[..40]);
+    s[40..44].copy_from_slice(&c.to_le_bytes());
+    std::fs::write(pages, b).unwrap();
+}
+
+#[test]
+fn damaged_superblocks_fall_back_or_are_refused() {
+    let dir = scratch_dir();
+    let (path, model) = filled_store(dir.path());
+    let pages = path.join("pages.tb");
+    let original = std::fs::read(&pages).unwrap();
+    let snap = Snapshot::take(&path);
+    let restore = || snap.restore();
+    let [(newest, _), (other, _)] = superblocks(&pages);
+    // Every byte of the checksummed part and the checksum, in the newest copy: the other copy
+    // serves (redo from an older checkpoint), with the same data.
+    for at in 0..44u64 {
+        poke(
+            &pages,
+            newest + at,
+            &[original[(newest + at) as usize] ^ 0x5A],
+        );
+        let ctx = format!("superblock byte {at} flipped");
+        let s = BTreeStore::open(&path, &opts()).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        read_all(&s, &model, &ctx).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        s.abandon();
+        restore();
+    }
+    // Both copies damaged: refused, naming the file.
+    for at in [0u64, 9, 13, 17, 25, 33, 41] {
+        poke(
+            &pages,
+            newest + at,
+            &[original[(newest + at) as usize] ^ 0xFF],
+        );
+        poke(
+            &pages,
+            other + at,
+            &[original[(other + at) as usize] ^ 0xFF],
+        );
+        match BTreeStore::open(&path, &opts()) {
+            Err(e @ Error::Corrupt { .. }) => {
+                assert!(e.to_string().contains("superblock"), "{e}");
+                assert!(e.to_string().contains("pages.tb"), "{e}");
+            }
+            other => panic!("both superblocks damaged at byte {at}: {other:?}"),
+        }
+        restore();
+    }
+    // Fields rewritten with a valid checksum, in the newest copy: an error, or the right data.
+    type Edit = (&'static str, fn(&mut [u8]));
+    let edits: [Edit; 9] = [
+        ("page size 8192", |s| {
+            s[12..16].copy_from_slice(&8192u32.to_le_bytes())
+        }),
+        ("page size 65536", |s| {
+            s[12..16].copy_from_slice(&65536u32.to_le_bytes())
+        }),
+        ("page size 3", |s| {
+            s[12..16].copy_from_slice(&3u32.to_le_bytes())
+        }),
+        ("page size 0", |s| {
+            s[12..16].copy_from_slice(&0u32.to_le_bytes())
+        }),
+        ("sequence max", |s| {
+            s[16..24].copy_from_slice(&u64::MAX.to_le_bytes())
+        }),
+        ("generation + 7", |s| {
+            let g = u32::from_le_bytes(s[24..28].try_into().unwrap());
+            s[24..28].copy_from_slice(&(g + 7).to_le_bytes());
+        }),
+        ("generation 0", |s| {
+            s[24..28].copy_from_slice(&0u32.to_le_bytes())
+        }),
+        ("redo LSN + 8", |s| {
+            let l = u64::from_le_bytes(s[32..40].try_into().unwrap());
+            s[32..40].copy_from_slice(&(l + 8).to_le_bytes());
+        }),
+        ("redo LSN max", |s| {
+            s[32..40].copy_from_slice(&u64::MAX.to_le_bytes())
+        }),
+    ];
+    for (what, edit) in edits {
+        reseal_superblock(&pages, newest, edit);
+        match BTreeStore::open(&path, &opts()) {
+            Ok(s) => {
+                read_all(&s, &model, what).unwrap_or_else(|e| panic!("{what}: {e}"));
+                s.abandon();
+            }
+            Err(e) => assert!(
+                matches!(
+                    e,
+                    Error::Corrupt { .. } | Error::InvalidArgument(_) | Error::Misaligned { .. }
+                ),
+                "{what}: {e:?}"
+            ),
+        }
+        restore();
+    }
+    // A newer format in both copies.
+    for at in [newest, other] {
+        reseal_superblock(&pages, at, |s| {
+            s[8..12].copy_from_slice(&2u32.to_le_bytes())
+        });
+    }
+    match BTreeStore::open(&path, &opts()) {
+        Err(Error::UnsupportedVersion {
+            found: 2,
+            supported: 1,
+            ..
+        }) => {}
+        other => panic!("format version 2: {other:?}"),
+    }
+    // Only in the newest copy: the older one serves.
+    restore();
+    reseal_superblock(&pages, newest, |s| {
+        s[8..12].copy_from_slice(&2u32.to_le_bytes())
+    });
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    read_all(&s, &model, "version 2 in one copy").unwrap();
+}
+
+// ----- pages -------------------------------------------------------------------------------
+
+/// Page kinds by their byte 4 (see `tierbase::btree::node`).
+fn kind(page: &[u8]) -> u8 {
+    page[4]
+}
+
+#[test]
+fn a_flipped_byte_in_any_page_is_corrupt_where_it_is_read() {
+    let dir = scratch_dir();
+    let (path, model) = filled_store(dir.path());
+    let pages = path.join("pages.tb");
+    let original = std::fs::read(&pages).unwrap();
+    let snap = Snapshot::take(&path);
+    let n = original.len() / PAGE;
+    let mut by_kind: BTreeMap<u8, usize> = BTreeMap::new();
+    let mut noticed = 0;
+    for pid in 2..n {
+        let page = &original[pid * PAGE..(pid + 1) * PAGE];
+        if page.iter().all(|&b| b == 0) {
+            continue; // never written
+        }
+        *by_kind.entry(kind(page)).or_default() += 1;
+        // A byte in the header and one in the body, alternating by page.
+        let at = if pid % 2 == 0 {
+            4 + pid % 44
+        } else {
+            PAGE - 1 - (pid * 13) % 2000
+        };
+        let mut bad = original.clone();
+        bad[pid * PAGE + at] ^= 0x10;
+        snap.restore();
+        std::fs::write(&pages, &bad).unwrap();
+        let ctx = format!("page {pid} (kind {}) byte {at} flipped", kind(page));
+        match BTreeStore::open(&path, &opts()) {
+            Ok(s) => {
+                let r = read_all(&s, &model, &ctx);
+                // Pages the tree reaches (meta, inner, leaf, overflow) must be noticed; free
+                // pages are never read.
+                if kind(page) != 3 {
+                    assert!(r.is_err(), "{ctx}: damage went unnoticed");
+                }
+                if r.is_err() {
+                    noticed += 1;
+                }
+                s.abandon();
+            }
+            Err(e) => {
+                assert!(matches!(e, Error::Corrupt { .. }), "{ctx}: {e:?}");
+                noticed += 1;
+            }
+        }
+    }
+    snap.restore();
+    // The tree had every kind of page: leaves, inner pages, free pages, the meta page, and
+    // overflow pages.
+    assert!(by_kind.len() >= 5, "page kinds {by_kind:?}");
+    assert!(noticed > 100, "{noticed}");
+}
+
+/// Header and slot bytes rewritten with a valid checksum: structural damage that only the
+/// page checks can see. Anything but a panic or a hang is fine (the data may be wrong: the
+/// checksum vouches for it).
+#[test]
+fn structural_damage_with_a_valid_checksum_never_panics() {
+    let dir = scratch_dir();
+    let (path, _) = filled_store(dir.path());
+    let pages = path.join("pages.tb");
+    let original = std::fs::read(&pages).unwrap();
+    let snap = Snapshot::take(&path);
+    let n = original.len() / PAGE;
+    // The root's level and a leaf, an inner page and an overflow page.
+    let mut targets = Vec::new();
+    for want in [1u8, 2, 5, 4] {
+        if let Some(pid) = (3..n).find(|&p| original[p * PAGE + 4] == want) {
+            targets.push(pid);
+        }
+    }
+    assert!(targets.len() >= 3, "{targets:?}");
+    let mut errors = 0;
+    for &pid in &targets {
+        for at in (4..64).chain([4090, 4095]) {
+            for x in [0x01u8, 0x80, 0xFF] {
+                let mut bad = original.clone();
+                let page = &mut bad[pid * PAGE..(pid + 1) * PAGE];
+                page[at] ^= x;
+                tierbase::buffer::seal(page);
+                snap.restore();
+                std::fs::write(&pages, &bad).unwrap();
+                let r = std::panic::catch_unwind(|| {
+                    let Ok(s) = BTreeStore::open(&path, &opts()) else {
+                        return 1;
+                    };
+                    let mut errs = 0;
+                    for i in (0..3000u32).step_by(13) {
+                        errs += usize::from(s.get(&key(i)).is_err());
+                    }
+                    errs += usize::from(
+                        s.range(Bound::Unbounded, Bound::Unbounded, true, |_, _| true)
+                            .is_err(),
+                    );
+                    errs += usize::from(s.verify().is_err());
+                    s.abandon();
+                    errs
+                });
+                match r {
+                    Ok(e) => errors += e,
+                    Err(_) => panic!("page {pid} byte {at} ^ {x:#x} (resealed): a panic"),
+                }
+            }
+        }
+    }
+    assert!(errors > 0);
+}
+
+// ----- the log -----------------------------------------------------------------------------
+
+const BLOCK: usize = 4096;
+const FRAME_HEADER: usize = 24;
+
+/// The log file holding the newest generation, and the frames in it: (offset, length).
+fn newest_log(dir: &Path) -> (PathBuf, Vec<(usize, usize)>) {
+    let mut best: Option<(u32, PathBuf)> = None;
+    for name in ["wal-0.tb", "wal-1.tb"] {
+        let p = dir.join(name);
+        let b = std::fs::read(&p).unwrap();
+        if b.len() >= BLOCK && &b[..8] == b"TBWAL001" {
+            let g = u32::from_le_bytes(b[8..12].try_into().unwrap());
+            if best.as_ref().is_none_or(|(bg, _)| g > *bg) {
+                best = Some((g, p));
+            }
+        }
+    }
+    let (generation, p) = best.expect("a log file with a header");
+    let b = std::fs::read(&p).unwrap();
+    let mut frames = Vec::new();
+    let mut at = BLOCK;
+    while at + FRAME_HEADER <= b.len() {
+        let len = u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+        let g = u32::from_le_bytes(b[at + 8..at + 12].try_into().unwrap());
+        if len < FRAME_HEADER || g != generation || at + len > b.len() {
+            break;
+        }
+        frames.push((at, len));
+        at += len;
+    }
+    (p, frames)
+}
+
+/// A store abandoned after `n` acknowledged puts (no closing checkpoint): its log holds them
+/// (one frame each, after the open's checkpoint).
+fn unclean_store(dir: &Path, n: u32) -> (PathBuf, Vec<Model>) {
+    let path = dir.join("s");
+    let s = BTreeStore::create(&path, &opts()).unwrap();
+    let mut states = vec![Model::new()];
+    for i in 0..n {
+        s.put(&key(i), &val(i)).unwrap();
+        let mut m = states.last().unwrap().clone();
+        m.insert(key(i), val(i));
+        states.push(m);
+    }
+    s.abandon();
+    (path, states)
+}
+
+fn contents(s: &BTreeStore) -> Model {
+    let mut m = Model::new();
+    s.range(Bound::Unbounded, Bound::Unbounded, false, |k, v| {
+        m.insert(k.to_vec(), v.to_vec());
+        true
+    })
+    .unwrap();
+    m
+}
+
+#[test]
+fn a_torn_log_tail_is_the_end_and_a_wrong_lsn_is_corrupt() {
+    let dir = scratch_dir();
+    let (path, states) = unclean_store(dir.path(), 40);
+    let (log, frames) = newest_log(&path);
+    assert_eq!(frames.len(), 40, "one frame per put");
+    let original = std::fs::read(&log).unwrap();
+    let snap = Snapshot::take(&path);
+    let restore = || snap.restore();
+    let (last_at, last_len) = *frames.last().unwrap();
+    // Torn tail: the last frame's second half never reached media.
+    let mut torn = original.clone();
+    torn[last_at + last_len / 2..last_at + last_len].fill(0);
+    std::fs::write(&log, &torn).unwrap();
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    assert_eq!(s.restart_report().frames, 39);
+    assert_eq!(contents(&s), states[39], "torn tail");
+    s.verify().unwrap();
+    s.abandon();
+    restore();
+    // A bad checksum in the last frame: the same.
+    poke(
+        &log,
+        (last_at + FRAME_HEADER + 3) as u64,
+        &[original[last_at + FRAME_HEADER + 3] ^ 1],
+    );
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    assert_eq!(contents(&s), states[39], "bad checksum in the last frame");
+    s.abandon();
+    restore();
+    // The whole log intact: every put.
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    assert_eq!(contents(&s), states[40]);
+    s.abandon();
+    restore();
+    // A frame with a valid checksum that claims another LSN: corruption, not the end.
+    for (i, delta) in [(0usize, 8u64), (17, 4096), (39, u64::MAX / 2)] {
+        let (at, len) = frames[i];
+        let mut b = original.clone();
+        let lsn = u64::from_le_bytes(b[at + 16..at + 24].try_into().unwrap());
+        b[at + 16..at + 24].copy_from_slice(&lsn.wrapping_add(delta).to_le_bytes());
+        let c = crc32c::crc32c(&b[at + 8..at + len]);
+        b[at + 4..at + 8].copy_from_slice(&c.to_le_bytes());
+        restore();
+        std::fs::write(&log, &b).unwrap();
+        match BTreeStore::open(&path, &opts()) {
+            Err(e @ Error::Corrupt { .. }) => {
+                assert!(e.to_string().contains("claims LSN"), "frame {i}: {e}");
+            }
+            other => panic!("frame {i} claiming LSN + {delta}: {other:?}"),
+        }
+        restore();
+    }
+    // The generation's header damaged: the log redo needs is missing.
+    poke(&log, 9, &[original[9] ^ 0xFF]);
+    match BTreeStore::open(&path, &opts()) {
+        Err(e @ Error::Corrupt { .. }) => assert!(e.to_string().contains("log"), "{e}"),
+        other => panic!("damaged log header: {other:?}"),
+    }
+    restore();
+    // And every byte of one frame's header flipped: the end of the log or corruption,
+    // never a panic or other data.
+    let (at, _) = frames[20];
+    for b in 0..FRAME_HEADER {
+        poke(&log, (at + b) as u64, &[original[at + b] ^ 0x22]);
+        match BTreeStore::open(&path, &opts()) {
+            Ok(s) => {
+                let got = contents(&s);
+                assert_eq!(
+                    got, states[20],
+                    "frame 20 header byte {b}: the log ends there"
+                );
+                s.abandon();
+            }
+            Err(e) => assert!(matches!(e, Error::Corrupt { .. }), "header byte {b}: {e:?}"),
+        }
+        restore();
+    }
+}
+
+// ----- a panic with the store open ---------------------------------------------------------
+
+const PANIC_ENV: &str = "TIERBASE_BTREE_PANIC_CHILD";
+
+/// A test that fails (panics) while a store is open must fail like any test — exit code 101
+/// with its message — not abort the whole test process from the store's drop, and everything
+/// acknowledged before must be there afterwards.
+#[test]
+fn a_panic_with_the_store_open_is_an_ordinary_failure() {
+    if let Ok(path) = std::env::var(PANIC_ENV) {
+        let s = BTreeStore::open(&path, &opts()).unwrap();
+        s.put(b"before", b"the panic").unwrap();
+        panic!("deliberate panic with the store open");
+    }
+    let dir = scratch_dir();
+    let path = dir.path().join("s");
+    BTreeStore::create(&path, &opts()).unwrap().close().unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "a_panic_with_the_store_open_is_an_ordinary_failure",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(PANIC_ENV, &path)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("deliberate panic"), "{text}");
+    assert_eq!(
+        out.status.code(),
+        Some(101),
+        "the child did not fail normally: {:?}",
+        out.status
+    );
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    assert_eq!(
+        s.get(b"before").unwrap().as_deref(),
+        Some(&b"the panic"[..])
+    );
+    s.verify().unwrap();
+}

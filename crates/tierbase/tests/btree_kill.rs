@@ -1,0 +1,617 @@
+//! Real `kill -9`s of a process writing to the B+-tree store, and a second open from another
+//! process.
+//!
+//! The kill loop: a child process (this test binary, re-executed) opens the store and runs
+//! four writer threads doing puts and deletes on one shared key space, and write batches (two
+//! or three ops) on keys only that thread writes, with values from 1 byte to
+//! `limits().max_value` (past `max_inline` they go to chains of overflow pages). Each thread
+//! prints `begin …` before and `ack …` after every write (`tierbase::testing::crash::TextState`
+//! lines; values are named by length and hash; a batch's ops are tracked under one pseudo
+//! thread each, and a `batch …` line naming its ops is printed in the same write as their
+//! `begin` lines). The parent kills the child with SIGKILL after a random number of
+//! acknowledgements, reads what the child printed up to its death, reopens the store and
+//! checks every key against the expected-state tracker — the last acknowledged write of each
+//! key (or one of several overlapping ones), or a write in flight at the kill, never a lost
+//! acknowledged write, a deleted key come back, a torn value or an unknown key — and that a
+//! batch in flight at the kill took effect for all of its keys or for none. `verify()` must
+//! pass, and the files must stay bounded over the rounds (pages or log space leaked across
+//! crashes would grow them). Then the next round reopens the same store.
+//!
+//! The store lives in `/dev/shm` when there is one (tmpfs: process-crash durability, at
+//! memory speed), else in the temp dir.
+//!
+//! The default test runs 30 rounds; the soak runs 300:
+//! `cargo test -p tierbase --release --test btree_kill -- --ignored --nocapture`
+//! (`TIERBASE_KILL_ROUNDS=n` and `TIERBASE_KILL_SEED=n` change rounds and seed of either;
+//! `TIERBASE_KILL_MAX_VALUE=n` caps the values, e.g. below `max_inline` to leave overflow pages
+//! out when triaging).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader};
+use std::ops::Bound;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tierbase::Error;
+use tierbase::btree::{BTreeOptions, BTreeStore};
+use tierbase::device::Durability;
+use tierbase::testing::crash::{LogLine, TextState, Write};
+
+/// Child mode of the kill loop: `seed|path`.
+const WRITER_ENV: &str = "TIERBASE_BTREE_KILL_CHILD";
+/// Child mode of the lock test: the store path.
+const HOLDER_ENV: &str = "TIERBASE_BTREE_HOLD_CHILD";
+/// Writer threads in the child.
+const WRITERS: u64 = 4;
+/// Shared keys.
+const KEYS: u64 = 48;
+/// Keys of each thread's batches.
+const BATCH_KEYS: u64 = 8;
+
+fn opts() -> BTreeOptions {
+    // 256 frames of 4 KiB: a 1 MiB pool, so values up to 256 KiB (a quarter of the pool).
+    BTreeOptions::default()
+        .page_size(4096)
+        .dram_bytes(256 * 4096)
+        .durability(Durability::Immediate)
+}
+
+fn store_dir() -> tempfile::TempDir {
+    if Path::new("/dev/shm").is_dir() {
+        tempfile::tempdir_in("/dev/shm").unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    }
+}
+
+/// splitmix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A value's name in the log: its length and FNV-1a hash.
+fn token(v: &[u8]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in v {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{}:{h:016x}", v.len())
+}
+
+/// 1 byte to `max_value`: tiny, small, around `max_inline`, and overflow chains.
+fn value(rng: &mut Rng, max_inline: usize, max_value: usize) -> Vec<u8> {
+    let max_value = std::env::var("TIERBASE_KILL_MAX_VALUE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(max_value);
+    let len = match rng.below(100) {
+        0..=29 => 1 + rng.below(64) as usize,
+        30..=64 => 65 + rng.below(max_inline as u64 - 64) as usize,
+        65..=89 => max_inline + 1 + rng.below(4 * max_inline as u64) as usize,
+        _ => max_value - rng.below(max_value as u64 / 2) as usize,
+    }
+    .min(max_value);
+    let mut fill = Rng(rng.next());
+    (0..len).map(|_| fill.next() as u8).collect()
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    let v = v.trim();
+    let parsed = match v.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => v.parse(),
+    };
+    Some(parsed.unwrap_or_else(|_| panic!("{name}={v:?}: expected a number")))
+}
+
+/// The tracker's pseudo thread of op `j` of a batch of thread `t`.
+fn batch_thread(t: u64, j: usize) -> u64 {
+    100 + t * 10 + j as u64
+}
+
+// ----- the child ---------------------------------------------------------------------------
+
+/// Child mode: open the store and write forever with `WRITERS` threads, logging every write.
+/// Any error or panic prints an `error` line (which fails the parent) and ends the process.
+fn writer_child(spec: &str) {
+    // A line of its own first: the test harness may have printed a prefix to stdout.
+    println!();
+    std::panic::set_hook(Box::new(|info| {
+        println!("error child panicked: {info}");
+        std::process::abort();
+    }));
+    let (seed, path) = spec.split_once('|').unwrap();
+    let seed: u64 = seed.parse().unwrap();
+    let store = BTreeStore::open(path, &opts()).unwrap_or_else(|e| {
+        println!("error open: {e}");
+        std::process::exit(3);
+    });
+    println!("child started");
+    std::thread::scope(|s| {
+        for t in 0..WRITERS {
+            let store = &store;
+            s.spawn(move || writer_thread(store, t, seed));
+        }
+    });
+}
+
+fn writer_thread(store: &BTreeStore, t: u64, seed: u64) {
+    let mut rng = Rng(seed ^ (t + 1).wrapping_mul(0xa076_1d64_78bd_642f));
+    let lim = store.limits();
+    loop {
+        let roll = rng.below(100);
+        if roll < 20 {
+            // A batch on this thread's own keys (distinct keys, so one op per key).
+            let n = 2 + rng.below(2) as usize;
+            let first = rng.below(BATCH_KEYS);
+            let ops: Vec<(String, Option<Vec<u8>>)> = (0..n as u64)
+                .map(|j| {
+                    let key = format!("b{t}-{}", (first + j) % BATCH_KEYS);
+                    let v = (rng.below(4) != 0)
+                        .then(|| value(&mut rng, lim.max_inline, lim.max_value / 4));
+                    (key, v)
+                })
+                .collect();
+            let mut text = format!("batch {t}");
+            let mut begins = String::new();
+            for (j, (k, v)) in ops.iter().enumerate() {
+                let tok = v.as_deref().map(token);
+                text.push_str(&format!(" {k}={}", tok.as_deref().unwrap_or("-")));
+                let w = match &tok {
+                    Some(tok) => Write::Put(tok.as_str()),
+                    None => Write::Delete,
+                };
+                begins.push('\n');
+                begins.push_str(&TextState::begin_line(batch_thread(t, j), k, &w));
+            }
+            // One write to the pipe: the batch's membership and its begin lines together.
+            println!("{text}{begins}");
+            let refs: Vec<(&[u8], Option<&[u8]>)> = ops
+                .iter()
+                .map(|(k, v)| (k.as_bytes(), v.as_deref()))
+                .collect();
+            if let Err(e) = store.write_batch(&refs) {
+                println!("error thread {t}: batch: {e}");
+                std::process::exit(3);
+            }
+            let acks: Vec<String> = (0..n)
+                .map(|j| TextState::ack_line(batch_thread(t, j), true))
+                .collect();
+            println!("{}", acks.join("\n"));
+            continue;
+        }
+        let key = format!("k{}", rng.below(KEYS));
+        let v = value(&mut rng, lim.max_inline, lim.max_value);
+        let tok = token(&v);
+        let write = if roll < 75 {
+            Write::Put(tok.as_str())
+        } else {
+            Write::Delete
+        };
+        println!("{}", TextState::begin_line(t, &key, &write));
+        let k = key.as_bytes();
+        let result = match write {
+            Write::Put(_) => store.put(k, &v).map(drop),
+            _ => store.delete(k).map(drop),
+        };
+        match result {
+            Ok(()) => println!("{}", TextState::ack_line(t, true)),
+            Err(e) => {
+                println!("error thread {t}: {e}");
+                std::process::exit(3);
+            }
+        }
+    }
+}
+
+/// Child mode of the lock test: open the store, write a key, say "ready", wait to be killed.
+fn holder_child(path: &str) {
+    println!();
+    let store = BTreeStore::open(path, &opts()).unwrap_or_else(|e| {
+        println!("error holder: {e}");
+        std::process::exit(3);
+    });
+    store.put(b"held", b"by the child").unwrap();
+    println!("ready");
+    loop {
+        // Nothing to do until the parent's SIGKILL.
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// A child process that is killed (SIGKILL) and reaped when dropped, so that a failing test
+/// leaves no writer or holder behind.
+struct ChildGuard(Child);
+
+impl ChildGuard {
+    /// SIGKILL now; returns how it ended.
+    fn kill(&mut self) -> std::process::ExitStatus {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Held (in this test process) while the parent has a store open, and while it spawns a
+/// child: a child forked while another test thread has a store open inherits its files — and
+/// the `flock` — until it execs, so the other test's child could find its store locked.
+static FORK_GUARD: Mutex<()> = Mutex::new(());
+
+fn fork_guard() -> MutexGuard<'static, ()> {
+    FORK_GUARD.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Re-executes this test binary as a child running `test` with `env = value`.
+fn spawn_child(test: &str, env: &str, value: &str) -> (ChildGuard, BufReader<ChildStdout>) {
+    let _fork = fork_guard();
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(exe)
+        .args([
+            test,
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "--include-ignored",
+        ])
+        .env(env, value)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    (ChildGuard(child), out)
+}
+
+/// The next complete line (without its newline); `None` at end of output. A last line cut
+/// short by the kill is dropped: it acknowledges nothing.
+fn next_line(out: &mut BufReader<ChildStdout>, line: &mut String) -> Option<()> {
+    line.clear();
+    let n = out.read_line(line).unwrap();
+    if n == 0 || !line.ends_with('\n') {
+        return None;
+    }
+    line.pop();
+    Some(())
+}
+
+// ----- the parent --------------------------------------------------------------------------
+
+/// What the parent knows of the batches: the acknowledged state of every batch key (only its
+/// thread writes it, so this is exact), and each thread's batch in flight.
+#[derive(Default)]
+struct Batches {
+    acked: BTreeMap<String, Option<String>>,
+    in_flight: HashMap<u64, Vec<(String, Option<String>)>>,
+}
+
+impl Batches {
+    fn line(&mut self, line: &str) {
+        let mut f = line.split_whitespace();
+        match f.next() {
+            Some("batch") => {
+                let t: u64 = f.next().and_then(|t| t.parse().ok()).expect("batch thread");
+                let ops = f
+                    .map(|op| {
+                        let (k, v) = op.split_once('=').expect("key=value");
+                        (k.to_string(), (v != "-").then(|| v.to_string()))
+                    })
+                    .collect();
+                assert!(
+                    self.in_flight.insert(t, ops).is_none(),
+                    "two batches of thread {t}"
+                );
+            }
+            Some("ack") => {
+                // The first op's ack: the batch returned (it is durable).
+                let id: u64 = f.next().and_then(|t| t.parse().ok()).expect("ack thread");
+                if id >= 100 && (id - 100).is_multiple_of(10) {
+                    let t = (id - 100) / 10;
+                    let ops = self
+                        .in_flight
+                        .remove(&t)
+                        .expect("ack of a batch never begun");
+                    for (k, v) in ops {
+                        self.acked.insert(k, v);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Every batch in flight at the kill took effect for all of its keys or for none (keys
+    /// whose op would not change their acknowledged state tell nothing and are skipped).
+    fn check(&self, actual: &BTreeMap<String, String>) -> Result<(), String> {
+        for (t, ops) in &self.in_flight {
+            let mut seen: Option<(bool, &str)> = None;
+            for (k, effect) in ops {
+                let before = self.acked.get(k).cloned().flatten();
+                if before == *effect {
+                    continue;
+                }
+                let applied = actual.get(k) == effect.as_ref();
+                match seen {
+                    None => seen = Some((applied, k)),
+                    Some((a, other)) if a != applied => {
+                        return Err(format!(
+                            "thread {t}'s batch {ops:?} in flight at the kill is half applied: \
+                             {other} {}, {k} {}",
+                            if a { "applied" } else { "not applied" },
+                            if applied { "applied" } else { "not applied" }
+                        ));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn settle(&mut self, actual: &BTreeMap<String, String>) {
+        self.in_flight.clear();
+        for (k, v) in self.acked.iter_mut() {
+            *v = actual.get(k).cloned();
+        }
+    }
+}
+
+/// Feeds one child line to the trackers; an `error` line fails the test.
+fn feed(state: &mut TextState, batches: &mut Batches, line: &str, ctx: &str) -> LogLine {
+    assert!(!line.starts_with("error"), "{ctx}: child failed: {line}");
+    batches.line(line);
+    state
+        .apply_line(line)
+        .unwrap_or_else(|e| panic!("{ctx}: {e}"))
+}
+
+/// Every key of the store, values named as in the log.
+fn dump(store: &BTreeStore) -> BTreeMap<String, String> {
+    let mut actual = BTreeMap::new();
+    store
+        .range(Bound::Unbounded, Bound::Unbounded, false, |k, v| {
+            let k = String::from_utf8(k.to_vec()).expect("keys are text");
+            assert!(actual.insert(k, token(v)).is_none(), "a key seen twice");
+            true
+        })
+        .unwrap();
+    assert_eq!(actual.len() as u64, store.len());
+    actual
+}
+
+fn file_len(dir: &Path, name: &str) -> u64 {
+    std::fs::metadata(dir.join(name)).unwrap().len()
+}
+
+/// `rounds` kill -9 rounds on one store (`test`: the name of the calling test, which the child
+/// re-runs).
+fn kill_loop(test: &str, rounds: u64, seed: u64) {
+    let rounds = env_u64("TIERBASE_KILL_ROUNDS").unwrap_or(rounds);
+    let seed = env_u64("TIERBASE_KILL_SEED").unwrap_or(seed);
+    let dir = store_dir();
+    let path = dir.path().join("killed");
+    {
+        let _fork = fork_guard();
+        BTreeStore::create(&path, &opts()).unwrap().close().unwrap();
+    }
+    let mut state = TextState::new();
+    let mut batches = Batches::default();
+    let mut rng = Rng(seed);
+    let (mut total_acks, mut in_flight_at_kill, mut replayed) = (0, 0, 0);
+    let (mut max_live, mut max_pages, mut max_log) = (0u64, 0u64, 0u64);
+    for round in 0..rounds {
+        let ctx = format!("round {round} (TIERBASE_KILL_SEED={seed:#x})");
+        let target = 1 + rng.below(400);
+        let child_seed = seed ^ round.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let (mut child, mut out) = spawn_child(
+            test,
+            WRITER_ENV,
+            &format!("{child_seed}|{}", path.display()),
+        );
+        let mut line = String::new();
+        let mut acks = 0;
+        while acks < target {
+            if next_line(&mut out, &mut line).is_none() {
+                panic!(
+                    "{ctx}: the child ended before it was killed ({:?})",
+                    child.0.wait()
+                );
+            }
+            if feed(&mut state, &mut batches, &line, &ctx) == LogLine::Ack {
+                acks += 1;
+            }
+        }
+        let status = child.kill(); // SIGKILL, in the middle of further writes
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{ctx}: {status:?}");
+        // What it printed before it died: writes begun and acknowledged after the target.
+        while next_line(&mut out, &mut line).is_some() {
+            if feed(&mut state, &mut batches, &line, &ctx) == LogLine::Ack {
+                acks += 1;
+            }
+        }
+        total_acks += acks;
+        in_flight_at_kill += state.in_flight();
+
+        let _fork = fork_guard();
+        let store =
+            BTreeStore::open(&path, &opts()).unwrap_or_else(|e| panic!("{ctx}: reopen: {e}"));
+        replayed += store.restart_report().frames;
+        store
+            .verify()
+            .unwrap_or_else(|e| panic!("{ctx}: verify after kill -9: {e}"));
+        let actual = dump(&store);
+        state
+            .check(&actual)
+            .unwrap_or_else(|e| panic!("{ctx}: after kill -9: {e}"));
+        batches
+            .check(&actual)
+            .unwrap_or_else(|e| panic!("{ctx}: after kill -9: {e}"));
+        for (k, tok) in &actual {
+            let v = store.get(k.as_bytes()).unwrap();
+            assert_eq!(
+                v.as_deref().map(token).as_ref(),
+                Some(tok),
+                "{ctx}: get {k}"
+            );
+        }
+        let live: u64 = actual
+            .iter()
+            .map(|(k, t)| k.len() as u64 + t.split(':').next().unwrap().parse::<u64>().unwrap())
+            .sum();
+        max_live = max_live.max(live);
+        store.close().unwrap();
+        let pages = file_len(&path, "pages.tb");
+        let log = file_len(&path, "wal-0.tb").max(file_len(&path, "wal-1.tb"));
+        max_pages = max_pages.max(pages);
+        max_log = max_log.max(log);
+        // Bounded: pages hold at most about three times the most live data seen (half-full
+        // leaves and overflow pages, free pages reused) plus the pool's worth and a growth
+        // step; a page leaked per crash exceeds it within the default rounds. The log holds
+        // one generation (the open's checkpoint starts a new one each round): a round writes
+        // at most a few MiB.
+        let page_bound = 3 * max_live + (8 << 20);
+        assert!(
+            pages <= page_bound,
+            "{ctx}: pages.tb is {pages} bytes, over {page_bound} (3 x {max_live} live bytes + \
+             8 MiB): pages leak across crashes"
+        );
+        assert!(
+            log <= 256 << 20,
+            "{ctx}: a log file is {log} bytes: log space leaks across crashes"
+        );
+        state.settle(actual.clone());
+        batches.settle(&actual);
+        if (round + 1) % 50 == 0 {
+            eprintln!(
+                "after {} rounds: pages.tb {pages} bytes, log {log} bytes, most live data \
+                 {max_live}",
+                round + 1
+            );
+        }
+    }
+    eprintln!(
+        "{rounds} kill -9 rounds: {total_acks} acknowledged writes, {in_flight_at_kill} in \
+         flight at the kills, {replayed} log frames replayed; largest pages.tb {max_pages} \
+         bytes, log file {max_log} bytes, most live data {max_live} bytes"
+    );
+    assert!(
+        replayed > 0,
+        "no restart replayed anything: the kills came too late"
+    );
+}
+
+#[test]
+fn acknowledged_writes_and_whole_batches_survive_kill_9() {
+    if let Ok(spec) = std::env::var(WRITER_ENV) {
+        writer_child(&spec);
+        return;
+    }
+    kill_loop(
+        "acknowledged_writes_and_whole_batches_survive_kill_9",
+        30,
+        0x6b69_6c6c,
+    );
+}
+
+/// Soak: 300 rounds.
+/// `cargo test -p tierbase --release --test btree_kill -- --ignored --nocapture`
+#[test]
+#[ignore = "soak: hundreds of kill -9 rounds (cargo test -p tierbase --release --test btree_kill -- --ignored)"]
+fn kill_9_soak() {
+    if let Ok(spec) = std::env::var(WRITER_ENV) {
+        writer_child(&spec);
+        return;
+    }
+    kill_loop("kill_9_soak", 300, 0x736f_616b);
+}
+
+#[test]
+fn second_open_from_another_process_fails_naming_the_holder() {
+    if let Ok(path) = std::env::var(HOLDER_ENV) {
+        holder_child(&path);
+        return;
+    }
+    let dir = store_dir();
+    let path = dir.path().join("held");
+    {
+        let _fork = fork_guard();
+        BTreeStore::create(&path, &opts()).unwrap().close().unwrap();
+    }
+    let (mut child, mut out) = spawn_child(
+        "second_open_from_another_process_fails_naming_the_holder",
+        HOLDER_ENV,
+        &path.display().to_string(),
+    );
+    let mut line = String::new();
+    loop {
+        assert!(
+            next_line(&mut out, &mut line).is_some(),
+            "the child ended before it held the store ({:?})",
+            child.0.wait()
+        );
+        assert!(!line.starts_with("error"), "child failed: {line}");
+        if line == "ready" {
+            break;
+        }
+    }
+    let err = {
+        let _fork = fork_guard();
+        match BTreeStore::open(&path, &opts()) {
+            Ok(_) => panic!("a second open of a store another process holds succeeded"),
+            Err(e) => e,
+        }
+    };
+    let pid = child.0.id();
+    match &err {
+        Error::Locked { path: p, holder } => {
+            assert_eq!(p, &path.join("pages.tb"));
+            assert!(
+                holder.contains(&format!("process {pid}")),
+                "holder {holder:?} does not name the child (pid {pid})"
+            );
+        }
+        other => panic!("expected Error::Locked, got {other:?}"),
+    }
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&path.display().to_string())
+            && msg.contains(&format!("process {pid}"))
+            && msg.contains("lock")
+            && !msg.contains('\n'),
+        "not one clear line: {msg:?}"
+    );
+    // The failed open changed nothing: the holder dies, its lock goes with it, and the store
+    // opens with the holder's write.
+    let status = child.kill();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    let _fork = fork_guard();
+    let store = BTreeStore::open(&path, &opts()).unwrap();
+    assert_eq!(
+        store.get(b"held").unwrap().as_deref(),
+        Some(&b"by the child"[..])
+    );
+    store.verify().unwrap();
+    store.close().unwrap();
+}
