@@ -16,7 +16,9 @@ type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 fn opts() -> BTreeOptions {
     BTreeOptions::default()
         .page_size(4096)
-        .dram_bytes(16 * 4096)
+        // 64 frames: three-key batches fit (a batch may take half the pool), and the overflow
+        // values (a few hundred pages) keep evictions going throughout.
+        .dram_bytes(64 * 4096)
         .durability(Durability::Immediate)
 }
 

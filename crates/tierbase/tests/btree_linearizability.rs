@@ -537,7 +537,7 @@ fn hot_keys_are_linearizable() {
 #[test]
 fn small_pool_evicts_constantly() {
     let v = Variant {
-        frames: 16,
+        frames: 64, // two-key batches of a 3-level tree must fit half the pool
         filler_percent: 20,
         large_values: true,
         checkpointer: true,

@@ -503,6 +503,17 @@ pub fn check(page: &[u8], pid: Option<u64>) -> std::result::Result<(), String> {
     {
         return Err(format!("page {pid} holds page id {}", v.pid()));
     }
+    let level_ok = match kind {
+        Kind::Inner => (1..=48).contains(&v.level()),
+        _ => v.level() == 0,
+    };
+    if !level_ok {
+        return Err(format!(
+            "page {}: level {} for a {kind:?} page",
+            v.pid(),
+            v.level()
+        ));
+    }
     if kind == Kind::Overflow {
         return if u32_at(page, 24) <= len - HEADER && v.count() == 0 {
             Ok(())

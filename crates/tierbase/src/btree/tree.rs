@@ -155,6 +155,18 @@ struct LeafAt<'a> {
     high: Option<Vec<u8>>,
 }
 
+/// Freezes the pool's write-back if a change panics half-way (the writer mutex does not
+/// poison, so without this a later batch could commit pages holding part of this one).
+struct FreezeOnUnwind<'a>(&'a BufferPool);
+
+impl Drop for FreezeOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.freeze();
+        }
+    }
+}
+
 fn corrupt(detail: impl Into<String>) -> Error {
     Error::corrupt(None, detail)
 }
@@ -252,7 +264,7 @@ impl Tree {
             let child = n.child_at(at);
             let next = self.pool.fix_shared(child)?;
             let cl = Node(next.bytes()).level();
-            if cl + 1 != level {
+            if u16::from(cl) + 1 != u16::from(level) {
                 return Err(corrupt(format!(
                     "page {child} (level {cl}) is a child of page {} (level {level})",
                     page.pid()
@@ -281,7 +293,7 @@ impl Tree {
             let level = n.level();
             let child = n.child_at(n.route(key));
             let next = self.pool.fix_shared(child)?;
-            if Node(next.bytes()).level() + 1 != level {
+            if u16::from(Node(next.bytes()).level()) + 1 != u16::from(level) {
                 return Err(corrupt(format!(
                     "page {child} is a child of page {} at the wrong level",
                     page.pid()
@@ -520,6 +532,7 @@ impl Tree {
         self.check_batch_fits(ops)?;
         let mut w = self.writer.lock();
         self.begin(&mut w)?;
+        let guard = FreezeOnUnwind(&self.pool);
         let mut existed = Vec::with_capacity(ops.len());
         for (k, v) in ops {
             let r = match v {
@@ -532,6 +545,7 @@ impl Tree {
             }
         }
         let end = self.commit(&mut w)?;
+        drop(guard);
         Ok((existed, end))
     }
 
@@ -554,6 +568,19 @@ impl Tree {
                 2 * height + 2 + chain
             })
             .sum();
+        let logged: usize = pages * self.pool.page_size()
+            + ops
+                .iter()
+                .map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len))
+                .sum::<usize>();
+        if logged > crate::wal::MAX_FRAME / 2 {
+            return Err(Error::InvalidArgument(format!(
+                "write batch of {} ops may log {logged} bytes, more than one log frame holds \
+                 ({} bytes): split the batch",
+                ops.len(),
+                crate::wal::MAX_FRAME / 2
+            )));
+        }
         let room = self.pool.frames() / 2;
         if pages > room {
             return Err(Error::InvalidArgument(format!(
@@ -575,6 +602,7 @@ impl Tree {
         self.check_entry(key, None)?;
         let mut w = self.writer.lock();
         self.begin(&mut w)?;
+        let guard = FreezeOnUnwind(&self.pool);
         let current = self.get(key)?;
         let change = decide(current.as_deref());
         let r = match change {
@@ -588,10 +616,15 @@ impl Tree {
         if let Err(e) = r {
             return Err(self.fail(&mut w, e));
         }
-        self.commit(&mut w)
+        let end = self.commit(&mut w);
+        drop(guard);
+        end
     }
 
     fn begin(&self, w: &mut Writer) -> Result<()> {
+        if w.failed.is_none() && self.pool.frozen() {
+            w.failed = Some("a change failed half-way (panic)".into());
+        }
         if let Some(reason) = &w.failed {
             return Err(Error::ReadOnly {
                 path: None,
@@ -624,6 +657,9 @@ impl Tree {
         if w.failed.is_none() {
             w.failed = Some(e.to_string());
         }
+        // Pages may hold part of the change without a log record for it: none of them may
+        // reach media now (the store is read-only; restart redoes from the log).
+        self.pool.freeze();
         e
     }
 
@@ -685,7 +721,7 @@ impl Tree {
                 Some(Kind::Inner) if path.len() < MAX_DEPTH => {
                     let child = n.child_at(n.route(key));
                     let next = self.pool.fix_shared(child)?;
-                    if Node(next.bytes()).level() + 1 != n.level() {
+                    if u16::from(Node(next.bytes()).level()) + 1 != u16::from(n.level()) {
                         return Err(corrupt(format!(
                             "page {child}: wrong level under its parent"
                         )));
@@ -944,7 +980,11 @@ impl Tree {
         if let Some(r) = old {
             self.free_chain(w, &r)?;
         }
-        w.meta.count -= 1;
+        w.meta.count = w
+            .meta
+            .count
+            .checked_sub(1)
+            .ok_or_else(|| corrupt("the meta page counts no keys, the tree holds one"))?;
         if underfull && path.len() > 1 {
             self.merge_path(w, &path, key)?;
         } else {

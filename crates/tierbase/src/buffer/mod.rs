@@ -376,7 +376,16 @@ impl BufferPool {
         guard.torn = false;
         let v = frame.dirty_version.load(Ordering::Acquire);
         frame.clean_version.store(v, Ordering::Release);
-        let offset = pid * self.page_size as u64;
+        let Some(offset) = pid.checked_mul(self.page_size as u64) else {
+            self.shard(pid).lock().remove(&pid);
+            guard.pid = NO_PAGE;
+            drop(guard);
+            self.free.lock().push(i);
+            return Err(Error::corrupt(
+                None,
+                format!("page id {pid} is beyond any page file"),
+            ));
+        };
         let read = if fresh || offset + self.page_size as u64 > self.device.len() {
             guard.buf.fill(0);
             Ok(())
@@ -440,8 +449,11 @@ impl BufferPool {
         let n = self.frames.len();
         let mut write_error = None;
         for sweep in 0..VICTIM_SWEEPS {
-            if sweep > 0 {
+            if sweep > 0 && sweep < 16 {
                 std::thread::yield_now();
+            } else if sweep >= 16 {
+                // Frames may be busy with a checkpoint's write for a while (a disk write).
+                std::thread::sleep(std::time::Duration::from_millis(1));
             }
             if let Some(found) = self.sweep(n, &mut write_error)? {
                 return Ok(found);
@@ -532,7 +544,9 @@ impl BufferPool {
     }
 
     fn write_page(&self, pid: u64, buf: &AlignedBuf) -> Result<()> {
-        let offset = pid * self.page_size as u64;
+        let offset = pid.checked_mul(self.page_size as u64).ok_or_else(|| {
+            Error::corrupt(None, format!("page id {pid} is beyond any page file"))
+        })?;
         self.ensure_len(offset + self.page_size as u64)?;
         self.device.write_at(offset, buf)?;
         self.counters.page_writes.incr();
@@ -548,9 +562,18 @@ impl BufferPool {
             .collect();
         let mut written = 0;
         let mut round = 0u32;
+        // Leave most frames evictable while a batch of copies is being written.
+        let batch = FLUSH_BATCH.min(self.frames.len() / 4).max(1);
         while !pending.is_empty() {
+            if self.frozen() {
+                return Err(Error::ReadOnly {
+                    path: None,
+                    reason: "an earlier change or page write failed; pages are no longer written"
+                        .into(),
+                });
+            }
             let mut retry = Vec::new();
-            for chunk in pending.chunks(FLUSH_BATCH) {
+            for chunk in pending.chunks(batch) {
                 let mut copies: Vec<(usize, u64, u64, AlignedBuf)> = Vec::new();
                 let mut max_lsn = 0;
                 for &i in chunk {
@@ -621,6 +644,18 @@ impl BufferPool {
         self.device.submit(&mut ios)?;
         self.counters.page_writes.add(copies.len() as u64);
         Ok(())
+    }
+
+    /// Stops all write-back of dirty pages for good (an error or panic left pages holding
+    /// changes the log does not have): victims are chosen among clean frames only, and
+    /// checkpoints fail. Reads go on.
+    pub fn freeze(&self) {
+        self.write_failed.store(true, Ordering::Release);
+    }
+
+    /// Whether [`BufferPool::freeze`] was called (or a write-back failed).
+    pub fn frozen(&self) -> bool {
+        self.write_failed.load(Ordering::Acquire)
     }
 
     /// Number of dirty frames right now.
