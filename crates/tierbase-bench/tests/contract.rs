@@ -36,10 +36,14 @@ fn every_built_store_passes_the_contract() {
 
 #[test]
 fn unknown_store_lists_the_known_ones() {
-    let e = open_store("lmdb", &StoreOptions::new(".")).err().unwrap();
+    let e = open_store("leveldb", &StoreOptions::new("."))
+        .err()
+        .unwrap();
     let msg = e.to_string();
     assert!(
-        msg.starts_with("unknown store 'lmdb' (known: kv, kv-var, memory, memory-btree, rocksdb"),
+        msg.starts_with(
+            "unknown store 'leveldb' (known: kv, kv-var, btree, memory, memory-btree, rocksdb"
+        ),
         "{msg}"
     );
 }
