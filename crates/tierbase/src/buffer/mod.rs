@@ -359,6 +359,10 @@ impl BufferPool {
 
     /// Brings `pid` into a frame; `None` if another thread mapped it first (retry).
     fn load(&self, pid: u64, verify: Verify, fresh: bool) -> Result<Option<PageWrite<'_>>> {
+        // A damaged id (from a corrupt parent or chain) is refused before a frame is taken.
+        let offset = pid.checked_mul(self.page_size as u64).ok_or_else(|| {
+            Error::corrupt(None, format!("page id {pid} is beyond any page file"))
+        })?;
         let (i, mut guard) = self.victim()?;
         let frame = &self.frames[i as usize];
         {
@@ -376,16 +380,6 @@ impl BufferPool {
         guard.torn = false;
         let v = frame.dirty_version.load(Ordering::Acquire);
         frame.clean_version.store(v, Ordering::Release);
-        let Some(offset) = pid.checked_mul(self.page_size as u64) else {
-            self.shard(pid).lock().remove(&pid);
-            guard.pid = NO_PAGE;
-            drop(guard);
-            self.free.lock().push(i);
-            return Err(Error::corrupt(
-                None,
-                format!("page id {pid} is beyond any page file"),
-            ));
-        };
         let read = if fresh || offset + self.page_size as u64 > self.device.len() {
             guard.buf.fill(0);
             Ok(())
