@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use tierbase::Error;
 use tierbase::device::{AlignedBuf, BlockCrashConfig, BlockDevice, BlockOptions, SECTOR, SimPower};
-use tierbase::testing::crash::{BlockFaultInjection, BlockPowerLoss, FaultLog, REPLAY_ENV};
+use tierbase::testing::crash::{
+    BlockFaultInjection, BlockPowerLoss, FaultLog, REPLAY_ENV, Schedule,
+};
 
 const BS: u64 = 4096;
 

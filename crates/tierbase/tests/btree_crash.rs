@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tierbase::btree::{BTreeDevices, BTreeOptions, BTreeStore};
 use tierbase::device::{BlockCrashConfig, Durability, SimPower};
-use tierbase::testing::crash::BlockPowerLoss;
+use tierbase::testing::crash::{BlockPowerLoss, Schedule};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 

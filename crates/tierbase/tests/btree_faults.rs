@@ -26,7 +26,7 @@ use tierbase::Error;
 use tierbase::btree::{BTreeDevices, BTreeOptions, BTreeStore};
 use tierbase::device::{BlockCrashConfig, Durability, SimPower};
 use tierbase::store::{Change, Store};
-use tierbase::testing::crash::{BlockFaultInjection, FaultLog};
+use tierbase::testing::crash::{BlockFaultInjection, FaultLog, Schedule};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 

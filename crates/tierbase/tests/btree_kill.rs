@@ -27,18 +27,14 @@
 //! out when triaging).
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader};
 use std::ops::Bound;
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use tierbase::Error;
 use tierbase::btree::{BTreeOptions, BTreeStore};
 use tierbase::device::Durability;
 use tierbase::testing::crash::{LogLine, TextState, Write};
+use tierbase::testing::kill::{self, KillChild, TestRng, env_u64, fork_guard, value_token};
 
 /// Child mode of the kill loop: `seed|path`.
 const WRITER_ENV: &str = "TIERBASE_BTREE_KILL_CHILD";
@@ -67,35 +63,8 @@ fn store_dir() -> tempfile::TempDir {
     }
 }
 
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// A value's name in the log: its length and FNV-1a hash.
-fn token(v: &[u8]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in v {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{}:{h:016x}", v.len())
-}
-
 /// 1 byte to `max_value`: tiny, small, around `max_inline`, and overflow chains.
-fn value(rng: &mut Rng, max_inline: usize, max_value: usize) -> Vec<u8> {
+fn value(rng: &mut TestRng, max_inline: usize, max_value: usize) -> Vec<u8> {
     let max_value = std::env::var("TIERBASE_KILL_MAX_VALUE")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -107,18 +76,8 @@ fn value(rng: &mut Rng, max_inline: usize, max_value: usize) -> Vec<u8> {
         _ => max_value - rng.below(max_value as u64 / 2) as usize,
     }
     .min(max_value);
-    let mut fill = Rng(rng.next());
-    (0..len).map(|_| fill.next() as u8).collect()
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    let v = v.trim();
-    let parsed = match v.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => v.parse(),
-    };
-    Some(parsed.unwrap_or_else(|_| panic!("{name}={v:?}: expected a number")))
+    let mut fill = TestRng(rng.next_u64());
+    (0..len).map(|_| fill.next_u64() as u8).collect()
 }
 
 /// The tracker's pseudo thread of op `j` of a batch of thread `t`.
@@ -131,12 +90,7 @@ fn batch_thread(t: u64, j: usize) -> u64 {
 /// Child mode: open the store and write forever with `WRITERS` threads, logging every write.
 /// Any error or panic prints an `error` line (which fails the parent) and ends the process.
 fn writer_child(spec: &str) {
-    // A line of its own first: the test harness may have printed a prefix to stdout.
-    println!();
-    std::panic::set_hook(Box::new(|info| {
-        println!("error child panicked: {info}");
-        std::process::abort();
-    }));
+    kill::child_setup();
     let (seed, path) = spec.split_once('|').unwrap();
     let seed: u64 = seed.parse().unwrap();
     let store = BTreeStore::open(path, &opts()).unwrap_or_else(|e| {
@@ -153,7 +107,7 @@ fn writer_child(spec: &str) {
 }
 
 fn writer_thread(store: &BTreeStore, t: u64, seed: u64) {
-    let mut rng = Rng(seed ^ (t + 1).wrapping_mul(0xa076_1d64_78bd_642f));
+    let mut rng = TestRng(seed ^ (t + 1).wrapping_mul(0xa076_1d64_78bd_642f));
     let lim = store.limits();
     loop {
         let roll = rng.below(100);
@@ -172,7 +126,7 @@ fn writer_thread(store: &BTreeStore, t: u64, seed: u64) {
             let mut text = format!("batch {t}");
             let mut begins = String::new();
             for (j, (k, v)) in ops.iter().enumerate() {
-                let tok = v.as_deref().map(token);
+                let tok = v.as_deref().map(value_token);
                 text.push_str(&format!(" {k}={}", tok.as_deref().unwrap_or("-")));
                 let w = match &tok {
                     Some(tok) => Write::Put(tok.as_str()),
@@ -199,7 +153,7 @@ fn writer_thread(store: &BTreeStore, t: u64, seed: u64) {
         }
         let key = format!("k{}", rng.below(KEYS));
         let v = value(&mut rng, lim.max_inline, lim.max_value);
-        let tok = token(&v);
+        let tok = value_token(&v);
         let write = if roll < 75 {
             Write::Put(tok.as_str())
         } else {
@@ -223,78 +177,14 @@ fn writer_thread(store: &BTreeStore, t: u64, seed: u64) {
 
 /// Child mode of the lock test: open the store, write a key, say "ready", wait to be killed.
 fn holder_child(path: &str) {
-    println!();
+    kill::child_setup();
     let store = BTreeStore::open(path, &opts()).unwrap_or_else(|e| {
         println!("error holder: {e}");
         std::process::exit(3);
     });
     store.put(b"held", b"by the child").unwrap();
     println!("ready");
-    loop {
-        // Nothing to do until the parent's SIGKILL.
-        std::thread::sleep(Duration::from_secs(3600));
-    }
-}
-
-/// A child process that is killed (SIGKILL) and reaped when dropped, so that a failing test
-/// leaves no writer or holder behind.
-struct ChildGuard(Child);
-
-impl ChildGuard {
-    /// SIGKILL now; returns how it ended.
-    fn kill(&mut self) -> std::process::ExitStatus {
-        self.0.kill().unwrap();
-        self.0.wait().unwrap()
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Held (in this test process) while the parent has a store open, and while it spawns a
-/// child: a child forked while another test thread has a store open inherits its files — and
-/// the `flock` — until it execs, so the other test's child could find its store locked.
-static FORK_GUARD: Mutex<()> = Mutex::new(());
-
-fn fork_guard() -> MutexGuard<'static, ()> {
-    FORK_GUARD.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Re-executes this test binary as a child running `test` with `env = value`.
-fn spawn_child(test: &str, env: &str, value: &str) -> (ChildGuard, BufReader<ChildStdout>) {
-    let _fork = fork_guard();
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new(exe)
-        .args([
-            test,
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "--include-ignored",
-        ])
-        .env(env, value)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let out = BufReader::new(child.stdout.take().unwrap());
-    (ChildGuard(child), out)
-}
-
-/// The next complete line (without its newline); `None` at end of output. A last line cut
-/// short by the kill is dropped: it acknowledges nothing.
-fn next_line(out: &mut BufReader<ChildStdout>, line: &mut String) -> Option<()> {
-    line.clear();
-    let n = out.read_line(line).unwrap();
-    if n == 0 || !line.ends_with('\n') {
-        return None;
-    }
-    line.pop();
-    Some(())
+    kill::wait_for_kill()
 }
 
 // ----- the parent --------------------------------------------------------------------------
@@ -378,22 +268,16 @@ impl Batches {
     }
 }
 
-/// Feeds one child line to the trackers; an `error` line fails the test.
-fn feed(state: &mut TextState, batches: &mut Batches, line: &str, ctx: &str) -> LogLine {
-    assert!(!line.starts_with("error"), "{ctx}: child failed: {line}");
-    batches.line(line);
-    state
-        .apply_line(line)
-        .unwrap_or_else(|e| panic!("{ctx}: {e}"))
-}
-
 /// Every key of the store, values named as in the log.
 fn dump(store: &BTreeStore) -> BTreeMap<String, String> {
     let mut actual = BTreeMap::new();
     store
         .range(Bound::Unbounded, Bound::Unbounded, false, |k, v| {
             let k = String::from_utf8(k.to_vec()).expect("keys are text");
-            assert!(actual.insert(k, token(v)).is_none(), "a key seen twice");
+            assert!(
+                actual.insert(k, value_token(v)).is_none(),
+                "a key seen twice"
+            );
             true
         })
         .unwrap();
@@ -418,40 +302,24 @@ fn kill_loop(test: &str, rounds: u64, seed: u64) {
     }
     let mut state = TextState::new();
     let mut batches = Batches::default();
-    let mut rng = Rng(seed);
+    let mut rng = TestRng(seed);
     let (mut total_acks, mut in_flight_at_kill, mut replayed) = (0, 0, 0);
     let (mut max_live, mut max_pages, mut max_log) = (0u64, 0u64, 0u64);
     for round in 0..rounds {
         let ctx = format!("round {round} (TIERBASE_KILL_SEED={seed:#x})");
         let target = 1 + rng.below(400);
         let child_seed = seed ^ round.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let (mut child, mut out) = spawn_child(
+        let mut child = KillChild::spawn_self(
             test,
             WRITER_ENV,
             &format!("{child_seed}|{}", path.display()),
         );
-        let mut line = String::new();
-        let mut acks = 0;
-        while acks < target {
-            if next_line(&mut out, &mut line).is_none() {
-                panic!(
-                    "{ctx}: the child ended before it was killed ({:?})",
-                    child.0.wait()
-                );
-            }
-            if feed(&mut state, &mut batches, &line, &ctx) == LogLine::Ack {
-                acks += 1;
-            }
-        }
-        let status = child.kill(); // SIGKILL, in the middle of further writes
-        assert_eq!(status.signal(), Some(libc::SIGKILL), "{ctx}: {status:?}");
-        // What it printed before it died: writes begun and acknowledged after the target.
-        while next_line(&mut out, &mut line).is_some() {
-            if feed(&mut state, &mut batches, &line, &ctx) == LogLine::Ack {
-                acks += 1;
-            }
-        }
-        total_acks += acks;
+        total_acks += child.kill_after(target, &ctx, |line| {
+            // `feed` first: it fails the test on an `error` line.
+            let ack = kill::feed(&mut state, line, &ctx) == LogLine::Ack;
+            batches.line(line);
+            ack
+        });
         in_flight_at_kill += state.in_flight();
 
         let _fork = fork_guard();
@@ -471,7 +339,7 @@ fn kill_loop(test: &str, rounds: u64, seed: u64) {
         for (k, tok) in &actual {
             let v = store.get(k.as_bytes()).unwrap();
             assert_eq!(
-                v.as_deref().map(token).as_ref(),
+                v.as_deref().map(value_token).as_ref(),
                 Some(tok),
                 "{ctx}: get {k}"
             );
@@ -559,23 +427,12 @@ fn second_open_from_another_process_fails_naming_the_holder() {
         let _fork = fork_guard();
         BTreeStore::create(&path, &opts()).unwrap().close().unwrap();
     }
-    let (mut child, mut out) = spawn_child(
+    let mut child = KillChild::spawn_self(
         "second_open_from_another_process_fails_naming_the_holder",
         HOLDER_ENV,
         &path.display().to_string(),
     );
-    let mut line = String::new();
-    loop {
-        assert!(
-            next_line(&mut out, &mut line).is_some(),
-            "the child ended before it held the store ({:?})",
-            child.0.wait()
-        );
-        assert!(!line.starts_with("error"), "child failed: {line}");
-        if line == "ready" {
-            break;
-        }
-    }
+    child.wait_for("ready");
     let err = {
         let _fork = fork_guard();
         match BTreeStore::open(&path, &opts()) {
@@ -583,7 +440,7 @@ fn second_open_from_another_process_fails_naming_the_holder() {
             Err(e) => e,
         }
     };
-    let pid = child.0.id();
+    let pid = child.id();
     match &err {
         Error::Locked { path: p, holder } => {
             assert_eq!(p, &path.join("pages.tb"));
@@ -604,8 +461,7 @@ fn second_open_from_another_process_fails_naming_the_holder() {
     );
     // The failed open changed nothing: the holder dies, its lock goes with it, and the store
     // opens with the holder's write.
-    let status = child.kill();
-    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    child.kill();
     let _fork = fork_guard();
     let store = BTreeStore::open(&path, &opts()).unwrap();
     assert_eq!(

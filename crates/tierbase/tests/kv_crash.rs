@@ -7,7 +7,7 @@
 
 use tierbase::device::PmemRegion;
 use tierbase::kv::{KvOptions, KvStore, RecordLayout};
-use tierbase::testing::crash::{Crashed, PowerLoss, ScriptEnd};
+use tierbase::testing::crash::{Crashed, PowerLoss, Schedule, ScriptEnd};
 
 mod kv_common;
 use kv_common::{Model, Step, apply, crash_opts};

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use tierbase::device::{PmemRegion, RegionOptions};
 use tierbase::kv::{KvOptions, KvStore, ReclaimOptions, RecordLayout};
-use tierbase::testing::crash::{Crashed, ExpectedState, PowerLoss, ScriptEnd, Write};
+use tierbase::testing::crash::{Crashed, ExpectedState, PowerLoss, Schedule, ScriptEnd, Write};
 
 /// A value as the tracker sees it: length and FNV-1a hash of the bytes (a torn or mixed value
 /// has a different hash; short to print).

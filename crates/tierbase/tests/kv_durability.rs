@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tierbase::device::{Durability, DurabilityMode, PmemRegion};
 use tierbase::kv::{KvOptions, KvStore, RecordLayout};
-use tierbase::testing::crash::{Crashed, PowerLoss, ScriptEnd};
+use tierbase::testing::crash::{Crashed, PowerLoss, Schedule, ScriptEnd};
 
 mod kv_common;
 use kv_common::crash_opts;

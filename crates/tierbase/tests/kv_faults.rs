@@ -17,7 +17,7 @@
 use tierbase::Error;
 use tierbase::device::PmemRegion;
 use tierbase::kv::{KvOptions, KvStore, RecordLayout};
-use tierbase::testing::crash::{FaultInjection, FaultLog, Faulted, Media};
+use tierbase::testing::crash::{FaultInjection, FaultLog, Faulted, Media, Schedule};
 
 mod kv_common;
 use kv_common::{Model, Step, apply, crash_opts};

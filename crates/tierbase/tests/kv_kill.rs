@@ -21,17 +21,14 @@
 //! (`TIERBASE_KILL_ROUNDS=n` and `TIERBASE_KILL_SEED=n` change rounds and seed of either).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tierbase::Error;
 use tierbase::device::{Durability, FsKind};
 use tierbase::kv::{KvOptions, KvStore, ReclaimOptions, RecordLayout};
 use tierbase::testing::crash::{LogLine, TextState, Write};
+use tierbase::testing::kill::{self, KillChild, TestRng, env_u64, fork_guard, value_token};
 
 /// Child mode of the kill loop: `seed|path`.
 const WRITER_ENV: &str = "TIERBASE_KV_KILL_CHILD";
@@ -68,53 +65,16 @@ fn store_dir(durability: Durability) -> tempfile::TempDir {
     }
 }
 
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// A value's name in the log: its length and FNV-1a hash.
-fn token(v: &[u8]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in v {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{}:{h:016x}", v.len())
-}
-
 /// 1 B to 80 KiB: tiny, small, multi-page inline, and large records (over 64 KiB).
-fn value(rng: &mut Rng) -> Vec<u8> {
+fn value(rng: &mut TestRng) -> Vec<u8> {
     let len = match rng.below(100) {
         0..=29 => 1 + rng.below(64),
         30..=64 => 65 + rng.below(2_000),
         65..=87 => 2_048 + rng.below(22 << 10),
         _ => (64 << 10) + 1 + rng.below(MAX_VALUE - (64 << 10)),
     };
-    let mut fill = Rng(rng.next());
-    (0..len).map(|_| fill.next() as u8).collect()
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    let v = v.trim();
-    let parsed = match v.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => v.parse(),
-    };
-    Some(parsed.unwrap_or_else(|_| panic!("{name}={v:?}: expected a number")))
+    let mut fill = TestRng(rng.next_u64());
+    (0..len).map(|_| fill.next_u64() as u8).collect()
 }
 
 // ----- the child ---------------------------------------------------------------------------
@@ -122,12 +82,7 @@ fn env_u64(name: &str) -> Option<u64> {
 /// Child mode: open the store and write forever with `WRITERS` threads, logging every write.
 /// Any error or panic prints an `error` line (which fails the parent) and ends the process.
 fn writer_child(spec: &str) {
-    // A line of its own first: the test harness may have printed a prefix to stdout.
-    println!();
-    std::panic::set_hook(Box::new(|info| {
-        println!("error child panicked: {info}");
-        std::process::abort();
-    }));
+    kill::child_setup();
     let mut parts = spec.splitn(3, '|');
     let seed: u64 = parts.next().unwrap().parse().unwrap();
     let durability = Durability::parse(parts.next().unwrap()).unwrap();
@@ -143,13 +98,13 @@ fn writer_child(spec: &str) {
 }
 
 fn writer_thread(store: &KvStore, t: u64, seed: u64) {
-    let mut rng = Rng(seed ^ (t + 1).wrapping_mul(0xa076_1d64_78bd_642f));
+    let mut rng = TestRng(seed ^ (t + 1).wrapping_mul(0xa076_1d64_78bd_642f));
     let mut c = store.client();
     loop {
         let key = format!("k{}", rng.below(KEYS));
         let roll = rng.below(100);
         let v = value(&mut rng);
-        let tok = token(&v);
+        let tok = value_token(&v);
         let write = match roll {
             0..=54 => Write::Put(tok.as_str()),
             55..=74 => Write::Update(tok.as_str()),
@@ -174,86 +129,14 @@ fn writer_thread(store: &KvStore, t: u64, seed: u64) {
 
 /// Child mode of the lock test: open the store, write a key, say "ready", wait to be killed.
 fn holder_child(path: &str) {
-    println!();
+    kill::child_setup();
     let store = KvStore::open(path, &opts(Durability::Immediate)).unwrap_or_else(|e| {
         println!("error holder: {e}");
         std::process::exit(3);
     });
     store.put(b"held", b"by the child").unwrap();
     println!("ready");
-    loop {
-        // Nothing to do until the parent's SIGKILL.
-        std::thread::sleep(Duration::from_secs(3600));
-    }
-}
-
-/// A child process that is killed (SIGKILL) and reaped when dropped, so that a failing test
-/// leaves no writer or holder behind.
-struct ChildGuard(Child);
-
-impl ChildGuard {
-    /// SIGKILL now; returns how it ended.
-    fn kill(&mut self) -> std::process::ExitStatus {
-        self.0.kill().unwrap();
-        self.0.wait().unwrap()
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Held (in this test process) while the parent has a store file open, and while it spawns a
-/// child: a child forked while another test thread has a store open inherits that file — and
-/// its `flock` — until it execs, so the other test's child could find its store locked.
-static FORK_GUARD: Mutex<()> = Mutex::new(());
-
-fn fork_guard() -> MutexGuard<'static, ()> {
-    FORK_GUARD.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Re-executes this test binary as a child running `test` with `env = value`.
-fn spawn_child(test: &str, env: &str, value: &str) -> (ChildGuard, BufReader<ChildStdout>) {
-    let _fork = fork_guard();
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new(exe)
-        .args([
-            test,
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "--include-ignored",
-        ])
-        .env(env, value)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let out = BufReader::new(child.stdout.take().unwrap());
-    (ChildGuard(child), out)
-}
-
-/// The next complete line (without its newline); `None` at end of output. A last line cut
-/// short by the kill is dropped: it acknowledges nothing.
-fn next_line(out: &mut BufReader<ChildStdout>, line: &mut String) -> Option<()> {
-    line.clear();
-    let n = out.read_line(line).unwrap();
-    if n == 0 || !line.ends_with('\n') {
-        return None;
-    }
-    line.pop();
-    Some(())
-}
-
-/// Feeds one child line to the tracker; an `error` line fails the test.
-fn feed(state: &mut TextState, line: &str, ctx: &str) -> LogLine {
-    assert!(!line.starts_with("error"), "{ctx}: child failed: {line}");
-    state
-        .apply_line(line)
-        .unwrap_or_else(|e| panic!("{ctx}: {e}"))
+    kill::wait_for_kill()
 }
 
 // ----- the parent --------------------------------------------------------------------------
@@ -264,7 +147,10 @@ fn dump(store: &KvStore) -> BTreeMap<String, String> {
     store
         .for_each(|k, v| {
             let k = String::from_utf8(k.to_vec()).expect("keys are text");
-            assert!(actual.insert(k, token(v)).is_none(), "a key seen twice");
+            assert!(
+                actual.insert(k, value_token(v)).is_none(),
+                "a key seen twice"
+            );
         })
         .unwrap();
     assert_eq!(actual.len(), store.len());
@@ -293,40 +179,21 @@ fn kill_loop(test: &str, rounds: u64, seed: u64, durability: Durability) {
             .unwrap();
     }
     let mut state = TextState::new();
-    let mut rng = Rng(seed);
+    let mut rng = TestRng(seed);
     let (mut total_acks, mut max_file, mut max_live) = (0, 0, 0);
     let mut in_flight_at_kill = 0;
     for round in 0..rounds {
         let ctx = format!("round {round} (TIERBASE_KILL_SEED={seed:#x})");
         let target = 1 + rng.below(600);
         let child_seed = seed ^ round.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let (mut child, mut out) = spawn_child(
+        let mut child = KillChild::spawn_self(
             test,
             WRITER_ENV,
             &format!("{child_seed}|{}|{}", durability.name(), path.display()),
         );
-        let mut line = String::new();
-        let mut acks = 0;
-        while acks < target {
-            if next_line(&mut out, &mut line).is_none() {
-                panic!(
-                    "{ctx}: the child ended before it was killed ({:?})",
-                    child.0.wait()
-                );
-            }
-            if feed(&mut state, &line, &ctx) == LogLine::Ack {
-                acks += 1;
-            }
-        }
-        let status = child.kill(); // SIGKILL, in the middle of further writes
-        assert_eq!(status.signal(), Some(libc::SIGKILL), "{ctx}: {status:?}");
-        // What it printed before it died: writes begun and acknowledged after the target.
-        while next_line(&mut out, &mut line).is_some() {
-            if feed(&mut state, &line, &ctx) == LogLine::Ack {
-                acks += 1;
-            }
-        }
-        total_acks += acks;
+        total_acks += child.kill_after(target, &ctx, |line| {
+            kill::feed(&mut state, line, &ctx) == LogLine::Ack
+        });
         in_flight_at_kill += state.in_flight();
 
         let fork = fork_guard();
@@ -344,7 +211,7 @@ fn kill_loop(test: &str, rounds: u64, seed: u64, durability: Durability) {
         for (k, tok) in &actual {
             let v = store.get(k.as_bytes()).unwrap();
             assert_eq!(
-                v.as_deref().map(token).as_ref(),
+                v.as_deref().map(value_token).as_ref(),
                 Some(tok),
                 "{ctx}: get {k}"
             );
@@ -443,28 +310,17 @@ fn second_open_from_another_process_fails_naming_the_holder() {
             .close()
             .unwrap();
     }
-    let (mut child, mut out) = spawn_child(
+    let mut child = KillChild::spawn_self(
         "second_open_from_another_process_fails_naming_the_holder",
         HOLDER_ENV,
         &path.display().to_string(),
     );
-    let mut line = String::new();
-    loop {
-        assert!(
-            next_line(&mut out, &mut line).is_some(),
-            "the child ended before it held the store ({:?})",
-            child.0.wait()
-        );
-        assert!(!line.starts_with("error"), "child failed: {line}");
-        if line == "ready" {
-            break;
-        }
-    }
+    child.wait_for("ready");
     let err = match KvStore::open(&path, &opts(Durability::Immediate)) {
         Ok(_) => panic!("a second open of a store another process holds succeeded"),
         Err(e) => e,
     };
-    let pid = child.0.id();
+    let pid = child.id();
     match &err {
         Error::Locked { path: p, holder } => {
             assert_eq!(p, &path);
@@ -484,8 +340,7 @@ fn second_open_from_another_process_fails_naming_the_holder() {
         "not one clear line: {msg:?}"
     );
     // The holder dies: its lock goes with it, and the store opens with its write.
-    let status = child.kill();
-    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    child.kill();
     let _fork = fork_guard();
     let store = KvStore::open(&path, &opts(Durability::Immediate)).unwrap();
     assert_eq!(

@@ -27,6 +27,8 @@
 //!   ([`BlockCrashConfig::fail_syncs_after`]). The script returns whatever the check needs
 //!   (typically what was acknowledged and each device's
 //!   [`durable_image`](crate::device::BlockDevice::durable_image)).
+//! - All four choose their points alike, from one [`PointSchedule`] set through the
+//!   [`Schedule`] trait (`survival`, `seed`, `first_point`, `sample`, `every_point_fails`).
 //! - [`ExpectedState`] tracks, per key, the values a store may hold after a crash that cut
 //!   concurrent writers short: every acknowledged write, plus every write in flight (which may
 //!   or may not have happened). Threads report `begin` before and `ack` after each write, in
@@ -64,7 +66,7 @@
 //!
 //! ```
 //! use tierbase::device::{AlignedBuf, BlockDevice};
-//! use tierbase::testing::crash::BlockPowerLoss;
+//! use tierbase::testing::crash::{BlockPowerLoss, Schedule};
 //!
 //! let report = BlockPowerLoss::new().survival(&[0.0, 0.5]).run(
 //!     |power, _point| {
@@ -108,7 +110,7 @@ pub const REPLAY_ENV: &str = "TIERBASE_CRASH_POINT";
 // ----- choosing points ---------------------------------------------------------------------
 
 /// splitmix64 step: a small, seedable, dependency-free generator for the harness's choices.
-fn splitmix(state: &mut u64) -> u64 {
+pub(super) fn splitmix(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -155,6 +157,104 @@ fn replay_point() -> Option<u64> {
     match v.trim().parse() {
         Ok(n) => Some(n),
         Err(_) => panic!("{REPLAY_ENV}={v:?}: expected a persist point number"),
+    }
+}
+
+/// Which points a runner visits, shared by [`PowerLoss`], [`FaultInjection`],
+/// [`BlockPowerLoss`] and [`BlockFaultInjection`] (set through [`Schedule`]), so that they
+/// choose points, samples and seeds alike.
+#[derive(Clone, Debug)]
+pub struct PointSchedule {
+    first: u64,
+    max_runs: Option<usize>,
+    seed: u64,
+    survival: Vec<f64>,
+    every_point_fails: bool,
+}
+
+impl Default for PointSchedule {
+    fn default() -> Self {
+        PointSchedule {
+            first: 0,
+            max_runs: None,
+            seed: 0,
+            survival: vec![0.0],
+            every_point_fails: false,
+        }
+    }
+}
+
+impl PointSchedule {
+    /// The survival probability of point `n` (`None`: the reference run).
+    fn survival_at(&self, n: Option<u64>) -> f64 {
+        let i = n.unwrap_or(0) as usize % self.survival.len().max(1);
+        self.survival.get(i).copied().unwrap_or(0.0)
+    }
+
+    /// The seed of point `n`'s survival choices.
+    fn seed_at(&self, n: Option<u64>) -> u64 {
+        let mut s = self.seed ^ n.unwrap_or(u64::MAX).rotate_left(29);
+        splitmix(&mut s)
+    }
+
+    /// Calls `one(point, reference total)` for the reference run (`None`) and then each
+    /// chosen point, or for the [`REPLAY_ENV`] point alone (saying so after `replaying`);
+    /// `one` returns the run's point count. Returns the reference run's (0 when replaying).
+    fn visit(&self, replaying: &str, mut one: impl FnMut(Option<u64>, Option<u64>) -> u64) -> u64 {
+        if let Some(n) = replay_point() {
+            eprintln!("{replaying} {n} only ({REPLAY_ENV})");
+            one(Some(n), None);
+            return 0;
+        }
+        let total = one(None, None);
+        for n in crash_points(self.first, total, self.max_runs, self.seed) {
+            one(Some(n), Some(total));
+        }
+        total
+    }
+}
+
+/// The [`PointSchedule`] setters of every runner (import it to call them).
+pub trait Schedule: Sized {
+    /// The runner's schedule.
+    fn schedule_mut(&mut self) -> &mut PointSchedule;
+
+    /// Power-loss runners: survival probabilities of unflushed data (per 8-byte word on a
+    /// region, per 512-byte sector on a block device), used in turn: point `n` gets
+    /// `survival[n % survival.len()]` (e.g. `[0.0, 0.5]` alternates). Empty means `[0.0]`.
+    fn survival(mut self, survival: &[f64]) -> Self {
+        self.schedule_mut().survival = if survival.is_empty() {
+            vec![0.0]
+        } else {
+            survival.to_vec()
+        };
+        self
+    }
+
+    /// Seed of sampling and of the survival choices.
+    fn seed(mut self, seed: u64) -> Self {
+        self.schedule_mut().seed = seed;
+        self
+    }
+
+    /// The first point to crash or fail at (default 0: at the first fence or sync).
+    fn first_point(mut self, first: u64) -> Self {
+        self.schedule_mut().first = first;
+        self
+    }
+
+    /// Visits at most `max_runs` points (see [`crash_points`]) when the script has more.
+    fn sample(mut self, max_runs: usize) -> Self {
+        self.schedule_mut().max_runs = Some(max_runs);
+        self
+    }
+
+    /// Fault runners: requires a failure in every run whose fault comes before the reference
+    /// run's last point (right for deterministic, single-threaded scripts that log their
+    /// calls).
+    fn every_point_fails(mut self, required: bool) -> Self {
+        self.schedule_mut().every_point_fails = required;
+        self
     }
 }
 
@@ -321,7 +421,7 @@ pub struct PowerLossReport {
 ///
 /// [`PowerLoss::run`] first runs the script crash-free and counts its persist points `N`
 /// (the reference run, checked with power lost at its end), then once for each point
-/// `n` in `first..=N` (or a sample of them, [`PowerLoss::sample`]) on a fresh simulated
+/// `n` in `first..=N` (or a sample of them, [`Schedule::sample`]) on a fresh simulated
 /// region that loses power when its `n`-th fence completes, and calls the check with what the
 /// script acknowledged and the image. A panic in the script or the check is re-raised with
 /// the point in front (and how to replay it alone).
@@ -338,10 +438,13 @@ pub struct PowerLossReport {
 pub struct PowerLoss {
     region_len: u64,
     region: RegionOptions,
-    survival: Vec<f64>,
-    seed: u64,
-    first: u64,
-    max_runs: Option<usize>,
+    schedule: PointSchedule,
+}
+
+impl Schedule for PowerLoss {
+    fn schedule_mut(&mut self) -> &mut PointSchedule {
+        &mut self.schedule
+    }
 }
 
 impl PowerLoss {
@@ -351,10 +454,7 @@ impl PowerLoss {
         PowerLoss {
             region_len: 0,
             region,
-            survival: vec![0.0],
-            seed: 0,
-            first: 0,
-            max_runs: None,
+            schedule: PointSchedule::default(),
         }
     }
 
@@ -364,43 +464,12 @@ impl PowerLoss {
         self
     }
 
-    /// Unflushed-word survival probabilities, used in turn: point `n` gets
-    /// `survival[n % survival.len()]` (e.g. `[0.0, 0.5]` alternates). Empty means `[0.0]`.
-    pub fn survival(mut self, survival: &[f64]) -> Self {
-        self.survival = if survival.is_empty() {
-            vec![0.0]
-        } else {
-            survival.to_vec()
-        };
-        self
-    }
-
-    /// Seed of the survival choices and of sampling.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
-
-    /// The first point to crash at (default 0: before the first fence).
-    pub fn first_point(mut self, first: u64) -> Self {
-        self.first = first;
-        self
-    }
-
-    /// Visits at most `max_runs` points (see [`crash_points`]) when the script has more.
-    pub fn sample(mut self, max_runs: usize) -> Self {
-        self.max_runs = Some(max_runs);
-        self
-    }
-
     /// The configuration of point `n`.
     pub fn point(&self, n: Option<u64>) -> CrashPoint {
-        let i = n.unwrap_or(0) as usize % self.survival.len().max(1);
-        let mut s = self.seed ^ n.unwrap_or(u64::MAX).rotate_left(29);
         CrashPoint {
             after_fences: n,
-            unflushed_survival: self.survival.get(i).copied().unwrap_or(0.0),
-            seed: splitmix(&mut s),
+            unflushed_survival: self.schedule.survival_at(n),
+            seed: self.schedule.seed_at(n),
         }
     }
 
@@ -413,7 +482,8 @@ impl PowerLoss {
         mut check: impl FnMut(Crashed<A>),
     ) -> PowerLossReport {
         let mut report = PowerLossReport::default();
-        let mut one = |point: CrashPoint, report: &mut PowerLossReport| -> u64 {
+        let one = |n: Option<u64>, _total: Option<u64>| -> u64 {
+            let point = self.point(n);
             let ctx = point.to_string();
             with_context(
                 || ctx.clone(),
@@ -438,15 +508,9 @@ impl PowerLoss {
                 },
             )
         };
-        if let Some(n) = replay_point() {
-            eprintln!("crash harness: replaying persist point {n} only ({REPLAY_ENV})");
-            one(self.point(Some(n)), &mut report);
-            return report;
-        }
-        report.total_points = one(self.point(None), &mut report);
-        for n in crash_points(self.first, report.total_points, self.max_runs, self.seed) {
-            one(self.point(Some(n)), &mut report);
-        }
+        report.total_points = self
+            .schedule
+            .visit("crash harness: replaying persist point", one);
         report
     }
 }
@@ -644,7 +708,7 @@ pub struct FaultReport {
 ///   error's text (or equals it, when the first was itself read-only because background work
 ///   hit the fault), and at least one write was tried after a failed write;
 /// - no write succeeded after the failure;
-/// - with [`FaultInjection::every_point_fails`]: a run with its fault before the reference
+/// - with [`Schedule::every_point_fails`]: a run with its fault before the reference
 ///   run's last persist point saw a failure (for deterministic scripts);
 ///
 /// and calls the check twice, with the durable image and with the working bytes.
@@ -652,10 +716,13 @@ pub struct FaultReport {
 pub struct FaultInjection {
     region_len: u64,
     region: RegionOptions,
-    first: u64,
-    max_runs: Option<usize>,
-    seed: u64,
-    every_point_fails: bool,
+    schedule: PointSchedule,
+}
+
+impl Schedule for FaultInjection {
+    fn schedule_mut(&mut self) -> &mut PointSchedule {
+        &mut self.schedule
+    }
 }
 
 impl FaultInjection {
@@ -664,36 +731,13 @@ impl FaultInjection {
         FaultInjection {
             region_len: 0,
             region,
-            first: 0,
-            max_runs: None,
-            seed: 0,
-            every_point_fails: false,
+            schedule: PointSchedule::default(),
         }
     }
 
     /// Initial length of each simulated region.
     pub fn region_len(mut self, len: u64) -> Self {
         self.region_len = len;
-        self
-    }
-
-    /// The first point to fail at (default 0: the first flush fails).
-    pub fn first_point(mut self, first: u64) -> Self {
-        self.first = first;
-        self
-    }
-
-    /// Visits at most `max_runs` points, chosen with `seed` (see [`crash_points`]).
-    pub fn sample(mut self, max_runs: usize, seed: u64) -> Self {
-        self.max_runs = Some(max_runs);
-        self.seed = seed;
-        self
-    }
-
-    /// Requires a failure in every run whose fault comes before the reference run's last
-    /// persist point (right for deterministic, single-threaded scripts).
-    pub fn every_point_fails(mut self, required: bool) -> Self {
-        self.every_point_fails = required;
         self
     }
 
@@ -705,7 +749,10 @@ impl FaultInjection {
         mut check: impl FnMut(&Faulted<'_, A>),
     ) -> FaultReport {
         let mut report = FaultReport::default();
-        let mut one = |point: FaultPoint, total: Option<u64>, report: &mut FaultReport| -> u64 {
+        let one = |n: Option<u64>, total: Option<u64>| -> u64 {
+            let point = FaultPoint {
+                fail_after_fences: n,
+            };
             with_context(
                 || point.to_string(),
                 || {
@@ -733,7 +780,7 @@ impl FaultInjection {
                     if log.failed() {
                         report.failed_runs += 1;
                     } else if let (true, Some(n), Some(total)) =
-                        (self.every_point_fails, point.fail_after_fences, total)
+                        (self.schedule.every_point_fails, n, total)
                     {
                         assert!(
                             n >= total,
@@ -762,34 +809,9 @@ impl FaultInjection {
                 },
             )
         };
-        if let Some(n) = replay_point() {
-            eprintln!("fault harness: replaying persist point {n} only ({REPLAY_ENV})");
-            one(
-                FaultPoint {
-                    fail_after_fences: Some(n),
-                },
-                None,
-                &mut report,
-            );
-            return report;
-        }
-        let total = one(
-            FaultPoint {
-                fail_after_fences: None,
-            },
-            None,
-            &mut report,
-        );
-        report.total_points = total;
-        for n in crash_points(self.first, total, self.max_runs, self.seed) {
-            one(
-                FaultPoint {
-                    fail_after_fences: Some(n),
-                },
-                Some(total),
-                &mut report,
-            );
-        }
+        report.total_points = self
+            .schedule
+            .visit("fault harness: replaying persist point", one);
         report
     }
 }
@@ -820,7 +842,7 @@ fn describe_block_point(cfg: &BlockCrashConfig) -> String {
 /// [`BlockPowerLoss::run`] first runs the script on a power source that never fails (the
 /// reference run) and counts the syncs `N` it completed ([`SimPower::syncs`], over every device
 /// the script made on it), then once for each point `n` in `first..=N` (or a sample of them,
-/// [`BlockPowerLoss::sample`]) on a fresh power source that loses power at the sync call after
+/// [`Schedule::sample`]) on a fresh power source that loses power at the sync call after
 /// the `n`-th completed one ([`BlockCrashConfig::crash_after_syncs`]; that call does not take
 /// effect). Every run's result goes to the check with its point (`None` for the reference
 /// run). A panic in the script or the check is re-raised with the point in front (and how to
@@ -833,69 +855,30 @@ fn describe_block_point(cfg: &BlockCrashConfig) -> String {
 /// lies beyond its last sync (the reference run, point `N`) also loses power, tearing what it
 /// left unsynced. To "reboot", the check opens
 /// [`BlockDevice::simulated_from`](crate::device::BlockDevice::simulated_from) on the images.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct BlockPowerLoss {
-    survival: Vec<f64>,
-    seed: u64,
-    first: u64,
-    max_runs: Option<usize>,
+    schedule: PointSchedule,
 }
 
-impl Default for BlockPowerLoss {
-    fn default() -> Self {
-        Self::new()
+impl Schedule for BlockPowerLoss {
+    fn schedule_mut(&mut self) -> &mut PointSchedule {
+        &mut self.schedule
     }
 }
 
 impl BlockPowerLoss {
     /// Every point from 0, only synced data surviving.
     pub fn new() -> Self {
-        BlockPowerLoss {
-            survival: vec![0.0],
-            seed: 0,
-            first: 0,
-            max_runs: None,
-        }
-    }
-
-    /// Per-sector survival probabilities of unsynced writes, used in turn: point `n` gets
-    /// `survival[n % survival.len()]` (e.g. `[0.0, 0.5]` alternates). Empty means `[0.0]`.
-    pub fn survival(mut self, survival: &[f64]) -> Self {
-        self.survival = if survival.is_empty() {
-            vec![0.0]
-        } else {
-            survival.to_vec()
-        };
-        self
-    }
-
-    /// Seed of the survival choices and of sampling.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
-
-    /// The first point to crash at (default 0: at the first sync call).
-    pub fn first_point(mut self, first: u64) -> Self {
-        self.first = first;
-        self
-    }
-
-    /// Visits at most `max_runs` points (see [`crash_points`]) when the script has more.
-    pub fn sample(mut self, max_runs: usize) -> Self {
-        self.max_runs = Some(max_runs);
-        self
+        Self::default()
     }
 
     /// The power source configuration of point `n` (`None`: the reference run, which never
     /// loses power on its own; its survival probability applies to [`SimPower::cut`]).
     pub fn config(&self, n: Option<u64>) -> BlockCrashConfig {
-        let i = n.unwrap_or(0) as usize % self.survival.len().max(1);
-        let mut s = self.seed ^ n.unwrap_or(u64::MAX).rotate_left(29);
         BlockCrashConfig {
             crash_after_syncs: n,
-            torn_survival: self.survival.get(i).copied().unwrap_or(0.0),
-            seed: splitmix(&mut s),
+            torn_survival: self.schedule.survival_at(n),
+            seed: self.schedule.seed_at(n),
             fail_syncs_after: None,
         }
     }
@@ -910,7 +893,7 @@ impl BlockPowerLoss {
         mut check: impl FnMut(T, Option<u64>),
     ) -> PowerLossReport {
         let mut report = PowerLossReport::default();
-        let mut one = |n: Option<u64>, report: &mut PowerLossReport| -> u64 {
+        let one = |n: Option<u64>, _total: Option<u64>| -> u64 {
             let cfg = self.config(n);
             let ctx = describe_block_point(&cfg);
             with_context(
@@ -928,15 +911,9 @@ impl BlockPowerLoss {
                 },
             )
         };
-        if let Some(n) = replay_point() {
-            eprintln!("crash harness: replaying sync point {n} only ({REPLAY_ENV})");
-            one(Some(n), &mut report);
-            return report;
-        }
-        report.total_points = one(None, &mut report);
-        for n in crash_points(self.first, report.total_points, self.max_runs, self.seed) {
-            one(Some(n), &mut report);
-        }
+        report.total_points = self
+            .schedule
+            .visit("crash harness: replaying sync point", one);
         report
     }
 }
@@ -950,7 +927,7 @@ impl BlockPowerLoss {
 /// ([`FaultLog::open`], [`FaultLog::write`]); the harness then checks, as
 /// [`FaultInjection`] does, that every error after the first is [`Error::ReadOnly`] naming
 /// it, that at least one write was tried after a failed write, and that no write succeeded
-/// after the failure; with [`BlockFaultInjection::every_point_fails`], also that a run whose
+/// after the failure; with [`Schedule::every_point_fails`], also that a run whose
 /// fault came before the reference run's last sync saw a failure. A script that never uses
 /// the log is held to none of this. [`FaultLog::capture`] is for regions and not needed here:
 /// the script returns what the check needs, typically each device's
@@ -959,36 +936,19 @@ impl BlockPowerLoss {
 /// restarted).
 #[derive(Clone, Debug, Default)]
 pub struct BlockFaultInjection {
-    first: u64,
-    max_runs: Option<usize>,
-    seed: u64,
-    every_point_fails: bool,
+    schedule: PointSchedule,
+}
+
+impl Schedule for BlockFaultInjection {
+    fn schedule_mut(&mut self) -> &mut PointSchedule {
+        &mut self.schedule
+    }
 }
 
 impl BlockFaultInjection {
     /// Every point from 0.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// The first point to fail at (default 0: the first write or sync fails).
-    pub fn first_point(mut self, first: u64) -> Self {
-        self.first = first;
-        self
-    }
-
-    /// Visits at most `max_runs` points, chosen with `seed` (see [`crash_points`]).
-    pub fn sample(mut self, max_runs: usize, seed: u64) -> Self {
-        self.max_runs = Some(max_runs);
-        self.seed = seed;
-        self
-    }
-
-    /// Requires a failure in every run whose fault comes before the reference run's last
-    /// sync (right for deterministic, single-threaded scripts that log their calls).
-    pub fn every_point_fails(mut self, required: bool) -> Self {
-        self.every_point_fails = required;
-        self
     }
 
     /// The power source configuration of point `n` (`None`: the fault-free reference run).
@@ -1007,7 +967,7 @@ impl BlockFaultInjection {
         mut check: impl FnMut(T, Option<u64>),
     ) -> FaultReport {
         let mut report = FaultReport::default();
-        let mut one = |n: Option<u64>, total: Option<u64>, report: &mut FaultReport| -> u64 {
+        let one = |n: Option<u64>, total: Option<u64>| -> u64 {
             let cfg = self.config(n);
             let ctx = describe_block_point(&cfg);
             with_context(
@@ -1021,7 +981,8 @@ impl BlockFaultInjection {
                     assert!(problems.is_empty(), "{}", problems.join("\n"));
                     if log.failed() {
                         report.failed_runs += 1;
-                    } else if let (true, Some(n), Some(total)) = (self.every_point_fails, n, total)
+                    } else if let (true, Some(n), Some(total)) =
+                        (self.schedule.every_point_fails, n, total)
                     {
                         assert!(
                             n >= total,
@@ -1042,16 +1003,9 @@ impl BlockFaultInjection {
                 },
             )
         };
-        if let Some(n) = replay_point() {
-            eprintln!("fault harness: replaying sync point {n} only ({REPLAY_ENV})");
-            one(Some(n), None, &mut report);
-            return report;
-        }
-        let total = one(None, None, &mut report);
-        report.total_points = total;
-        for n in crash_points(self.first, total, self.max_runs, self.seed) {
-            one(Some(n), Some(total), &mut report);
-        }
+        report.total_points = self
+            .schedule
+            .visit("fault harness: replaying sync point", one);
         report
     }
 }
