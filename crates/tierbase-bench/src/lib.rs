@@ -13,7 +13,9 @@
 //! - [`measure`], [`runner`], [`progress`]: the measured phases (latency histograms per
 //!   operation, 1 s throughput timeline, warm-up, progress display);
 //! - [`plan`]: a whole benchmark (workloads × thread counts × repetitions) and its medians;
-//! - [`results`]: the JSON result file; [`report`]: the HTML/SVG report.
+//! - [`results`]: the JSON result file; [`report`]: the HTML/SVG report;
+//! - [`ace`]: the trace-driven ACE benchmark (`tierbase bench ace`): traces, baseline against
+//!   ACE per replacement policy, its result file and report.
 //!
 //! The device profiler (`tierbase profile`) is its own crate, `tierbase-profile`, built on this
 //! one's random generators, histograms, result files and charts; it adds its sections to the
@@ -40,6 +42,7 @@
 
 #![deny(missing_docs)]
 
+pub mod ace;
 pub mod adapter;
 pub mod contract;
 mod error;

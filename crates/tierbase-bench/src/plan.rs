@@ -168,6 +168,9 @@ pub struct BenchPlan {
     pub durability: tierbase::device::Durability,
     /// DRAM budget of stores with a buffer pool (see [`StoreOptions::dram_budget`]).
     pub dram_budget: Option<u64>,
+    /// ACE write-back batch of stores with a buffer pool (see
+    /// [`StoreOptions::write_back_batch`]).
+    pub write_back_batch: Option<usize>,
 }
 
 impl BenchPlan {
@@ -193,6 +196,7 @@ impl BenchPlan {
             presize: true,
             durability: tierbase::device::Durability::Immediate,
             dram_budget: None,
+            write_back_batch: None,
         }
     }
 
@@ -316,6 +320,7 @@ fn run_repetition(
     opts.presize = plan.presize;
     opts.durability = plan.durability;
     opts.dram_budget = plan.dram_budget;
+    opts.write_back_batch = plan.write_back_batch;
     let store = open_store(&plan.store, &opts)?;
     let info = store.info();
     if spec.has_scans() && !info.capabilities.ordered_scan {

@@ -190,6 +190,9 @@ pub struct BlockConfig {
     pub keep: bool,
     /// Directory for the temporary file.
     pub temp_dir: Option<PathBuf>,
+    /// Sweep a RAM disk instead of a file (needs [`BlockConfig::emulate`]): the emulated
+    /// profile's timing with no real I/O under it, so only the CPU can make it run late.
+    pub in_memory: bool,
 }
 
 impl Default for BlockConfig {
@@ -213,6 +216,7 @@ impl Default for BlockConfig {
             force: false,
             keep: false,
             temp_dir: None,
+            in_memory: false,
         }
     }
 }
@@ -273,6 +277,18 @@ impl BlockConfig {
                 return Err(BenchError::invalid(
                     "--mode window cannot be emulated: the emulator charges a whole submit \
                      batch at one instant, whatever the queue depth; use --mode batch",
+                ));
+            }
+        }
+        if self.in_memory {
+            if self.emulate.is_none() {
+                return Err(BenchError::invalid(
+                    "--in-memory needs --emulate <profile>: a RAM disk alone measures memcpy",
+                ));
+            }
+            if self.path.is_some() {
+                return Err(BenchError::invalid(
+                    "--in-memory and --path exclude each other (the test range lives in memory)",
                 ));
             }
         }
@@ -386,6 +402,44 @@ pub struct EmulationSummary {
     pub native_slower: u64,
 }
 
+/// Share of late batches above which an emulated run did not reproduce its profile (the
+/// medium under the emulator or the CPU could not keep up): such a run is not saved.
+pub const LATE_BATCH_LIMIT: f64 = 0.01;
+
+impl EmulationSummary {
+    /// Share of batches that ended after their emulated end.
+    pub fn late_share(&self) -> f64 {
+        if self.batches == 0 {
+            0.0
+        } else {
+            self.native_slower as f64 / self.batches as f64
+        }
+    }
+
+    /// `Err` with what went wrong and what to do when more than [`LATE_BATCH_LIMIT`] of the
+    /// batches ended late (measured on `medium`).
+    pub fn kept_up(&self, medium: &str) -> std::result::Result<(), String> {
+        if self.late_share() <= LATE_BATCH_LIMIT {
+            return Ok(());
+        }
+        let advice = if medium.starts_with("in memory") {
+            "rerun when nothing else is using the CPU"
+        } else {
+            "rerun with --in-memory (no real I/O) when nothing else is using the CPU"
+        };
+        Err(format!(
+            "the emulation of {} did not keep up: {} of {} batches ({:.1}%, limit {:.0}%) ended \
+             after their emulated end, so the curves are partly those of the medium under it \
+             ({medium}) or of a busy CPU; {advice}",
+            self.profile,
+            self.native_slower,
+            self.batches,
+            100.0 * self.late_share(),
+            100.0 * LATE_BATCH_LIMIT
+        ))
+    }
+}
+
 /// A block-device profile run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BlockRun {
@@ -462,6 +516,14 @@ pub fn run_block(cfg: &BlockConfig, mut on_event: impl FnMut(BlockEvent<'_>)) ->
     cfg.validate()?;
     // Emulated waits sleep; keep their wake-ups precise while this thread measures.
     let _slack = tierbase::device::raw::precise_timer_slack();
+    if cfg.in_memory {
+        let size = cfg.size.unwrap_or(DEFAULT_SIZE).next_multiple_of(4096);
+        let dev = BlockDevice::in_memory("memory", size, &sweep_options(cfg))?;
+        let medium = "in memory, no real I/O".to_string();
+        let path = PathBuf::from("memory");
+        on_event(BlockEvent::Target(&path, &medium));
+        return measure(cfg, &dev, size, (&path, true, medium), 0.0, &mut on_event);
+    }
     let default_dir = match (&cfg.temp_dir, &cfg.emulate) {
         (Some(d), _) => d.clone(),
         (None, Some(_)) if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
@@ -573,20 +635,48 @@ fn sweep_target(
             on_event(BlockEvent::Preconditioned(pass + 1, s));
         }
     }
-    let dev_opts = BlockOptions {
+    let dev = BlockDevice::open(&t.path, &sweep_options(cfg))?;
+    let medium = medium_label(
+        &t.path,
+        t.kind == TargetKind::BlockDevice,
+        dev.info().direct_io,
+    );
+    on_event(BlockEvent::Target(&t.path, &medium));
+    measure(
+        cfg,
+        &dev,
+        size,
+        (&t.path, t.temporary, medium),
+        precondition_s,
+        on_event,
+    )
+}
+
+/// How the device is opened for the sweep itself.
+fn sweep_options(cfg: &BlockConfig) -> BlockOptions {
+    BlockOptions {
         direct: cfg.direct.into(),
         engine: cfg.engine,
         queue_depth: cfg.max_depth().max(1),
         block_size: 4096,
         emulate: cfg.emulate.clone(),
-    };
-    let dev = BlockDevice::open(&t.path, &dev_opts)?;
+    }
+}
+
+/// The sweep over `dev` (`target`: its path, whether it is temporary, its medium).
+fn measure(
+    cfg: &BlockConfig,
+    dev: &BlockDevice,
+    size: u64,
+    target: (&Path, bool, String),
+    precondition_s: f64,
+    on_event: &mut impl FnMut(BlockEvent<'_>),
+) -> Result<BlockRun> {
+    let (path, temporary, medium) = target;
     let info = dev.info();
-    let medium = medium_label(&t.path, t.kind == TargetKind::BlockDevice, info.direct_io);
-    on_event(BlockEvent::Target(&t.path, &medium));
     let mut state = Sweep {
         cfg,
-        dev: &dev,
+        dev,
         size,
         rng: Rng::derive(cfg.seed, 0x5357_4545, 0),
         read_bufs: Vec::new(),
@@ -637,8 +727,8 @@ fn sweep_target(
         _ => None,
     };
     Ok(BlockRun {
-        path: t.path.clone(),
-        temporary: t.temporary,
+        path: path.to_path_buf(),
+        temporary,
         medium,
         direct_io: info.direct_io,
         engine: match info.engine {

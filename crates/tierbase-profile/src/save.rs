@@ -62,6 +62,10 @@ pub fn save(catalogue: &Path, profile: &DeviceProfile) -> Result<()> {
 /// A block profile from a sweep.
 pub fn block_profile(name: &str, run: &BlockRun) -> Result<DeviceProfile> {
     check_name(name)?;
+    if let Some(e) = &run.emulation {
+        e.kept_up(&run.medium)
+            .map_err(|why| BenchError::invalid(format!("not saving profile '{name}': {why}")))?;
+    }
     let d = run.primary().ok_or_else(|| {
         BenchError::invalid("the sweep produced no read and write curves to derive a profile from")
     })?;

@@ -55,6 +55,8 @@ struct Variant {
     /// and merge too.
     prefix: usize,
     ops_per_thread: usize,
+    /// ACE write-back batch of the pool (1: plain Clock).
+    write_back_batch: usize,
     rounds: u64,
 }
 
@@ -69,6 +71,7 @@ const BASE: Variant = Variant {
     checkpointer: false,
     prefix: 0,
     ops_per_thread: 2500,
+    write_back_batch: 1,
     rounds: 16,
 };
 
@@ -411,7 +414,8 @@ fn round(v: &Variant, seed: u64) -> (Outcome, Figures) {
     let opts = BTreeOptions::default()
         .page_size(v.page_size)
         .dram_bytes(v.frames * v.page_size as u64)
-        .durability(Durability::Immediate);
+        .durability(Durability::Immediate)
+        .write_back_batch(v.write_back_batch);
     let store = BTreeStore::create(dir.path().join("lin"), &opts).unwrap();
     let keys = keys(v);
     for (i, k) in keys.stable.iter().enumerate() {
@@ -537,7 +541,8 @@ fn hot_keys_are_linearizable() {
 #[test]
 fn small_pool_evicts_constantly() {
     let v = Variant {
-        frames: 64, // two-key batches of a 3-level tree must fit half the pool
+        frames: 64,          // two-key batches of a 3-level tree must fit half the pool
+        write_back_batch: 4, // evictions write neighbours ahead while checkpoints copy
         filler_percent: 20,
         large_values: true,
         checkpointer: true,

@@ -42,6 +42,7 @@ impl BTreeBenchStore {
             emulate: o.emulate.clone(),
             ..BlockOptions::default()
         };
+        opts.write_back_batch = o.write_back_batch.unwrap_or(0);
         let store = BTreeStore::create(o.dir.join("btree"), &opts)?;
         let medium = file_medium(&o.dir);
         let d = store.describe();
@@ -62,6 +63,14 @@ impl BTreeBenchStore {
             dram >> 20,
             d.commit
         ));
+        let n_w = o
+            .write_back_batch
+            .unwrap_or_else(|| o.emulate.as_ref().map_or(1, |p| p.k_w as usize));
+        info.notes.push(if n_w > 1 {
+            format!("ACE write-back: {n_w} dirty pages per dirty victim")
+        } else {
+            "plain Clock write-back (one page per dirty victim)".into()
+        });
         if let Some(p) = &o.emulate {
             info.emulated = Some(p.name.clone());
             info.notes.push(format!(

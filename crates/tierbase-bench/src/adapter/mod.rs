@@ -200,6 +200,10 @@ pub struct StoreOptions {
     /// DRAM budget in bytes for stores with a buffer pool or block cache (`btree`); `None`:
     /// the store's default.
     pub dram_budget: Option<u64>,
+    /// Dirty pages written per eviction of a dirty victim for stores with a buffer pool
+    /// (`btree`: ACE's `n_w`); `None`: the store's default (`k_w` of an emulated profile,
+    /// else 1).
+    pub write_back_batch: Option<usize>,
 }
 
 impl StoreOptions {
@@ -217,6 +221,7 @@ impl StoreOptions {
             presize: true,
             durability: tierbase::device::Durability::Immediate,
             dram_budget: None,
+            write_back_batch: None,
         }
     }
 }

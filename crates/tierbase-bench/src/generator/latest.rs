@@ -5,9 +5,14 @@
 //!
 //! Each draw is `last - zipfian(last)`, where `last` is the newest acknowledged insert (the
 //! [`AcknowledgedCounter`](super::AcknowledgedCounter)'s last value) and the zipfian grows
-//! its item count incrementally as `last` grows.
+//! its item count incrementally as `last` grows. By default `eta` then keeps the initial item
+//! count, as in YCSB ([`ZipfianEta::Ycsb`]); that is what gives YCSB's workload D its shape
+//! (after growth, distances 2, 3, … are rare next to 0, 1 and 5–20).
+//!
+//! YCSB builds this zipfian with its constant θ = 0.99; the port takes θ from the workload
+//! (0.99 unless set).
 
-use super::zipfian::ZipfianGenerator;
+use super::zipfian::{ZipfianEta, ZipfianGenerator};
 use crate::error::Result;
 use crate::rng::Rng;
 
@@ -25,6 +30,12 @@ impl SkewedLatestGenerator {
         Ok(SkewedLatestGenerator {
             zipfian: ZipfianGenerator::new(0, items - 1, theta)?,
         })
+    }
+
+    /// The same generator with the zipfian's `eta` following growth as `mode` says.
+    pub fn with_eta_mode(mut self, mode: ZipfianEta) -> Self {
+        self.zipfian = self.zipfian.with_eta_mode(mode);
+        self
     }
 
     /// The next item, given the basis's current last value. Always in `[0, last_value]`.

@@ -1,6 +1,7 @@
 //! YCSB's number generators, reproduced from the original Java (`site.ycsb.generator`).
 //!
-//! Owns: [`ZipfianGenerator`] (Gray et al.'s method with YCSB's incremental zeta),
+//! Owns: [`ZipfianGenerator`] (Gray et al.'s method with YCSB's incremental zeta; how `eta`
+//! follows a growing item count is a [`ZipfianEta`], YCSB's own by default),
 //! [`ScrambledZipfianGenerator`] (zipfian over 10^10 items, FNV-hashed into the item space),
 //! [`SkewedLatestGenerator`] (zipfian distance from the newest insert), [`UniformGenerator`],
 //! [`DiscreteGenerator`] (operation chooser), the insert counters ([`CounterGenerator`],
@@ -22,7 +23,7 @@ pub use discrete::DiscreteGenerator;
 pub use latest::SkewedLatestGenerator;
 pub use scrambled::{SCRAMBLED_ITEM_COUNT, SCRAMBLED_ZETAN_099, ScrambledZipfianGenerator};
 pub use uniform::UniformGenerator;
-pub use zipfian::{YCSB_ZIPFIAN_CONSTANT, ZipfianGenerator, zeta, zeta_range};
+pub use zipfian::{YCSB_ZIPFIAN_CONSTANT, ZipfianEta, ZipfianGenerator, zeta, zeta_range};
 
 /// FNV-1a 64-bit offset basis (YCSB `Utils.FNV_OFFSET_BASIS_64`).
 pub const FNV_OFFSET_BASIS_64: u64 = 0xCBF2_9CE4_8422_2325;

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{BenchError, Result};
 use crate::generator::YCSB_ZIPFIAN_CONSTANT;
+pub use crate::generator::ZipfianEta;
 pub use keys::{MIN_KEY_SIZE, TEXT_KEY_MIN_SIZE, VALUE_HEADER_LEN};
 use tierbase::one_line_toml_error;
 
@@ -111,6 +112,7 @@ impl CoreWorkload {
             delete_proportion: 0.0,
             request_distribution: RequestDistribution::Zipfian,
             zipfian_theta: YCSB_ZIPFIAN_CONSTANT,
+            zipfian_eta: ZipfianEta::Ycsb,
             max_scan_length: 100,
             scan_length_distribution: ScanLengthDistribution::Uniform,
             key_size: 24,
@@ -365,6 +367,14 @@ pub struct WorkloadSpec {
     pub request_distribution: RequestDistribution,
     /// Zipfian constant θ (YCSB `zipfian.constant`, 0.99).
     pub zipfian_theta: f64,
+    /// How a zipfian whose item count grows (the "latest" chooser of workload D) recomputes
+    /// its `eta`: `ycsb` (default) from the initial count, exactly as YCSB 0.17, so results
+    /// compare with published ones; `grown` from the current count, as Gray et al.'s formula
+    /// intends. Other choosers never grow and are the same either way. A result file without
+    /// the field predates the option, when the port always used the grown count: it reads
+    /// back as `grown`.
+    #[serde(default = "eta_of_older_results")]
+    pub zipfian_eta: ZipfianEta,
     /// Longest scan (YCSB `maxscanlength`; 100 in workload E).
     pub max_scan_length: u64,
     /// Scan length distribution (YCSB `scanlengthdistribution`).
@@ -373,6 +383,11 @@ pub struct WorkloadSpec {
     pub key_size: usize,
     /// Value size in bytes, fixed or distributed.
     pub value_size: SizeSpec,
+}
+
+/// [`WorkloadSpec::zipfian_eta`] of result files written before the field existed.
+fn eta_of_older_results() -> ZipfianEta {
+    ZipfianEta::Grown
 }
 
 /// A workload TOML file: every field optional, on top of a core workload (`base`, default `a`).
@@ -391,6 +406,7 @@ struct WorkloadFile {
     delete_proportion: Option<f64>,
     request_distribution: Option<RequestDistribution>,
     zipfian_theta: Option<f64>,
+    zipfian_eta: Option<ZipfianEta>,
     max_scan_length: Option<u64>,
     scan_length_distribution: Option<ScanLengthDistribution>,
     key_size: Option<usize>,
@@ -424,6 +440,9 @@ impl WorkloadSpec {
     /// request_distribution = "uniform"
     /// value_size = "uniform:64-4096"
     /// ```
+    ///
+    /// and `zipfian_eta = "grown"` for Gray et al.'s η in a growing "latest" chooser (the
+    /// default, `"ycsb"`, is YCSB's own).
     pub fn from_toml(text: &str) -> Result<Self> {
         let f: WorkloadFile =
             toml::from_str(text).map_err(|e| BenchError::invalid(one_line_toml_error(&e, text)))?;
@@ -449,6 +468,7 @@ impl WorkloadSpec {
             delete_proportion,
             request_distribution,
             zipfian_theta,
+            zipfian_eta,
             max_scan_length,
             scan_length_distribution,
             key_size,
@@ -630,6 +650,11 @@ mod tests {
         assert_eq!(s.request_distribution, RequestDistribution::Uniform);
         assert_eq!(s.value_size, SizeSpec::Uniform { min: 64, max: 128 });
         assert_eq!(s.record_count, 500);
+        assert_eq!(s.zipfian_eta, ZipfianEta::Ycsb, "YCSB's eta unless asked");
+        let d = WorkloadSpec::from_toml("base = \"d\"\nzipfian_eta = \"grown\"\n").unwrap();
+        assert_eq!(d.zipfian_eta, ZipfianEta::Grown);
+        assert_eq!(d.request_distribution, RequestDistribution::Latest);
+        assert!(WorkloadSpec::from_toml("zipfian_eta = \"gray\"").is_err());
         assert!(WorkloadSpec::from_toml("colour = 3").is_err());
         assert!(WorkloadSpec::from_toml("value_size = 2").is_err());
         assert!(WorkloadSpec::from_toml("base = \"q\"").is_err());

@@ -249,9 +249,9 @@ impl WorkloadGenerators {
                     theta,
                 )?)
             }
-            RequestDistribution::Latest => {
-                KeyChooser::Latest(SkewedLatestGenerator::new(records - 1, theta)?)
-            }
+            RequestDistribution::Latest => KeyChooser::Latest(
+                SkewedLatestGenerator::new(records - 1, theta)?.with_eta_mode(spec.zipfian_eta),
+            ),
         };
         let scan_lengths = match spec.scan_length_distribution {
             ScanLengthDistribution::Uniform => {

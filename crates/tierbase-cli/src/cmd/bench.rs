@@ -23,6 +23,7 @@ use tierbase_bench::workload::{
 };
 
 use super::Ctx;
+use tierbase_bench::ace::{self, AceDevice, AcePlan, Capacity, SyntheticSpec, Trace, TraceSource};
 
 /// Arguments of `tierbase bench`.
 #[derive(clap::Args, Debug)]
@@ -40,6 +41,10 @@ enum BenchCommand {
     Micro(Box<MicroArgs>),
     /// Time the KV store's recovery (index rebuild on open) with 1, 2, ... threads.
     Recovery(RecoveryArgs),
+    /// ACE against the plain replacement policies on page-access traces (synthetic or
+    /// recorded), in virtual time on a device profile or on a real page file; print a table,
+    /// write JSON and an HTML report.
+    Ace(Box<AceArgs>),
     /// List the stores that can be benchmarked.
     Stores,
 }
@@ -214,12 +219,84 @@ struct RecoveryArgs {
     after_crash: bool,
 }
 
+/// Arguments of `tierbase bench ace`.
+#[derive(clap::Args, Debug)]
+struct AceArgs {
+    /// Devices, comma-separated: a device profile name (`tierbase devices` lists them; runs in
+    /// virtual time, the PIO model of the profile, no real I/O), or a path — a directory (a
+    /// temporary page file is made there) or a new file — for a real page file through O_DIRECT
+    /// and io_uring (wall-clock I/O time; needs --profile or --n-w).
+    #[arg(long, default_value = ace::DEFAULT_DEVICE, value_name = "LIST")]
+    device: String,
+    /// The measured profile of the real device(s) given as paths (e.g. one saved by
+    /// `tierbase profile block --save NAME`): ACE's n_w defaults to its k_w.
+    #[arg(long, value_name = "NAME")]
+    profile: Option<String>,
+    /// Replacement policies, comma-separated: clock, lru, cflru, lru-wsr (or all).
+    #[arg(long, default_value = "clock,lru,cflru,lru-wsr", value_name = "LIST")]
+    policy: String,
+    /// ACE's prefetcher: none, sequential or history.
+    #[arg(long, default_value = "none", value_name = "NAME")]
+    prefetch: String,
+    /// Pages ACE writes back concurrently, comma-separated for a sweep (e.g. 1,2,4,8,16,32)
+    /// [default: the device profile's k_w].
+    #[arg(long = "n-w", value_name = "LIST")]
+    n_w: Option<String>,
+    /// Pages ACE evicts at once when the victim is dirty (with a prefetcher) [default: 1
+    /// without a prefetcher, else n_w; at most n_w].
+    #[arg(long = "n-e", value_name = "N")]
+    n_e: Option<usize>,
+    /// A recorded trace: one access per line, `R <page>` or `W <page>`; `#` starts a comment.
+    /// Replaces the synthetic trace.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["ops", "locality", "write_pct"])]
+    trace: Option<PathBuf>,
+    /// Page space [default: 100000; with --trace: the largest page named plus one].
+    #[arg(long, value_name = "N")]
+    pages: Option<u64>,
+    /// Accesses of the synthetic trace [default: 1000000].
+    #[arg(long, value_name = "N")]
+    ops: Option<u64>,
+    /// Locality of the synthetic trace: S/D = S % of the accesses on D % of the pages
+    /// [default: 90/10].
+    #[arg(long, value_name = "S/D")]
+    locality: Option<String>,
+    /// Write share of the synthetic trace in percent, comma-separated for a sweep (e.g.
+    /// 0,10,20,30,40,50,60,70,80,90,100) [default: 50].
+    #[arg(long, value_name = "LIST")]
+    write_pct: Option<String>,
+    /// Pool size in pages.
+    #[arg(long, value_name = "N", conflicts_with = "capacity_pct")]
+    capacity: Option<usize>,
+    /// Pool size in percent of the pages [default: 10].
+    #[arg(long, value_name = "P")]
+    capacity_pct: Option<f64>,
+    /// Page size in bytes (a multiple of 4K).
+    #[arg(long, default_value = "4096", value_name = "BYTES", value_parser = crate::util::parse_size)]
+    page_size: u64,
+    /// Seed of the synthetic trace (hot set, pages, writes).
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    seed: u64,
+    /// Virtual-time runs replayed at once [default: the CPUs available].
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// JSON result file to write.
+    #[arg(long, default_value = "ace-results.json", value_name = "FILE")]
+    out: PathBuf,
+    /// HTML report to write [default: the --out file with .html].
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// No progress output.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
 /// Runs the command.
 pub fn run(args: BenchArgs, ctx: &Ctx) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Ycsb(a) => ycsb(*a, ctx),
         BenchCommand::Micro(a) => micro(*a, ctx),
         BenchCommand::Recovery(a) => recovery(a),
+        BenchCommand::Ace(a) => ace(*a, ctx),
         BenchCommand::Stores => {
             stores();
             Ok(())
@@ -618,4 +695,111 @@ fn print_table(runs: &[RunResult]) {
             );
         }
     }
+}
+
+fn ace_plan(a: &AceArgs, ctx: &Ctx) -> anyhow::Result<AcePlan> {
+    let catalogue = ctx.catalogue()?;
+    let profile = a
+        .profile
+        .as_deref()
+        .map(|name| catalogue.require(name).cloned())
+        .transpose()?;
+    let mut devices = Vec::new();
+    for spec in a.device.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        devices.push(AceDevice::resolve(spec, &catalogue, profile.as_ref())?);
+    }
+    if devices.is_empty() {
+        anyhow::bail!("--device: no device given");
+    }
+    if let Some(name) = &a.profile
+        && devices.iter().all(AceDevice::is_virtual)
+    {
+        anyhow::bail!(
+            "--profile {name} is for a real device given as a path in --device; a device \
+             profile in --device runs on its own figures"
+        );
+    }
+    let trace = match &a.trace {
+        Some(path) => {
+            let mut trace = Trace::from_file(path)?;
+            if let Some(pages) = a.pages {
+                trace = trace.with_pages(pages)?;
+            }
+            TraceSource::File {
+                path: path.clone(),
+                trace,
+            }
+        }
+        None => TraceSource::Synthetic(SyntheticSpec {
+            pages: a.pages.unwrap_or(ace::DEFAULT_PAGES),
+            ops: a.ops.unwrap_or(ace::DEFAULT_OPS),
+            locality: match &a.locality {
+                Some(l) => ace::Locality::parse(l)?,
+                None => ace::DEFAULT_LOCALITY,
+            },
+            seed: a.seed,
+        }),
+    };
+    let plan = AcePlan {
+        devices,
+        policies: ace::parse_policies(&a.policy)?,
+        write_pcts: match &a.write_pct {
+            Some(list) => ace::parse_write_pcts(list)?,
+            None => vec![ace::DEFAULT_WRITE_PCT],
+        },
+        n_w: a.n_w.as_deref().map(ace::parse_n_w_list).transpose()?,
+        n_e: a.n_e,
+        prefetcher: tierbase::buffer::ace::Prefetcher::parse(&a.prefetch)?,
+        trace,
+        capacity: match (a.capacity, a.capacity_pct) {
+            (Some(n), _) => Capacity::Pages(n),
+            (None, Some(p)) => Capacity::Percent(p),
+            (None, None) => Capacity::Percent(ace::DEFAULT_CAPACITY_PCT),
+        },
+        page_size: a.page_size,
+        threads: a
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    plan.validate()?;
+    Ok(plan)
+}
+
+fn ace(a: AceArgs, ctx: &Ctx) -> anyhow::Result<()> {
+    let plan = ace_plan(&a, ctx)?;
+    let html = a
+        .html
+        .clone()
+        .unwrap_or_else(|| a.out.with_extension("html"));
+    check_writable(&a.out)?;
+    check_writable(&html)?;
+    let quiet = a.quiet;
+    let progress = move |line: &str| {
+        if !quiet {
+            eprintln!("{line}");
+        }
+    };
+    let file = ace::run_ace(&plan, &progress)?;
+    file.write(&a.out)
+        .with_context(|| format!("writing results to {}", a.out.display()))?;
+    let source = a.out.file_name().map_or_else(
+        || a.out.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let charts = ace::write_html(&file, &source, &html, "tierbase bench ace")?;
+    println!();
+    print!("{}", ace::describe(&file));
+    println!();
+    print!("{}", ace::format_table(&file.runs));
+    println!(
+        "\nresults: {} ({} run{}); HTML report: {} ({} chart{})",
+        a.out.display(),
+        file.runs.len(),
+        if file.runs.len() == 1 { "" } else { "s" },
+        html.display(),
+        charts,
+        if charts == 1 { "" } else { "s" }
+    );
+    Ok(())
 }

@@ -151,6 +151,10 @@ struct BlockArgs {
     /// temporary file [default: a temporary file in $TMPDIR; with --emulate in /dev/shm].
     #[arg(long, value_name = "PATH")]
     path: Option<PathBuf>,
+    /// Sweep a RAM disk with the --emulate profile's timing (no real I/O under the emulator,
+    /// so the profile is reproduced whatever the disk; only a busy CPU can make it late)
+    #[arg(long, requires = "emulate", conflicts_with = "path")]
+    in_memory: bool,
     /// Size of the test range [default: 256M; an existing target: its length up to 256M].
     #[arg(long, value_name = "SIZE")]
     size: Option<String>,
@@ -466,6 +470,7 @@ fn memory_line(r: &MemoryRun) -> String {
 fn parse_block_args(a: &BlockArgs, ctx: &Ctx) -> anyhow::Result<BlockConfig> {
     let mut cfg = BlockConfig {
         path: a.path.clone(),
+        in_memory: a.in_memory,
         ..BlockConfig::default()
     };
     if let Some(s) = &a.size {
@@ -630,5 +635,8 @@ fn print_derived(run: &BlockRun) {
              emulated end (native I/O or a busy CPU was slower than the profile)",
             e.profile, e.alpha, e.k_r, e.k_w, e.native_slower, e.batches
         );
+        if let Err(why) = e.kept_up(&run.medium) {
+            eprintln!("warning: {why}");
+        }
     }
 }

@@ -62,6 +62,10 @@ pub struct BTreeOptions {
     pub checkpoint_bytes: u64,
     /// How the files are opened (`O_DIRECT`, I/O engine, emulated profile).
     pub block: BlockOptions,
+    /// Dirty pages written together when an eviction meets a dirty victim (ACE's `n_w`,
+    /// see [`BufferPool::with_write_back_batch`]). 0 (the default) takes `k_w` of the
+    /// emulated device profile when one is set, else 1 (plain Clock).
+    pub write_back_batch: usize,
 }
 
 impl Default for BTreeOptions {
@@ -72,6 +76,7 @@ impl Default for BTreeOptions {
             durability: Durability::Immediate,
             checkpoint_bytes: 512 << 20,
             block: BlockOptions::default(),
+            write_back_batch: 0,
         }
     }
 }
@@ -85,6 +90,11 @@ impl BTreeOptions {
     /// Sets the DRAM budget.
     pub fn dram_bytes(mut self, bytes: u64) -> Self {
         self.dram_bytes = bytes;
+        self
+    }
+    /// Sets the ACE write-back batch (see [`BTreeOptions::write_back_batch`]).
+    pub fn write_back_batch(mut self, n_w: usize) -> Self {
+        self.write_back_batch = n_w;
         self
     }
     /// Sets the durability level.
@@ -454,6 +464,14 @@ impl BTreeStore {
             },
             log.clone(),
         )?;
+        let n_w = match opts.write_back_batch {
+            0 => pool
+                .device()
+                .emulator()
+                .map_or(1, |e| e.profile().k_w as usize),
+            n => n,
+        };
+        let pool = pool.with_write_back_batch(n_w);
         let placeholder = Meta {
             root: FIRST_ROOT,
             next_pid: FIRST_ROOT + 1,
@@ -809,6 +827,12 @@ impl Inner {
                 "dirty_evictions".into(),
                 pc.dirty_evictions.get().to_string(),
             ),
+            ("write_back_batch".into(), p.write_back_batch().to_string()),
+            (
+                "write_back_batches".into(),
+                pc.write_back_batches.get().to_string(),
+            ),
+            ("written_ahead".into(), pc.written_ahead.get().to_string()),
             ("ssd_page_reads".into(), dc.reads.to_string()),
             ("ssd_page_writes".into(), pc.page_writes.get().to_string()),
             ("page_file_syncs".into(), dc.syncs.to_string()),

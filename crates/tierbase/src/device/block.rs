@@ -32,7 +32,7 @@ use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 
 use super::aligned::AlignedBuf;
-use super::block_sim::{SimDisk, SimPower};
+use super::block_sim::{MemDisk, SimDisk, SimPower};
 use super::counters::{CounterSnapshot, DeviceCounters};
 use super::emulate::{Direction, Emulator, now_ns};
 use super::profile::DeviceProfile;
@@ -167,6 +167,8 @@ enum Backing {
     File(File),
     /// In-memory media on a simulated power source.
     Sim(SimDisk),
+    /// Plain in-memory media.
+    Memory(MemDisk),
 }
 
 /// A block device or file. See the module docs.
@@ -402,6 +404,44 @@ impl BlockDevice {
         })
     }
 
+    /// A RAM disk of `len` zeroed bytes named `name`, with `opts.block_size` and, when
+    /// `opts.emulate` names a profile, that profile's timing: the PIO device model with real
+    /// data but no real I/O, so a profile is reproduced on any machine whose CPU keeps up
+    /// (the emulator counts the operations that ended late). No `O_DIRECT`, no I/O engine;
+    /// a write is durable when it returns. For benchmarks and the profiler, not for data.
+    pub fn in_memory(name: &str, len: u64, opts: &BlockOptions) -> Result<Self> {
+        check_options(opts)?;
+        if len == 0 || !len.is_multiple_of(opts.block_size) {
+            return Err(Error::Misaligned {
+                offset: 0,
+                len,
+                alignment: opts.block_size,
+            });
+        }
+        let n = usize::try_from(len)
+            .map_err(|_| Error::InvalidArgument(format!("size {len} too large")))?;
+        let emulator = opts.emulate.as_ref().map(Emulator::new).transpose()?;
+        Ok(BlockDevice {
+            backing: Backing::Memory(MemDisk::new(n)),
+            path: PathBuf::from(name),
+            len: AtomicU64::new(len),
+            grow_lock: Mutex::new(()),
+            direct: false,
+            block_size: opts.block_size,
+            queue_depth: opts.queue_depth,
+            rings: None,
+            engine_note: Some("in memory (no I/O engine)".to_string()),
+            counters: DeviceCounters::default(),
+            in_flight: AtomicU64::new(0),
+            emulator,
+        })
+    }
+
+    /// Whether the media is in memory ([`BlockDevice::in_memory`]).
+    pub fn is_in_memory(&self) -> bool {
+        matches!(self.backing, Backing::Memory(_))
+    }
+
     /// Whether this is an in-memory device made by [`BlockDevice::simulated`].
     pub fn is_simulated(&self) -> bool {
         matches!(self.backing, Backing::Sim(_))
@@ -413,7 +453,7 @@ impl BlockDevice {
     pub fn durable_image(&self) -> Option<Vec<u8>> {
         match &self.backing {
             Backing::Sim(disk) => disk.durable_image(),
-            Backing::File(_) => None,
+            Backing::File(_) | Backing::Memory(_) => None,
         }
     }
 
@@ -422,7 +462,7 @@ impl BlockDevice {
     pub fn working_image(&self) -> Option<Vec<u8>> {
         match &self.backing {
             Backing::Sim(disk) => disk.working_image(),
-            Backing::File(_) => None,
+            Backing::File(_) | Backing::Memory(_) => None,
         }
     }
 
@@ -454,6 +494,7 @@ impl BlockDevice {
         }
         match &self.backing {
             Backing::Sim(disk) => disk.grow(new_len)?,
+            Backing::Memory(disk) => disk.grow(new_len)?,
             Backing::File(file) => {
                 let meta = file
                     .metadata()
@@ -483,7 +524,7 @@ impl BlockDevice {
     pub fn lock_exclusive(&self) -> Result<()> {
         match &self.backing {
             Backing::File(file) => lock_file(file, &self.path),
-            Backing::Sim(_) => Ok(()),
+            Backing::Sim(_) | Backing::Memory(_) => Ok(()),
         }
     }
 
@@ -554,6 +595,7 @@ impl BlockDevice {
                 .sync_data()
                 .map_err(|e| Error::io("fdatasync", Some(&self.path), e))?,
             Backing::Sim(disk) => disk.sync()?,
+            Backing::Memory(_) => {}
         }
         self.counters.syncs.incr();
         Ok(())
@@ -600,6 +642,12 @@ impl BlockDevice {
         });
         let result = match (&self.backing, &self.rings) {
             (Backing::Sim(disk), _) => {
+                self.enter_flight();
+                let r = disk.submit(ios);
+                self.leave_flight(1);
+                r
+            }
+            (Backing::Memory(disk), _) => {
                 self.enter_flight();
                 let r = disk.submit(ios);
                 self.leave_flight(1);

@@ -327,6 +327,72 @@ impl Drop for SimDisk {
     }
 }
 
+/// Plain in-memory media (a RAM disk): what [`crate::device::BlockDevice::in_memory`] reads
+/// and writes. No power source, no tearing: a write is durable when it returns. With an
+/// emulated profile it is the PIO device model with real data and no real I/O, so the
+/// emulated timing is all there is (the medium under it never runs late, only the CPU can).
+#[derive(Debug)]
+pub(crate) struct MemDisk {
+    image: parking_lot::RwLock<Vec<u8>>,
+}
+
+impl MemDisk {
+    pub(crate) fn new(len: usize) -> MemDisk {
+        MemDisk {
+            image: parking_lot::RwLock::new(vec![0; len]),
+        }
+    }
+
+    /// Runs a validated batch in order (memcpy).
+    pub(crate) fn submit(&self, ios: &mut [Io<'_>]) -> Result<()> {
+        if ios.iter().all(|io| matches!(io, Io::Read { .. })) {
+            let image = self.image.read();
+            for io in ios.iter_mut() {
+                if let Io::Read { offset, buf } = io {
+                    let start = *offset as usize;
+                    let src = image
+                        .get(start..start + buf.len())
+                        .ok_or_else(|| out_of_range(*offset, buf.len(), image.len()))?;
+                    buf.copy_from_slice(src);
+                }
+            }
+            return Ok(());
+        }
+        let mut image = self.image.write();
+        let size = image.len();
+        for io in ios.iter_mut() {
+            match io {
+                Io::Read { offset, buf } => {
+                    let start = *offset as usize;
+                    let src = image
+                        .get(start..start + buf.len())
+                        .ok_or_else(|| out_of_range(*offset, buf.len(), size))?;
+                    buf.copy_from_slice(src);
+                }
+                Io::Write { offset, buf } => {
+                    let start = *offset as usize;
+                    let dst = image
+                        .get_mut(start..start + buf.len())
+                        .ok_or_else(|| out_of_range(*offset, buf.len(), size))?;
+                    dst.copy_from_slice(buf);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Grows the image to `new_len` bytes of zeros.
+    pub(crate) fn grow(&self, new_len: u64) -> Result<()> {
+        let n = usize::try_from(new_len)
+            .map_err(|_| Error::InvalidArgument(format!("size {new_len} too large")))?;
+        let mut image = self.image.write();
+        if image.len() < n {
+            image.resize(n, 0);
+        }
+        Ok(())
+    }
+}
+
 fn out_of_range(offset: u64, len: usize, size: usize) -> Error {
     Error::OutOfRange {
         offset,
