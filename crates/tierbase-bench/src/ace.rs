@@ -60,7 +60,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use tierbase::buffer::ace::{
-    AceConfig, BlockPages, CacheStats, PageCache, PageDevice, Prefetcher, VirtualPages,
+    AceConfig, BlockPages, CacheStats, CostModel, PageCache, PageDevice, Prefetcher, VirtualPages,
 };
 use tierbase::buffer::policy::{POLICIES, by_name};
 use tierbase::device::{
@@ -137,8 +137,7 @@ impl Locality {
     pub fn validate(&self) -> Result<()> {
         let access_ok = (0.0..=100.0).contains(&self.access_pct);
         let data_ok = self.data_pct > 0.0 && self.data_pct <= 100.0;
-        if !(access_ok && data_ok)
-        {
+        if !(access_ok && data_ok) {
             return Err(BenchError::invalid(format!(
                 "invalid locality {self}: the access share must be 0-100 % and the hot set \
                  above 0 and at most 100 % of the pages"
@@ -575,6 +574,8 @@ pub struct AcePlan {
     pub n_e: Option<usize>,
     /// The prefetcher of the ACE runs.
     pub prefetcher: Prefetcher,
+    /// How virtual devices charge I/O (real devices take what they take).
+    pub cost_model: CostModel,
     /// The trace.
     pub trace: TraceSource,
     /// Pool size.
@@ -828,6 +829,9 @@ pub struct AceRun {
     pub medium: String,
     /// Whether the runtime is modelled (no real I/O).
     pub virtual_time: bool,
+    /// The cost model of a virtual device (`pio` or `ace-sim`); `null` on a real device.
+    #[serde(default)]
+    pub cost_model: Option<String>,
     /// The device's profile (the model, or the measured figures given with `--profile`).
     pub profile: Option<ProfileSummary>,
     /// Replacement policy.
@@ -855,8 +859,10 @@ pub struct AceRun {
 }
 
 impl AceRun {
+    #[allow(clippy::too_many_arguments)]
     fn new(
         device: &AceDevice,
+        cost_model: CostModel,
         medium: String,
         policy: &str,
         write_pct: f64,
@@ -883,6 +889,7 @@ impl AceRun {
             device: device.name.clone(),
             medium,
             virtual_time: device.is_virtual(),
+            cost_model: device.is_virtual().then(|| cost_model.name().to_string()),
             profile: device.profile.as_ref().map(ProfileSummary::from),
             policy: policy.to_string(),
             write_pct,
@@ -1194,6 +1201,7 @@ pub fn run_ace(plan: &AcePlan, progress: &(dyn Fn(&str) + Sync)) -> Result<AceRe
                 )?;
                 let run = AceRun::new(
                     device,
+                    plan.cost_model,
                     file.medium.clone(),
                     policy,
                     write_pcts[group.write],
@@ -1257,13 +1265,14 @@ fn virtual_group(
         .ok_or_else(|| BenchError::invalid("a virtual device needs a profile"))?;
     let policy = &plan.policies[group.policy];
     let trace = &traces[group.write];
-    let pages = || VirtualPages::new(profile, plan.page_size);
+    let pages = || VirtualPages::with_cost_model(profile, plan.page_size, plan.cost_model);
     let (baseline, medium) = replay(trace, policy, capacity, AceConfig::BASELINE, pages()?)?;
     let mut runs = Vec::new();
     for n_w in plan.n_ws(device)? {
         let (ace, _) = replay(trace, policy, capacity, plan.ace_config(n_w), pages()?)?;
         runs.push(AceRun::new(
             device,
+            plan.cost_model,
             medium.clone(),
             policy,
             write_pcts[group.write],

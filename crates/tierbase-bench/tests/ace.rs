@@ -1,6 +1,6 @@
 //! The trace-driven ACE benchmark in virtual time: deterministic, so every figure is exact.
 
-use tierbase::buffer::ace::Prefetcher;
+use tierbase::buffer::ace::{CostModel, Prefetcher};
 use tierbase::device::Catalogue;
 use tierbase_bench::ace::{
     self, AceDevice, AcePlan, AceResultFile, Capacity, Locality, SyntheticSpec, TraceSource,
@@ -18,6 +18,7 @@ fn plan(devices: &[&str], pages: u64, capacity: usize, ops: u64, writes: &[f64])
         n_w: None,
         n_e: None,
         prefetcher: Prefetcher::None,
+        cost_model: CostModel::Pio,
         trace: TraceSource::Synthetic(SyntheticSpec {
             pages,
             ops,
@@ -214,4 +215,92 @@ fn real_page_file_runs_and_is_removed() {
         0,
         "page file removed"
     );
+}
+
+/// The speedup of the lru runs of `file`, by (device, write share).
+fn speedups(file: &AceResultFile) -> Vec<(String, f64, f64)> {
+    file.runs
+        .iter()
+        .map(|r| (r.device.clone(), r.write_pct, r.speedup))
+        .collect()
+}
+
+/// The paper's shapes (ICDE'23, "Impact of R/W ratio & asymmetry"), scaled down, under both
+/// cost models: ACE's speedup grows with the write share on every device; under the ACE
+/// simulator's costs it is ordered by α (PCIe 2.8 > cloud 2.0 > SATA 1.5 > Optane 1.1) and
+/// the mixed trace gains ≥ 25 % for every policy; under the PIO model it is ordered by what a
+/// lone write costs against a read, α·k_w/k_r (cloud 3.5 > Optane 0.9 > SATA 0.5 > PCIe
+/// 0.3), which is why the PCIe SSD gains least there.
+#[test]
+fn speedup_grows_with_writes_and_follows_each_models_write_cost() {
+    let devices = ["pcie-ssd-p4510", "cloud-ssd", "sata-ssd", "optane-ssd"];
+    for (model, order) in [
+        (
+            CostModel::AceSim,
+            ["pcie-ssd-p4510", "cloud-ssd", "sata-ssd", "optane-ssd"],
+        ),
+        (
+            CostModel::Pio,
+            ["cloud-ssd", "optane-ssd", "sata-ssd", "pcie-ssd-p4510"],
+        ),
+    ] {
+        let mut p = plan(&devices, 10_000, 1_000, 100_000, &[10.0, 50.0, 100.0]);
+        p.policies = vec!["lru".into()];
+        p.cost_model = model;
+        let file = ace::run_ace(&p, &quiet).unwrap();
+        assert!(
+            file.runs
+                .iter()
+                .all(|r| r.cost_model.as_deref() == Some(model.name()))
+        );
+        let s = speedups(&file);
+        for d in devices {
+            let curve: Vec<f64> = s.iter().filter(|x| x.0 == d).map(|x| x.2).collect();
+            assert_eq!(curve.len(), 3);
+            assert!(
+                curve[0] > 1.0 && curve[0] < curve[1] && curve[1] < curve[2],
+                "{model:?} {d}: {curve:?}"
+            );
+        }
+        let at_all_writes: Vec<f64> = order
+            .iter()
+            .map(|d| s.iter().find(|x| x.0 == *d && x.1 == 100.0).unwrap().2)
+            .collect();
+        assert!(
+            at_all_writes.windows(2).all(|w| w[0] > w[1]),
+            "{model:?}: {order:?} → {at_all_writes:?}"
+        );
+    }
+
+    let mut p = plan(&["pcie-ssd-p4510"], 10_000, 1_000, 100_000, &[50.0]);
+    p.cost_model = CostModel::AceSim;
+    let file = ace::run_ace(&p, &quiet).unwrap();
+    for r in &file.runs {
+        assert!(r.runtime_reduction_pct >= 25.0, "{}: {r:?}", r.policy);
+        assert!(r.medium.contains("ACE simulator"), "{}", r.medium);
+    }
+}
+
+/// Runtime against n_w on the PCIe SSD (k_w = 8), both models: the speedup rises to n_w = 8
+/// and nothing beyond it does better (past k_w a batch only takes more rounds).
+#[test]
+fn speedup_peaks_at_the_devices_write_concurrency() {
+    for model in [CostModel::Pio, CostModel::AceSim] {
+        let mut p = plan(&["pcie-ssd-p4510"], 10_000, 1_000, 100_000, &[50.0]);
+        p.policies = vec!["lru".into()];
+        p.cost_model = model;
+        p.n_w = Some(vec![1, 2, 4, 8, 10, 12, 16, 32]);
+        let file = ace::run_ace(&p, &quiet).unwrap();
+        let by_n_w: Vec<(usize, f64)> = file.runs.iter().map(|r| (r.n_w, r.speedup)).collect();
+        let at_k_w = by_n_w.iter().find(|x| x.0 == 8).unwrap().1;
+        let rising: Vec<f64> = by_n_w.iter().take(4).map(|x| x.1).collect();
+        assert!(
+            rising.windows(2).all(|w| w[0] < w[1]),
+            "{model:?}: {by_n_w:?}"
+        );
+        assert!(
+            by_n_w.iter().all(|x| x.1 <= at_k_w),
+            "{model:?}: {by_n_w:?}"
+        );
+    }
 }

@@ -214,3 +214,70 @@ fn latest_favours_the_newest_inserts() {
     let mode = moved.iter().max_by_key(|(_, c)| **c).map(|(v, _)| *v);
     assert_eq!(mode, Some(last + 500));
 }
+
+/// YCSB 0.17's distribution of `ZipfianGenerator.nextLong(itemcount)` after the generator,
+/// built over `items` items, has grown to `itemcount`: computed here straight from YCSB's
+/// Java (not from the port), by inverting its formula for `u`. `eta_items` is the count `eta`
+/// is computed from: YCSB's `items` (the constructor's count), or `itemcount` for Gray's.
+fn ycsb_next_long_probs(itemcount: u64, eta_items: u64, theta: f64, ranks: usize) -> Vec<f64> {
+    let zetan: f64 = (1..=itemcount).map(|i| 1.0 / (i as f64).powf(theta)).sum();
+    let zeta2 = 1.0 + 0.5f64.powf(theta);
+    // eta = (1 - Math.pow(2.0 / items, 1 - theta)) / (1 - zeta2theta / zetan)
+    let eta = (1.0 - (2.0 / eta_items as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan);
+    let mut p = vec![0.0; ranks];
+    // uz < 1 → base; uz < 1 + 0.5^theta → base + 1
+    p[0] = 1.0 / zetan;
+    p[1] = 0.5f64.powf(theta) / zetan;
+    let u_formula = zeta2 / zetan;
+    // Otherwise ret = (long) (itemcount * Math.pow(eta * u - eta + 1, alpha)), alpha =
+    // 1 / (1 - theta): ret >= k exactly when u >= 1 + ((k / itemcount)^(1 - theta) - 1) / eta.
+    let first_u = |k: usize| 1.0 + ((k as f64 / itemcount as f64).powf(1.0 - theta) - 1.0) / eta;
+    for (k, pk) in p.iter_mut().enumerate() {
+        let lo = first_u(k).max(u_formula);
+        let hi = first_u(k + 1).min(1.0).max(u_formula);
+        if hi > lo {
+            *pk += hi - lo;
+        }
+    }
+    p
+}
+
+/// Workload D's "latest" chooser after the store grew from 1,000 to 2,000 records, against
+/// the distribution YCSB's own algorithm gives: by default exactly YCSB's (whose `eta` keeps
+/// the initial count, so distances 2 and 3 are never drawn), and Gray's with `grown`.
+#[test]
+fn latest_after_growth_matches_ycsb_and_grown_matches_gray() {
+    use tierbase_bench::generator::ZipfianEta;
+    let (initial, grown) = (1_000u64, 2_000u64);
+    let ranks = 64;
+    let draws = 400_000u64;
+    for (mode, eta_items) in [(ZipfianEta::Ycsb, initial), (ZipfianEta::Grown, grown)] {
+        let mut g = SkewedLatestGenerator::new(initial, 0.99)
+            .unwrap()
+            .with_eta_mode(mode);
+        let mut rng = Rng::from_seed(11);
+        let mut counts = vec![0u64; ranks + 1];
+        for _ in 0..draws {
+            let distance = grown - g.next_value(grown, &mut rng);
+            counts[(distance as usize).min(ranks)] += 1;
+        }
+        let mut probs = ycsb_next_long_probs(grown, eta_items, 0.99, ranks);
+        probs.push(1.0 - probs.iter().sum::<f64>()); // the tail beyond `ranks`
+        let (stat, df) = chi_square(&counts, &probs, draws, 5.0);
+        assert!(
+            stat < chi2_critical(df),
+            "{mode}: chi-square {stat:.1} with {df} df; counts {:?}",
+            &counts[..12]
+        );
+        let share = |d: usize| counts[d] as f64 / draws as f64;
+        match mode {
+            ZipfianEta::Ycsb => {
+                // YCSB's shape: the third- and fourth-newest records are never read.
+                assert_eq!(probs[2] + probs[3], 0.0);
+                assert_eq!(counts[2] + counts[3], 0, "{:?}", &counts[..8]);
+                assert!(share(4) > 0.02, "{}", share(4));
+            }
+            ZipfianEta::Grown => assert!(share(2) > 0.04, "{}", share(2)),
+        }
+    }
+}

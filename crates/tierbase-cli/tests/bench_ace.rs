@@ -94,6 +94,47 @@ fn a_recorded_trace_runs_in_virtual_time_and_writes_json_and_html() {
     let html = std::fs::read_to_string(dir.path().join("ace-results.html")).unwrap();
     assert!(html.contains("Runtime vs n_w — pcie-ssd-p4510"));
     assert!(html.contains("<svg"));
+    assert!(runs.iter().all(|r| r["cost_model"] == "pio"));
+
+    // `tierbase report` takes ACE result files like every other result file.
+    let out = tierbase(
+        &["report", "ace-results.json", "--out", "all.html"],
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", stdout(&out));
+    let page = std::fs::read_to_string(dir.path().join("all.html")).unwrap();
+    assert!(page.contains("ACE: baseline against ACE — ace-results.json"));
+    assert!(page.contains("Runtime vs n_w — pcie-ssd-p4510"));
+
+    // The ACE simulator's costs: named in the medium and the result file.
+    let out = tierbase(
+        &[
+            "bench",
+            "ace",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--capacity",
+            "6",
+            "--cost-model",
+            "ace-sim",
+            "--policy",
+            "lru",
+            "--out",
+            "sim.json",
+            "-q",
+        ],
+        dir.path(),
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("ACE simulator's costs (write = α reads"),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("sim.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["runs"][0]["cost_model"], "ace-sim");
 }
 
 #[test]
@@ -118,6 +159,10 @@ fn bad_arguments_are_one_clear_error() {
         ),
         (&["--device", "floppy"], "unknown device 'floppy'"),
         (&["--prefetch", "magic"], "unknown prefetcher \"magic\""),
+        (
+            &["--cost-model", "fio"],
+            "unknown cost model \"fio\" (known: pio, ace-sim)",
+        ),
         (&["--locality", "90"], "invalid locality '90'"),
         (
             &["--write-pct", "150"],

@@ -402,9 +402,47 @@ pub struct EmulationSummary {
     pub native_slower: u64,
 }
 
-/// Share of late batches above which an emulated run did not reproduce its profile (the
-/// medium under the emulator or the CPU could not keep up): such a run is not saved.
+/// Share of late operations (block: batches) above which an emulated run did not reproduce
+/// its profile (the medium under the emulator or the CPU could not keep up): such a run is
+/// not saved.
 pub const LATE_BATCH_LIMIT: f64 = 0.01;
+
+/// Share of a memory run's measured time that late operations may add before the run is
+/// taken not to reproduce its profile (half the 10 % a profile must measure back within: a
+/// late load still takes at least the profile's latency, only its overshoot is not the
+/// profile's, so a share is a bound on the error).
+pub const LATE_TIME_LIMIT: f64 = 0.05;
+
+/// `Err` with what went wrong and what to do when `late_share` — the share of the measurement
+/// that is not the profile's — is above `limit`; `detail` says what was late,
+/// `medium` what lies under the emulation of `profile`. One rule for block sweeps (share of
+/// batches that ended late) and memory runs (share of the run's time that late operations
+/// added).
+pub fn emulation_kept_up(
+    profile: &str,
+    (late_share, limit): (f64, f64),
+    detail: &str,
+    medium: &str,
+) -> std::result::Result<(), String> {
+    if late_share <= limit {
+        return Ok(());
+    }
+    let advice = if medium.starts_with("in memory") {
+        "rerun when nothing else is using the CPU"
+    } else if detail.contains("batches") {
+        "rerun with --in-memory (no real I/O) when nothing else is using the CPU"
+    } else {
+        "the profile is faster than this machine's native memory plus the emulator's \
+         bookkeeping, or the CPU was busy: emulate a slower profile, or rerun when nothing \
+         else is using the CPU"
+    };
+    Err(format!(
+        "the emulation of {profile} did not keep up: {detail} ({:.1}%, limit {:.0}%), so the \
+         figures are partly those of the medium under it ({medium}) or of a busy CPU; {advice}",
+        100.0 * late_share,
+        100.0 * limit
+    ))
+}
 
 impl EmulationSummary {
     /// Share of batches that ended after their emulated end.
@@ -419,24 +457,15 @@ impl EmulationSummary {
     /// `Err` with what went wrong and what to do when more than [`LATE_BATCH_LIMIT`] of the
     /// batches ended late (measured on `medium`).
     pub fn kept_up(&self, medium: &str) -> std::result::Result<(), String> {
-        if self.late_share() <= LATE_BATCH_LIMIT {
-            return Ok(());
-        }
-        let advice = if medium.starts_with("in memory") {
-            "rerun when nothing else is using the CPU"
-        } else {
-            "rerun with --in-memory (no real I/O) when nothing else is using the CPU"
-        };
-        Err(format!(
-            "the emulation of {} did not keep up: {} of {} batches ({:.1}%, limit {:.0}%) ended \
-             after their emulated end, so the curves are partly those of the medium under it \
-             ({medium}) or of a busy CPU; {advice}",
-            self.profile,
-            self.native_slower,
-            self.batches,
-            100.0 * self.late_share(),
-            100.0 * LATE_BATCH_LIMIT
-        ))
+        emulation_kept_up(
+            &self.profile,
+            (self.late_share(), LATE_BATCH_LIMIT),
+            &format!(
+                "{} of {} batches ended after their emulated end",
+                self.native_slower, self.batches
+            ),
+            medium,
+        )
     }
 }
 

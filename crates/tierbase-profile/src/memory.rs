@@ -21,6 +21,7 @@ use tierbase::device::{
     Catalogue, DeviceKind, Direction, Emulator, FsKind, MappingKind, PmemRegion, RegionOptions,
     fs_kind, now_ns,
 };
+use tierbase_bench::report::svg::ValueFormat;
 use tierbase_bench::rng::Rng;
 use tierbase_bench::{BenchError, Result};
 
@@ -273,6 +274,17 @@ pub struct MemoryRun {
     pub path: Option<PathBuf>,
     /// `emulated <profile>` or null.
     pub emulated: Option<String>,
+    /// Emulated operations of the run (`null` when not emulated).
+    #[serde(default)]
+    pub emulated_ops: Option<u64>,
+    /// Of those, how many ended after their emulated end (the native access plus the
+    /// emulator's bookkeeping was slower than the profile, or the CPU was busy): the run
+    /// measured this machine there, not the profile.
+    #[serde(default)]
+    pub emulated_late: Option<u64>,
+    /// By how much, in total, those late operations overshot their emulated ends (ns).
+    #[serde(default)]
+    pub emulated_late_ns: Option<u64>,
     /// Whether the kernel accepted the huge-page advice.
     pub huge_pages_advised: bool,
     /// Operations (or chain executions) done.
@@ -294,6 +306,37 @@ pub struct MemoryRun {
 }
 
 impl MemoryRun {
+    /// `Err` with why and what to do when operations that fell behind the profile added more
+    /// than [`crate::block::LATE_TIME_LIMIT`] to the run's time (`Ok` when not emulated).
+    pub fn emulation_kept_up(&self) -> std::result::Result<(), String> {
+        let (Some(e), Some(ops), Some(late), Some(late_ns)) = (
+            &self.emulated,
+            self.emulated_ops,
+            self.emulated_late,
+            self.emulated_late_ns,
+        ) else {
+            return Ok(());
+        };
+        // Late operations still take at least the profile's time; what is not the profile's
+        // is their overshoot, as a share of the threads' measured time.
+        let measured_ns = self.elapsed_s * 1e9 * self.config.number_threads.max(1) as f64;
+        let share = if measured_ns > 0.0 {
+            late_ns as f64 / measured_ns
+        } else {
+            0.0
+        };
+        crate::block::emulation_kept_up(
+            e.strip_prefix("emulated ").unwrap_or(e),
+            (share, crate::block::LATE_TIME_LIMIT),
+            &format!(
+                "{late} of {ops} operations ended after their emulated end, adding {} to the \
+                 measured time",
+                ValueFormat::Nanos.format(late_ns as f64)
+            ),
+            &self.medium,
+        )
+    }
+
     /// One-line description: mode, operation, size, persist, threads, medium.
     pub fn describe(&self) -> String {
         let c = &self.config;
@@ -657,6 +700,7 @@ fn run_one(nc: &NamedConfig, chain: Option<&AccessChain>, p: &Prepared) -> Resul
         seed: c.seed,
         chain_bytes,
     })?;
+    let emulation_before = p.region.emulator().map(Emulator::stats);
     let shared = Shared {
         pmem: RawMem::new(&p.region)?,
         dram: p.dram.as_ref().map(RawMem::new).transpose()?,
@@ -698,6 +742,14 @@ fn run_one(nc: &NamedConfig, chain: Option<&AccessChain>, p: &Prepared) -> Resul
         (Some(s), Some(e)) => e.duration_since(s).as_secs_f64(),
         _ => 0.0,
     };
+    let emulation = match (emulation_before, p.region.emulator().map(Emulator::stats)) {
+        (Some(b), Some(a)) => Some((
+            (a.reads + a.writes) - (b.reads + b.writes),
+            a.native_slower - b.native_slower,
+            a.late_ns - b.late_ns,
+        )),
+        _ => None,
+    };
     let ops: u64 = results.iter().map(|r| r.ops).sum();
     let bytes: u64 = results.iter().map(|r| r.bytes).sum();
     let mut hist = new_histogram();
@@ -718,6 +770,9 @@ fn run_one(nc: &NamedConfig, chain: Option<&AccessChain>, p: &Prepared) -> Resul
         medium: p.medium.clone(),
         path: p.path.clone(),
         emulated: p.region.emulator().map(Emulator::label),
+        emulated_ops: emulation.map(|e| e.0),
+        emulated_late: emulation.map(|e| e.1),
+        emulated_late_ns: emulation.map(|e| e.2),
         huge_pages_advised: p.huge_advised,
         ops,
         bytes,

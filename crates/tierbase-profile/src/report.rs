@@ -14,10 +14,13 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use tierbase_bench::Result;
+use tierbase_bench::ace::AceResults;
 use tierbase_bench::report::svg::{
     self, LineChart, LineSeries, ValueFormat, escape, spans_decades,
 };
-use tierbase_bench::report::{ExtraResults, ReportSummary, SectionCounts, write_report_with};
+use tierbase_bench::report::{
+    ExtraKinds, ExtraResults, ReportSummary, SectionCounts, write_report_with,
+};
 
 use crate::block::BlockRun;
 use crate::memory::{MemoryRun, Operation};
@@ -71,11 +74,16 @@ impl ExtraResults for ProfileResults {
     }
 }
 
-/// Reads benchmark result files (`tierbase bench`) and profile result files (`tierbase
-/// profile`) and writes one HTML report of all of them to `out`; the first invalid file stops
-/// it with an error naming that file.
+/// Reads benchmark result files (`tierbase bench ycsb|micro|recovery`), ACE result files
+/// (`tierbase bench ace`) and profile result files (`tierbase profile`) and writes one HTML
+/// report of all of them to `out`; the first invalid file stops it with an error naming that
+/// file.
 pub fn write_report(inputs: &[PathBuf], out: &Path, title: &str) -> Result<ReportSummary> {
-    write_report_with(inputs, out, title, &mut ProfileResults::default())
+    let mut extra = ExtraKinds::new(vec![
+        Box::new(ProfileResults::default()),
+        Box::new(AceResults::default()),
+    ]);
+    write_report_with(inputs, out, title, &mut extra)
 }
 
 /// Appends the profile sections for `inputs` to `html`; `runs` counts memory runs plus block

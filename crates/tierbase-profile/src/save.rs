@@ -133,6 +133,14 @@ pub fn block_profile(name: &str, run: &BlockRun) -> Result<DeviceProfile> {
 /// A memory profile from benchmark runs.
 pub fn memory_profile(name: &str, runs: &[MemoryRun]) -> Result<DeviceProfile> {
     check_name(name)?;
+    for r in runs {
+        r.emulation_kept_up().map_err(|why| {
+            BenchError::invalid(format!(
+                "not saving profile '{name}': {} — {why}",
+                r.describe()
+            ))
+        })?;
+    }
     let random = |op: Operation| -> Vec<&MemoryRun> {
         runs.iter()
             .filter(|r| r.config.exec_mode == ExecMode::Random && r.config.operation == op)

@@ -88,6 +88,19 @@ fn an_emulated_profile_is_measured_back() {
     let src = p.source.unwrap();
     assert!(src.contains("measured by tierbase profile block"), "{src}");
     assert!(src.contains("emulated test-ssd"), "{src}");
+
+    // A sweep where more than 1 % of the batches ended late measured the medium under the
+    // emulator (or a busy CPU), not the profile: it is not saved.
+    let mut late = run.clone();
+    let e = late.emulation.as_mut().expect("emulation summary");
+    e.native_slower = e.batches / 50 + 1;
+    let why = block_profile("late", &late).unwrap_err().to_string();
+    assert!(
+        why.contains("not saving profile 'late'")
+            && why.contains("did not keep up")
+            && why.contains("batches ended after their emulated end"),
+        "{why}"
+    );
 }
 
 /// Checks a sweep of an emulated P4510-shaped device: α ≈ 2.8, k_w ≈ 8, k_r ≈ 72..80 (the 90%

@@ -301,6 +301,23 @@ fn memory_profiles_come_from_random_runs() {
         .fold(0.0, f64::max);
     assert!((p.read_bandwidth_mb_s - best_read).abs() < 1e-9);
     assert!(p.source.unwrap().contains("DRAM (anonymous)"));
+    // A run whose emulation fell behind (late loads added over 5 % of its time) is not the
+    // profile's: such runs are not saved.
+    let mut late = runs.clone();
+    let measured_ns = (late[0].elapsed_s * 1e9) as u64;
+    late[0].emulated = Some("emulated cxl-memory".into());
+    late[0].emulated_ops = Some(late[0].ops);
+    late[0].emulated_late = Some(late[0].ops);
+    late[0].emulated_late_ns = Some(measured_ns / 10);
+    let e = memory_profile("too-fast", &late).unwrap_err().to_string();
+    assert!(
+        e.contains("not saving profile 'too-fast'")
+            && e.contains("emulation of cxl-memory did not keep up")
+            && e.contains("limit 5%"),
+        "{e}"
+    );
+    late[0].emulated_late_ns = Some(measured_ns / 100);
+    assert!(memory_profile("kept-up", &late).is_ok());
     // Without random writes there is nothing to derive α from.
     let reads: Vec<MemoryRun> = runs
         .into_iter()

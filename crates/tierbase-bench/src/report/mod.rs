@@ -76,6 +76,68 @@ pub struct SectionCounts {
     pub charts: usize,
 }
 
+/// Several kinds of other result files on one page: each file goes to the first kind that
+/// takes it; sections render kind by kind, and a page of these alone gets the footers of the
+/// kinds that took files.
+pub struct ExtraKinds {
+    kinds: Vec<Box<dyn ExtraResults>>,
+    footer: String,
+}
+
+impl std::fmt::Debug for ExtraKinds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExtraKinds")
+            .field("kinds", &self.kinds.len())
+            .finish()
+    }
+}
+
+impl ExtraKinds {
+    /// The kinds, tried in this order.
+    pub fn new(kinds: Vec<Box<dyn ExtraResults>>) -> Self {
+        ExtraKinds {
+            kinds,
+            footer: String::new(),
+        }
+    }
+}
+
+impl ExtraResults for ExtraKinds {
+    fn add(&mut self, source: &str, text: &str, path: &Path) -> Result<bool> {
+        for kind in &mut self.kinds {
+            if kind.add(source, text, path)? {
+                self.footer = self
+                    .kinds
+                    .iter()
+                    .filter(|k| !k.is_empty())
+                    .map(|k| k.footer())
+                    .collect::<Vec<_>>()
+                    .join("<br>");
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.kinds.iter().all(|k| k.is_empty())
+    }
+
+    fn render(&self, html: &mut String) -> SectionCounts {
+        let mut counts = SectionCounts::default();
+        for kind in &self.kinds {
+            let c = kind.render(html);
+            counts.runs += c.runs;
+            counts.charts += c.charts;
+        }
+        counts
+    }
+
+    fn footer(&self) -> &str {
+        &self.footer
+    }
+}
+
 /// No other kinds of result file: every input must be a benchmark result file.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoExtraResults;

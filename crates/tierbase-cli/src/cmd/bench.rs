@@ -85,6 +85,11 @@ struct YcsbArgs {
     /// Zipfian constant θ, between 0 and 1 [default: 0.99].
     #[arg(long, value_name = "THETA")]
     zipfian_theta: Option<f64>,
+    /// How the "latest" chooser (workload D) recomputes the zipfian's eta as records are
+    /// inserted: ycsb (YCSB 0.17 exactly, comparable with published results) or grown (Gray et
+    /// al.'s formula with the grown count) [default: ycsb].
+    #[arg(long, value_name = "MODE", value_parser = parse_zipfian_eta)]
+    zipfian_eta: Option<tierbase_bench::workload::ZipfianEta>,
     /// Seed of the operation streams (same seed, same operations).
     #[arg(long, default_value_t = DEFAULT_SEED)]
     seed: u64,
@@ -130,6 +135,10 @@ struct YcsbArgs {
     /// DRAM budget of stores with a buffer pool (`btree`), e.g. 64M [default: 64M].
     #[arg(long, value_name = "SIZE", value_parser = crate::util::parse_size)]
     dram: Option<u64>,
+    /// Dirty pages the buffer pool of `btree` writes together when an eviction meets a dirty
+    /// victim (ACE's n_w; 1 = plain Clock) [default: k_w of the --emulate profile, else 1].
+    #[arg(long = "n-w", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    n_w: Option<u16>,
 
     /// No progress output.
     #[arg(long, short)]
@@ -238,6 +247,12 @@ struct AceArgs {
     /// ACE's prefetcher: none, sequential or history.
     #[arg(long, default_value = "none", value_name = "NAME")]
     prefetch: String,
+    /// How a device profile's virtual time charges I/O: pio (the PIO model the emulator and
+    /// the profiler share; α is the ratio of saturated read and write throughput) or ace-sim
+    /// (the ACE authors' simulator: every write costs α reads, up to k_w writes at once cost
+    /// one). Real page files take what they take.
+    #[arg(long, default_value = "pio", value_name = "MODEL")]
+    cost_model: String,
     /// Pages ACE writes back concurrently, comma-separated for a sweep (e.g. 1,2,4,8,16,32)
     /// [default: the device profile's k_w].
     #[arg(long = "n-w", value_name = "LIST")]
@@ -362,9 +377,16 @@ fn workloads(a: &YcsbArgs) -> anyhow::Result<Vec<WorkloadSpec>> {
         if let Some(t) = a.zipfian_theta {
             s.zipfian_theta = t;
         }
+        if let Some(m) = a.zipfian_eta {
+            s.zipfian_eta = m;
+        }
         s.validate()?;
     }
     Ok(specs)
+}
+
+fn parse_zipfian_eta(s: &str) -> Result<tierbase_bench::workload::ZipfianEta, String> {
+    tierbase_bench::workload::ZipfianEta::parse(s).map_err(|e| e.to_string())
 }
 
 fn parse_durability(s: &str) -> Result<tierbase::device::Durability, String> {
@@ -580,6 +602,7 @@ fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
     plan.presize = !a.grow_from_empty;
     plan.durability = a.durability;
     plan.dram_budget = a.dram;
+    plan.write_back_batch = a.n_w.map(usize::from);
     if let Some(name) = &a.emulate {
         let catalogue = ctx.catalogue()?;
         plan.emulate = Some(catalogue.require(name)?.clone());
@@ -750,6 +773,7 @@ fn ace_plan(a: &AceArgs, ctx: &Ctx) -> anyhow::Result<AcePlan> {
         n_w: a.n_w.as_deref().map(ace::parse_n_w_list).transpose()?,
         n_e: a.n_e,
         prefetcher: tierbase::buffer::ace::Prefetcher::parse(&a.prefetch)?,
+        cost_model: tierbase::buffer::ace::CostModel::parse(&a.cost_model)?,
         trace,
         capacity: match (a.capacity, a.capacity_pct) {
             (Some(n), _) => Capacity::Pages(n),

@@ -459,12 +459,16 @@ fn memory_line(r: &MemoryRun) -> String {
     } else {
         "ops/s"
     };
-    format!(
+    let mut line = format!(
         "{}: {:.2} GB/s, {} {unit}{lat}",
         r.describe(),
         r.bandwidth_gb_s,
         ValueFormat::Count.format(r.ops_per_s)
-    )
+    );
+    if let Err(why) = r.emulation_kept_up() {
+        line.push_str(&format!("\nwarning: {why}"));
+    }
+    line
 }
 
 fn parse_block_args(a: &BlockArgs, ctx: &Ctx) -> anyhow::Result<BlockConfig> {

@@ -9,7 +9,8 @@ use super::Ctx;
 /// Arguments of `tierbase report`.
 #[derive(clap::Args, Debug)]
 pub struct ReportArgs {
-    /// Result files written by `tierbase bench ycsb|micro --out` or `tierbase profile --out`.
+    /// Result files written by `tierbase bench ycsb|micro|recovery|ace --out` or `tierbase
+    /// profile --out`.
     #[arg(required = true, value_name = "JSON")]
     inputs: Vec<PathBuf>,
     /// HTML file to write.

@@ -33,7 +33,9 @@ pub use cpu::{CpuFeatures, FlushInstruction};
 pub use crash::CrashSimConfig;
 pub use dram::{DramArena, DramSlice};
 pub use durability::{Durability, DurabilityMode, FsKind, fs_kind};
-pub use emulate::{Direction, Emulator, EmulatorStats, Ticket, now_ns, spin_until};
+pub use emulate::{
+    Direction, Emulator, EmulatorStats, Ticket, exit_overhead_ns, now_ns, spin_until,
+};
 pub(crate) use group_sync::GroupSync;
 pub use profile::{Catalogue, DeviceKind, DeviceProfile};
 pub use raw::RawAccess;
