@@ -3,7 +3,7 @@
 //! Layers (see `docs/ARCHITECTURE.md`):
 //! - [`device`]: persistent regions, block devices, durability modes, device profiles,
 //!   emulation and counters — the only code that touches hardware;
-//! - stores built on it ([`kv`]), each implementing the engine's [`store::Store`] interface;
+//! - stores built on it ([`kv`], [`btree`], [`hash`]), each implementing the engine's [`store::Store`] interface;
 //! - front ends (the `tierbase` CLI, benchmarks) live in their own crates.
 //!
 //! ```
@@ -27,6 +27,7 @@ pub mod btree;
 pub mod buffer;
 pub mod device;
 mod error;
+pub mod hash;
 pub mod kv;
 pub mod space;
 pub mod store;

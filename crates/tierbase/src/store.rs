@@ -18,7 +18,63 @@
 //!   least once; keys added or removed meanwhile may or may not appear (a store documents any
 //!   narrower exception under concurrent writes, as `KvStore::scan` does).
 
-use crate::error::Result;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+
+/// Whether a store still takes writes: set for good by the first failed write to media, after
+/// which every write call gets [`Error::ReadOnly`] naming that failure (as RocksDB and
+/// TigerBeetle do) — media may now hold a write of unknown fate, and only a reopen (recovery)
+/// can say what is durable. One home for every store's read-only state.
+#[derive(Debug, Default)]
+pub struct WriteFailure {
+    failed: AtomicBool,
+    reason: Mutex<Option<String>>,
+}
+
+impl WriteFailure {
+    /// `Err(ReadOnly)` once a write failed (the store at `path`).
+    #[inline]
+    pub fn check(&self, path: Option<&Path>) -> Result<()> {
+        if self.failed.load(Ordering::Acquire) {
+            return Err(Error::ReadOnly {
+                path: path.map(Path::to_path_buf),
+                reason: self.reason().unwrap_or_default(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Passes `r` through; any error but a full store (which changed nothing on media) or a
+    /// refusal already made (`ReadOnly`) makes the store read-only; `store` names it in the log.
+    pub fn record<T>(&self, store: &str, r: Result<T>) -> Result<T> {
+        if let Err(e) = &r
+            && !matches!(e, Error::StoreFull { .. } | Error::ReadOnly { .. })
+        {
+            let mut reason = self.reason.lock();
+            if reason.is_none() {
+                *reason = Some(e.to_string());
+                tracing::error!("{store} store is read-only from now on: {e}");
+            }
+            self.failed.store(true, Ordering::Release);
+        }
+        r
+    }
+
+    /// Whether a write failed.
+    #[inline]
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// The first failure, if any.
+    pub fn reason(&self) -> Option<String> {
+        self.reason.lock().clone()
+    }
+}
 
 /// What [`Store::modify`]'s closure wants done with the key.
 #[derive(Clone, Debug, PartialEq, Eq)]

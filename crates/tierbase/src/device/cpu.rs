@@ -355,3 +355,129 @@ mod tests {
         }
     }
 }
+
+/// Which 16-wide key search [`match_16`] uses on this CPU (detected once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeySearch {
+    /// Two 512-bit compares (AVX-512F).
+    Avx512,
+    /// Four 256-bit compares (AVX2).
+    Avx2,
+    /// Sixteen scalar compares.
+    Scalar,
+}
+
+impl KeySearch {
+    /// The search this CPU runs.
+    pub fn detected() -> Self {
+        static SEARCH: OnceLock<KeySearch> = OnceLock::new();
+        *SEARCH.get_or_init(|| {
+            let f = features();
+            if f.avx512f {
+                KeySearch::Avx512
+            } else if f.avx2 {
+                KeySearch::Avx2
+            } else {
+                KeySearch::Scalar
+            }
+        })
+    }
+
+    /// `avx512`, `avx2` or `scalar`.
+    pub fn name(self) -> &'static str {
+        match self {
+            KeySearch::Avx512 => "avx512",
+            KeySearch::Avx2 => "avx2",
+            KeySearch::Scalar => "scalar",
+        }
+    }
+}
+
+/// Bit `i` is set where `keys[i] == needle`: the 16 keys of a hash bucket compared at once
+/// with the widest vector compare this CPU has (AVX-512F, AVX2, else scalar).
+#[inline]
+pub fn match_16(keys: &[u64; 16], needle: u64) -> u16 {
+    match_16_with(KeySearch::detected(), keys, needle)
+}
+
+/// [`match_16`] with a chosen search (a search the CPU lacks falls back to scalar); for tests
+/// and benchmarks that compare them.
+#[inline]
+pub fn match_16_with(search: KeySearch, keys: &[u64; 16], needle: u64) -> u16 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let f = features();
+        if search == KeySearch::Avx512 && f.avx512f {
+            // SAFETY: AVX-512F was detected on this CPU at run time.
+            return unsafe { match_16_avx512(keys, needle) };
+        }
+        if search != KeySearch::Scalar && f.avx2 {
+            // SAFETY: AVX2 was detected on this CPU at run time.
+            return unsafe { match_16_avx2(keys, needle) };
+        }
+    }
+    let _ = search;
+    keys.iter()
+        .enumerate()
+        .fold(0u16, |m, (i, &k)| m | (u16::from(k == needle) << i))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn match_16_avx512(keys: &[u64; 16], needle: u64) -> u16 {
+    use std::arch::x86_64::{_mm512_cmpeq_epi64_mask, _mm512_loadu_si512, _mm512_set1_epi64};
+    let n = _mm512_set1_epi64(needle as i64);
+    let p = keys.as_ptr();
+    // SAFETY: `keys` holds 16 u64 = two 64-byte vectors; unaligned loads accept any address.
+    let (lo, hi) = unsafe {
+        (
+            _mm512_loadu_si512(p.cast()),
+            _mm512_loadu_si512(p.add(8).cast()),
+        )
+    };
+    u16::from(_mm512_cmpeq_epi64_mask(lo, n)) | (u16::from(_mm512_cmpeq_epi64_mask(hi, n)) << 8)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn match_16_avx2(keys: &[u64; 16], needle: u64) -> u16 {
+    use std::arch::x86_64::{
+        __m256i, _mm256_castsi256_pd, _mm256_cmpeq_epi64, _mm256_loadu_si256, _mm256_movemask_pd,
+        _mm256_set1_epi64x,
+    };
+    let n = _mm256_set1_epi64x(needle as i64);
+    let p = keys.as_ptr();
+    let mut mask = 0u16;
+    for q in 0..4 {
+        // SAFETY: `keys` holds 16 u64 = four 32-byte vectors; unaligned loads accept any
+        // address.
+        let v = unsafe { _mm256_loadu_si256(p.add(4 * q).cast::<__m256i>()) };
+        let eq = _mm256_castsi256_pd(_mm256_cmpeq_epi64(v, n));
+        mask |= (_mm256_movemask_pd(eq) as u16) << (4 * q);
+    }
+    mask
+}
+
+#[cfg(test)]
+mod search_tests {
+    use super::*;
+
+    #[test]
+    fn every_search_finds_the_same_slots() {
+        let mut keys = [0u64; 16];
+        for (i, k) in keys.iter_mut().enumerate() {
+            *k = (i as u64 % 5) * 0x9e37_79b9_7f4a_7c15;
+        }
+        for needle in [0, 0x9e37_79b9_7f4a_7c15, 2 * 0x9e37_79b9_7f4a_7c15, 7] {
+            let want = keys
+                .iter()
+                .enumerate()
+                .fold(0u16, |m, (i, &k)| m | (u16::from(k == needle) << i));
+            for s in [KeySearch::Avx512, KeySearch::Avx2, KeySearch::Scalar] {
+                assert_eq!(match_16_with(s, &keys, needle), want, "{s:?} {needle:#x}");
+            }
+        }
+        assert_eq!(match_16(&[u64::MAX; 16], u64::MAX), u16::MAX);
+    }
+}

@@ -292,6 +292,77 @@ impl<T> Drop for DramArena<T> {
     }
 }
 
+/// `len` atomic 64-bit words, all zero, in an anonymous mapping of their own: memory is taken
+/// page by page only as words are written, so a large table that is mostly empty (the DRAM
+/// level of a hash table, filters of levels not created yet) costs what it holds. Never moves.
+pub struct ZeroedWords {
+    base: NonNull<std::sync::atomic::AtomicU64>,
+    len: usize,
+    bytes: usize,
+}
+
+// SAFETY: the words are atomics, shared by `&` only; the mapping is owned by this value.
+unsafe impl Sync for ZeroedWords {}
+// SAFETY: as above; the raw pointer is owned memory, not shared with anyone else.
+unsafe impl Send for ZeroedWords {}
+
+impl ZeroedWords {
+    /// `len` zero words (address space only until written).
+    pub fn new(len: usize) -> Result<Self> {
+        let bytes = len
+            .max(1)
+            .checked_mul(8)
+            .and_then(|b| b.checked_next_multiple_of(4096))
+            .ok_or_else(|| Error::InvalidArgument(format!("{len} DRAM words")))?;
+        let p = map_anonymous(bytes, libc::PROT_READ | libc::PROT_WRITE)
+            .map_err(|e| Error::io("reserve DRAM", None, e))?;
+        if bytes > SMALL_PREFIX {
+            // SAFETY: advice on our own mapping; it changes no contents.
+            unsafe {
+                libc::madvise(
+                    p.as_ptr().add(SMALL_PREFIX).cast(),
+                    bytes - SMALL_PREFIX,
+                    libc::MADV_HUGEPAGE,
+                )
+            };
+        }
+        Ok(ZeroedWords {
+            base: p.cast(),
+            len,
+            bytes,
+        })
+    }
+
+    /// Bytes of address space held (memory is taken only as words are written).
+    pub fn reserved_bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl std::ops::Deref for ZeroedWords {
+    type Target = [std::sync::atomic::AtomicU64];
+    fn deref(&self) -> &Self::Target {
+        // SAFETY: the mapping holds `len` 8-aligned (page-aligned base) words, zero-filled by
+        // the kernel — a valid `AtomicU64` bit pattern — and lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for ZeroedWords {
+    fn drop(&mut self) {
+        // SAFETY: we own the mapping; no reference into it outlives `self` (Deref borrows it).
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.bytes) };
+    }
+}
+
+impl std::fmt::Debug for ZeroedWords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZeroedWords")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

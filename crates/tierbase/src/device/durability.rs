@@ -48,6 +48,28 @@ impl DurabilityMode {
         }
     }
 
+    /// What a region in this mode lives on, for a store's description ("tmpfs-backed file").
+    pub fn medium(self) -> &'static str {
+        match self {
+            DurabilityMode::Dax => "DAX file",
+            DurabilityMode::Msync => "disk file (msync)",
+            DurabilityMode::ProcessCrash => "tmpfs-backed file",
+            DurabilityMode::None => "volatile memory",
+        }
+    }
+
+    /// What an acknowledged write survives, in two words: `power loss`, `process crash` or
+    /// `nothing` (a store's description, the server's `INFO`).
+    pub fn survives(self) -> &'static str {
+        if self.survives_power_loss() {
+            "power loss"
+        } else if self.survives_process_crash() {
+            "process crash"
+        } else {
+            "nothing"
+        }
+    }
+
     /// Whether acknowledged data survives a power loss.
     pub fn survives_power_loss(self) -> bool {
         matches!(self, DurabilityMode::Dax | DurabilityMode::Msync)

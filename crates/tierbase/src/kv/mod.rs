@@ -69,7 +69,7 @@ use self::store::{FREE, Inner, LARGE, OWNED, SEALED};
 use crate::device::{DramArena, Durability, DurabilityMode, PmemRegion, RegionOptions};
 use crate::error::{Error, Result};
 use crate::space::FreeExtents;
-use crate::store::{Change, Store, StoreDescription};
+use crate::store::{Change, Store, StoreDescription, WriteFailure};
 use crate::sync::{Background, KeyLocks};
 
 /// Default pages per block: Viper's six (one 4 KiB page per DIMM of a 6-DIMM interleave set).
@@ -412,8 +412,7 @@ impl KvStore {
             reclaim_rounds: Mutex::new(0),
             reclaim_done: parking_lot::Condvar::new(),
             opened: AtomicBool::new(false),
-            failed: AtomicBool::new(false),
-            failure: Mutex::new(None),
+            failure: WriteFailure::default(),
             retired: Mutex::new(store::Retired::default()),
         });
         // A clean close means no write was cut short; whatever happens from here on must not
@@ -656,7 +655,7 @@ impl KvStore {
 
     /// Why the store refuses writes, if a persist failed (see [`Error::ReadOnly`]).
     pub fn read_only_reason(&self) -> Option<String> {
-        self.inner().failure.lock().clone()
+        self.inner().failure.reason()
     }
 
     /// Compacts every sealed block at least `free_threshold` free (0..1). Returns
@@ -754,7 +753,7 @@ impl KvStore {
             } else {
                 inner.region.len() as f64 / live_bytes as f64
             },
-            read_only: inner.failure.lock().clone(),
+            read_only: inner.failure.reason(),
             index_bytes,
             dram_bytes: index_bytes + meta_bytes,
         }
@@ -771,7 +770,7 @@ impl KvStore {
     /// clones and clients still alive keep the store open.
     pub fn close(self) -> Result<()> {
         let inner = self.inner();
-        if !inner.failed.load(Ordering::Acquire) {
+        if !inner.failure.failed() {
             inner.fail_on_error(inner.settle())?;
         }
         drop(self);
@@ -955,23 +954,11 @@ impl Store for KvStore {
     fn describe(&self) -> StoreDescription {
         let inner = self.inner();
         let mode = inner.region.durability();
-        let medium = match mode {
-            DurabilityMode::Dax => "DAX file",
-            DurabilityMode::Msync => "disk file (msync)",
-            DurabilityMode::ProcessCrash => "tmpfs-backed file",
-            DurabilityMode::None => "volatile memory",
-        };
         let medium = match inner.path() {
-            Some(p) => format!("{medium} {}", p.display()),
-            None => medium.to_string(),
+            Some(p) => format!("{} {}", mode.medium(), p.display()),
+            None => mode.medium().to_string(),
         };
-        let guarantee = if mode.survives_power_loss() {
-            "power loss"
-        } else if mode.survives_process_crash() {
-            "process crash"
-        } else {
-            "nothing"
-        };
+        let guarantee = mode.survives();
         StoreDescription {
             store: "kv".into(),
             medium,

@@ -37,6 +37,7 @@ use super::metrics::Metrics;
 use crate::device::{DramArena, DurabilityMode, PmemRegion};
 use crate::error::{Error, Result};
 use crate::space::FreeExtents;
+use crate::store::WriteFailure;
 use crate::sync::{KeyLocks, LatchGuard, LatchRun, VersionLatch, backoff};
 
 /// Most bytes one growth of the region adds (see [`Inner::growth_unit`]).
@@ -138,8 +139,7 @@ pub(crate) struct Inner {
     /// be marked cleanly closed.
     pub opened: AtomicBool,
     /// Set (once) by a failed persist: the store refuses writes from then on.
-    pub failed: AtomicBool,
-    pub failure: Mutex<Option<String>>,
+    pub failure: WriteFailure,
     /// Replaced records whose invalidation waits for a sync (deferring durability levels; see
     /// [`Inner::retire`]).
     pub retired: Mutex<Retired>,
@@ -176,7 +176,7 @@ impl Drop for Inner {
     /// while unwinding a panic, nor in durability mode `None` (nothing is persisted).
     fn drop(&mut self) {
         if !self.opened.load(Ordering::Acquire)
-            || self.failed.load(Ordering::Acquire)
+            || self.failure.failed()
             || std::thread::panicking()
             // Without persists the mark could reach media before the data it vouches for.
             || self.region.durability() == DurabilityMode::None
@@ -271,31 +271,13 @@ impl Inner {
     /// Refuses writes once a persist has failed.
     #[inline]
     pub fn check_writable(&self) -> Result<()> {
-        if self.failed.load(Ordering::Acquire) {
-            let reason = self.failure.lock().clone().unwrap_or_default();
-            return Err(Error::ReadOnly {
-                path: self.path.clone(),
-                reason,
-            });
-        }
-        Ok(())
+        self.failure.check(self.path.as_deref())
     }
 
     /// Passes `r` through; an error other than a full store (which changes nothing on media)
-    /// makes the store read-only: media may now hold a write whose fate is unknown, so only a
-    /// reopen (recovery) can say what is durable.
+    /// makes the store read-only ([`WriteFailure::record`]).
     pub fn fail_on_error<T>(&self, r: Result<T>) -> Result<T> {
-        if let Err(e) = &r
-            && !matches!(e, Error::StoreFull { .. } | Error::ReadOnly { .. })
-        {
-            let mut failure = self.failure.lock();
-            if failure.is_none() {
-                *failure = Some(e.to_string());
-                tracing::error!("kv store is read-only from now on: {e}");
-            }
-            self.failed.store(true, Ordering::Release);
-        }
-        r
+        self.failure.record("kv", r)
     }
 
     // ----- latches and metadata -------------------------------------------------------------

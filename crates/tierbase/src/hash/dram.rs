@@ -1,0 +1,165 @@
+//! The DRAM level: a fixed number of entries (`2^dram_bits`), each with 256 slots in two
+//! halves of 128. Inserts go to the active half; a full half is frozen and migrated to PMem
+//! level 0 (by a background migrator, or by the inserter when the other half is still
+//! frozen), while the other half takes inserts. Its size is set by configuration and never
+//! grows with the record count.
+//!
+//! Owns: the halves' slots, sizes, epochs and latches, and each entry's two locks: `insert`
+//! (writers of the entry's keys, in turn) and `subtree` (migrations and scans of the PMem
+//! entries below it — every PMem entry receives records from exactly one entry above, so one
+//! DRAM entry's `subtree` lock guards its whole subtree). Must not touch: media.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
+
+use parking_lot::Mutex;
+
+use super::layout::HALF_SLOTS;
+use crate::device::ZeroedWords;
+use crate::error::Result;
+use crate::sync::{VersionLatch, backoff};
+
+/// One half of a DRAM entry.
+#[derive(Debug, Default)]
+pub(super) struct Half {
+    /// Changed when the half is cleared, so optimistic readers of a cleared half retry
+    /// (appends need no latch: a reader reads the size first and only slots below it).
+    pub latch: VersionLatch,
+    /// Slots filled.
+    pub size: AtomicU32,
+    /// The half's epoch: every record logged into it carries it.
+    pub epoch: AtomicU32,
+    /// Full and waiting for (or in) migration.
+    pub frozen: AtomicBool,
+}
+
+/// A DRAM entry. One cache line each, so writers of neighbouring entries do not share lines.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub(super) struct DramEntry {
+    /// Held by a writer of one of the entry's keys (inserts are linearizable per key).
+    pub insert: Mutex<()>,
+    /// Held while the entry's PMem subtree changes (migrations) or is scanned as a whole.
+    pub subtree: Mutex<()>,
+    /// The two halves.
+    pub halves: [Half; 2],
+    /// Which half takes inserts.
+    pub active: AtomicU8,
+    /// Epoch of the last half migrated to PMem (= the PMem level-0 entry's epoch): log
+    /// entries with this epoch or an older one are migrated.
+    pub stamp: AtomicU32,
+    /// Queued for a background migrator.
+    pub queued: AtomicBool,
+}
+
+/// The DRAM level.
+#[derive(Debug)]
+pub(super) struct DramLevel {
+    pub entries: Box<[DramEntry]>,
+    keys: ZeroedWords,
+    values: ZeroedWords,
+}
+
+/// What a search of one half found, newest first.
+pub(super) type Candidates = Vec<(u64, u64)>;
+
+impl DramLevel {
+    pub fn new(entries: usize) -> Result<Self> {
+        let slots = entries * 2 * HALF_SLOTS;
+        Ok(DramLevel {
+            entries: (0..entries).map(|_| DramEntry::default()).collect(),
+            keys: ZeroedWords::new(slots)?,
+            values: ZeroedWords::new(slots)?,
+        })
+    }
+
+    /// Bytes of DRAM the level holds at most (slots and entries).
+    pub fn bytes(&self) -> u64 {
+        (self.keys.len() * 16 + self.entries.len() * std::mem::size_of::<DramEntry>()) as u64
+    }
+
+    #[inline]
+    fn slot(entry: usize, half: usize, slot: usize) -> usize {
+        (entry * 2 + half) * HALF_SLOTS + slot
+    }
+
+    /// Writes a record into `slot` of a half (the caller holds the entry's `insert` lock and
+    /// publishes it by raising the half's size).
+    #[inline]
+    pub fn write(&self, entry: usize, half: usize, slot: usize, key: u64, value: u64) {
+        let i = Self::slot(entry, half, slot);
+        self.keys[i].store(key, Ordering::Relaxed);
+        self.values[i].store(value, Ordering::Relaxed);
+    }
+
+    /// The record in `slot` of a half.
+    #[inline]
+    pub fn read(&self, entry: usize, half: usize, slot: usize) -> (u64, u64) {
+        let i = Self::slot(entry, half, slot);
+        (
+            self.keys[i].load(Ordering::Relaxed),
+            self.values[i].load(Ordering::Relaxed),
+        )
+    }
+
+    /// The records of a half whose key word is `key`, newest first, read optimistically
+    /// (consistent: retried while the half is cleared under the reader).
+    pub fn candidates(&self, entry: usize, half: usize, key: u64, out: &mut Candidates) {
+        let h = &self.entries[entry].halves[half];
+        let mut round = 0;
+        loop {
+            out.clear();
+            let Some(v) = h.latch.optimistic() else {
+                backoff(&mut round);
+                continue;
+            };
+            let size = (h.size.load(Ordering::Acquire) as usize).min(HALF_SLOTS);
+            for s in (0..size).rev() {
+                let (k, val) = self.read(entry, half, s);
+                if k == key {
+                    out.push((s as u64, val));
+                }
+            }
+            if h.latch.validate(v) {
+                return;
+            }
+            backoff(&mut round);
+        }
+    }
+
+    /// The records of a half, oldest first (the half is frozen: nothing changes it).
+    pub fn records(&self, entry: usize, half: usize) -> Vec<(u64, u64)> {
+        let size = (self.entries[entry].halves[half]
+            .size
+            .load(Ordering::Acquire) as usize)
+            .min(HALF_SLOTS);
+        (0..size).map(|s| self.read(entry, half, s)).collect()
+    }
+
+    /// Empties a half (its records are on PMem now); readers in it retry.
+    pub fn clear(&self, entry: usize, half: usize) {
+        let h = &self.entries[entry].halves[half];
+        let _g = h.latch.lock();
+        h.size.store(0, Ordering::Release);
+        h.frozen.store(false, Ordering::Release);
+    }
+}
+
+/// The half that takes inserts, and the other one.
+#[inline]
+pub(super) fn halves(e: &DramEntry) -> (usize, usize) {
+    let a = usize::from(e.active.load(Ordering::Acquire) & 1);
+    (a, 1 - a)
+}
+
+/// Stamps are read by log compaction from any thread.
+pub(super) fn stamp(e: &DramEntry) -> u32 {
+    e.stamp.load(Ordering::Acquire)
+}
+
+/// Counts how many records a DRAM entry holds unmigrated (both halves).
+pub(super) fn held(e: &DramEntry) -> u64 {
+    e.halves
+        .iter()
+        .map(|h| u64::from(h.size.load(Ordering::Acquire)))
+        .sum()
+}

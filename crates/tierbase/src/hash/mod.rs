@@ -1,0 +1,1146 @@
+//! Plush (Vogel et al.; the thesis' chapter 3): a leveled, log-structured persistent hash
+//! table whose DRAM use is fixed by configuration, not by the record count.
+//!
+//! Records enter a DRAM level of `2^dram_bits` entries (256 slots each, in two halves) after
+//! a write-ahead entry in one of the recovery logs; a full half moves — in the background —
+//! to PMem level 0, and a full PMem entry into its 16 children on the next level, each level
+//! 16× larger. Buckets are 256 bytes (16 keys, 16 values: one media block), searched with one
+//! vector compare; every bucket has a 128-bit Bloom filter, kept in DRAM for the first levels.
+//! Variable-length keys and values live in payload logs. Format: docs/FORMAT-plush.md.
+//!
+//! Owns: the store's format ([`layout`]), its DRAM level, levels, logs, payload logs,
+//! migration, recovery and collection. Must not touch: hardware — every byte goes through
+//! [`crate::device::PmemRegion`] (DAX, a file on disk or tmpfs, anonymous memory, the crash
+//! simulator, emulation alike).
+//!
+//! ```
+//! use tierbase::hash::{PlushOptions, PlushStore};
+//! # fn main() -> tierbase::Result<()> {
+//! # let dir = std::env::temp_dir().join(format!("tierbase-plush-doc-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir).unwrap();
+//! let path = dir.join("store.plush");
+//! # let _ = std::fs::remove_file(&path);
+//! let opts = PlushOptions::small(); // a tiny geometry; `default()` is sized for millions
+//! let store = PlushStore::create(&path, &opts)?;
+//! store.put(b"hello", b"world")?; // durable when it returns
+//! assert_eq!(store.get(b"hello")?.as_deref(), Some(&b"world"[..]));
+//! store.close()?;
+//! let store = PlushStore::open(&path, &opts)?; // replays the recovery logs
+//! assert_eq!(store.get(b"hello")?.as_deref(), Some(&b"world"[..]));
+//! # drop(store); std::fs::remove_dir_all(&dir).unwrap();
+//! # Ok(()) }
+//! ```
+//!
+//! | capability | |
+//! |---|---|
+//! | point get / put / delete | yes; gets are optimistic (no lock; they retry while a half or entry they read is rewritten) |
+//! | ordered range scans | no (hash partitioning) |
+//! | unordered iteration | a cursor walk over DRAM entries and their subtrees ([`PlushStore::scan`]) |
+//! | concurrent writers | yes, linearizable per key (a key's writers take its DRAM entry's lock in turn) |
+//! | durability | every acknowledged write: one log entry (one persist barrier) before it is acknowledged |
+//! | multi-process access | no: a second open fails with [`Error::Locked`] |
+
+mod dram;
+mod filter;
+pub mod layout;
+mod log;
+mod payload;
+mod pmem;
+mod recovery;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::SegQueue;
+use parking_lot::Mutex;
+use serde::Serialize;
+
+pub use layout::PlushLayout;
+pub use recovery::RecoveryReport;
+
+use self::dram::{DramLevel, halves};
+use self::layout::{
+    Geometry, HALF_SLOTS, HEADER_LEN, LogRecord, MAX_LEVELS, TOMBSTONE, hash_bytes, hash_word,
+};
+use self::log::Log;
+use self::payload::Payload;
+use crate::device::{Counter, DurabilityMode, KeySearch, PmemRegion, RegionOptions, ZeroedWords};
+use crate::error::{Error, Result};
+use crate::space::RegionBump;
+use crate::store::{Change, Store, StoreDescription, WriteFailure};
+use crate::sync::Background;
+
+/// How to create or open a Plush store. Geometry fields apply at creation (an existing
+/// store keeps its own); the rest at every open.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct PlushOptions {
+    /// Record layout (default: variable).
+    pub layout: PlushLayout,
+    /// log2 of the DRAM level's entries (default 14: 16,384 entries of 256 records, 64 MiB of
+    /// DRAM slots; the thesis uses 16).
+    pub dram_bits: u32,
+    /// Most PMem levels (default 4; each 16× the one above).
+    pub max_levels: u32,
+    /// Recovery logs (default 64, the thesis' sweet spot).
+    pub logs: u32,
+    /// Bytes per recovery-log chunk (default 1 MiB).
+    pub log_chunk_bytes: u64,
+    /// Chunks per recovery log (default: enough for twice what the DRAM level holds, plus two).
+    pub log_chunks: Option<u32>,
+    /// Payload logs (variable layout; default 8).
+    pub payload_logs: u32,
+    /// Bytes per payload chunk (default 4 MiB; bounds one record's key + value).
+    pub payload_chunk_bytes: u64,
+    /// Payload chunks at most (default 16,384: the locator's limit).
+    pub payload_chunks: u32,
+    /// PMem levels whose filters are also kept in DRAM (default 2, as the thesis).
+    pub dram_filter_levels: u32,
+    /// Background migrator threads (default 1; 0 = inserters migrate, as in the thesis).
+    pub migrators: usize,
+    /// Threads replaying the logs on open (default: available parallelism).
+    pub recovery_threads: usize,
+    /// Options of the region (durability mode, emulated profile, reservation).
+    pub region: RegionOptions,
+}
+
+impl Default for PlushOptions {
+    fn default() -> Self {
+        PlushOptions {
+            layout: PlushLayout::Variable,
+            dram_bits: 14,
+            max_levels: 4,
+            logs: 64,
+            log_chunk_bytes: 1 << 20,
+            log_chunks: None,
+            payload_logs: 8,
+            payload_chunk_bytes: 4 << 20,
+            payload_chunks: layout::MAX_PAYLOAD_CHUNKS,
+            dram_filter_levels: 2,
+            migrators: 1,
+            recovery_threads: std::thread::available_parallelism().map_or(1, usize::from),
+            region: RegionOptions::default(),
+        }
+    }
+}
+
+impl PlushOptions {
+    /// A tiny geometry (64 DRAM entries, 4 KiB log chunks, 3 levels, 8 KiB payload chunks):
+    /// for tests, examples and small stores.
+    pub fn small() -> Self {
+        PlushOptions {
+            dram_bits: 6,
+            max_levels: 3,
+            logs: 8,
+            log_chunk_bytes: 16 << 10,
+            payload_logs: 2,
+            payload_chunk_bytes: 64 << 10,
+            payload_chunks: 256,
+            ..PlushOptions::default()
+        }
+    }
+
+    /// Sets [`PlushOptions::layout`].
+    pub fn layout(mut self, layout: PlushLayout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// Sets [`PlushOptions::dram_bits`].
+    pub fn dram_bits(mut self, bits: u32) -> Self {
+        self.dram_bits = bits;
+        self
+    }
+
+    /// Sets [`PlushOptions::max_levels`].
+    pub fn max_levels(mut self, levels: u32) -> Self {
+        self.max_levels = levels;
+        self
+    }
+
+    /// Sets [`PlushOptions::migrators`].
+    pub fn migrators(mut self, threads: usize) -> Self {
+        self.migrators = threads;
+        self
+    }
+
+    /// Sets [`PlushOptions::region`].
+    pub fn region(mut self, region: RegionOptions) -> Self {
+        self.region = region;
+        self
+    }
+
+    fn geometry(&self) -> Result<Geometry> {
+        let logs = self.logs.min(1 << self.dram_bits.min(31));
+        let entries_per_log = (1u64 << self.dram_bits) / u64::from(logs.max(1));
+        let live = entries_per_log * layout::ENTRY_RECORDS as u64;
+        let per_chunk = (self
+            .log_chunk_bytes
+            .saturating_sub(layout::LOG_CHUNK_HEADER))
+            / layout::LOG_ENTRY_BYTES;
+        let log_chunks = match self.log_chunks {
+            Some(n) => n,
+            None => {
+                let needed = (2 * live + 1).div_ceil(per_chunk.max(1)) + 2;
+                u32::try_from(needed.max(3)).unwrap_or(u32::MAX)
+            }
+        };
+        let (payload_logs, payload_chunks) = match self.layout {
+            PlushLayout::Fixed8 => (0, 0),
+            PlushLayout::Variable => (self.payload_logs, self.payload_chunks),
+        };
+        let geo = Geometry {
+            layout: self.layout,
+            dram_bits: self.dram_bits,
+            max_levels: self.max_levels,
+            logs,
+            log_chunks,
+            log_chunk_bytes: self.log_chunk_bytes,
+            payload_logs,
+            payload_chunks,
+            payload_chunk_bytes: self.payload_chunk_bytes,
+        };
+        geo.validate(None)?;
+        Ok(geo)
+    }
+}
+
+/// Always-on counters of a store.
+#[derive(Debug, Default)]
+struct Counters {
+    puts: Counter,
+    gets: Counter,
+    deletes: Counter,
+    log_entries: Counter,
+    log_compactions: Counter,
+    log_compactions_skipped: Counter,
+    log_entries_copied: Counter,
+    half_migrations: Counter,
+    migrations: Counter,
+    migrated_records: Counter,
+    levels_created: Counter,
+    buckets: Counter,
+    filter_probes: Counter,
+    filter_false_positives: Counter,
+    media_reads: Counter,
+    duplicates_dropped: Counter,
+    dangling_dropped: Counter,
+    back_pressure: Counter,
+    payload_bytes: Counter,
+    payload_chunks: Counter,
+    payload_collections: Counter,
+    payload_moved: Counter,
+}
+
+/// The store's state, shared by handles and background threads.
+struct Inner {
+    region: PmemRegion,
+    geo: Geometry,
+    path: Option<PathBuf>,
+    failure: WriteFailure,
+    space: RegionBump,
+    dram: DramLevel,
+    dirs: [AtomicU64; MAX_LEVELS as usize],
+    level_create: Mutex<()>,
+    dram_filters: Vec<ZeroedWords>,
+    logs: Vec<Log>,
+    payload: Option<Payload>,
+    counters: Counters,
+    /// DRAM entries with a frozen half, for the migrators.
+    queue: SegQueue<u32>,
+    migrators: Mutex<Vec<std::thread::Thread>>,
+    sync_migration: bool,
+    /// Live keys, counted by the writes that know (put and delete); `known` false after an
+    /// open or a blind write until counted.
+    count: AtomicI64,
+    count_known: AtomicBool,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlushStore")
+            .field("path", &self.path)
+            .field("layout", &self.geo.layout)
+            .field("dram_bits", &self.geo.dram_bits)
+            .finish()
+    }
+}
+
+/// The key as the store handles it: its hash, the word the buckets hold, and (variable
+/// layout) its bytes.
+struct Probe<'a> {
+    hash: u64,
+    word: u64,
+    bytes: &'a [u8],
+}
+
+/// The newest record of a key.
+enum Found {
+    /// A value: its word and (variable layout) bytes.
+    Value(u64, Vec<u8>),
+    /// A deletion (its word).
+    Deleted(u64),
+}
+
+impl Inner {
+    fn probe<'a>(&self, key: &'a [u8]) -> Result<Probe<'a>> {
+        match self.geo.layout {
+            PlushLayout::Fixed8 => {
+                let word = u64::from_le_bytes(key.try_into().map_err(|_| Error::WrongSize {
+                    what: "key",
+                    len: key.len(),
+                    expected: 8,
+                })?);
+                Ok(Probe {
+                    hash: hash_word(word),
+                    word,
+                    bytes: key,
+                })
+            }
+            PlushLayout::Variable => {
+                if key.is_empty() {
+                    return Err(Error::EmptyKey);
+                }
+                let hash = hash_bytes(key);
+                Ok(Probe {
+                    hash,
+                    word: hash,
+                    bytes: key,
+                })
+            }
+        }
+    }
+
+    #[inline]
+    fn dram_index(&self, hash: u64) -> usize {
+        (hash & (self.geo.dram_entries() as u64 - 1)) as usize
+    }
+
+    /// What the record with value word `value` says about `probe`'s key: `None` if it holds
+    /// another key (a hash collision) or its payload was collected.
+    fn resolve(&self, probe: &Probe<'_>, value: u64) -> Result<Option<Found>> {
+        match &self.payload {
+            None => Ok(Some(if value == TOMBSTONE {
+                Found::Deleted(value)
+            } else {
+                Found::Value(value, value.to_le_bytes().to_vec())
+            })),
+            Some(p) => match p.read(&self.region, value)? {
+                Some(e) if e.key == probe.bytes => Ok(Some(if e.tombstone {
+                    Found::Deleted(value)
+                } else {
+                    Found::Value(value, e.value)
+                })),
+                _ => Ok(None),
+            },
+        }
+    }
+
+    /// The newest record of `probe`'s key: DRAM halves (active, then frozen), then the PMem
+    /// levels top-down, each newest first.
+    fn find(&self, probe: &Probe<'_>) -> Result<Option<Found>> {
+        let idx = self.dram_index(probe.hash);
+        let e = &self.dram.entries[idx];
+        let (a, b) = halves(e);
+        let mut cands = Vec::new();
+        for half in [a, b] {
+            self.dram.candidates(idx, half, probe.word, &mut cands);
+            for &(_, value) in &cands {
+                if let Some(f) = self.resolve(probe, value)? {
+                    return Ok(Some(f));
+                }
+            }
+        }
+        let mut values = Vec::new();
+        for level in 0..self.geo.max_levels {
+            if self
+                .level_candidates(level, probe.word, probe.hash, &mut values)?
+                .is_none()
+            {
+                break;
+            }
+            for &value in &values {
+                if let Some(f) = self.resolve(probe, value)? {
+                    return Ok(Some(f));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The value word of `key`'s newest record (variable layout), deletions included.
+    pub(super) fn newest_word(&self, hash: u64, key: &[u8]) -> Result<Option<u64>> {
+        let probe = Probe {
+            hash,
+            word: hash,
+            bytes: key,
+        };
+        Ok(self.find(&probe)?.map(|f| match f {
+            Found::Value(w, _) | Found::Deleted(w) => w,
+        }))
+    }
+
+    /// Appends a record to DRAM entry `entry` (the caller holds its `insert` lock), logging
+    /// it first unless `logged` is false. Freezes a full half and starts its migration.
+    pub(super) fn append_locked(
+        &self,
+        entry: usize,
+        key: u64,
+        value: u64,
+        logged: bool,
+    ) -> Result<()> {
+        let e = &self.dram.entries[entry];
+        let (mut a, _) = halves(e);
+        if e.halves[a].size.load(Ordering::Acquire) as usize >= HALF_SLOTS {
+            self.switch_halves(entry)?;
+            a = halves(e).0;
+        }
+        let h = &e.halves[a];
+        let slot = h.size.load(Ordering::Acquire);
+        let epoch = h.epoch.load(Ordering::Acquire);
+        if logged {
+            self.log_append(
+                entry,
+                &LogRecord {
+                    key,
+                    value,
+                    epoch,
+                    slot: slot as u8,
+                },
+            )?;
+        }
+        self.dram.write(entry, a, slot as usize, key, value);
+        h.size.store(slot + 1, Ordering::Release);
+        Ok(())
+    }
+
+    /// The active half is full: freeze it and activate the other (migrating that one first if
+    /// it is still frozen — the back-pressure that bounds DRAM), then hand the frozen half to
+    /// a migrator (or migrate it here without migrators).
+    fn switch_halves(&self, entry: usize) -> Result<()> {
+        let e = &self.dram.entries[entry];
+        let (a, b) = halves(e);
+        if e.halves[b].frozen.load(Ordering::Acquire) {
+            self.counters.back_pressure.incr();
+            let _s = e.subtree.lock();
+            if e.halves[b].frozen.load(Ordering::Acquire) {
+                self.migrate_half(entry, b)?;
+            }
+        }
+        let next = e.halves[a].epoch.load(Ordering::Acquire) + 1;
+        e.halves[b].epoch.store(next, Ordering::Release);
+        e.halves[a].frozen.store(true, Ordering::Release);
+        e.active.store(b as u8, Ordering::Release);
+        if self.sync_migration {
+            let _s = e.subtree.lock();
+            if e.halves[a].frozen.load(Ordering::Acquire) {
+                self.migrate_half(entry, a)?;
+            }
+        } else if !e.queued.swap(true, Ordering::AcqRel) {
+            self.queue.push(entry as u32);
+            let m = self.migrators.lock();
+            if !m.is_empty() {
+                m[entry % m.len()].unpark();
+            }
+        }
+        Ok(())
+    }
+
+    /// Migrates every frozen half waiting in the queue (a migrator's round).
+    fn drain_queue(&self) {
+        while let Some(entry) = self.queue.pop() {
+            let e = &self.dram.entries[entry as usize];
+            e.queued.store(false, Ordering::Release);
+            let _s = e.subtree.lock();
+            for half in 0..2 {
+                if e.halves[half].frozen.load(Ordering::Acquire) {
+                    let r = self.migrate_half(entry as usize, half);
+                    if let Err(err) = self.failure.record("plush", r) {
+                        tracing::warn!("plush migration of DRAM entry {entry}: {err}");
+                    }
+                }
+            }
+        }
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        self.failure.check(self.path.as_deref())
+    }
+
+    fn check_value(&self, value: &[u8]) -> Result<u64> {
+        match self.geo.layout {
+            PlushLayout::Fixed8 => {
+                let v = u64::from_le_bytes(value.try_into().map_err(|_| Error::WrongSize {
+                    what: "value",
+                    len: value.len(),
+                    expected: 8,
+                })?);
+                if v == TOMBSTONE {
+                    return Err(Error::InvalidArgument(format!(
+                        "{TOMBSTONE:#x} is the deletion marker of a fixed-layout store and \
+                         cannot be stored as a value"
+                    )));
+                }
+                Ok(v)
+            }
+            PlushLayout::Variable => Ok(0),
+        }
+    }
+
+    /// Writes `key` → `value` (`None`: a deletion). `check`: answer whether the key existed
+    /// (a lookup under the key's lock); `logged`: write the recovery-log entry.
+    fn write(
+        &self,
+        key: &[u8],
+        value: Option<&[u8]>,
+        check: bool,
+        logged: bool,
+    ) -> Result<Option<bool>> {
+        self.check_writable()?;
+        let probe = self.probe(key)?;
+        let fixed_value = match value {
+            Some(v) => self.check_value(v)?,
+            None => TOMBSTONE,
+        };
+        let idx = self.dram_index(probe.hash);
+        // Variable layout: the payload first, outside the entry's lock (it may collect).
+        let payload = match &self.payload {
+            Some(_) => Some(self.failure.record(
+                "plush",
+                self.payload_append(probe.hash, key, value.unwrap_or(&[]), value.is_none(), true),
+            )?),
+            None => None,
+        };
+        let value_word = payload.as_ref().map_or(fixed_value, |p| p.0);
+        let e = &self.dram.entries[idx];
+        let _g = e.insert.lock();
+        let existed = if check {
+            Some(matches!(self.find(&probe)?, Some(Found::Value(..))))
+        } else {
+            None
+        };
+        if value.is_none() && existed == Some(false) {
+            // Deleting an absent key writes nothing (its payload entry is dead weight).
+            if let (Some((w, _)), Some(p)) = (&payload, &self.payload) {
+                p.mark_dead(&self.region, *w);
+            }
+            return Ok(existed);
+        }
+        let r = self.append_locked(idx, probe.word, value_word, logged);
+        self.failure.record("plush", r)?;
+        drop(payload);
+        match (existed, value.is_some()) {
+            (Some(false), true) => {
+                self.count.fetch_add(1, Ordering::AcqRel);
+            }
+            (Some(true), false) => {
+                self.count.fetch_sub(1, Ordering::AcqRel);
+            }
+            (None, _) => self.count_known.store(false, Ordering::Release),
+            _ => {}
+        }
+        Ok(existed)
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let probe = self.probe(key)?;
+        self.counters.gets.incr();
+        Ok(match self.find(&probe)? {
+            Some(Found::Value(_, bytes)) => Some(bytes),
+            _ => None,
+        })
+    }
+
+    /// Migrates every DRAM half to PMem (the recovery logs then hold nothing live).
+    fn checkpoint(&self) -> Result<()> {
+        self.check_writable()?;
+        for idx in 0..self.dram.entries.len() {
+            let e = &self.dram.entries[idx];
+            let _g = e.insert.lock();
+            let _s = e.subtree.lock();
+            let (a, b) = halves(e);
+            if e.halves[b].frozen.load(Ordering::Acquire) {
+                let r = self.migrate_half(idx, b);
+                self.failure.record("plush", r)?;
+            }
+            if e.halves[a].size.load(Ordering::Acquire) > 0 {
+                // Freeze the active half and migrate it; the other becomes active.
+                let next = e.halves[a].epoch.load(Ordering::Acquire) + 1;
+                e.halves[b].epoch.store(next, Ordering::Release);
+                e.halves[a].frozen.store(true, Ordering::Release);
+                e.active.store(b as u8, Ordering::Release);
+                let r = self.migrate_half(idx, a);
+                self.failure.record("plush", r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every live key of DRAM entry `idx`'s subtree (the subtree is locked meanwhile).
+    fn subtree_keys(&self, idx: usize, out: &mut Vec<Vec<u8>>) -> Result<()> {
+        let e = &self.dram.entries[idx];
+        let _s = e.subtree.lock();
+        let mut words: Vec<u64> = Vec::new();
+        let (a, b) = halves(e);
+        for half in [a, b] {
+            let recs = self.dram.records(idx, half);
+            words.extend(recs.iter().rev().map(|r| r.0));
+        }
+        let mut stack = vec![(0u32, idx as u64)];
+        while let Some((level, i)) = stack.pop() {
+            if self.level_dir(level).is_none() {
+                continue;
+            }
+            let (recs, _) = self.entry_records(level, i)?;
+            words.extend(recs.iter().map(|r| r.key));
+            if level + 1 < self.geo.max_levels {
+                let bits = self.geo.level_bits(level);
+                for t in 0..layout::FANOUT as u64 {
+                    stack.push((level + 1, i | (t << bits)));
+                }
+            }
+        }
+        drop(_s);
+        // Each distinct key word once, then its newest record decides.
+        words.sort_unstable();
+        words.dedup();
+        for w in words {
+            match &self.payload {
+                None => {
+                    let key = w.to_le_bytes();
+                    if let Some(Found::Value(..)) = self.find(&self.probe(&key)?)? {
+                        out.push(key.to_vec());
+                    }
+                }
+                Some(_) => {
+                    for key in self.keys_with_hash(idx, w)? {
+                        if let Some(Found::Value(..)) = self.find(&self.probe(&key)?)? {
+                            out.push(key);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The distinct keys (bytes) of records whose hash is `hash` in DRAM entry `idx`'s subtree.
+    fn keys_with_hash(&self, idx: usize, hash: u64) -> Result<Vec<Vec<u8>>> {
+        let p = self.payload.as_ref().expect("variable layout");
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        let mut values = Vec::new();
+        let mut cands = Vec::new();
+        for half in 0..2 {
+            self.dram.candidates(idx, half, hash, &mut cands);
+            values.extend(cands.iter().map(|c| c.1));
+        }
+        let mut level_values = Vec::new();
+        for level in 0..self.geo.max_levels {
+            if self
+                .level_candidates(level, hash, hash, &mut level_values)?
+                .is_none()
+            {
+                break;
+            }
+            values.extend_from_slice(&level_values);
+        }
+        for v in values {
+            if let Some(e) = p.read(&self.region, v)?
+                && !keys.contains(&e.key)
+            {
+                keys.push(e.key);
+            }
+        }
+        Ok(keys)
+    }
+}
+
+/// A Plush store: a cheap, cloneable, `'static` handle (an `Arc` inside).
+#[derive(Clone)]
+pub struct PlushStore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    inner: Arc<Inner>,
+    workers: Mutex<Vec<Background>>,
+    recovery: RecoveryReport,
+    count_lock: Mutex<()>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        for mut w in self.workers.lock().drain(..) {
+            w.stop();
+        }
+        self.inner.migrators.lock().clear();
+    }
+}
+
+impl std::fmt::Debug for PlushStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.shared.inner.fmt(f)
+    }
+}
+
+/// Space, memory and work of a store (`tierbase plush stats`).
+#[derive(Clone, Debug, Serialize)]
+pub struct PlushStats {
+    /// Record layout.
+    pub layout: PlushLayout,
+    /// Live keys, if counted (a blind write makes the count unknown until [`PlushStore::len`]).
+    pub records: Option<u64>,
+    /// Durability mode of the region.
+    pub durability: DurabilityMode,
+    /// What an acknowledged write survives.
+    pub guarantee: &'static str,
+    /// The flush instruction persists use.
+    pub flush: &'static str,
+    /// The vector search of buckets (`avx512`, `avx2`, `scalar`).
+    pub key_search: &'static str,
+    /// "none" or "emulated <profile>".
+    pub emulation: String,
+    /// DRAM entries, and PMem levels created (of the most allowed).
+    pub dram_entries: usize,
+    /// PMem levels created.
+    pub levels: u32,
+    /// Most PMem levels.
+    pub max_levels: u32,
+    /// Region bytes.
+    pub region_bytes: u64,
+    /// Bytes handed out (directories, buckets, chunks).
+    pub space_used: u64,
+    /// Payload bytes in use and known dead (variable layout).
+    pub payload_bytes: u64,
+    /// Payload bytes known to be superseded.
+    pub payload_dead_bytes: u64,
+    /// DRAM held by the store (fixed by configuration).
+    pub dram_bytes: u64,
+    /// Records waiting in DRAM (both halves of every entry).
+    pub dram_records: u64,
+    /// Counters as (name, value).
+    pub counters: Vec<(String, u64)>,
+    /// Why the store refuses writes, if a write failed.
+    pub read_only: Option<String>,
+}
+
+impl PlushStore {
+    /// Creates a store in a new region file at `path`.
+    pub fn create(path: impl AsRef<Path>, opts: &PlushOptions) -> Result<Self> {
+        let geo = opts.geometry()?;
+        let region = PmemRegion::create(
+            path.as_ref(),
+            geo.space_offset() + layout::RESERVE_STEP,
+            &opts.region,
+        )?;
+        Self::create_in(region, opts)
+    }
+
+    /// Opens the store in the region file at `path`, replaying its recovery logs.
+    pub fn open(path: impl AsRef<Path>, opts: &PlushOptions) -> Result<Self> {
+        let region = PmemRegion::open(path.as_ref(), &opts.region)?;
+        Self::open_in(region, opts)
+    }
+
+    /// Creates a store in `region`, which must be all zeros.
+    pub fn create_in(region: PmemRegion, opts: &PlushOptions) -> Result<Self> {
+        let geo = opts.geometry()?;
+        let need = geo.space_offset() + layout::RESERVE_STEP;
+        if region.len() < need {
+            region.grow(need)?;
+        }
+        let mut hdr = vec![0u8; HEADER_LEN as usize];
+        region.read(0, &mut hdr)?;
+        if hdr.iter().any(|&b| b != 0) {
+            return Err(Error::InvalidArgument(
+                "create_in needs an empty region; this one already holds data".into(),
+            ));
+        }
+        geo.encode(&mut hdr);
+        hdr[layout::header::RESERVED_END..layout::header::RESERVED_END + 8]
+            .copy_from_slice(&geo.space_offset().to_le_bytes());
+        // Everything but the magic first, then the magic: a crash leaves no store or a whole
+        // header.
+        region.write(8, &hdr[8..])?;
+        region.persist(0, HEADER_LEN as usize)?;
+        region.write(0, &hdr[..8])?;
+        region.persist(0, 8)?;
+        Self::open_in(region, opts)
+    }
+
+    /// Opens the store held in `region`, replaying its recovery logs.
+    pub fn open_in(region: PmemRegion, opts: &PlushOptions) -> Result<Self> {
+        let started = Instant::now();
+        let (inner, mut report) = recovery::open(region, opts)?;
+        let inner = Arc::new(inner);
+        let mut workers = Vec::new();
+        for i in 0..opts.migrators {
+            let w = Background::spawn(
+                &format!("plush-migrate-{i}"),
+                inner.clone(),
+                Duration::from_millis(5),
+                |inner, ticker| {
+                    loop {
+                        inner.drain_queue();
+                        if !ticker.next() {
+                            break;
+                        }
+                    }
+                },
+            )
+            .map_err(|e| Error::io("spawn migrator", None, e))?;
+            if let Some(t) = w.handle() {
+                inner.migrators.lock().push(t);
+            }
+            workers.push(w);
+        }
+        // Halves recovery found frozen go to the migrators (or migrate now without them).
+        inner.drain_queue();
+        report.total = started.elapsed();
+        Ok(PlushStore {
+            shared: Arc::new(Shared {
+                inner,
+                workers: Mutex::new(workers),
+                recovery: report,
+                count_lock: Mutex::new(()),
+            }),
+        })
+    }
+
+    /// Opens `path` if it exists, else creates it.
+    pub fn open_or_create(path: impl AsRef<Path>, opts: &PlushOptions) -> Result<Self> {
+        if path.as_ref().exists() {
+            Self::open(path, opts)
+        } else {
+            Self::create(path, opts)
+        }
+    }
+
+    fn inner(&self) -> &Inner {
+        &self.shared.inner
+    }
+
+    /// The value of `key`, if present.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.inner().get(key)
+    }
+
+    /// Inserts or replaces `key`; returns whether it was new. Durable when it returns.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.inner().counters.puts.incr();
+        Ok(self.inner().write(key, Some(value), true, true)? == Some(false))
+    }
+
+    /// Removes `key`; returns whether it existed. Durable when it returns.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        self.inner().counters.deletes.incr();
+        Ok(self.inner().write(key, None, true, true)? == Some(true))
+    }
+
+    /// Inserts or replaces `key` without looking it up first (the thesis' upsert: no answer
+    /// whether it existed, so [`PlushStore::len`] counts afresh afterwards). Durable when it
+    /// returns.
+    pub fn upsert(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.inner().counters.puts.incr();
+        self.inner()
+            .write(key, Some(value), false, true)
+            .map(|_| ())
+    }
+
+    /// Deletes `key` without looking it up first (a tombstone whether or not it existed).
+    pub fn remove(&self, key: &[u8]) -> Result<()> {
+        self.inner().counters.deletes.incr();
+        self.inner().write(key, None, false, true).map(|_| ())
+    }
+
+    /// Bulk load: inserts without a recovery-log entry. **Not durable** until
+    /// [`PlushStore::checkpoint`] returns; a crash before loses what such inserts left in DRAM.
+    pub fn upsert_unlogged(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.inner().counters.puts.incr();
+        self.inner()
+            .write(key, Some(value), false, false)
+            .map(|_| ())
+    }
+
+    /// Moves everything in DRAM to PMem: afterwards the recovery logs hold nothing live (the
+    /// next open replays nothing) and unlogged inserts are durable.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.inner().checkpoint()
+    }
+
+    /// Reads `key` and applies `decide`'s answer atomically (no other writer of the key acts
+    /// in between); `decide` is called exactly once.
+    pub fn modify(
+        &self,
+        key: &[u8],
+        decide: &mut dyn FnMut(Option<&[u8]>) -> Change,
+    ) -> Result<()> {
+        let inner = self.inner();
+        inner.check_writable()?;
+        let probe = inner.probe(key)?;
+        let idx = inner.dram_index(probe.hash);
+        let e = &inner.dram.entries[idx];
+        let _g = e.insert.lock();
+        let current = match inner.find(&probe)? {
+            Some(Found::Value(_, bytes)) => Some(bytes),
+            _ => None,
+        };
+        let existed = current.is_some();
+        let (value_word, pending, deleting) = match decide(current.as_deref()) {
+            Change::Keep => return Ok(()),
+            Change::Delete if !existed => return Ok(()),
+            Change::Delete => match &inner.payload {
+                None => (TOMBSTONE, None, true),
+                Some(_) => {
+                    let (w, p) = inner.failure.record(
+                        "plush",
+                        inner.payload_append(probe.hash, key, &[], true, false),
+                    )?;
+                    (w, Some(p), true)
+                }
+            },
+            Change::Put(v) => match &inner.payload {
+                None => (inner.check_value(&v)?, None, false),
+                Some(_) => {
+                    let (w, p) = inner.failure.record(
+                        "plush",
+                        inner.payload_append(probe.hash, key, &v, false, false),
+                    )?;
+                    (w, Some(p), false)
+                }
+            },
+        };
+        let r = inner.append_locked(idx, probe.word, value_word, true);
+        inner.failure.record("plush", r)?;
+        drop(pending);
+        match (existed, deleting) {
+            (false, false) => {
+                inner.count.fetch_add(1, Ordering::AcqRel);
+            }
+            (true, true) => {
+                inner.count.fetch_sub(1, Ordering::AcqRel);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Live keys. Counted by `put`/`delete` as they go; after an open or a blind write, counted
+    /// by a walk of the whole store (exact when no write runs meanwhile).
+    pub fn len(&self) -> Result<u64> {
+        let inner = self.inner();
+        if inner.count_known.load(Ordering::Acquire) {
+            return Ok(inner.count.load(Ordering::Acquire).max(0) as u64);
+        }
+        let _g = self.shared.count_lock.lock();
+        if inner.count_known.load(Ordering::Acquire) {
+            return Ok(inner.count.load(Ordering::Acquire).max(0) as u64);
+        }
+        let mut keys = Vec::new();
+        let mut n = 0u64;
+        for idx in 0..inner.dram.entries.len() {
+            keys.clear();
+            inner.subtree_keys(idx, &mut keys)?;
+            n += keys.len() as u64;
+        }
+        inner.count.store(n as i64, Ordering::Release);
+        inner.count_known.store(true, Ordering::Release);
+        Ok(n)
+    }
+
+    /// Whether the store holds no key.
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Appends the live keys of the DRAM entries from `cursor` on (and everything below them)
+    /// to `out`, until at least `count` were added; returns the cursor to go on from (0: done).
+    /// A key present for the whole walk is returned exactly once (its subtree is read under
+    /// the subtree's lock); keys written meanwhile may or may not appear.
+    pub fn scan(&self, cursor: u64, count: usize, out: &mut Vec<Vec<u8>>) -> Result<u64> {
+        let inner = self.inner();
+        let n = inner.dram.entries.len() as u64;
+        let mut idx = cursor;
+        let start = out.len();
+        while idx < n {
+            inner.subtree_keys(idx as usize, out)?;
+            idx += 1;
+            if out.len() - start >= count {
+                break;
+            }
+        }
+        Ok(if idx >= n { 0 } else { idx })
+    }
+
+    /// What recovery found and did when this handle's store was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.shared.recovery
+    }
+
+    /// Space, memory and counters.
+    pub fn stats(&self) -> PlushStats {
+        let inner = self.inner();
+        let c = &inner.counters;
+        let (payload_bytes, payload_dead_bytes) =
+            inner.payload.as_ref().map_or((0, 0), Payload::usage);
+        let dram_filter_bytes: u64 = inner
+            .dram_filters
+            .iter()
+            .map(|f| f.reserved_bytes() as u64)
+            .sum();
+        let log_bytes: u64 = inner
+            .logs
+            .iter()
+            .map(|l| l.max_epoch.len() as u64 * 4)
+            .sum();
+        let info = inner.region.info();
+        let counters = [
+            ("puts", c.puts.get()),
+            ("gets", c.gets.get()),
+            ("deletes", c.deletes.get()),
+            ("log_entries", c.log_entries.get()),
+            ("log_compactions", c.log_compactions.get()),
+            ("log_compactions_skipped", c.log_compactions_skipped.get()),
+            ("log_entries_copied", c.log_entries_copied.get()),
+            ("half_migrations", c.half_migrations.get()),
+            ("migrations", c.migrations.get()),
+            ("migrated_records", c.migrated_records.get()),
+            ("buckets", c.buckets.get()),
+            ("filter_probes", c.filter_probes.get()),
+            ("filter_false_positives", c.filter_false_positives.get()),
+            ("media_blocks_read", c.media_reads.get()),
+            (
+                "media_blocks_written",
+                inner.region.counters().media_lines_written,
+            ),
+            ("duplicates_dropped", c.duplicates_dropped.get()),
+            ("dangling_dropped", c.dangling_dropped.get()),
+            ("back_pressure", c.back_pressure.get()),
+            ("payload_bytes_written", c.payload_bytes.get()),
+            ("payload_collections", c.payload_collections.get()),
+            ("payload_entries_moved", c.payload_moved.get()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        PlushStats {
+            layout: inner.geo.layout,
+            records: inner
+                .count_known
+                .load(Ordering::Acquire)
+                .then(|| inner.count.load(Ordering::Acquire).max(0) as u64),
+            durability: info.durability,
+            guarantee: info.durability.guarantee(),
+            flush: inner.region.flush_instruction().name(),
+            key_search: KeySearch::detected().name(),
+            emulation: info.emulation,
+            dram_entries: inner.geo.dram_entries(),
+            levels: (0..inner.geo.max_levels)
+                .filter(|&l| inner.level_dir(l).is_some())
+                .count() as u32,
+            max_levels: inner.geo.max_levels,
+            region_bytes: inner.region.len(),
+            space_used: inner.space.used(),
+            payload_bytes,
+            payload_dead_bytes,
+            dram_bytes: inner.dram.bytes() + dram_filter_bytes + log_bytes,
+            dram_records: inner.dram.entries.iter().map(dram::held).sum(),
+            counters,
+            read_only: inner.failure.reason(),
+        }
+    }
+
+    /// Stops the migrators after they finish what is queued, and releases the store. Every
+    /// acknowledged write was durable already; the next open replays the logs.
+    pub fn close(self) -> Result<()> {
+        for mut w in self.shared.workers.lock().drain(..) {
+            w.stop();
+        }
+        self.inner().migrators.lock().clear();
+        self.inner().drain_queue();
+        match self.inner().failure.reason() {
+            Some(reason) => Err(Error::ReadOnly {
+                path: self.inner().path.clone(),
+                reason,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The region's path.
+    pub fn path(&self) -> Option<&Path> {
+        self.inner().path.as_deref()
+    }
+}
+
+impl Store for PlushStore {
+    fn describe(&self) -> StoreDescription {
+        let info = self.inner().region.info();
+        StoreDescription {
+            store: "plush".into(),
+            medium: match &self.inner().path {
+                Some(p) => format!("{} {}", info.durability.medium(), p.display()),
+                None => info.durability.medium().to_string(),
+            },
+            guarantee: info.durability.survives().into(),
+            commit: "immediate".into(),
+            ordered: false,
+        }
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        PlushStore::get(self, key)
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        PlushStore::put(self, key, value)
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<bool> {
+        PlushStore::delete(self, key)
+    }
+
+    fn modify(&self, key: &[u8], decide: &mut dyn FnMut(Option<&[u8]>) -> Change) -> Result<()> {
+        PlushStore::modify(self, key, decide)
+    }
+
+    fn len(&self) -> u64 {
+        PlushStore::len(self).unwrap_or(0)
+    }
+
+    fn scan(&self, cursor: u64, count: usize, out: &mut Vec<Vec<u8>>) -> Result<u64> {
+        PlushStore::scan(self, cursor, count, out)
+    }
+
+    fn defers_sync(&self) -> bool {
+        false
+    }
+
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn metrics(&self) -> Vec<(String, String)> {
+        let s = self.stats();
+        let mut m = vec![
+            ("plush_layout".into(), s.layout.to_string()),
+            ("plush_levels".into(), s.levels.to_string()),
+            ("plush_dram_bytes".into(), s.dram_bytes.to_string()),
+            ("plush_dram_records".into(), s.dram_records.to_string()),
+            ("plush_region_bytes".into(), s.region_bytes.to_string()),
+            ("plush_key_search".into(), s.key_search.to_string()),
+        ];
+        m.extend(
+            s.counters
+                .into_iter()
+                .map(|(k, v)| (format!("plush_{k}"), v.to_string())),
+        );
+        m
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        PlushStore::close(*self)
+    }
+}

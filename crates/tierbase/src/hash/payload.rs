@@ -1,0 +1,510 @@
+//! Payload logs (variable layout): key and value bytes out of place, WiscKey-style; buckets
+//! and the recovery log hold a 64-bit key hash and a locator (chunk, chunk epoch, offset).
+//! Migrations never copy payloads.
+//!
+//! Owns: payload chunks (allocation, the current chunk of each payload log, sealing), entry
+//! encoding, validated reads (a reader checks the chunk's epoch after reading, so a chunk
+//! collected under it is noticed), dead-byte accounting, and garbage collection: the live
+//! entries of a victim chunk (those some key's newest record points to) are copied to a spare
+//! chunk and re-inserted under their DRAM entry's lock; then the victim's epoch is raised,
+//! which makes every locator into it dangling at once, and it becomes the spare. Must not
+//! touch: the levels or logs except through the store's insert path.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use parking_lot::{Mutex, RwLock};
+
+use super::Inner;
+use super::layout::{
+    Locator, PAYLOAD_CHUNK_HEADER, hash_bytes, payload_chunk, payload_entry_bytes, payload_header,
+    split_payload_header,
+};
+use crate::device::PmemRegion;
+use crate::error::{Error, Result};
+
+/// Second header word of a payload entry: this magic in the low half, a CRC32C of the chunk
+/// epoch, the first header word and the bytes in the high half (so the collector can find
+/// entries in a chunk whose writes a crash cut short).
+const ENTRY_MAGIC: u32 = 0x5950_4c54; // "TLPY"
+/// Bytes of a payload entry's two header words.
+const HEADER: u64 = 16;
+
+/// One payload chunk (DRAM bookkeeping).
+#[derive(Debug, Default)]
+pub(super) struct PChunk {
+    /// Offset in the region (0 = not allocated).
+    pub off: AtomicU64,
+    /// Current epoch.
+    pub epoch: AtomicU64,
+    /// Holds entries (else free).
+    pub in_use: AtomicBool,
+    /// The current chunk of some payload log (appends may still land in it).
+    pub current: AtomicBool,
+    /// Bytes of entries known to be superseded.
+    pub dead: AtomicU64,
+    /// Appends that wrote an entry here but have not indexed it yet.
+    pub pending: AtomicU32,
+}
+
+/// A payload log: its current chunk and the next free byte in it.
+#[derive(Debug, Default)]
+pub(super) struct PayloadLog {
+    pub current: RwLock<Option<u32>>,
+    pub pos: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Pool {
+    free: Vec<u32>,
+    /// Chunks holding a collection's copies, with room after them: (chunk, next free byte).
+    partial: Vec<(u32, u64)>,
+    spare: Option<u32>,
+}
+
+/// The payload logs of a store.
+#[derive(Debug)]
+pub(super) struct Payload {
+    pub chunk_bytes: u64,
+    pub chunks: Vec<PChunk>,
+    pub logs: Vec<PayloadLog>,
+    pool: Mutex<Pool>,
+    gc: Mutex<()>,
+    /// Chunks a payload log may allocate before it collects instead.
+    soft_limit: u32,
+}
+
+/// An entry written but not indexed yet: keeps the collector off its chunk.
+#[derive(Debug)]
+pub(super) struct Pending<'a>(&'a AtomicU32);
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A payload entry as read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Entry {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub tombstone: bool,
+}
+
+fn entry_crc(epoch: u64, w0: u64, key: &[u8], value: &[u8]) -> u32 {
+    let mut c = crc32c::crc32c(&epoch.to_le_bytes());
+    c = crc32c::crc32c_append(c, &w0.to_le_bytes());
+    c = crc32c::crc32c_append(c, key);
+    crc32c::crc32c_append(c, value)
+}
+
+impl Payload {
+    pub fn new(logs: u32, chunks: u32, chunk_bytes: u64) -> Self {
+        Payload {
+            chunk_bytes,
+            chunks: (0..chunks).map(|_| PChunk::default()).collect(),
+            logs: (0..logs).map(|_| PayloadLog::default()).collect(),
+            pool: Mutex::new(Pool::default()),
+            gc: Mutex::new(()),
+            soft_limit: chunks.saturating_sub(logs + 1).max(logs + 1),
+        }
+    }
+
+    /// Largest key + value one entry can hold.
+    pub fn max_entry(&self) -> u64 {
+        self.chunk_bytes - PAYLOAD_CHUNK_HEADER - HEADER
+    }
+
+    /// Whether the locator `word` points into its chunk's current epoch.
+    #[inline]
+    pub fn is_current(&self, word: u64) -> bool {
+        let l = Locator::decode(word);
+        self.chunks
+            .get(l.chunk as usize)
+            .is_some_and(|c| l.current(c.epoch.load(Ordering::Acquire)))
+    }
+
+    /// The entry at `word`, or `None` if its chunk was collected (the locator dangles).
+    pub fn read(&self, region: &PmemRegion, word: u64) -> Result<Option<Entry>> {
+        let l = Locator::decode(word);
+        let Some(c) = self.chunks.get(l.chunk as usize) else {
+            return Ok(None);
+        };
+        let epoch = c.epoch.load(Ordering::Acquire);
+        if !l.current(epoch) {
+            return Ok(None);
+        }
+        let off = c.off.load(Ordering::Acquire);
+        if off == 0 || u64::from(l.offset) + HEADER > self.chunk_bytes {
+            return Ok(None);
+        }
+        let at = off + u64::from(l.offset);
+        let w0 = region.read_u64(at)?;
+        let (kl, vl, tombstone) = split_payload_header(w0);
+        let valid = (kl + vl) as u64 <= self.max_entry()
+            && u64::from(l.offset) + HEADER + (kl + vl) as u64 <= self.chunk_bytes;
+        let mut bytes = vec![0u8; if valid { kl + vl } else { 0 }];
+        region.read(at + HEADER, &mut bytes)?;
+        // Re-check the epoch: a chunk collected under the reader may hold anything now.
+        std::sync::atomic::fence(Ordering::Acquire);
+        if c.epoch.load(Ordering::Acquire) != epoch {
+            return Ok(None);
+        }
+        if !valid {
+            return Err(Error::corrupt(
+                None,
+                format!(
+                    "payload entry at chunk {} offset {} claims {kl} + {vl} bytes",
+                    l.chunk, l.offset
+                ),
+            ));
+        }
+        let value = bytes.split_off(kl);
+        Ok(Some(Entry {
+            key: bytes,
+            value,
+            tombstone,
+        }))
+    }
+
+    /// Whether the entries at `a` and `b` hold the same key (a dangling one matches nothing).
+    pub fn same_key(&self, region: &PmemRegion, a: u64, b: u64) -> Result<bool> {
+        if a == b {
+            return Ok(true);
+        }
+        match (self.read(region, a)?, self.read(region, b)?) {
+            (Some(x), Some(y)) => Ok(x.key == y.key),
+            _ => Ok(false),
+        }
+    }
+
+    /// Counts the entry at `word` as superseded.
+    pub fn mark_dead(&self, region: &PmemRegion, word: u64) {
+        let l = Locator::decode(word);
+        if let Some(c) = self.chunks.get(l.chunk as usize) {
+            let off = c.off.load(Ordering::Acquire);
+            if off != 0
+                && l.current(c.epoch.load(Ordering::Acquire))
+                && let Ok(w0) = region.read_u64(off + u64::from(l.offset))
+            {
+                let (kl, vl, _) = split_payload_header(w0);
+                c.dead
+                    .fetch_add(HEADER + payload_entry_bytes(kl, vl) - 8, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Bytes in use and known dead, over all chunks.
+    pub fn usage(&self) -> (u64, u64) {
+        let mut used = 0;
+        let mut dead = 0;
+        for c in &self.chunks {
+            if c.in_use.load(Ordering::Acquire) {
+                used += self.chunk_bytes;
+                dead += c.dead.load(Ordering::Relaxed);
+            }
+        }
+        (used, dead)
+    }
+
+    /// Restores the pool after an open: `free` chunks are allocated and hold nothing.
+    pub fn restore(&self, free: Vec<u32>) {
+        let mut p = self.pool.lock();
+        p.free = free;
+        p.spare = p.free.pop();
+    }
+}
+
+impl Inner {
+    fn payload(&self) -> Result<&Payload> {
+        self.payload
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("a fixed-layout store has no payload".into()))
+    }
+
+    /// Writes a payload entry to payload log `hint % logs` and makes it durable. The returned
+    /// guard keeps the collector away until the caller has indexed the locator. `may_collect`:
+    /// whether this call may run a collection (not while holding a DRAM entry's lock).
+    pub(super) fn payload_append(
+        &self,
+        hint: u64,
+        key: &[u8],
+        value: &[u8],
+        tombstone: bool,
+        may_collect: bool,
+    ) -> Result<(u64, Pending<'_>)> {
+        let p = self.payload()?;
+        let bytes = HEADER - 8 + payload_entry_bytes(key.len(), value.len());
+        if (key.len() + value.len()) as u64 > p.max_entry() {
+            return Err(Error::ValueTooLarge {
+                len: key.len() + value.len(),
+                max: p.max_entry() as usize,
+            });
+        }
+        let log = &p.logs[(hint % p.logs.len() as u64) as usize];
+        loop {
+            let st = log.current.read();
+            if let Some(c) = *st {
+                let chunk = &p.chunks[c as usize];
+                chunk.pending.fetch_add(1, Ordering::AcqRel);
+                let guard = Pending(&chunk.pending);
+                let start = log.pos.fetch_add(bytes, Ordering::AcqRel);
+                if start + bytes <= p.chunk_bytes {
+                    let epoch = chunk.epoch.load(Ordering::Acquire);
+                    let at = chunk.off.load(Ordering::Acquire) + start;
+                    let w0 = payload_header(key.len(), value.len(), tombstone);
+                    let w1 = u64::from(ENTRY_MAGIC)
+                        | (u64::from(entry_crc(epoch, w0, key, value)) << 32);
+                    let mut raw = Vec::with_capacity(bytes as usize);
+                    raw.extend_from_slice(&w0.to_le_bytes());
+                    raw.extend_from_slice(&w1.to_le_bytes());
+                    raw.extend_from_slice(key);
+                    raw.extend_from_slice(value);
+                    raw.resize(bytes as usize, 0);
+                    self.region.write(at, &raw)?;
+                    self.region.persist(at, raw.len())?;
+                    self.counters.payload_bytes.add(bytes);
+                    let loc = Locator {
+                        chunk: c,
+                        epoch: epoch as u32,
+                        offset: start as u32,
+                    };
+                    return Ok((loc.encode(), guard));
+                }
+                drop(guard);
+            }
+            let seen = *st;
+            drop(st);
+            self.rotate_payload(p, log, seen, may_collect)?;
+        }
+    }
+
+    fn rotate_payload(
+        &self,
+        p: &Payload,
+        log: &PayloadLog,
+        seen: Option<u32>,
+        may_collect: bool,
+    ) -> Result<()> {
+        let mut collected = false;
+        loop {
+            {
+                let mut st = log.current.write();
+                if *st != seen {
+                    return Ok(());
+                }
+                let mut pool = p.pool.lock();
+                let next = if let Some((c, pos)) = pool.partial.pop() {
+                    Some((c, pos))
+                } else if let Some(c) = pool.free.pop() {
+                    Some((c, PAYLOAD_CHUNK_HEADER))
+                } else {
+                    let allocated = p
+                        .chunks
+                        .iter()
+                        .filter(|c| c.off.load(Ordering::Acquire) != 0)
+                        .count() as u32;
+                    let limit = if may_collect && !collected {
+                        p.soft_limit
+                    } else {
+                        p.chunks.len() as u32 - 1 // one stays for the collector's copies
+                    };
+                    if allocated < limit {
+                        Some((self.alloc_payload_chunk(p)?, PAYLOAD_CHUNK_HEADER))
+                    } else {
+                        None
+                    }
+                };
+                if let Some((c, pos)) = next {
+                    drop(pool);
+                    self.start_payload_chunk(p, c)?;
+                    if let Some(old) = *st {
+                        p.chunks[old as usize]
+                            .current
+                            .store(false, Ordering::Release);
+                    }
+                    p.chunks[c as usize].current.store(true, Ordering::Release);
+                    log.pos.store(pos, Ordering::Release);
+                    *st = Some(c);
+                    return Ok(());
+                }
+            }
+            if !may_collect || collected {
+                return Err(Error::StoreFull {
+                    used: p.usage().0,
+                    capacity: p.chunks.len() as u64 * p.chunk_bytes,
+                    reason: "every payload chunk holds live entries".into(),
+                });
+            }
+            // Outside the log's lock: the collector takes DRAM entries' locks, and a writer
+            // holding one of those may be waiting for this log.
+            collected = self.collect_payload(p)? > 0;
+            if !collected {
+                // Nothing to reclaim: allow the chunks kept for collection, then give up.
+                collected = true;
+            }
+        }
+    }
+
+    fn alloc_payload_chunk(&self, p: &Payload) -> Result<u32> {
+        let c = p
+            .chunks
+            .iter()
+            .position(|c| c.off.load(Ordering::Acquire) == 0)
+            .ok_or_else(|| Error::StoreFull {
+                used: p.usage().0,
+                capacity: p.chunks.len() as u64 * p.chunk_bytes,
+                reason: "every payload chunk is allocated".into(),
+            })? as u32;
+        let off = self.space.alloc(&self.region, p.chunk_bytes, 4096)?;
+        self.region.write(off, payload_chunk::MAGIC)?;
+        self.region.persist(off, 8)?;
+        let word = self.geo.payload_table_word(c);
+        self.region.atomic_u64(word)?.store(off, Ordering::Release);
+        self.region.persist(word, 8)?;
+        p.chunks[c as usize].off.store(off, Ordering::Release);
+        self.counters.payload_chunks.incr();
+        Ok(c)
+    }
+
+    /// Marks chunk `c` in use (persisted before any entry in it is indexed).
+    fn start_payload_chunk(&self, p: &Payload, c: u32) -> Result<()> {
+        let chunk = &p.chunks[c as usize];
+        if !chunk.in_use.swap(true, Ordering::AcqRel) {
+            let off = chunk.off.load(Ordering::Acquire);
+            self.region
+                .atomic_u64(off + payload_chunk::IN_USE)?
+                .store(1, Ordering::Release);
+            self.region.persist(off + payload_chunk::IN_USE, 8)?;
+        }
+        Ok(())
+    }
+
+    /// Collects the sealed chunk with the most dead bytes (any sealed one if none is known to
+    /// have dead bytes). Returns the bytes reclaimed (0 if no chunk could be collected).
+    pub(super) fn collect_payload(&self, p: &Payload) -> Result<u64> {
+        let _gc = p.gc.lock();
+        let (victim, spare) = {
+            let mut pool = p.pool.lock();
+            let partial: Vec<u32> = pool.partial.iter().map(|x| x.0).collect();
+            let victim = (0..p.chunks.len() as u32)
+                .filter(|&c| {
+                    let ch = &p.chunks[c as usize];
+                    ch.in_use.load(Ordering::Acquire)
+                        && !ch.current.load(Ordering::Acquire)
+                        && Some(c) != pool.spare
+                        && !partial.contains(&c)
+                })
+                .max_by_key(|&c| p.chunks[c as usize].dead.load(Ordering::Relaxed));
+            let Some(victim) = victim else {
+                return Ok(0);
+            };
+            let spare = match pool.spare.take() {
+                Some(s) => s,
+                None => match pool.free.pop() {
+                    Some(s) => s,
+                    None => {
+                        drop(pool);
+                        self.alloc_payload_chunk(p)?
+                    }
+                },
+            };
+            (victim, spare)
+        };
+        let v = &p.chunks[victim as usize];
+        // Entries written into the victim but not indexed yet must be indexed first (or they
+        // would look dead and be lost); the chunk is sealed, so no new ones come.
+        let mut round = 0;
+        while v.pending.load(Ordering::Acquire) != 0 {
+            crate::sync::backoff(&mut round);
+        }
+        let v_off = v.off.load(Ordering::Acquire);
+        let v_epoch = v.epoch.load(Ordering::Acquire);
+        let mut image = vec![0u8; p.chunk_bytes as usize];
+        self.region.read(v_off, &mut image)?;
+        self.start_payload_chunk(p, spare)?;
+        let s = &p.chunks[spare as usize];
+        let s_off = s.off.load(Ordering::Acquire);
+        let s_epoch = s.epoch.load(Ordering::Acquire);
+        let mut s_pos = PAYLOAD_CHUNK_HEADER;
+        let mut moves = Vec::new();
+        let mut pos = PAYLOAD_CHUNK_HEADER as usize;
+        while pos + HEADER as usize <= image.len() {
+            let w0 = u64::from_le_bytes(image[pos..pos + 8].try_into().expect("8"));
+            let w1 = u64::from_le_bytes(image[pos + 8..pos + 16].try_into().expect("8"));
+            let (kl, vl, tombstone) = split_payload_header(w0);
+            let end = pos + HEADER as usize + kl + vl;
+            if w1 as u32 != ENTRY_MAGIC || end > image.len() {
+                pos += 8;
+                continue;
+            }
+            let key = &image[pos + 16..pos + 16 + kl];
+            let value = &image[pos + 16 + kl..end];
+            if (w1 >> 32) as u32 != entry_crc(v_epoch, w0, key, value) {
+                pos += 8;
+                continue;
+            }
+            let old = Locator {
+                chunk: victim,
+                epoch: v_epoch as u32,
+                offset: pos as u32,
+            }
+            .encode();
+            let hash = hash_bytes(key);
+            if self.newest_word(hash, key)? == Some(old) {
+                let bytes = (end - pos) as u64;
+                let new_w1 =
+                    u64::from(ENTRY_MAGIC) | (u64::from(entry_crc(s_epoch, w0, key, value)) << 32);
+                let mut raw = image[pos..end].to_vec();
+                raw[8..16].copy_from_slice(&new_w1.to_le_bytes());
+                raw.resize(bytes.next_multiple_of(8) as usize, 0);
+                if s_pos + raw.len() as u64 > p.chunk_bytes {
+                    break; // the spare is full: the rest stays for the next collection
+                }
+                self.region.write(s_off + s_pos, &raw)?;
+                let new = Locator {
+                    chunk: spare,
+                    epoch: s_epoch as u32,
+                    offset: s_pos as u32,
+                }
+                .encode();
+                moves.push((hash, key.to_vec(), old, new, tombstone));
+                s_pos += raw.len() as u64;
+            }
+            pos = end.next_multiple_of(8);
+        }
+        let complete = pos + HEADER as usize > image.len();
+        self.region.persist(s_off, s_pos as usize)?;
+        // Point each key whose newest record is still the old entry at the copy.
+        for (hash, key, old, new, _) in &moves {
+            let entry = (hash & (self.geo.dram_entries() as u64 - 1)) as usize;
+            let _g = self.dram.entries[entry].insert.lock();
+            if self.newest_word(*hash, key)? == Some(*old) {
+                self.append_locked(entry, *hash, *new, true)?;
+                self.counters.payload_moved.incr();
+            }
+        }
+        if !complete {
+            // The spare filled up: keep it as a partial chunk and the victim as it is.
+            p.pool.lock().partial.push((spare, s_pos));
+            return Ok(0);
+        }
+        // Every live entry has a newer copy: the victim's locators may dangle now.
+        let epoch = v_epoch + 1;
+        self.region
+            .atomic_u64(v_off + payload_chunk::EPOCH)?
+            .store(epoch, Ordering::Release);
+        self.region
+            .atomic_u64(v_off + payload_chunk::IN_USE)?
+            .store(0, Ordering::Release);
+        self.region.persist(v_off, PAYLOAD_CHUNK_HEADER as usize)?;
+        v.epoch.store(epoch, Ordering::Release);
+        v.in_use.store(false, Ordering::Release);
+        v.dead.store(0, Ordering::Relaxed);
+        let mut pool = p.pool.lock();
+        pool.spare = Some(victim);
+        pool.partial.push((spare, s_pos));
+        self.counters.payload_collections.incr();
+        Ok(p.chunk_bytes - s_pos)
+    }
+}

@@ -1,0 +1,430 @@
+//! The persistent levels: directories of 512-byte entries (size and epoch, 16 bucket
+//! offsets, 16 bucket filters), each level 16× the one above; lookups across the levels, and
+//! migration of a DRAM half into level 0 and of a full entry into the next level.
+//!
+//! Owns: directory and bucket placement, the persist order of a migration (records and
+//! filters, then size and epoch, then clearing the source) and the optimistic read protocol
+//! of an entry (its size-and-epoch word, which never repeats: epochs only grow). Must not
+//! touch: the DRAM level's halves (only their records, handed in) or the logs.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use super::Inner;
+use super::filter;
+use super::layout::{
+    BUCKET_BYTES, ENTRY_BYTES, ENTRY_FILTER, ENTRY_RECORDS, FILTER_BYTES, PlushLayout, SLOTS,
+    header, size_epoch, split_size_epoch,
+};
+use crate::device::match_16;
+use crate::error::{Error, Result};
+
+/// A record on its way between levels: key word, value word, and the key's hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Rec {
+    pub key: u64,
+    pub value: u64,
+    pub hash: u64,
+}
+
+/// Words of the DRAM copy of one entry's filters (16 × 128 bits).
+const FILTER_WORDS: usize = 32;
+
+impl Inner {
+    /// Offset of PMem level `level`'s directory, if it exists.
+    #[inline]
+    pub(super) fn level_dir(&self, level: u32) -> Option<u64> {
+        let d = self.dirs[level as usize].load(Ordering::Acquire);
+        (d != 0).then_some(d)
+    }
+
+    /// Creates level `level`'s directory if it does not exist yet (zeros: every entry empty).
+    fn ensure_level(&self, level: u32) -> Result<u64> {
+        if let Some(d) = self.level_dir(level) {
+            return Ok(d);
+        }
+        let _g = self.level_create.lock();
+        if let Some(d) = self.level_dir(level) {
+            return Ok(d);
+        }
+        let dir = self
+            .space
+            .alloc(&self.region, self.geo.level_bytes(level), 4096)?;
+        let word = (header::LEVELS + 8 * level as usize) as u64;
+        self.region.atomic_u64(word)?.store(dir, Ordering::Release);
+        self.region.persist(word, 8)?;
+        self.dirs[level as usize].store(dir, Ordering::Release);
+        self.counters.levels_created.incr();
+        Ok(dir)
+    }
+
+    /// The key's hash from a key word (variable layout: the word is the hash).
+    #[inline]
+    pub(super) fn hash_of(&self, key_word: u64) -> u64 {
+        match self.geo.layout {
+            PlushLayout::Fixed8 => super::layout::hash_word(key_word),
+            PlushLayout::Variable => key_word,
+        }
+    }
+
+    #[inline]
+    fn level_index(&self, level: u32, hash: u64) -> u64 {
+        hash & (self.geo.level_entries(level) - 1)
+    }
+
+    /// The filter of bucket `b` of entry `idx` at `level` (DRAM copy for the first levels).
+    fn filter(&self, level: u32, idx: u64, entry: u64, b: usize) -> Result<[u64; 2]> {
+        if let Some(f) = self.dram_filters.get(level as usize) {
+            let base = idx as usize * FILTER_WORDS + 2 * b;
+            return Ok([
+                f[base].load(Ordering::Acquire),
+                f[base + 1].load(Ordering::Acquire),
+            ]);
+        }
+        let mut raw = [0u8; 16];
+        self.region
+            .read(entry + ENTRY_FILTER + FILTER_BYTES * b as u64, &mut raw)?;
+        self.counters.media_reads.incr();
+        Ok([
+            u64::from_le_bytes(raw[..8].try_into().expect("8")),
+            u64::from_le_bytes(raw[8..].try_into().expect("8")),
+        ])
+    }
+
+    fn bucket_ptr(&self, entry: u64, b: usize) -> Result<u64> {
+        Ok(self
+            .region
+            .atomic_u64(entry + 16 + 8 * b as u64)?
+            .load(Ordering::Acquire))
+    }
+
+    fn read_words<const N: usize>(&self, off: u64) -> Result<[u64; N]> {
+        let mut raw = [0u8; 128];
+        self.region.read(off, &mut raw[..8 * N])?;
+        let mut w = [0u64; N];
+        for (i, x) in w.iter_mut().enumerate() {
+            *x = u64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().expect("8"));
+        }
+        Ok(w)
+    }
+
+    /// Value words of the records whose key word is `key` at `level`, newest first, from a
+    /// consistent view of the entry; `None` if the level does not exist.
+    pub(super) fn level_candidates(
+        &self,
+        level: u32,
+        key: u64,
+        hash: u64,
+        out: &mut Vec<u64>,
+    ) -> Result<Option<()>> {
+        let Some(dir) = self.level_dir(level) else {
+            return Ok(None);
+        };
+        let idx = self.level_index(level, hash);
+        let entry = dir + idx * ENTRY_BYTES;
+        let word = self.region.atomic_u64(entry)?;
+        let mut round = 0;
+        loop {
+            out.clear();
+            let w = word.load(Ordering::Acquire);
+            self.counters.media_reads.incr();
+            let (size, _) = split_size_epoch(w);
+            let size = (size as usize).min(ENTRY_RECORDS);
+            for b in (0..size.div_ceil(SLOTS)).rev() {
+                self.counters.filter_probes.incr();
+                if !filter::may_contain(self.filter(level, idx, entry, b)?, hash) {
+                    continue;
+                }
+                let bucket = self.bucket_ptr(entry, b)?;
+                if bucket == 0 {
+                    break; // a concurrent clear and refill: validation below retries
+                }
+                let keys: [u64; SLOTS] = self.read_words(bucket)?;
+                self.counters.media_reads.incr();
+                let filled = (size - b * SLOTS).min(SLOTS);
+                let mut hits = match_16(&keys, key) & ((1u32 << filled) - 1) as u16;
+                if hits == 0 {
+                    self.counters.filter_false_positives.incr();
+                    continue;
+                }
+                while hits != 0 {
+                    let s = 15 - hits.leading_zeros() as u64;
+                    hits &= !(1 << s);
+                    let v = self
+                        .region
+                        .atomic_u64(bucket + 128 + 8 * s)?
+                        .load(Ordering::Acquire);
+                    out.push(v);
+                }
+            }
+            if word.load(Ordering::Acquire) == w {
+                return Ok(Some(()));
+            }
+            crate::sync::backoff(&mut round);
+        }
+    }
+
+    /// Every record of entry `idx` at `level`, oldest first (the caller holds the subtree
+    /// lock, so nothing changes it), and its epoch.
+    pub(super) fn entry_records(&self, level: u32, idx: u64) -> Result<(Vec<Rec>, u32)> {
+        let dir = self
+            .level_dir(level)
+            .ok_or_else(|| Error::corrupt(self.path.as_deref(), "level vanished"))?;
+        let entry = dir + idx * ENTRY_BYTES;
+        let (size, epoch) =
+            split_size_epoch(self.region.atomic_u64(entry)?.load(Ordering::Acquire));
+        let size = size as usize;
+        if size > ENTRY_RECORDS {
+            return Err(Error::corrupt(
+                self.path.as_deref(),
+                format!(
+                    "level {level} entry {idx} claims {size} records (at most {ENTRY_RECORDS})"
+                ),
+            ));
+        }
+        let mut recs = Vec::with_capacity(size);
+        for b in 0..size.div_ceil(SLOTS) {
+            let bucket = self.bucket_ptr(entry, b)?;
+            if bucket == 0 || !bucket.is_multiple_of(BUCKET_BYTES) {
+                return Err(Error::corrupt(
+                    self.path.as_deref(),
+                    format!("level {level} entry {idx} bucket {b} has offset {bucket}"),
+                ));
+            }
+            let words: [u64; 2 * SLOTS] = {
+                let mut raw = [0u8; 256];
+                self.region.read(bucket, &mut raw)?;
+                let mut w = [0u64; 2 * SLOTS];
+                for (i, x) in w.iter_mut().enumerate() {
+                    *x = u64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().expect("8"));
+                }
+                w
+            };
+            self.counters.media_reads.incr();
+            let filled = (size - b * SLOTS).min(SLOTS);
+            for s in 0..filled {
+                let key = words[s];
+                recs.push(Rec {
+                    key,
+                    value: words[SLOTS + s],
+                    hash: self.hash_of(key),
+                });
+            }
+        }
+        Ok((recs, epoch))
+    }
+
+    /// Newest-wins de-duplication of `recs` (oldest first): keeps each key's newest record —
+    /// a deletion too, which still has to cancel older records further down — and drops
+    /// records whose payload was collected (a newer copy exists). Survivors stay oldest first.
+    pub(super) fn dedup(&self, recs: &[Rec]) -> Result<Vec<Rec>> {
+        let mut keep = vec![true; recs.len()];
+        let mut seen: HashMap<u64, Vec<usize>> = HashMap::with_capacity(recs.len());
+        for i in (0..recs.len()).rev() {
+            let r = recs[i];
+            if self.geo.layout == PlushLayout::Variable
+                && let Some(p) = &self.payload
+                && !p.is_current(r.value)
+            {
+                keep[i] = false;
+                self.counters.dangling_dropped.incr();
+                continue;
+            }
+            let newer = seen.entry(r.key).or_default();
+            let mut duplicate = false;
+            for &j in newer.iter() {
+                if self.same_key(&recs[j], &r)? {
+                    duplicate = true;
+                    break;
+                }
+            }
+            if duplicate {
+                keep[i] = false;
+                self.counters.duplicates_dropped.incr();
+                if let Some(p) = &self.payload {
+                    p.mark_dead(&self.region, r.value);
+                }
+            } else {
+                newer.push(i);
+            }
+        }
+        Ok(recs
+            .iter()
+            .zip(keep)
+            .filter_map(|(r, k)| k.then_some(*r))
+            .collect())
+    }
+
+    /// Whether two records with equal key words hold the same key (variable layout: equal
+    /// hashes, compared byte by byte).
+    fn same_key(&self, a: &Rec, b: &Rec) -> Result<bool> {
+        if a.key != b.key {
+            return Ok(false);
+        }
+        match &self.payload {
+            None => Ok(true),
+            Some(p) => p.same_key(&self.region, a.value, b.value),
+        }
+    }
+
+    /// Appends each target's records (oldest first) to entry `idx` of `level`, migrating a
+    /// target that would overflow first; all records and filters persist with one fence, then
+    /// all sizes (and `epoch`) with a second. `targets` never names an entry twice.
+    pub(super) fn append_batch(
+        &self,
+        level: u32,
+        targets: &[(u64, Vec<Rec>)],
+        epoch: u32,
+    ) -> Result<()> {
+        let dir = self.ensure_level(level)?;
+        let mut plans = Vec::with_capacity(targets.len());
+        for (idx, recs) in targets {
+            if recs.is_empty() {
+                continue;
+            }
+            let entry = dir + idx * ENTRY_BYTES;
+            let word = self.region.atomic_u64(entry)?;
+            let (mut size, _) = split_size_epoch(word.load(Ordering::Acquire));
+            if size as usize + recs.len() > ENTRY_RECORDS {
+                if level + 1 >= self.geo.max_levels {
+                    return Err(Error::StoreFull {
+                        used: self.space.used(),
+                        capacity: self.region.max_len(),
+                        reason: format!(
+                            "level {level} entry {idx} is full and the store has no level \
+                             beyond it (max_levels {})",
+                            self.geo.max_levels
+                        ),
+                    });
+                }
+                self.migrate_entry(level, *idx)?;
+                size = split_size_epoch(word.load(Ordering::Acquire)).0;
+            }
+            plans.push((*idx, entry, size, recs));
+        }
+        let mut ranges: Vec<(u64, usize)> = Vec::new();
+        for &(idx, entry, size, recs) in &plans {
+            let mut filters = [[0u64; 2]; 16];
+            if size > 0 {
+                for (b, f) in filters.iter_mut().enumerate() {
+                    *f = self.filter(level, idx, entry, b)?;
+                }
+            }
+            let mut dirty = [false; 16];
+            for (k, r) in recs.iter().enumerate() {
+                let slot = size as usize + k;
+                let (b, s) = (slot / SLOTS, (slot % SLOTS) as u64);
+                let mut bucket = self.bucket_ptr(entry, b)?;
+                if bucket == 0 {
+                    bucket = self.space.alloc(&self.region, BUCKET_BYTES, BUCKET_BYTES)?;
+                    let ptr = entry + 16 + 8 * b as u64;
+                    self.region
+                        .atomic_u64(ptr)?
+                        .store(bucket, Ordering::Release);
+                    ranges.push((ptr, 8));
+                    self.counters.buckets.incr();
+                }
+                self.region.write(bucket + 8 * s, &r.key.to_le_bytes())?;
+                self.region
+                    .write(bucket + 128 + 8 * s, &r.value.to_le_bytes())?;
+                filter::insert(&mut filters[b], r.hash);
+                if !dirty[b] {
+                    dirty[b] = true;
+                    ranges.push((bucket, BUCKET_BYTES as usize));
+                }
+            }
+            let mut raw = [0u8; 256];
+            for (b, f) in filters.iter().enumerate() {
+                raw[16 * b..16 * b + 8].copy_from_slice(&f[0].to_le_bytes());
+                raw[16 * b + 8..16 * b + 16].copy_from_slice(&f[1].to_le_bytes());
+            }
+            self.region.write(entry + ENTRY_FILTER, &raw)?;
+            ranges.push((entry + ENTRY_FILTER, 256));
+            if let Some(df) = self.dram_filters.get(level as usize) {
+                let base = idx as usize * FILTER_WORDS;
+                for (b, f) in filters.iter().enumerate() {
+                    df[base + 2 * b].store(f[0], Ordering::Release);
+                    df[base + 2 * b + 1].store(f[1], Ordering::Release);
+                }
+            }
+        }
+        // Records, bucket offsets and filters first; sizes only once those are durable.
+        self.region.persist_all(&ranges)?;
+        let mut words = Vec::with_capacity(plans.len());
+        for &(_, entry, size, recs) in &plans {
+            let new_size = size + recs.len() as u32;
+            self.region
+                .atomic_u64(entry)?
+                .store(size_epoch(new_size, epoch), Ordering::Release);
+            words.push((entry, 8));
+            self.counters.migrated_records.add(recs.len() as u64);
+        }
+        self.region.persist_all(&words)?;
+        Ok(())
+    }
+
+    /// Migrates entry `idx` of `level` into its 16 children on `level + 1`, then empties it.
+    /// The caller holds the subtree lock of the DRAM entry above it.
+    pub(super) fn migrate_entry(&self, level: u32, idx: u64) -> Result<()> {
+        let (recs, epoch) = self.entry_records(level, idx)?;
+        if recs.is_empty() {
+            return Ok(());
+        }
+        let survivors = self.dedup(&recs)?;
+        let mut groups: Vec<(u64, Vec<Rec>)> = Vec::new();
+        for r in survivors {
+            let t = self.level_index(level + 1, r.hash);
+            match groups.iter_mut().find(|g| g.0 == t) {
+                Some(g) => g.1.push(r),
+                None => groups.push((t, vec![r])),
+            }
+        }
+        self.append_batch(level + 1, &groups, epoch)?;
+        // Only now empty the source: until here its records live on two levels, which is
+        // harmless (the copies shadow each other; the next migration merges them).
+        let entry = self
+            .level_dir(level)
+            .ok_or_else(|| Error::corrupt(self.path.as_deref(), "level vanished"))?
+            + idx * ENTRY_BYTES;
+        self.region
+            .atomic_u64(entry)?
+            .store(size_epoch(0, epoch), Ordering::Release);
+        self.region.persist(entry, 8)?;
+        self.counters.migrations.incr();
+        Ok(())
+    }
+
+    /// Migrates a frozen DRAM half of entry `entry` into PMem level 0 (the caller holds the
+    /// entry's subtree lock), stamps the entry with the half's epoch and empties the half.
+    pub(super) fn migrate_half(&self, entry: usize, half: usize) -> Result<()> {
+        let h = &self.dram.entries[entry].halves[half];
+        let epoch = h.epoch.load(Ordering::Acquire);
+        let recs: Vec<Rec> = self
+            .dram
+            .records(entry, half)
+            .into_iter()
+            .map(|(key, value)| Rec {
+                key,
+                value,
+                hash: self.hash_of(key),
+            })
+            .collect();
+        let survivors = self.dedup(&recs)?;
+        self.append_batch(0, &[(entry as u64, survivors)], epoch)?;
+        // A level-0 entry's epoch was set even if nothing survived (all duplicates): write it.
+        let dir = self.ensure_level(0)?;
+        let l0 = dir + entry as u64 * ENTRY_BYTES;
+        let word = self.region.atomic_u64(l0)?;
+        let (size, old) = split_size_epoch(word.load(Ordering::Acquire));
+        if old != epoch {
+            word.store(size_epoch(size, epoch), Ordering::Release);
+            self.region.persist(l0, 8)?;
+        }
+        self.dram.entries[entry]
+            .stamp
+            .store(epoch, Ordering::Release);
+        self.dram.clear(entry, half);
+        self.counters.half_migrations.incr();
+        Ok(())
+    }
+}

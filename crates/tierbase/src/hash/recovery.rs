@@ -1,0 +1,437 @@
+//! Opening a Plush store: every header field and table entry is checked before it sizes or
+//! locates anything; then the DRAM filters of the first levels are copied from their
+//! entries, each DRAM entry's stamp is read from its level-0 entry, and the recovery logs are
+//! replayed in parallel — every live entry (epoch above its DRAM entry's stamp) goes back to
+//! its slot. Replay writes nothing to media, so a crash during recovery just means recovering
+//! again (idempotent); its time depends on the logs' size, not on the data's.
+//!
+//! Owns: the open sequence and its report. Must not touch: anything after the store is open.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::SegQueue;
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use super::dram::DramLevel;
+use super::layout::{
+    ENTRY_BYTES, ENTRY_FILTER, ENTRY_RECORDS, Geometry, HALF_SLOTS, HEADER_LEN, MAX_LEVELS,
+    RESERVE_STEP, header, log_chunk, payload_chunk, split_size_epoch,
+};
+use super::log::Log;
+use super::payload::Payload;
+use super::{Counters, Inner, PlushOptions};
+use crate::device::{PmemRegion, ZeroedWords};
+use crate::error::{Error, Result};
+use crate::space::RegionBump;
+use crate::store::WriteFailure;
+
+/// What an open found and did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RecoveryReport {
+    /// PMem levels the store has.
+    pub levels: u32,
+    /// Recovery-log chunks read.
+    pub log_chunks: u64,
+    /// Valid log entries found.
+    pub log_entries: u64,
+    /// Of those, records put back into DRAM (not migrated before the crash).
+    pub replayed: u64,
+    /// DRAM halves found full and handed to migration.
+    pub frozen_halves: u64,
+    /// DRAM filters copied from PMem entries.
+    pub filters: u64,
+    /// Time to check the header and tables and read the level-0 stamps.
+    pub scan: Duration,
+    /// Time to copy the DRAM filters.
+    pub filter_time: Duration,
+    /// Time to replay the logs.
+    pub replay: Duration,
+    /// Whole open.
+    pub total: Duration,
+}
+
+fn word(region: &PmemRegion, off: u64) -> Result<u64> {
+    Ok(region.atomic_u64(off)?.load(Ordering::Acquire))
+}
+
+/// Checks that `[off, off + len)` is a 4 KiB-aligned range of handed-out space.
+fn check_range(
+    geo: &Geometry,
+    reserved: u64,
+    path: Option<&Path>,
+    what: &str,
+    off: u64,
+    len: u64,
+) -> Result<()> {
+    if !off.is_multiple_of(4096)
+        || off < geo.space_offset()
+        || off.checked_add(len).is_none_or(|end| end > reserved)
+    {
+        return Err(Error::corrupt(
+            path,
+            format!(
+                "{what} at offset {off} (+{len} bytes) lies outside the store's space \
+                 ({}..{reserved})",
+                geo.space_offset()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn open(region: PmemRegion, opts: &PlushOptions) -> Result<(Inner, RecoveryReport)> {
+    let started = Instant::now();
+    let path: Option<PathBuf> = region.path().map(Path::to_path_buf);
+    let p = path.as_deref();
+    if region.len() < HEADER_LEN {
+        return Err(Error::corrupt(
+            p,
+            format!(
+                "region of {} bytes cannot hold a Plush header",
+                region.len()
+            ),
+        ));
+    }
+    let mut hdr = vec![0u8; HEADER_LEN as usize];
+    region.read(0, &mut hdr)?;
+    let geo = Geometry::decode(&hdr, p)?;
+    let reserved = word(&region, header::RESERVED_END as u64)?;
+    if reserved < geo.space_offset() || reserved > region.len() {
+        return Err(Error::corrupt(
+            p,
+            format!(
+                "store header says {reserved} bytes are handed out; the region holds {} and \
+                 the space starts at {}",
+                region.len(),
+                geo.space_offset()
+            ),
+        ));
+    }
+    let mut report = RecoveryReport::default();
+    // Level directories.
+    let dirs: [AtomicU64; MAX_LEVELS as usize] = Default::default();
+    for level in 0..MAX_LEVELS {
+        let d = word(&region, (header::LEVELS + 8 * level as usize) as u64)?;
+        if d == 0 {
+            continue;
+        }
+        if level >= geo.max_levels {
+            return Err(Error::corrupt(
+                p,
+                format!(
+                    "level {level} exists but the store allows {}",
+                    geo.max_levels
+                ),
+            ));
+        }
+        check_range(
+            &geo,
+            reserved,
+            p,
+            &format!("level {level}'s directory"),
+            d,
+            geo.level_bytes(level),
+        )?;
+        dirs[level as usize].store(d, Ordering::Relaxed);
+        report.levels += 1;
+    }
+    // Recovery-log chunk tables and headers.
+    let mut logs = Vec::with_capacity(geo.logs as usize);
+    let mut log_chunks: Vec<Vec<(u32, u64, u64, u64)>> = Vec::new(); // (chunk, off, generation, seq)
+    for l in 0..geo.logs {
+        let log = Log::new(l, geo.log_chunks, geo.entries_per_log());
+        let mut found = Vec::new();
+        {
+            let mut st = log.state.write();
+            for c in 0..geo.log_chunks {
+                let off = word(&region, geo.log_table_word(l, c))?;
+                if off == 0 {
+                    continue;
+                }
+                check_range(
+                    &geo,
+                    reserved,
+                    p,
+                    &format!("log {l} chunk {c}"),
+                    off,
+                    geo.log_chunk_bytes,
+                )?;
+                let mut magic = [0u8; 8];
+                region.read(off, &mut magic)?;
+                if &magic != log_chunk::MAGIC {
+                    return Err(Error::corrupt(
+                        p,
+                        format!("log {l} chunk {c} at offset {off} has no chunk header"),
+                    ));
+                }
+                let generation = word(&region, off + log_chunk::GEN)?;
+                let seq = word(&region, off + log_chunk::SEQ)?;
+                st.offsets[c as usize] = off;
+                st.gens[c as usize] = generation;
+                found.push((c, off, generation, seq));
+            }
+        }
+        logs.push(log);
+        log_chunks.push(found);
+    }
+    // Payload chunk table and headers.
+    let payload = match geo.layout {
+        super::layout::PlushLayout::Fixed8 => None,
+        super::layout::PlushLayout::Variable => {
+            let pl = Payload::new(
+                geo.payload_logs,
+                geo.payload_chunks,
+                geo.payload_chunk_bytes,
+            );
+            let mut free = Vec::new();
+            for c in 0..geo.payload_chunks {
+                let off = word(&region, geo.payload_table_word(c))?;
+                if off == 0 {
+                    continue;
+                }
+                check_range(
+                    &geo,
+                    reserved,
+                    p,
+                    &format!("payload chunk {c}"),
+                    off,
+                    geo.payload_chunk_bytes,
+                )?;
+                let mut magic = [0u8; 8];
+                region.read(off, &mut magic)?;
+                if &magic != payload_chunk::MAGIC {
+                    return Err(Error::corrupt(
+                        p,
+                        format!("payload chunk {c} at offset {off} has no chunk header"),
+                    ));
+                }
+                let ch = &pl.chunks[c as usize];
+                ch.off.store(off, Ordering::Release);
+                ch.epoch.store(
+                    word(&region, off + payload_chunk::EPOCH)?,
+                    Ordering::Release,
+                );
+                if word(&region, off + payload_chunk::IN_USE)? == 1 {
+                    // Its write position is not recorded: treat it as full.
+                    ch.in_use.store(true, Ordering::Release);
+                } else {
+                    free.push(c);
+                }
+            }
+            pl.restore(free);
+            Some(pl)
+        }
+    };
+    let dram = DramLevel::new(geo.dram_entries())?;
+    let filter_levels = opts.dram_filter_levels.min(geo.max_levels);
+    let dram_filters = (0..filter_levels)
+        .map(|l| ZeroedWords::new(geo.level_entries(l) as usize * 32))
+        .collect::<Result<Vec<_>>>()?;
+    let inner = Inner {
+        space: RegionBump::new(
+            header::RESERVED_END as u64,
+            reserved,
+            geo.space_offset(),
+            RESERVE_STEP,
+        ),
+        region,
+        geo,
+        path: path.clone(),
+        failure: WriteFailure::default(),
+        dram,
+        dirs,
+        level_create: Mutex::new(()),
+        dram_filters,
+        logs,
+        payload,
+        counters: Counters::default(),
+        queue: SegQueue::new(),
+        migrators: Mutex::new(Vec::new()),
+        sync_migration: opts.migrators == 0,
+        count: AtomicI64::new(0),
+        count_known: AtomicBool::new(false),
+    };
+    // Level 0 entries: stamps (their epochs) and sizes checked.
+    if let Some(d0) = inner.level_dir(0) {
+        for i in 0..geo.dram_entries() {
+            let (size, epoch) = split_size_epoch(word(&inner.region, d0 + i as u64 * ENTRY_BYTES)?);
+            if size as usize > ENTRY_RECORDS {
+                return Err(Error::corrupt(
+                    p,
+                    format!("level 0 entry {i} claims {size} records (at most {ENTRY_RECORDS})"),
+                ));
+            }
+            inner.dram.entries[i].stamp.store(epoch, Ordering::Release);
+        }
+    }
+    report.scan = started.elapsed();
+    // DRAM filters: copied from the entries that hold records.
+    let t = Instant::now();
+    for (level, f) in inner.dram_filters.iter().enumerate() {
+        let Some(dir) = inner.level_dir(level as u32) else {
+            continue;
+        };
+        let mut raw = [0u8; 256];
+        for i in 0..geo.level_entries(level as u32) {
+            let entry = dir + i * ENTRY_BYTES;
+            let (size, _) = split_size_epoch(word(&inner.region, entry)?);
+            if size == 0 {
+                continue;
+            }
+            if size as usize > ENTRY_RECORDS {
+                return Err(Error::corrupt(
+                    p,
+                    format!(
+                        "level {level} entry {i} claims {size} records (at most {ENTRY_RECORDS})"
+                    ),
+                ));
+            }
+            inner.region.read(entry + ENTRY_FILTER, &mut raw)?;
+            for (w, bytes) in raw.chunks_exact(8).enumerate() {
+                f[i as usize * 32 + w].store(
+                    u64::from_le_bytes(bytes.try_into().expect("8")),
+                    Ordering::Release,
+                );
+            }
+            report.filters += 1;
+        }
+    }
+    report.filter_time = t.elapsed();
+    // Replay, one log per task.
+    let t = Instant::now();
+    let threads = opts.recovery_threads.clamp(1, geo.logs as usize);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Mutex<Vec<(u64, u64, u64, u64)>> = Mutex::new(Vec::new());
+    let failed: Mutex<Option<Error>> = Mutex::new(None);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let l = next.fetch_add(1, Ordering::AcqRel);
+                    if l >= geo.logs as usize || failed.lock().is_some() {
+                        break;
+                    }
+                    match replay_log(&inner, l, &log_chunks[l]) {
+                        Ok(r) => results.lock().push(r),
+                        Err(e) => {
+                            failed.lock().get_or_insert(e);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = failed.into_inner() {
+        return Err(e);
+    }
+    for (chunks, entries, replayed, frozen) in results.into_inner() {
+        report.log_chunks += chunks;
+        report.log_entries += entries;
+        report.replayed += replayed;
+        report.frozen_halves += frozen;
+    }
+    report.replay = t.elapsed();
+    let opens = inner.region.atomic_u64(header::OPENS as u64)?;
+    opens.fetch_add(1, Ordering::AcqRel);
+    inner.region.persist(header::OPENS as u64, 8)?;
+    Ok((inner, report))
+}
+
+/// A DRAM entry's live log entries: (epoch, slot) → (key word, value word).
+type LiveSlots = BTreeMap<(u32, u8), (u64, u64)>;
+
+/// Replays log `l`: puts every live entry back at its DRAM slot and rebuilds the log's chunk
+/// order and per-chunk epochs. Returns (chunks read, entries found, replayed, frozen halves).
+fn replay_log(
+    inner: &Inner,
+    l: usize,
+    chunks: &[(u32, u64, u64, u64)],
+) -> Result<(u64, u64, u64, u64)> {
+    let geo = &inner.geo;
+    let log = &inner.logs[l];
+    let per = geo.entries_per_log();
+    let mut live: BTreeMap<usize, LiveSlots> = BTreeMap::new();
+    let mut entries = 0u64;
+    for &(c, off, generation, _) in chunks {
+        for (entry, r) in inner.scan_chunk(off, generation, l as u32)? {
+            entries += 1;
+            log.max_epoch[c as usize * per + entry / geo.logs as usize]
+                .fetch_max(r.epoch, Ordering::AcqRel);
+            if r.epoch > inner.dram.entries[entry].stamp.load(Ordering::Acquire) {
+                live.entry(entry)
+                    .or_default()
+                    .insert((r.epoch, r.slot), (r.key, r.value));
+            }
+        }
+    }
+    let mut replayed = 0u64;
+    let mut frozen = 0u64;
+    for (entry, recs) in live {
+        let mut epochs: Vec<u32> = recs.keys().map(|k| k.0).collect();
+        epochs.dedup();
+        if epochs.len() > 2 || (epochs.len() == 2 && epochs[1] != epochs[0] + 1) {
+            return Err(Error::corrupt(
+                inner.path.as_deref(),
+                format!("DRAM entry {entry} has unmigrated log entries of epochs {epochs:?}"),
+            ));
+        }
+        let e = &inner.dram.entries[entry];
+        for (half, &epoch) in epochs.iter().enumerate() {
+            let slots: Vec<(u8, (u64, u64))> = recs
+                .range((epoch, 0)..=(epoch, u8::MAX))
+                .map(|(k, v)| (k.1, *v))
+                .collect();
+            if slots.iter().enumerate().any(|(i, s)| usize::from(s.0) != i) {
+                return Err(Error::corrupt(
+                    inner.path.as_deref(),
+                    format!("DRAM entry {entry}'s log entries of epoch {epoch} leave a slot out"),
+                ));
+            }
+            for (slot, (k, v)) in &slots {
+                inner.dram.write(entry, half, usize::from(*slot), *k, *v);
+            }
+            let h = &e.halves[half];
+            h.epoch.store(epoch, Ordering::Release);
+            h.size.store(slots.len() as u32, Ordering::Release);
+            replayed += slots.len() as u64;
+        }
+        if epochs.len() == 2 {
+            if e.halves[0].size.load(Ordering::Acquire) as usize != HALF_SLOTS {
+                return Err(Error::corrupt(
+                    inner.path.as_deref(),
+                    format!("DRAM entry {entry}'s older half was frozen before it was full"),
+                ));
+            }
+            e.halves[0].frozen.store(true, Ordering::Release);
+            e.active.store(1, Ordering::Release);
+            e.queued.store(true, Ordering::Release);
+            inner.queue.push(entry as u32);
+            frozen += 1;
+        }
+    }
+    // Entries with nothing live start a fresh half above their stamp.
+    for local in 0..per {
+        let entry = local * geo.logs as usize + l;
+        let e = &inner.dram.entries[entry];
+        let (a, _) = super::dram::halves(e);
+        if e.halves[a].size.load(Ordering::Acquire) == 0 {
+            e.halves[a]
+                .epoch
+                .store(e.stamp.load(Ordering::Acquire) + 1, Ordering::Release);
+        }
+    }
+    // The chunk order, and where the next entry goes: a fresh chunk (the last one's write
+    // position is not recorded).
+    let mut st = log.state.write();
+    let mut started: Vec<&(u32, u64, u64, u64)> = chunks.iter().filter(|c| c.2 != 0).collect();
+    started.sort_by_key(|c| c.3);
+    st.ring = started.iter().map(|c| c.0).collect::<VecDeque<u32>>();
+    st.free = chunks.iter().filter(|c| c.2 == 0).map(|c| c.0).collect();
+    st.next_seq = started.last().map_or(1, |c| c.3 + 1);
+    log.pos.store(geo.log_chunk_entries(), Ordering::Release);
+    Ok((chunks.len() as u64, entries, replayed, frozen))
+}

@@ -1,0 +1,117 @@
+//! Plush end to end on small geometries: inserts that migrate through every level, reads,
+//! deletes, overwrites, a reopen (log replay), both layouts, with and without migrators.
+
+use std::collections::BTreeMap;
+
+use tierbase::hash::{PlushLayout, PlushOptions, PlushStore};
+
+fn key(layout: PlushLayout, i: u64) -> Vec<u8> {
+    match layout {
+        PlushLayout::Fixed8 => i.to_le_bytes().to_vec(),
+        PlushLayout::Variable => {
+            format!("key-{i:06}-{}", "x".repeat((i % 7) as usize)).into_bytes()
+        }
+    }
+}
+
+fn value(layout: PlushLayout, i: u64, round: u64) -> Vec<u8> {
+    match layout {
+        PlushLayout::Fixed8 => (i * 1000 + round).to_le_bytes().to_vec(),
+        PlushLayout::Variable => {
+            format!("v{i}-{round}-{}", "y".repeat((i % 13) as usize)).into_bytes()
+        }
+    }
+}
+
+fn run(layout: PlushLayout, migrators: usize) {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+    let path = dir.path().join("p.plush");
+    let opts = PlushOptions::small().layout(layout).migrators(migrators);
+    let store = PlushStore::create(&path, &opts).unwrap();
+    let mut model = BTreeMap::new();
+    let n = 40_000u64;
+    for i in 0..n {
+        assert!(
+            store.put(&key(layout, i), &value(layout, i, 0)).unwrap(),
+            "new {i}"
+        );
+        model.insert(key(layout, i), value(layout, i, 0));
+    }
+    for i in (0..n).step_by(3) {
+        assert!(
+            !store.put(&key(layout, i), &value(layout, i, 1)).unwrap(),
+            "old {i}"
+        );
+        model.insert(key(layout, i), value(layout, i, 1));
+    }
+    for i in (0..n).step_by(5) {
+        assert!(store.delete(&key(layout, i)).unwrap(), "delete {i}");
+        model.remove(&key(layout, i));
+    }
+    assert!(!store.delete(&key(layout, n + 5)).unwrap());
+    for i in 0..n + 10 {
+        let k = key(layout, i);
+        assert_eq!(store.get(&k).unwrap(), model.get(&k).cloned(), "key {i}");
+    }
+    assert_eq!(store.len().unwrap(), model.len() as u64);
+    let stats = store.stats();
+    assert!(stats.levels >= 2, "{stats:?}");
+    store.close().unwrap();
+    let store = PlushStore::open(&path, &opts).unwrap();
+    assert!(store.recovery_report().replayed > 0);
+    for i in 0..n + 10 {
+        let k = key(layout, i);
+        assert_eq!(
+            store.get(&k).unwrap(),
+            model.get(&k).cloned(),
+            "after reopen, key {i}"
+        );
+    }
+    assert_eq!(store.len().unwrap(), model.len() as u64);
+    let mut keys = Vec::new();
+    let mut cursor = 0;
+    loop {
+        cursor = store.scan(cursor, 100, &mut keys).unwrap();
+        if cursor == 0 {
+            break;
+        }
+    }
+    keys.sort();
+    assert_eq!(keys, model.keys().cloned().collect::<Vec<_>>());
+    store.checkpoint().unwrap();
+    store.close().unwrap();
+    let store = PlushStore::open(&path, &opts).unwrap();
+    assert_eq!(
+        store.recovery_report().replayed,
+        0,
+        "a checkpoint leaves nothing to replay"
+    );
+    for i in (0..n).step_by(7) {
+        let k = key(layout, i);
+        assert_eq!(
+            store.get(&k).unwrap(),
+            model.get(&k).cloned(),
+            "after checkpoint, key {i}"
+        );
+    }
+}
+
+#[test]
+fn fixed_layout_with_a_migrator() {
+    run(PlushLayout::Fixed8, 1);
+}
+
+#[test]
+fn fixed_layout_inserters_migrate() {
+    run(PlushLayout::Fixed8, 0);
+}
+
+#[test]
+fn variable_layout_with_a_migrator() {
+    run(PlushLayout::Variable, 1);
+}
+
+#[test]
+fn variable_layout_inserters_migrate() {
+    run(PlushLayout::Variable, 0);
+}
