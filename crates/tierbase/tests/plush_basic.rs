@@ -115,3 +115,27 @@ fn variable_layout_with_a_migrator() {
 fn variable_layout_inserters_migrate() {
     run(PlushLayout::Variable, 0);
 }
+
+#[test]
+fn verify_finds_a_sound_store_sound() {
+    for layout in [PlushLayout::Fixed8, PlushLayout::Variable] {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+        let store = PlushStore::create(
+            dir.path().join("v.plush"),
+            &PlushOptions::small().layout(layout),
+        )
+        .unwrap();
+        for i in 0..30_000u64 {
+            store
+                .upsert(&key(layout, i % 20_000), &value(layout, i, 0))
+                .unwrap();
+        }
+        let r = store.verify().unwrap();
+        assert!(r.problems.is_empty(), "{:?}", r.problems);
+        assert_eq!(r.live_keys, 20_000);
+        assert!(
+            r.level_records.iter().sum::<u64>() + r.dram_records >= 20_000,
+            "{r:?}"
+        );
+    }
+}

@@ -1073,6 +1073,140 @@ impl PlushStore {
     pub fn path(&self) -> Option<&Path> {
         self.inner().path.as_deref()
     }
+
+    /// Checks every structure without changing anything: each PMem entry's size, bucket
+    /// offsets (in the store's space, aligned, not shared by two entries) and filters (every
+    /// record's hash must pass its bucket's filter), each record's level placement (its hash
+    /// selects the entry), payload locators (variable layout: current or dangling — a dangling
+    /// one must have a newer record) and the DRAM halves. Run it on a store no one writes to.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        self.inner().verify()
+    }
+}
+
+/// What [`PlushStore::verify`] found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct VerifyReport {
+    /// Records (all versions, deletions included) per PMem level.
+    pub level_records: Vec<u64>,
+    /// Entries holding records, per PMem level.
+    pub level_entries: Vec<u64>,
+    /// Records in DRAM.
+    pub dram_records: u64,
+    /// Records whose payload was collected (superseded; dropped at their next migration).
+    pub dangling: u64,
+    /// Live keys.
+    pub live_keys: u64,
+    /// What is wrong (empty: nothing).
+    pub problems: Vec<String>,
+}
+
+impl Inner {
+    fn verify(&self) -> Result<VerifyReport> {
+        let mut r = VerifyReport {
+            level_records: vec![0; self.geo.max_levels as usize],
+            level_entries: vec![0; self.geo.max_levels as usize],
+            ..VerifyReport::default()
+        };
+        let mut seen_buckets = std::collections::HashSet::new();
+        for root in 0..self.dram.entries.len() {
+            // One subtree at a time, under its lock: no migration changes it meanwhile.
+            let _s = self.dram.entries[root].subtree.lock();
+            let mut stack = vec![(0u32, root as u64)];
+            while let Some((level, idx)) = stack.pop() {
+                let Some(dir) = self.level_dir(level) else {
+                    continue;
+                };
+                if level + 1 < self.geo.max_levels {
+                    let bits = self.geo.level_bits(level);
+                    stack
+                        .extend((0..layout::FANOUT as u64).map(|t| (level + 1, idx | (t << bits))));
+                }
+                self.verify_entry(level, idx, dir, &mut seen_buckets, &mut r)?;
+            }
+        }
+        r.level_records.truncate(
+            (0..self.geo.max_levels)
+                .take_while(|&l| self.level_dir(l).is_some())
+                .count(),
+        );
+        r.level_entries.truncate(r.level_records.len());
+        r.dram_records = self.dram.entries.iter().map(dram::held).sum();
+        let mut keys = Vec::new();
+        for idx in 0..self.dram.entries.len() {
+            keys.clear();
+            self.subtree_keys(idx, &mut keys)?;
+            r.live_keys += keys.len() as u64;
+        }
+        Ok(r)
+    }
+
+    fn verify_entry(
+        &self,
+        level: u32,
+        idx: u64,
+        dir: u64,
+        seen_buckets: &mut std::collections::HashSet<u64>,
+        r: &mut VerifyReport,
+    ) -> Result<()> {
+        let entry = dir + idx * layout::ENTRY_BYTES;
+        let (size, _) =
+            layout::split_size_epoch(self.region.atomic_u64(entry)?.load(Ordering::Acquire));
+        for b in 0..layout::FANOUT {
+            let ptr = self
+                .region
+                .atomic_u64(entry + 16 + 8 * b as u64)?
+                .load(Ordering::Acquire);
+            if ptr == 0 {
+                continue;
+            }
+            if !ptr.is_multiple_of(layout::BUCKET_BYTES)
+                || ptr < self.geo.space_offset()
+                || ptr + layout::BUCKET_BYTES > self.space.used()
+            {
+                r.problems.push(format!(
+                    "level {level} entry {idx} bucket {b}: offset {ptr} outside the store's space"
+                ));
+            } else if !seen_buckets.insert(ptr) {
+                r.problems.push(format!(
+                    "level {level} entry {idx} bucket {b}: offset {ptr} belongs to another entry too"
+                ));
+            }
+        }
+        if size == 0 {
+            return Ok(());
+        }
+        r.level_entries[level as usize] += 1;
+        let recs = match self.entry_records(level, idx) {
+            Ok((recs, _)) => recs,
+            Err(e) => {
+                r.problems.push(e.to_string());
+                return Ok(());
+            }
+        };
+        let mask = self.geo.level_entries(level) - 1;
+        for (i, rec) in recs.iter().enumerate() {
+            if rec.hash & mask != idx {
+                r.problems.push(format!(
+                    "level {level} entry {idx} slot {i}: the key belongs to entry {}",
+                    rec.hash & mask
+                ));
+            }
+            let f = self.filter_of(level, idx, entry, i / layout::SLOTS)?;
+            if !filter::may_contain(f, rec.hash) {
+                r.problems.push(format!(
+                    "level {level} entry {idx} slot {i}: its bucket's filter misses it"
+                ));
+            }
+            if let Some(p) = &self.payload
+                && !p.is_current(rec.value)
+            {
+                r.dangling += 1;
+            }
+        }
+        r.level_records[level as usize] += recs.len() as u64;
+        Ok(())
+    }
 }
 
 impl Store for PlushStore {

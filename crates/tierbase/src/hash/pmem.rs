@@ -73,7 +73,7 @@ impl Inner {
     }
 
     /// The filter of bucket `b` of entry `idx` at `level` (DRAM copy for the first levels).
-    fn filter(&self, level: u32, idx: u64, entry: u64, b: usize) -> Result<[u64; 2]> {
+    pub(super) fn filter_of(&self, level: u32, idx: u64, entry: u64, b: usize) -> Result<[u64; 2]> {
         if let Some(f) = self.dram_filters.get(level as usize) {
             let base = idx as usize * FILTER_WORDS + 2 * b;
             return Ok([
@@ -132,7 +132,7 @@ impl Inner {
             let size = (size as usize).min(ENTRY_RECORDS);
             for b in (0..size.div_ceil(SLOTS)).rev() {
                 self.counters.filter_probes.incr();
-                if !filter::may_contain(self.filter(level, idx, entry, b)?, hash) {
+                if !filter::may_contain(self.filter_of(level, idx, entry, b)?, hash) {
                     continue;
                 }
                 let bucket = self.bucket_ptr(entry, b)?;
@@ -307,7 +307,7 @@ impl Inner {
             let mut filters = [[0u64; 2]; 16];
             if size > 0 {
                 for (b, f) in filters.iter_mut().enumerate() {
-                    *f = self.filter(level, idx, entry, b)?;
+                    *f = self.filter_of(level, idx, entry, b)?;
                 }
             }
             let mut dirty = [false; 16];
