@@ -45,6 +45,22 @@ pub(crate) fn map_anonymous(len: usize, prot: libc::c_int) -> std::io::Result<No
     NonNull::new(p.cast::<u8>()).ok_or_else(|| std::io::Error::other("mmap returned null"))
 }
 
+/// Asks for transparent huge pages for the mapping of `bytes` at `p`, past its first
+/// [`SMALL_PREFIX`] bytes (a hint: where the kernel has none, or disables them, ordinary pages).
+fn advise_huge_pages(p: NonNull<u8>, bytes: usize) {
+    if bytes > SMALL_PREFIX {
+        // SAFETY: advice on a mapping of at least `bytes` bytes the caller owns; it changes no
+        // contents.
+        unsafe {
+            libc::madvise(
+                p.as_ptr().add(SMALL_PREFIX).cast(),
+                bytes - SMALL_PREFIX,
+                libc::MADV_HUGEPAGE,
+            )
+        };
+    }
+}
+
 /// A growable array of `T` in one reserved range of address space: elements are appended in
 /// runs ([`DramArena::push`]) and never move or go away before the arena does, so a run's start
 /// index stays valid for the arena's life.
@@ -106,17 +122,7 @@ impl<T> DramArena<T> {
             ),
         };
         let base = p.cast::<T>();
-        if bytes > SMALL_PREFIX {
-            // A hint: where the kernel has no huge pages (or disables them), ordinary pages.
-            // SAFETY: advice on our own mapping; it changes no contents.
-            unsafe {
-                libc::madvise(
-                    p.as_ptr().add(SMALL_PREFIX).cast(),
-                    bytes - SMALL_PREFIX,
-                    libc::MADV_HUGEPAGE,
-                )
-            };
-        }
+        advise_huge_pages(p, bytes);
         Ok(DramArena {
             base,
             capacity: bytes / size,
@@ -316,16 +322,7 @@ impl ZeroedWords {
             .ok_or_else(|| Error::InvalidArgument(format!("{len} DRAM words")))?;
         let p = map_anonymous(bytes, libc::PROT_READ | libc::PROT_WRITE)
             .map_err(|e| Error::io("reserve DRAM", None, e))?;
-        if bytes > SMALL_PREFIX {
-            // SAFETY: advice on our own mapping; it changes no contents.
-            unsafe {
-                libc::madvise(
-                    p.as_ptr().add(SMALL_PREFIX).cast(),
-                    bytes - SMALL_PREFIX,
-                    libc::MADV_HUGEPAGE,
-                )
-            };
-        }
+        advise_huge_pages(p, bytes);
         Ok(ZeroedWords {
             base: p.cast(),
             len,

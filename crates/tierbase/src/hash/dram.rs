@@ -57,6 +57,17 @@ pub(super) struct DramLevel {
     pub entries: Box<[DramEntry]>,
     keys: ZeroedWords,
     values: ZeroedWords,
+    /// One byte of each slot's key hash, eight to a word: a lookup compares these (two cache
+    /// lines per half) and reads only the keys they match, instead of 1 KiB of keys.
+    fingerprints: ZeroedWords,
+}
+
+/// Words of fingerprints per half.
+const FP_WORDS: usize = HALF_SLOTS / 8;
+
+#[inline]
+fn fingerprint(hash: u64) -> u64 {
+    hash >> 56
 }
 
 /// What a search of one half found, newest first.
@@ -69,12 +80,15 @@ impl DramLevel {
             entries: (0..entries).map(|_| DramEntry::default()).collect(),
             keys: ZeroedWords::new(slots)?,
             values: ZeroedWords::new(slots)?,
+            fingerprints: ZeroedWords::new(entries * 2 * FP_WORDS)?,
         })
     }
 
     /// Bytes of DRAM the level holds at most (slots and entries).
     pub fn bytes(&self) -> u64 {
-        (self.keys.len() * 16 + self.entries.len() * std::mem::size_of::<DramEntry>()) as u64
+        (self.keys.len() * 16
+            + self.fingerprints.len() * 8
+            + self.entries.len() * std::mem::size_of::<DramEntry>()) as u64
     }
 
     #[inline]
@@ -85,10 +99,19 @@ impl DramLevel {
     /// Writes a record into `slot` of a half (the caller holds the entry's `insert` lock and
     /// publishes it by raising the half's size).
     #[inline]
-    pub fn write(&self, entry: usize, half: usize, slot: usize, key: u64, value: u64) {
+    pub fn write(&self, entry: usize, half: usize, slot: usize, key: u64, value: u64, hash: u64) {
         let i = Self::slot(entry, half, slot);
         self.keys[i].store(key, Ordering::Relaxed);
         self.values[i].store(value, Ordering::Relaxed);
+        // One writer per entry (its insert lock); readers look only below the half's size, so
+        // rewriting the word's other bytes is invisible to them.
+        let w = &self.fingerprints[(entry * 2 + half) * FP_WORDS + slot / 8];
+        let shift = 8 * (slot % 8);
+        let old = w.load(Ordering::Relaxed);
+        w.store(
+            (old & !(0xff << shift)) | (fingerprint(hash) << shift),
+            Ordering::Relaxed,
+        );
     }
 
     /// The record in `slot` of a half.
@@ -101,10 +124,13 @@ impl DramLevel {
         )
     }
 
-    /// The records of a half whose key word is `key`, newest first, read optimistically
-    /// (consistent: retried while the half is cleared under the reader).
-    pub fn candidates(&self, entry: usize, half: usize, key: u64, out: &mut Candidates) {
+    /// The records of a half whose key word is `key` (hash `hash`), newest first, read
+    /// optimistically (consistent: retried while the half is cleared under the reader).
+    pub fn candidates(&self, entry: usize, half: usize, key: u64, hash: u64, out: &mut Candidates) {
         let h = &self.entries[entry].halves[half];
+        let fp = fingerprint(hash) * 0x0101_0101_0101_0101;
+        let base = Self::slot(entry, half, 0);
+        let fps = (entry * 2 + half) * FP_WORDS;
         let mut round = 0;
         loop {
             out.clear();
@@ -113,10 +139,17 @@ impl DramLevel {
                 continue;
             };
             let size = (h.size.load(Ordering::Acquire) as usize).min(HALF_SLOTS);
-            for s in (0..size).rev() {
-                let (k, val) = self.read(entry, half, s);
-                if k == key {
-                    out.push((s as u64, val));
+            for w in (0..size.div_ceil(8)).rev() {
+                // Bytes equal to the fingerprint become zero; find zero bytes (SWAR).
+                let x = self.fingerprints[fps + w].load(Ordering::Relaxed) ^ fp;
+                let mut zeros = x.wrapping_sub(0x0101_0101_0101_0101) & !x & 0x8080_8080_8080_8080;
+                while zeros != 0 {
+                    let byte = 7 - (zeros.leading_zeros() / 8) as usize;
+                    zeros &= !(0x80 << (8 * byte));
+                    let s = 8 * w + byte;
+                    if s < size && self.keys[base + s].load(Ordering::Relaxed) == key {
+                        out.push((s as u64, self.values[base + s].load(Ordering::Relaxed)));
+                    }
                 }
             }
             if h.latch.validate(v) {

@@ -243,6 +243,33 @@ impl Inner {
         Ok(live.len() as u64)
     }
 
+    /// After an open: a log whose chunks are all allocated and all hold valid entries has no
+    /// spare to copy live entries into; migrating the DRAM entries it serves makes all of its
+    /// entries dead, and its chunks free. (Single-threaded: before the store is shared.)
+    pub(super) fn settle_log(&self, l: usize) -> Result<()> {
+        let log = &self.logs[l];
+        let needs = {
+            let st = log.state.read();
+            let allocated = st.offsets.iter().filter(|&&o| o != 0).count() as u32;
+            st.spare.is_none() && st.free.is_empty() && allocated >= self.geo.log_chunks
+        };
+        if !needs {
+            return Ok(());
+        }
+        let logs = self.geo.logs as usize;
+        for local in 0..self.geo.entries_per_log() {
+            self.checkpoint_entry(local * logs + l)?;
+        }
+        let mut st = log.state.write();
+        let ring: Vec<u32> = st.ring.drain(..).collect();
+        for c in ring {
+            self.renew_chunk(log, &mut st, c)?;
+            st.free.push(c);
+        }
+        st.spare = st.free.pop();
+        Ok(())
+    }
+
     /// The valid entries of the chunk at `off` in generation `generation`, with their DRAM entries.
     pub(super) fn scan_chunk(
         &self,

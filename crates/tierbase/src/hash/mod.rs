@@ -225,6 +225,7 @@ struct Counters {
     filter_probes: Counter,
     filter_false_positives: Counter,
     media_reads: Counter,
+    migration_media_bytes: Counter,
     duplicates_dropped: Counter,
     dangling_dropped: Counter,
     back_pressure: Counter,
@@ -346,7 +347,8 @@ impl Inner {
         let (a, b) = halves(e);
         let mut cands = Vec::new();
         for half in [a, b] {
-            self.dram.candidates(idx, half, probe.word, &mut cands);
+            self.dram
+                .candidates(idx, half, probe.word, probe.hash, &mut cands);
             for &(_, value) in &cands {
                 if let Some(f) = self.resolve(probe, value)? {
                     return Ok(Some(f));
@@ -411,7 +413,8 @@ impl Inner {
                 },
             )?;
         }
-        self.dram.write(entry, a, slot as usize, key, value);
+        self.dram
+            .write(entry, a, slot as usize, key, value, self.hash_of(key));
         h.size.store(slot + 1, Ordering::Release);
         Ok(())
     }
@@ -557,23 +560,28 @@ impl Inner {
     fn checkpoint(&self) -> Result<()> {
         self.check_writable()?;
         for idx in 0..self.dram.entries.len() {
-            let e = &self.dram.entries[idx];
-            let _g = e.insert.lock();
-            let _s = e.subtree.lock();
-            let (a, b) = halves(e);
-            if e.halves[b].frozen.load(Ordering::Acquire) {
-                let r = self.migrate_half(idx, b);
-                self.failure.record("plush", r)?;
-            }
-            if e.halves[a].size.load(Ordering::Acquire) > 0 {
-                // Freeze the active half and migrate it; the other becomes active.
-                let next = e.halves[a].epoch.load(Ordering::Acquire) + 1;
-                e.halves[b].epoch.store(next, Ordering::Release);
-                e.halves[a].frozen.store(true, Ordering::Release);
-                e.active.store(b as u8, Ordering::Release);
-                let r = self.migrate_half(idx, a);
-                self.failure.record("plush", r)?;
-            }
+            let r = self.checkpoint_entry(idx);
+            self.failure.record("plush", r)?;
+        }
+        Ok(())
+    }
+
+    /// Migrates both halves of DRAM entry `idx` to PMem.
+    fn checkpoint_entry(&self, idx: usize) -> Result<()> {
+        let e = &self.dram.entries[idx];
+        let _g = e.insert.lock();
+        let _s = e.subtree.lock();
+        let (a, b) = halves(e);
+        if e.halves[b].frozen.load(Ordering::Acquire) {
+            self.migrate_half(idx, b)?;
+        }
+        if e.halves[a].size.load(Ordering::Acquire) > 0 {
+            // Freeze the active half and migrate it; the other becomes active.
+            let next = e.halves[a].epoch.load(Ordering::Acquire) + 1;
+            e.halves[b].epoch.store(next, Ordering::Release);
+            e.halves[a].frozen.store(true, Ordering::Release);
+            e.active.store(b as u8, Ordering::Release);
+            self.migrate_half(idx, a)?;
         }
         Ok(())
     }
@@ -633,7 +641,7 @@ impl Inner {
         let mut values = Vec::new();
         let mut cands = Vec::new();
         for half in 0..2 {
-            self.dram.candidates(idx, half, hash, &mut cands);
+            self.dram.candidates(idx, half, hash, hash, &mut cands);
             values.extend(cands.iter().map(|c| c.1));
         }
         let mut level_values = Vec::new();
@@ -796,8 +804,11 @@ impl PlushStore {
             }
             workers.push(w);
         }
-        // Halves recovery found frozen go to the migrators (or migrate now without them).
+        // Halves recovery found frozen migrate now, and every log gets its spare back.
         inner.drain_queue();
+        for l in 0..inner.logs.len() {
+            inner.settle_log(l)?;
+        }
         report.total = started.elapsed();
         Ok(PlushStore {
             shared: Arc::new(Shared {
@@ -1015,6 +1026,7 @@ impl PlushStore {
                 "media_blocks_written",
                 inner.region.counters().media_lines_written,
             ),
+            ("migration_media_bytes", c.migration_media_bytes.get()),
             ("duplicates_dropped", c.duplicates_dropped.get()),
             ("dangling_dropped", c.dangling_dropped.get()),
             ("back_pressure", c.back_pressure.get()),

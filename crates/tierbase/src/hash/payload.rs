@@ -44,6 +44,11 @@ pub(super) struct PChunk {
     pub dead: AtomicU64,
     /// Appends that wrote an entry here but have not indexed it yet.
     pub pending: AtomicU32,
+    /// When it was started (payload bytes written so far): the oldest sealed chunk is
+    /// checked first for dead entries.
+    pub started_at: AtomicU64,
+    /// Payload bytes written when its live bytes were last estimated (0: never).
+    pub estimated_at: AtomicU64,
 }
 
 /// A payload log: its current chunk and the next free byte in it.
@@ -207,6 +212,27 @@ impl Payload {
         (used, dead)
     }
 
+    /// Whether `c` holds entries and takes no more (a candidate for collection).
+    fn sealed(&self, c: &PChunk) -> bool {
+        c.in_use.load(Ordering::Acquire) && !c.current.load(Ordering::Acquire)
+    }
+
+    /// The oldest sealed chunk whose live bytes were not estimated since each payload log wrote
+    /// another chunk's worth — once the payload has more than a few chunks per log.
+    fn estimate_candidate(&self, allocated: u32, written: u64) -> Option<u32> {
+        if allocated < 2 * self.logs.len() as u32 + 2 {
+            return None;
+        }
+        let fresh = self.chunk_bytes * self.logs.len() as u64;
+        (0..self.chunks.len() as u32)
+            .filter(|&c| {
+                let ch = &self.chunks[c as usize];
+                let at = ch.estimated_at.load(Ordering::Acquire);
+                self.sealed(ch) && (at == 0 || written.saturating_sub(at) >= fresh)
+            })
+            .min_by_key(|&c| self.chunks[c as usize].started_at.load(Ordering::Acquire))
+    }
+
     /// Restores the pool after an open: `free` chunks are allocated and hold nothing.
     pub fn restore(&self, free: Vec<u32>) {
         let mut p = self.pool.lock();
@@ -286,36 +312,59 @@ impl Inner {
         seen: Option<u32>,
         may_collect: bool,
     ) -> Result<()> {
+        /// What a rotation does next, decided under the log's and the pool's locks.
+        enum Next {
+            Start(u32, u64),
+            Collect(Option<u32>),
+            Estimate(u32),
+            Full,
+        }
         let mut collected = false;
         loop {
-            {
+            let next = {
                 let mut st = log.current.write();
                 if *st != seen {
                     return Ok(());
                 }
                 let mut pool = p.pool.lock();
+                let allocated = p
+                    .chunks
+                    .iter()
+                    .filter(|c| c.off.load(Ordering::Acquire) != 0)
+                    .count() as u32;
+                let collect = may_collect && !collected;
+                let written = self.counters.payload_bytes.get();
                 let next = if let Some((c, pos)) = pool.partial.pop() {
-                    Some((c, pos))
+                    Next::Start(c, pos)
                 } else if let Some(c) = pool.free.pop() {
-                    Some((c, PAYLOAD_CHUNK_HEADER))
-                } else {
-                    let allocated = p
-                        .chunks
+                    Next::Start(c, PAYLOAD_CHUNK_HEADER)
+                } else if collect
+                    && p.chunks
                         .iter()
-                        .filter(|c| c.off.load(Ordering::Acquire) != 0)
-                        .count() as u32;
-                    let limit = if may_collect && !collected {
+                        .any(|c| p.sealed(c) && c.dead.load(Ordering::Relaxed) >= p.chunk_bytes / 2)
+                {
+                    // Known to be at least half dead: collect before growing.
+                    Next::Collect(None)
+                } else if let Some(c) = collect
+                    .then(|| p.estimate_candidate(allocated, written))
+                    .flatten()
+                {
+                    Next::Estimate(c)
+                } else if allocated
+                    < if collect {
                         p.soft_limit
                     } else {
-                        p.chunks.len() as u32 - 1 // one stays for the collector's copies
-                    };
-                    if allocated < limit {
-                        Some((self.alloc_payload_chunk(p)?, PAYLOAD_CHUNK_HEADER))
-                    } else {
-                        None
+                        p.chunks.len() as u32 - 1
                     }
+                {
+                    // (One chunk always stays for the collector's copies.)
+                    Next::Start(self.alloc_payload_chunk(p)?, PAYLOAD_CHUNK_HEADER)
+                } else if collect {
+                    Next::Collect(None)
+                } else {
+                    Next::Full
                 };
-                if let Some((c, pos)) = next {
+                if let Next::Start(c, pos) = next {
                     drop(pool);
                     self.start_payload_chunk(p, c)?;
                     if let Some(old) = *st {
@@ -323,25 +372,44 @@ impl Inner {
                             .current
                             .store(false, Ordering::Release);
                     }
-                    p.chunks[c as usize].current.store(true, Ordering::Release);
+                    let chunk = &p.chunks[c as usize];
+                    chunk.current.store(true, Ordering::Release);
+                    chunk.started_at.store(written, Ordering::Release);
                     log.pos.store(pos, Ordering::Release);
                     *st = Some(c);
                     return Ok(());
                 }
-            }
-            if !may_collect || collected {
-                return Err(Error::StoreFull {
-                    used: p.usage().0,
-                    capacity: p.chunks.len() as u64 * p.chunk_bytes,
-                    reason: "every payload chunk holds live entries".into(),
-                });
-            }
+                next
+            };
             // Outside the log's lock: the collector takes DRAM entries' locks, and a writer
             // holding one of those may be waiting for this log.
-            collected = self.collect_payload(p)? > 0;
-            if !collected {
-                // Nothing to reclaim: allow the chunks kept for collection, then give up.
-                collected = true;
+            match next {
+                Next::Start(..) => unreachable!("handled above"),
+                Next::Estimate(c) => {
+                    let (total, live) = self.estimate_live(p, c)?;
+                    let chunk = &p.chunks[c as usize];
+                    chunk
+                        .estimated_at
+                        .store(self.counters.payload_bytes.get().max(1), Ordering::Release);
+                    chunk
+                        .dead
+                        .fetch_max(total.saturating_sub(live), Ordering::Relaxed);
+                    if 2 * live <= total {
+                        collected = self.collect_payload(p, Some(c))? > 0;
+                    }
+                }
+                Next::Collect(victim) => {
+                    // Nothing to reclaim: allow the chunks kept for collection, then give up.
+                    self.collect_payload(p, victim)?;
+                    collected = true;
+                }
+                Next::Full => {
+                    return Err(Error::StoreFull {
+                        used: p.usage().0,
+                        capacity: p.chunks.len() as u64 * p.chunk_bytes,
+                        reason: "every payload chunk holds live entries".into(),
+                    });
+                }
             }
         }
     }
@@ -380,22 +448,52 @@ impl Inner {
         Ok(())
     }
 
-    /// Collects the sealed chunk with the most dead bytes (any sealed one if none is known to
-    /// have dead bytes). Returns the bytes reclaimed (0 if no chunk could be collected).
-    pub(super) fn collect_payload(&self, p: &Payload) -> Result<u64> {
+    /// Reads chunk `c` whole once every append pending in it is indexed (it is sealed, so no
+    /// new ones come): an entry written but not indexed yet would look dead.
+    fn read_sealed(&self, p: &Payload, c: u32) -> Result<(Vec<u8>, u64)> {
+        let ch = &p.chunks[c as usize];
+        let mut round = 0;
+        while ch.pending.load(Ordering::Acquire) != 0 {
+            crate::sync::backoff(&mut round);
+        }
+        let mut image = vec![0u8; p.chunk_bytes as usize];
+        self.region
+            .read(ch.off.load(Ordering::Acquire), &mut image)?;
+        Ok((image, ch.epoch.load(Ordering::Acquire)))
+    }
+
+    /// Live and total entry bytes of sealed chunk `c`: an entry is live if it is its key's
+    /// newest record.
+    fn estimate_live(&self, p: &Payload, c: u32) -> Result<(u64, u64)> {
+        let (image, epoch) = self.read_sealed(p, c)?;
+        let (mut total, mut live) = (0, 0);
+        for e in entries(&image, epoch) {
+            total += e.bytes as u64;
+            if self.newest_word(hash_bytes(e.key), e.key)? == Some(e.locator(c, epoch)) {
+                live += e.bytes as u64;
+            }
+        }
+        Ok((total, live))
+    }
+
+    /// Collects `victim` (default: the sealed chunk with the most known-dead bytes): copies the
+    /// entries that are their key's newest record into the spare, points those keys at the
+    /// copies, then raises the victim's epoch and makes it the spare. Returns the bytes
+    /// reclaimed (0 if nothing could be collected).
+    pub(super) fn collect_payload(&self, p: &Payload, victim: Option<u32>) -> Result<u64> {
         let _gc = p.gc.lock();
         let (victim, spare) = {
             let mut pool = p.pool.lock();
             let partial: Vec<u32> = pool.partial.iter().map(|x| x.0).collect();
-            let victim = (0..p.chunks.len() as u32)
-                .filter(|&c| {
-                    let ch = &p.chunks[c as usize];
-                    ch.in_use.load(Ordering::Acquire)
-                        && !ch.current.load(Ordering::Acquire)
-                        && Some(c) != pool.spare
-                        && !partial.contains(&c)
-                })
-                .max_by_key(|&c| p.chunks[c as usize].dead.load(Ordering::Relaxed));
+            let eligible = |c: u32| {
+                p.sealed(&p.chunks[c as usize]) && Some(c) != pool.spare && !partial.contains(&c)
+            };
+            let victim = match victim {
+                Some(c) => eligible(c).then_some(c),
+                None => (0..p.chunks.len() as u32)
+                    .filter(|&c| eligible(c))
+                    .max_by_key(|&c| p.chunks[c as usize].dead.load(Ordering::Relaxed)),
+            };
             let Some(victim) = victim else {
                 return Ok(0);
             };
@@ -411,72 +509,38 @@ impl Inner {
             };
             (victim, spare)
         };
-        let v = &p.chunks[victim as usize];
-        // Entries written into the victim but not indexed yet must be indexed first (or they
-        // would look dead and be lost); the chunk is sealed, so no new ones come.
-        let mut round = 0;
-        while v.pending.load(Ordering::Acquire) != 0 {
-            crate::sync::backoff(&mut round);
-        }
-        let v_off = v.off.load(Ordering::Acquire);
-        let v_epoch = v.epoch.load(Ordering::Acquire);
-        let mut image = vec![0u8; p.chunk_bytes as usize];
-        self.region.read(v_off, &mut image)?;
+        let (image, v_epoch) = self.read_sealed(p, victim)?;
         self.start_payload_chunk(p, spare)?;
         let s = &p.chunks[spare as usize];
         let s_off = s.off.load(Ordering::Acquire);
         let s_epoch = s.epoch.load(Ordering::Acquire);
         let mut s_pos = PAYLOAD_CHUNK_HEADER;
         let mut moves = Vec::new();
-        let mut pos = PAYLOAD_CHUNK_HEADER as usize;
-        while pos + HEADER as usize <= image.len() {
-            let w0 = u64::from_le_bytes(image[pos..pos + 8].try_into().expect("8"));
-            let w1 = u64::from_le_bytes(image[pos + 8..pos + 16].try_into().expect("8"));
-            let (kl, vl, tombstone) = split_payload_header(w0);
-            let end = pos + HEADER as usize + kl + vl;
-            if w1 as u32 != ENTRY_MAGIC || end > image.len() {
-                pos += 8;
+        for e in entries(&image, v_epoch) {
+            let old = e.locator(victim, v_epoch);
+            let hash = hash_bytes(e.key);
+            if self.newest_word(hash, e.key)? != Some(old) {
                 continue;
             }
-            let key = &image[pos + 16..pos + 16 + kl];
-            let value = &image[pos + 16 + kl..end];
-            if (w1 >> 32) as u32 != entry_crc(v_epoch, w0, key, value) {
-                pos += 8;
-                continue;
-            }
-            let old = Locator {
-                chunk: victim,
-                epoch: v_epoch as u32,
-                offset: pos as u32,
+            // The copy carries the spare's epoch in its check.
+            let new_w1 = u64::from(ENTRY_MAGIC)
+                | (u64::from(entry_crc(s_epoch, e.w0, e.key, e.value)) << 32);
+            let mut raw = image[e.pos..e.pos + e.bytes].to_vec();
+            raw[8..16].copy_from_slice(&new_w1.to_le_bytes());
+            // Same sizes: the live entries of one chunk always fit another.
+            self.region.write(s_off + s_pos, &raw)?;
+            let new = Locator {
+                chunk: spare,
+                epoch: s_epoch as u32,
+                offset: s_pos as u32,
             }
             .encode();
-            let hash = hash_bytes(key);
-            if self.newest_word(hash, key)? == Some(old) {
-                let bytes = (end - pos) as u64;
-                let new_w1 =
-                    u64::from(ENTRY_MAGIC) | (u64::from(entry_crc(s_epoch, w0, key, value)) << 32);
-                let mut raw = image[pos..end].to_vec();
-                raw[8..16].copy_from_slice(&new_w1.to_le_bytes());
-                raw.resize(bytes.next_multiple_of(8) as usize, 0);
-                if s_pos + raw.len() as u64 > p.chunk_bytes {
-                    break; // the spare is full: the rest stays for the next collection
-                }
-                self.region.write(s_off + s_pos, &raw)?;
-                let new = Locator {
-                    chunk: spare,
-                    epoch: s_epoch as u32,
-                    offset: s_pos as u32,
-                }
-                .encode();
-                moves.push((hash, key.to_vec(), old, new, tombstone));
-                s_pos += raw.len() as u64;
-            }
-            pos = end.next_multiple_of(8);
+            moves.push((hash, e.key.to_vec(), old, new));
+            s_pos += raw.len() as u64;
         }
-        let complete = pos + HEADER as usize > image.len();
         self.region.persist(s_off, s_pos as usize)?;
         // Point each key whose newest record is still the old entry at the copy.
-        for (hash, key, old, new, _) in &moves {
+        for (hash, key, old, new) in &moves {
             let entry = (hash & (self.geo.dram_entries() as u64 - 1)) as usize;
             let _g = self.dram.entries[entry].insert.lock();
             if self.newest_word(*hash, key)? == Some(*old) {
@@ -484,12 +548,9 @@ impl Inner {
                 self.counters.payload_moved.incr();
             }
         }
-        if !complete {
-            // The spare filled up: keep it as a partial chunk and the victim as it is.
-            p.pool.lock().partial.push((spare, s_pos));
-            return Ok(0);
-        }
         // Every live entry has a newer copy: the victim's locators may dangle now.
+        let v = &p.chunks[victim as usize];
+        let v_off = v.off.load(Ordering::Acquire);
         let epoch = v_epoch + 1;
         self.region
             .atomic_u64(v_off + payload_chunk::EPOCH)?
@@ -501,10 +562,65 @@ impl Inner {
         v.epoch.store(epoch, Ordering::Release);
         v.in_use.store(false, Ordering::Release);
         v.dead.store(0, Ordering::Relaxed);
+        v.estimated_at.store(0, Ordering::Release);
         let mut pool = p.pool.lock();
         pool.spare = Some(victim);
         pool.partial.push((spare, s_pos));
         self.counters.payload_collections.incr();
         Ok(p.chunk_bytes - s_pos)
     }
+}
+
+/// An entry found in a chunk's image.
+struct Walked<'a> {
+    pos: usize,
+    bytes: usize,
+    w0: u64,
+    key: &'a [u8],
+    value: &'a [u8],
+}
+
+impl Walked<'_> {
+    fn locator(&self, chunk: u32, epoch: u64) -> u64 {
+        Locator {
+            chunk,
+            epoch: epoch as u32,
+            offset: self.pos as u32,
+        }
+        .encode()
+    }
+}
+
+/// The valid entries of a chunk image of epoch `epoch`, found by their magic and check (a
+/// crash may have left holes: reserved space never written), in order.
+fn entries(image: &[u8], epoch: u64) -> impl Iterator<Item = Walked<'_>> {
+    let mut pos = PAYLOAD_CHUNK_HEADER as usize;
+    std::iter::from_fn(move || {
+        while pos + HEADER as usize <= image.len() {
+            let w0 = u64::from_le_bytes(image[pos..pos + 8].try_into().expect("8"));
+            let w1 = u64::from_le_bytes(image[pos + 8..pos + 16].try_into().expect("8"));
+            let (kl, vl, _) = split_payload_header(w0);
+            let end = pos + HEADER as usize + kl + vl;
+            if w1 as u32 != ENTRY_MAGIC || end > image.len() {
+                pos += 8;
+                continue;
+            }
+            let key = &image[pos + 16..pos + 16 + kl];
+            let value = &image[pos + 16 + kl..end];
+            if (w1 >> 32) as u32 != entry_crc(epoch, w0, key, value) {
+                pos += 8;
+                continue;
+            }
+            let at = pos;
+            pos = end.next_multiple_of(8);
+            return Some(Walked {
+                pos: at,
+                bytes: pos - at,
+                w0,
+                key,
+                value,
+            });
+        }
+        None
+    })
 }

@@ -350,6 +350,7 @@ impl Inner {
         }
         // Records, bucket offsets and filters first; sizes only once those are durable.
         self.region.persist_all(&ranges)?;
+        self.count_media_writes(&ranges);
         let mut words = Vec::with_capacity(plans.len());
         for &(_, entry, size, recs) in &plans {
             let new_size = size + recs.len() as u32;
@@ -360,7 +361,20 @@ impl Inner {
             self.counters.migrated_records.add(recs.len() as u64);
         }
         self.region.persist_all(&words)?;
+        self.count_media_writes(&words);
         Ok(())
+    }
+
+    /// Counts the 256-byte media blocks a migration's persisted ranges touch (each range on
+    /// its own: ranges of one migration are not adjacent).
+    fn count_media_writes(&self, ranges: &[(u64, usize)]) {
+        let blocks: u64 = ranges
+            .iter()
+            .map(|&(off, len)| (off + len as u64 - 1) / BUCKET_BYTES - off / BUCKET_BYTES + 1)
+            .sum();
+        self.counters
+            .migration_media_bytes
+            .add(blocks * BUCKET_BYTES);
     }
 
     /// Migrates entry `idx` of `level` into its 16 children on `level + 1`, then empties it.
@@ -390,6 +404,7 @@ impl Inner {
             .atomic_u64(entry)?
             .store(size_epoch(0, epoch), Ordering::Release);
         self.region.persist(entry, 8)?;
+        self.count_media_writes(&[(entry, 8)]);
         self.counters.migrations.incr();
         Ok(())
     }

@@ -356,9 +356,11 @@ fn replay_log(
     let per = geo.entries_per_log();
     let mut live: BTreeMap<usize, LiveSlots> = BTreeMap::new();
     let mut entries = 0u64;
+    let mut valid = vec![0u64; geo.log_chunks as usize];
     for &(c, off, generation, _) in chunks {
         for (entry, r) in inner.scan_chunk(off, generation, l as u32)? {
             entries += 1;
+            valid[c as usize] += 1;
             log.max_epoch[c as usize * per + entry / geo.logs as usize]
                 .fetch_max(r.epoch, Ordering::AcqRel);
             if r.epoch > inner.dram.entries[entry].stamp.load(Ordering::Acquire) {
@@ -392,7 +394,9 @@ fn replay_log(
                 ));
             }
             for (slot, (k, v)) in &slots {
-                inner.dram.write(entry, half, usize::from(*slot), *k, *v);
+                inner
+                    .dram
+                    .write(entry, half, usize::from(*slot), *k, *v, inner.hash_of(*k));
             }
             let h = &e.halves[half];
             h.epoch.store(epoch, Ordering::Release);
@@ -427,11 +431,19 @@ fn replay_log(
     // The chunk order, and where the next entry goes: a fresh chunk (the last one's write
     // position is not recorded).
     let mut st = log.state.write();
-    let mut started: Vec<&(u32, u64, u64, u64)> = chunks.iter().filter(|c| c.2 != 0).collect();
+    // Chunks holding valid entries, oldest first; the others (never started, or retired —
+    // the spare among them) are free, and one of them is the spare again.
+    let mut started: Vec<&(u32, u64, u64, u64)> =
+        chunks.iter().filter(|c| valid[c.0 as usize] > 0).collect();
     started.sort_by_key(|c| c.3);
     st.ring = started.iter().map(|c| c.0).collect::<VecDeque<u32>>();
-    st.free = chunks.iter().filter(|c| c.2 == 0).map(|c| c.0).collect();
-    st.next_seq = started.last().map_or(1, |c| c.3 + 1);
+    st.free = chunks
+        .iter()
+        .filter(|c| valid[c.0 as usize] == 0)
+        .map(|c| c.0)
+        .collect();
+    st.spare = st.free.pop();
+    st.next_seq = chunks.iter().map(|c| c.3).max().map_or(1, |m| m + 1);
     log.pos.store(geo.log_chunk_entries(), Ordering::Release);
     Ok((chunks.len() as u64, entries, replayed, frozen))
 }

@@ -2,8 +2,8 @@
 //!
 //! Owns: the free-extent bookkeeping (single blocks and multi-block runs, coalesced, best fit),
 //! and the bump allocator of stores that only add structures ([`RegionBump`]).
-//! Must not touch: media — a store decides when a block is free (its records are invalid on
-//! media) and what "fresh" blocks beyond its high-water mark are.
+//! Must not touch: what the space holds — a store decides when a block is free (its records
+//! are invalid on media); the bump allocator only persists its own high-water mark.
 
 mod bump;
 mod extents;
