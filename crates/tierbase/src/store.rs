@@ -48,11 +48,22 @@ impl WriteFailure {
         Ok(())
     }
 
-    /// Passes `r` through; any error but a full store (which changed nothing on media) or a
-    /// refusal already made (`ReadOnly`) makes the store read-only; `store` names it in the log.
+    /// Passes `r` through; an error from media (a failed write, sync or allocation, corrupt
+    /// data) makes the store read-only; refusals that changed nothing — a full store, a key or
+    /// value the store does not take, a refusal already made — do not. `store` names it in the
+    /// log.
     pub fn record<T>(&self, store: &str, r: Result<T>) -> Result<T> {
         if let Err(e) = &r
-            && !matches!(e, Error::StoreFull { .. } | Error::ReadOnly { .. })
+            && !matches!(
+                e,
+                Error::StoreFull { .. }
+                    | Error::ReadOnly { .. }
+                    | Error::EmptyKey
+                    | Error::KeyTooLarge { .. }
+                    | Error::ValueTooLarge { .. }
+                    | Error::WrongSize { .. }
+                    | Error::InvalidArgument(_)
+            )
         {
             let mut reason = self.reason.lock();
             if reason.is_none() {

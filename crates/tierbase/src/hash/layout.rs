@@ -27,12 +27,10 @@ pub const BUCKET_BYTES: u64 = 256;
 /// Records a directory entry holds (16 buckets of 16).
 pub const ENTRY_RECORDS: usize = FANOUT * SLOTS;
 /// A directory entry on media: a 256-byte header (size and epoch, bucket offsets) and a
-/// 256-byte filter block (one 16-byte filter per bucket).
+/// 256-byte filter block (four lines of one 32-bit lane per bucket).
 pub const ENTRY_BYTES: u64 = 512;
 /// Where an entry's filter block starts.
 pub const ENTRY_FILTER: u64 = 256;
-/// Bytes of one bucket's filter.
-pub const FILTER_BYTES: u64 = 16;
 /// Records a DRAM half-entry holds: the DRAM level's 256 slots per entry are two halves, one
 /// taking inserts while the other (full, frozen) migrates in the background.
 pub const HALF_SLOTS: usize = ENTRY_RECORDS / 2;

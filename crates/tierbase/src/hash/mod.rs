@@ -79,8 +79,9 @@ use crate::sync::Background;
 pub struct PlushOptions {
     /// Record layout (default: variable).
     pub layout: PlushLayout,
-    /// log2 of the DRAM level's entries (default 14: 16,384 entries of 256 records, 64 MiB of
-    /// DRAM slots; the thesis uses 16).
+    /// log2 of the DRAM level's entries (default 14: 16,384 entries of 256 records — 68 MiB of
+    /// slots and fingerprints — plus the DRAM filters of the first PMem levels, 2 × 4 KiB per
+    /// entry: about 137 MiB in all; the thesis uses 16).
     pub dram_bits: u32,
     /// Most PMem levels (default 4; each 16× the one above).
     pub max_levels: u32,
@@ -1081,6 +1082,12 @@ impl PlushStore {
         }
     }
 
+    /// The region the store lives in (for its counters, and for crash tests that take the
+    /// region's image).
+    pub fn region(&self) -> &PmemRegion {
+        &self.inner().region
+    }
+
     /// The region's path.
     pub fn path(&self) -> Option<&Path> {
         self.inner().path.as_deref()
@@ -1204,8 +1211,9 @@ impl Inner {
                     rec.hash & mask
                 ));
             }
-            let f = self.filter_of(level, idx, entry, i / layout::SLOTS)?;
-            if !filter::may_contain(f, rec.hash) {
+            let (line, bits) = filter::line_and_bits(rec.hash);
+            let lanes = self.filter_line(level, idx, entry, line)?;
+            if filter::probe(&lanes, bits) & (1 << (i / layout::SLOTS)) == 0 {
                 r.problems.push(format!(
                     "level {level} entry {idx} slot {i}: its bucket's filter misses it"
                 ));

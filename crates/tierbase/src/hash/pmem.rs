@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering;
 use super::Inner;
 use super::filter;
 use super::layout::{
-    BUCKET_BYTES, ENTRY_BYTES, ENTRY_FILTER, ENTRY_RECORDS, FILTER_BYTES, PlushLayout, SLOTS,
-    header, size_epoch, split_size_epoch,
+    BUCKET_BYTES, ENTRY_BYTES, ENTRY_FILTER, ENTRY_RECORDS, PlushLayout, SLOTS, header, size_epoch,
+    split_size_epoch,
 };
 use crate::device::match_16;
 use crate::error::{Error, Result};
@@ -27,7 +27,7 @@ pub(super) struct Rec {
     pub hash: u64,
 }
 
-/// Words of the DRAM copy of one entry's filters (16 × 128 bits).
+/// Words of the DRAM copy of one entry's filter block (64 lanes of 32 bits).
 const FILTER_WORDS: usize = 32;
 
 impl Inner {
@@ -72,23 +72,43 @@ impl Inner {
         hash & (self.geo.level_entries(level) - 1)
     }
 
-    /// The filter of bucket `b` of entry `idx` at `level` (DRAM copy for the first levels).
-    pub(super) fn filter_of(&self, level: u32, idx: u64, entry: u64, b: usize) -> Result<[u64; 2]> {
+    /// The 16 filter lanes of line `line` of entry `idx` at `level` (DRAM copy for the first
+    /// levels, else one 64-byte read of the entry's filter block).
+    pub(super) fn filter_line(
+        &self,
+        level: u32,
+        idx: u64,
+        entry: u64,
+        line: usize,
+    ) -> Result<[u32; 16]> {
+        let mut lanes = [0u32; 16];
         if let Some(f) = self.dram_filters.get(level as usize) {
-            let base = idx as usize * FILTER_WORDS + 2 * b;
-            return Ok([
-                f[base].load(Ordering::Acquire),
-                f[base + 1].load(Ordering::Acquire),
-            ]);
+            let base = idx as usize * FILTER_WORDS + 8 * line;
+            for k in 0..8 {
+                let w = f[base + k].load(Ordering::Acquire);
+                lanes[2 * k] = w as u32;
+                lanes[2 * k + 1] = (w >> 32) as u32;
+            }
+            return Ok(lanes);
         }
-        let mut raw = [0u8; 16];
+        let mut raw = [0u8; 64];
         self.region
-            .read(entry + ENTRY_FILTER + FILTER_BYTES * b as u64, &mut raw)?;
+            .read(entry + ENTRY_FILTER + 64 * line as u64, &mut raw)?;
         self.counters.media_reads.incr();
-        Ok([
-            u64::from_le_bytes(raw[..8].try_into().expect("8")),
-            u64::from_le_bytes(raw[8..].try_into().expect("8")),
-        ])
+        for (k, lane) in lanes.iter_mut().enumerate() {
+            *lane = u32::from_le_bytes(raw[4 * k..4 * k + 4].try_into().expect("4"));
+        }
+        Ok(lanes)
+    }
+
+    /// The whole filter block of entry `idx` at `level`.
+    fn filter_block(&self, level: u32, idx: u64, entry: u64) -> Result<[u32; filter::LANES]> {
+        let mut block = [0u32; filter::LANES];
+        for line in 0..4 {
+            block[16 * line..16 * line + 16]
+                .copy_from_slice(&self.filter_line(level, idx, entry, line)?);
+        }
+        Ok(block)
     }
 
     fn bucket_ptr(&self, entry: u64, b: usize) -> Result<u64> {
@@ -123,6 +143,7 @@ impl Inner {
         let idx = self.level_index(level, hash);
         let entry = dir + idx * ENTRY_BYTES;
         let word = self.region.atomic_u64(entry)?;
+        let (line, bits) = filter::line_and_bits(hash);
         let mut round = 0;
         loop {
             out.clear();
@@ -130,31 +151,35 @@ impl Inner {
             self.counters.media_reads.incr();
             let (size, _) = split_size_epoch(w);
             let size = (size as usize).min(ENTRY_RECORDS);
-            for b in (0..size.div_ceil(SLOTS)).rev() {
+            if size > 0 {
                 self.counters.filter_probes.incr();
-                if !filter::may_contain(self.filter_of(level, idx, entry, b)?, hash) {
-                    continue;
-                }
-                let bucket = self.bucket_ptr(entry, b)?;
-                if bucket == 0 {
-                    break; // a concurrent clear and refill: validation below retries
-                }
-                let keys: [u64; SLOTS] = self.read_words(bucket)?;
-                self.counters.media_reads.incr();
-                let filled = (size - b * SLOTS).min(SLOTS);
-                let mut hits = match_16(&keys, key) & ((1u32 << filled) - 1) as u16;
-                if hits == 0 {
-                    self.counters.filter_false_positives.incr();
-                    continue;
-                }
-                while hits != 0 {
-                    let s = 15 - hits.leading_zeros() as u64;
-                    hits &= !(1 << s);
-                    let v = self
-                        .region
-                        .atomic_u64(bucket + 128 + 8 * s)?
-                        .load(Ordering::Acquire);
-                    out.push(v);
+                let buckets = size.div_ceil(SLOTS);
+                let lanes = self.filter_line(level, idx, entry, line)?;
+                let mut maybe = filter::probe(&lanes, bits) & ((1u32 << buckets) - 1) as u16;
+                while maybe != 0 {
+                    let b = 15 - maybe.leading_zeros() as usize;
+                    maybe &= !(1 << b);
+                    let bucket = self.bucket_ptr(entry, b)?;
+                    if bucket == 0 {
+                        break; // a concurrent clear and refill: validation below retries
+                    }
+                    let keys: [u64; SLOTS] = self.read_words(bucket)?;
+                    self.counters.media_reads.incr();
+                    let filled = (size - b * SLOTS).min(SLOTS);
+                    let mut hits = match_16(&keys, key) & ((1u32 << filled) - 1) as u16;
+                    if hits == 0 {
+                        self.counters.filter_false_positives.incr();
+                        continue;
+                    }
+                    while hits != 0 {
+                        let s = 15 - hits.leading_zeros() as u64;
+                        hits &= !(1 << s);
+                        let v = self
+                            .region
+                            .atomic_u64(bucket + 128 + 8 * s)?
+                            .load(Ordering::Acquire);
+                        out.push(v);
+                    }
                 }
             }
             if word.load(Ordering::Acquire) == w {
@@ -304,12 +329,11 @@ impl Inner {
         }
         let mut ranges: Vec<(u64, usize)> = Vec::new();
         for &(idx, entry, size, recs) in &plans {
-            let mut filters = [[0u64; 2]; 16];
-            if size > 0 {
-                for (b, f) in filters.iter_mut().enumerate() {
-                    *f = self.filter_of(level, idx, entry, b)?;
-                }
-            }
+            let mut filters = if size > 0 {
+                self.filter_block(level, idx, entry)?
+            } else {
+                [0u32; filter::LANES]
+            };
             let mut dirty = [false; 16];
             for (k, r) in recs.iter().enumerate() {
                 let slot = size as usize + k;
@@ -327,24 +351,23 @@ impl Inner {
                 self.region.write(bucket + 8 * s, &r.key.to_le_bytes())?;
                 self.region
                     .write(bucket + 128 + 8 * s, &r.value.to_le_bytes())?;
-                filter::insert(&mut filters[b], r.hash);
+                filter::insert(&mut filters, b, r.hash);
                 if !dirty[b] {
                     dirty[b] = true;
                     ranges.push((bucket, BUCKET_BYTES as usize));
                 }
             }
             let mut raw = [0u8; 256];
-            for (b, f) in filters.iter().enumerate() {
-                raw[16 * b..16 * b + 8].copy_from_slice(&f[0].to_le_bytes());
-                raw[16 * b + 8..16 * b + 16].copy_from_slice(&f[1].to_le_bytes());
+            for (k, lane) in filters.iter().enumerate() {
+                raw[4 * k..4 * k + 4].copy_from_slice(&lane.to_le_bytes());
             }
             self.region.write(entry + ENTRY_FILTER, &raw)?;
             ranges.push((entry + ENTRY_FILTER, 256));
             if let Some(df) = self.dram_filters.get(level as usize) {
                 let base = idx as usize * FILTER_WORDS;
-                for (b, f) in filters.iter().enumerate() {
-                    df[base + 2 * b].store(f[0], Ordering::Release);
-                    df[base + 2 * b + 1].store(f[1], Ordering::Release);
+                for k in 0..FILTER_WORDS {
+                    let w = u64::from(filters[2 * k]) | (u64::from(filters[2 * k + 1]) << 32);
+                    df[base + k].store(w, Ordering::Release);
                 }
             }
         }
