@@ -1,8 +1,10 @@
-//! The adapter contract suite on every pure-Rust adapter, and proof that it catches broken
-//! stores.
+//! The adapter contract suite on every pure-Rust adapter (and on `plush` through its PMem
+//! levels), and proof that it catches broken stores.
 
 use tierbase_bench::BenchError;
-use tierbase_bench::adapter::{Client, STORES, Store, StoreInfo, StoreOptions, open_store};
+use tierbase_bench::adapter::{
+    Client, PlushBenchStore, STORES, Store, StoreInfo, StoreOptions, open_store,
+};
 use tierbase_bench::contract::run_contract_suite;
 
 fn open(name: &str) -> (tempfile::TempDir, Box<dyn Store>) {
@@ -34,6 +36,28 @@ fn every_built_store_passes_the_contract() {
     }
 }
 
+/// `plush` with a DRAM level of 2^4 entries (`dram_budget` 64 KiB), so the contract's writes
+/// fill DRAM halves and migrate through the PMem levels; on tmpfs when there is one.
+#[test]
+fn plush_passes_the_contract_through_its_pmem_levels() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+    let mut o = StoreOptions::new(dir.path());
+    o.dram_budget = Some(64 << 10);
+    let store = PlushBenchStore::open(&o).unwrap();
+    run_contract_suite(&store).unwrap();
+    let stats = store.inner().stats();
+    assert_eq!(stats.dram_entries, 16);
+    let migrated = stats
+        .counters
+        .iter()
+        .find(|(k, _)| k == "half_migrations")
+        .map_or(0, |c| c.1);
+    assert!(migrated > 0, "{stats:?}");
+    assert!(stats.levels >= 1, "{stats:?}");
+    assert!(store.inner().verify().unwrap().problems.is_empty());
+    Box::new(store).close().unwrap();
+}
+
 #[test]
 fn unknown_store_lists_the_known_ones() {
     let e = open_store("leveldb", &StoreOptions::new("."))
@@ -42,7 +66,7 @@ fn unknown_store_lists_the_known_ones() {
     let msg = e.to_string();
     assert!(
         msg.starts_with(
-            "unknown store 'leveldb' (known: kv, kv-var, btree, memory, memory-btree, rocksdb"
+            "unknown store 'leveldb' (known: kv, kv-var, btree, plush, memory, memory-btree, rocksdb"
         ),
         "{msg}"
     );

@@ -38,6 +38,9 @@ enum Command {
     /// Operate a B+-tree store directory: create, put, get, delete, scan, stats, verify,
     /// checkpoint.
     Btree(cmd::btree::BTreeArgs),
+    /// Operate a Plush store file (persistent hash table): create, put, get, delete, scan,
+    /// stats, verify, checkpoint.
+    Plush(cmd::plush::PlushArgs),
     /// Serve a store over the Redis protocol (redis-cli, redis-benchmark, client libraries).
     Serve(cmd::serve::ServeArgs),
 }
@@ -79,6 +82,7 @@ fn main() -> ExitCode {
         Command::Profile(a) => cmd::profile::run(a, &ctx).map(|()| true),
         Command::Kv(a) => cmd::kv::run(a, &ctx),
         Command::Btree(a) => cmd::btree::run(a, &ctx),
+        Command::Plush(a) => cmd::plush::run(a, &ctx),
         Command::Serve(a) => cmd::serve::run(a, &ctx).map(|()| true),
     };
     match result {

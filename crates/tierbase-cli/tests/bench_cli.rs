@@ -60,7 +60,7 @@ fn bad_bench_input_is_one_clear_error() {
     );
     fails_with(
         &ycsb(&["--store", "nope"]),
-        "unknown store 'nope' (known: kv, kv-var, btree, memory, memory-btree, rocksdb, rocksdb-nosync, redb, lmdb)",
+        "unknown store 'nope' (known: kv, kv-var, btree, plush, memory, memory-btree, rocksdb, rocksdb-nosync, redb, lmdb)",
     );
     fails_with(
         &ycsb(&["--out", "/nonexistent-dir/r.json"]),
@@ -246,7 +246,13 @@ fn stores_are_listed() {
     let out = tierbase(&["bench", "stores"], tmp.path());
     assert!(out.status.success());
     let s = text(&out.stdout);
-    for name in ["memory", "memory-btree", "rocksdb", "rocksdb-nosync"] {
+    for name in [
+        "plush",
+        "memory",
+        "memory-btree",
+        "rocksdb",
+        "rocksdb-nosync",
+    ] {
         assert!(s.contains(name), "{s}");
     }
 }

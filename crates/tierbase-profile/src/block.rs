@@ -407,6 +407,9 @@ pub struct EmulationSummary {
 /// not saved.
 pub const LATE_BATCH_LIMIT: f64 = 0.01;
 
+/// Late batches a sweep may have whatever its length (a short sweep on a busy machine).
+pub const LATE_BATCH_MIN: u64 = 3;
+
 /// Share of a memory run's measured time that late operations may add before the run is
 /// taken not to reproduce its profile (half the 10 % a profile must measure back within: a
 /// late load still takes at least the profile's latency, only its overshoot is not the
@@ -455,8 +458,12 @@ impl EmulationSummary {
     }
 
     /// `Err` with what went wrong and what to do when more than [`LATE_BATCH_LIMIT`] of the
-    /// batches ended late (measured on `medium`).
+    /// batches ended late (measured on `medium`) — and more than [`LATE_BATCH_MIN`] of them:
+    /// in a short sweep one preempted batch is not a device that cannot keep up.
     pub fn kept_up(&self, medium: &str) -> std::result::Result<(), String> {
+        if self.native_slower < LATE_BATCH_MIN {
+            return Ok(());
+        }
         emulation_kept_up(
             &self.profile,
             (self.late_share(), LATE_BATCH_LIMIT),

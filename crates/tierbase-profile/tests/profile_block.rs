@@ -82,8 +82,14 @@ fn an_emulated_profile_is_measured_back() {
     // (read IOPS ÷ write IOPS = write latency ÷ read latency) is 0.83.
     let ratio = f.alpha_qd1.unwrap();
     assert!((ratio - 0.833).abs() < 0.15, "depth-1 ratio {ratio}");
-    // The saved profile carries the figures and says where they come from.
-    let p = block_profile("measured-test", &run).unwrap();
+    // The saved profile carries the figures and says where they come from. (This test runs
+    // beside others on a busy machine, so some batches may end late; refusing such a run is
+    // the next check's subject, the derivation is this one's.)
+    let mut kept_up = run.clone();
+    if let Some(e) = kept_up.emulation.as_mut() {
+        e.native_slower = 0;
+    }
+    let p = block_profile("measured-test", &kept_up).unwrap();
     assert_eq!((p.k_r, p.k_w), (f.k_r, f.k_w));
     let src = p.source.unwrap();
     assert!(src.contains("measured by tierbase profile block"), "{src}");

@@ -8,13 +8,14 @@ use std::path::Path;
 
 use tierbase::btree::{BTreeOptions, BTreeStore};
 use tierbase::device::Durability;
+use tierbase::hash::{PlushOptions, PlushStore};
 use tierbase::kv::{KvOptions, KvStore};
 use tierbase::store::Store;
 
 use crate::error::{Result, ServerError};
 
 /// Store names `--store` accepts.
-pub const STORES: &[&str] = &["kv", "btree"];
+pub const STORES: &[&str] = &["kv", "btree", "plush"];
 
 /// When a write's reply is sent, and what the reply then promises.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,8 +44,12 @@ pub fn open_store(
     open_store_with(kind, path, level, None)
 }
 
-/// [`open_store`] with a DRAM budget for stores that have a buffer pool (`btree`; `None`:
-/// the store's default). Stores without one ignore it.
+/// [`open_store`] with a DRAM budget (`None`: the store's default): the buffer pool of
+/// `btree`; for `plush`, the DRAM level of a store this call creates (about 9 KiB per entry;
+/// an existing store keeps its own). `kv` ignores it.
+///
+/// `plush` makes every write durable before it returns and has no deferred levels: it is
+/// served at `immediate` only, and another level is refused rather than reported falsely.
 pub fn open_store_with(
     kind: &str,
     path: &Path,
@@ -75,11 +80,40 @@ pub fn open_store_with(
             let policy = reply_policy(&store, level);
             Ok((Box::new(store), policy))
         }
+        "plush" => {
+            if level != Durability::Immediate {
+                return Err(ServerError::Config(format!(
+                    "the plush store makes every write durable before it returns and has no \
+                     deferred levels: --durability {} is not available for it (use immediate)",
+                    level.name()
+                )));
+            }
+            let mut opts = PlushOptions::default();
+            if let Some(b) = dram_budget {
+                opts = opts.dram_bits(plush_dram_bits(b));
+            }
+            let store = PlushStore::open_or_create(path, &opts)?;
+            let policy = reply_policy(&store, level);
+            Ok((Box::new(store), policy))
+        }
         other => Err(ServerError::Config(format!(
             "unknown store '{other}' (stores: {})",
             STORES.join(", ")
         ))),
     }
+}
+
+/// DRAM a Plush store holds per DRAM entry, rounded up: 4 KiB of record slots (256), 4.25 KiB
+/// of the Bloom filters of PMem levels 0 and 1 kept in DRAM, recovery-log bookkeeping and the
+/// entry's locks (8.8 KiB measured with the default geometry).
+const PLUSH_DRAM_PER_ENTRY: u64 = 9 << 10;
+
+/// The DRAM level of a new Plush store for a DRAM budget: the most entries (`2^bits`) whose
+/// DRAM ([`PLUSH_DRAM_PER_ENTRY`] each) fits `budget`, within the store's limits of 2^4 to
+/// 2^20 entries with the default four levels.
+fn plush_dram_bits(budget: u64) -> u32 {
+    let entries = (budget / PLUSH_DRAM_PER_ENTRY).max(1);
+    (63 - entries.leading_zeros()).clamp(4, 20)
 }
 
 /// The reply policy for `store` opened for serving at `level`.
@@ -115,5 +149,41 @@ pub fn reply_policy(store: &dyn Store, level: Durability) -> ReplyPolicy {
         sync_before_reply: defers && level == Durability::Immediate,
         guarantee,
         guarantee_class: class,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plush_dram_bits;
+    use tierbase::device::Durability;
+
+    #[test]
+    fn plush_dram_level_fits_the_budget() {
+        assert_eq!(plush_dram_bits(64 << 20), 12);
+        assert_eq!(plush_dram_bits(9 << 20), 10);
+        assert_eq!(plush_dram_bits((9 << 20) - 1), 9);
+        assert_eq!(plush_dram_bits(0), 4);
+        assert_eq!(plush_dram_bits(u64::MAX), 20);
+    }
+
+    #[test]
+    fn a_served_plush_store_keeps_within_its_dram_budget() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+        for budget in [1u64 << 20, 8 << 20] {
+            let path = dir.path().join(format!("{budget}.plush"));
+            let (store, _) =
+                super::open_store_with("plush", &path, Durability::Immediate, Some(budget))
+                    .unwrap();
+            let dram: u64 = store
+                .metrics()
+                .into_iter()
+                .find(|(k, _)| k == "plush_dram_bytes")
+                .unwrap()
+                .1
+                .parse()
+                .unwrap();
+            assert!(dram <= budget && dram > budget / 2, "{dram} of {budget}");
+            store.close().unwrap();
+        }
     }
 }

@@ -11,6 +11,10 @@
 //!   values have one size. `kv-var`: the same with variable-size records always.
 //! - `btree`: tierbase's B+-tree store: a DRAM buffer pool (`--dram`, default 64 MiB) over
 //!   a page file, write-ahead log with group commit; ordered scans (workload E).
+//! - `plush`: tierbase's Plush store, a persistent hash table: a DRAM level of fixed size
+//!   (from the expected records, or `--dram`) over leveled PMem hash directories in a region
+//!   file; PiBench's blind upserts and removes; `fixed8` records when keys and values are
+//!   8 bytes. No ordered scans.
 //! - `memory`: the in-memory reference, a sharded concurrent hash map in anonymous DRAM; the
 //!   upper bound. No ordered scans (workload E needs `memory-btree`).
 //! - `memory-btree`: an ordered in-memory map (`BTreeMap` behind a read-write lock), for
@@ -35,6 +39,7 @@ mod kv;
 mod lmdb;
 mod memory;
 mod null;
+mod plush;
 #[cfg(feature = "redb")]
 mod redb;
 #[cfg(feature = "rocksdb")]
@@ -56,6 +61,7 @@ pub use btree::BTreeBenchStore;
 pub use kv::KvBenchStore;
 pub use memory::{MemoryBTreeStore, MemoryStore};
 pub use null::NullStore;
+pub use plush::PlushBenchStore;
 
 /// A store under benchmark: shared by all worker threads, each of which takes a [`Client`].
 pub trait Store: Send + Sync {
@@ -188,7 +194,7 @@ pub struct StoreOptions {
     pub threads: usize,
     /// Make the store behave like this device profile, if it can.
     pub emulate: Option<DeviceProfile>,
-    /// Cache-line flush instruction for stores on persistent regions (`kv`); `None` = the
+    /// Cache-line flush instruction for stores on persistent regions (`kv`, `plush`); `None` = the
     /// region's default for its medium. Other stores ignore it.
     pub flush: Option<tierbase::device::FlushInstruction>,
     /// Whether a store may pre-size itself for `records` (default); `false` starts it at its
@@ -197,8 +203,8 @@ pub struct StoreOptions {
     /// When acknowledged writes become durable, for stores that offer levels (`kv`: deferred
     /// syncs on a disk file). Others run their one level and say so.
     pub durability: tierbase::device::Durability,
-    /// DRAM budget in bytes for stores with a buffer pool or block cache (`btree`); `None`:
-    /// the store's default.
+    /// DRAM budget in bytes for stores with a buffer pool or block cache (`btree`), or a DRAM
+    /// level (`plush`); `None`: the store's default (`plush`: sized from `records`).
     pub dram_budget: Option<u64>,
     /// Dirty pages written per eviction of a dirty victim for stores with a buffer pool
     /// (`btree`: ACE's `n_w`); `None`: the store's default (`k_w` of an emulated profile,
@@ -271,6 +277,15 @@ pub const STORES: &[StoreEntry] = &[
         feature: None,
         built: true,
         open: |o| Ok(Box::new(BTreeBenchStore::open(o)?)),
+    },
+    StoreEntry {
+        name: "plush",
+        summary: "tierbase Plush: persistent hash table, fixed-size DRAM level over leveled PMem \
+                  hash directories in a region file; PiBench semantics (blind upsert/remove); \
+                  every write durable per the medium (one log entry, one persist)",
+        feature: None,
+        built: true,
+        open: |o| Ok(Box::new(PlushBenchStore::open(o)?)),
     },
     StoreEntry {
         name: "memory",

@@ -118,8 +118,9 @@ struct YcsbArgs {
     /// Do not check that values read back carry their key's fingerprint.
     #[arg(long)]
     no_verify: bool,
-    /// Cache-line flush instruction for `kv` (clwb, clflushopt, clflush, none) [default: the
-    /// medium's: best by CPUID on DAX, none on tmpfs where flushing buys no durability].
+    /// Cache-line flush instruction for `kv` and `plush` (clwb, clflushopt, clflush, none)
+    /// [default: the medium's: best by CPUID on DAX, none on tmpfs where flushing buys no
+    /// durability].
     #[arg(long, value_name = "NAME", value_parser = parse_flush)]
     flush: Option<tierbase::device::FlushInstruction>,
     /// Start each store at its minimum size, as a new user's store does, instead of pre-sizing
@@ -132,7 +133,8 @@ struct YcsbArgs {
     /// disk file defers anything; elsewhere a persist is a flush and a fence.
     #[arg(long, default_value = "immediate", value_name = "LEVEL", value_parser = parse_durability)]
     durability: tierbase::device::Durability,
-    /// DRAM budget of stores with a buffer pool (`btree`), e.g. 64M [default: 64M].
+    /// DRAM budget, e.g. 64M: the buffer pool of `btree` [default: 64M]; the DRAM level of
+    /// `plush` [default: sized from the records].
     #[arg(long, value_name = "SIZE", value_parser = crate::util::parse_size)]
     dram: Option<u64>,
     /// Dirty pages the buffer pool of `btree` writes together when an eviction meets a dirty
@@ -191,8 +193,9 @@ struct MicroArgs {
     /// Make the stores behave like this device profile.
     #[arg(long, value_name = "PROFILE")]
     emulate: Option<String>,
-    /// Cache-line flush instruction for `kv` (clwb, clflushopt, clflush, none) [default: the
-    /// medium's: best by CPUID on DAX, none on tmpfs where flushing buys no durability].
+    /// Cache-line flush instruction for `kv` and `plush` (clwb, clflushopt, clflush, none)
+    /// [default: the medium's: best by CPUID on DAX, none on tmpfs where flushing buys no
+    /// durability].
     #[arg(long, value_name = "NAME", value_parser = parse_flush)]
     flush: Option<tierbase::device::FlushInstruction>,
 

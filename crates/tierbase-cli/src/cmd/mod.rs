@@ -8,6 +8,7 @@ pub mod bench;
 pub mod btree;
 pub mod devices;
 pub mod kv;
+pub mod plush;
 pub mod profile;
 pub mod report;
 pub mod serve;

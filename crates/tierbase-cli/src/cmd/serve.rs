@@ -19,8 +19,8 @@ pub struct ServeArgs {
     /// The store to serve.
     #[arg(long, default_value = "kv", value_parser = clap::builder::PossibleValuesParser::new(STORES))]
     store: String,
-    /// The store's file (`kv`) or directory (`btree`), created if missing. A file on tmpfs survives a process crash; on a
-    /// disk or DAX file system, power loss.
+    /// The store's file (`kv`, `plush`) or directory (`btree`), created if missing. A file on
+    /// tmpfs survives a process crash; on a disk or DAX file system, power loss.
     #[arg(long, value_name = "FILE")]
     path: PathBuf,
     /// Address to listen on. Anything but loopback needs --requirepass (or
@@ -29,6 +29,7 @@ pub struct ServeArgs {
     listen: SocketAddr,
     /// When a write's reply is sent: immediate (once durable), eventual[:<ms>] (once applied;
     /// a background flush makes it durable within the interval), none (durable at shutdown).
+    /// `plush` has no deferred levels: immediate only.
     #[arg(long, default_value = "immediate", value_parser = parse_durability)]
     durability: Durability,
     /// Password clients must AUTH with.
@@ -52,7 +53,9 @@ pub struct ServeArgs {
     /// Worker threads [default: one per CPU].
     #[arg(long)]
     threads: Option<usize>,
-    /// DRAM budget of a store with a buffer pool (`--store btree`), e.g. 1G [default: 64M].
+    /// DRAM budget, e.g. 1G: the buffer pool of `--store btree` [default: 64M]; the DRAM level
+    /// of a new `--store plush`, filters included (the most entries that fit, 9 KiB each; an
+    /// existing store keeps its own) [default: 2^14 entries, about 137 MiB].
     #[arg(long, value_parser = parse_size)]
     dram: Option<u64>,
 }

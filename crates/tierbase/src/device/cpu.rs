@@ -467,9 +467,10 @@ mod search_tests {
     fn every_search_finds_the_same_slots() {
         let mut keys = [0u64; 16];
         for (i, k) in keys.iter_mut().enumerate() {
-            *k = (i as u64 % 5) * 0x9e37_79b9_7f4a_7c15;
+            *k = (i as u64 % 5).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         }
-        for needle in [0, 0x9e37_79b9_7f4a_7c15, 2 * 0x9e37_79b9_7f4a_7c15, 7] {
+        let step = 0x9e37_79b9_7f4a_7c15u64;
+        for needle in [0, step, step.wrapping_mul(2), 7] {
             let want = keys
                 .iter()
                 .enumerate()

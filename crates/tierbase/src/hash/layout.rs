@@ -148,6 +148,12 @@ pub struct Geometry {
     pub payload_chunk_bytes: u64,
 }
 
+/// Most DRAM entries: 2^20 (about 9 GiB of DRAM level and filters).
+pub const MAX_DRAM_BITS: u32 = 20;
+/// Most per-chunk epochs the logs keep in DRAM (4 bytes each, 64 MiB): chunks per log × DRAM
+/// entries.
+pub const MAX_LOG_EPOCHS: u64 = 1 << 24;
+
 /// Largest recovery-log chunk (entries are numbered within 32 bits of slots).
 const MAX_LOG_CHUNK: u64 = 1 << 30;
 /// Largest payload chunk (locator offsets have 32 bits).
@@ -164,10 +170,22 @@ impl Geometry {
                 None => Error::InvalidArgument(detail),
             }
         };
-        if !(4..=24).contains(&self.dram_bits) {
+        // DRAM is sized from these fields before anything else is read: bound it (2^20
+        // entries take about 9 GiB, most of it only as records arrive; the logs' epoch tables
+        // at most 64 MiB).
+        if !(4..=MAX_DRAM_BITS).contains(&self.dram_bits) {
             return Err(bad(format!(
-                "DRAM level of 2^{} entries: must be 2^4 to 2^24",
+                "DRAM level of 2^{} entries: must be 2^4 to 2^{MAX_DRAM_BITS}",
                 self.dram_bits
+            )));
+        }
+        if u64::from(self.log_chunks) << self.dram_bits > MAX_LOG_EPOCHS {
+            return Err(bad(format!(
+                "{} chunks per recovery log with 2^{} DRAM entries: the logs' epoch tables \
+                 would take more than {} MiB of DRAM",
+                self.log_chunks,
+                self.dram_bits,
+                (MAX_LOG_EPOCHS * 4) >> 20
             )));
         }
         if self.max_levels == 0 || self.max_levels > MAX_LEVELS {
@@ -507,6 +525,11 @@ pub mod payload_chunk {
     pub const EPOCH: u64 = 8;
     /// 1 while the chunk holds entries, 0 when free (u64).
     pub const IN_USE: u64 = 16;
+    /// While the chunk receives a collection's copies: the victim's chunk id + 1 (u64; 0 =
+    /// none), so that recovery can finish or undo a collection a crash cut short.
+    pub const GC_SOURCE: u64 = 24;
+    /// 1 once all of that collection's copies are durable (u64).
+    pub const GC_COMPLETE: u64 = 32;
 }
 
 /// Bits of a payload chunk's epoch kept in a locator.
@@ -577,7 +600,7 @@ mod tests {
             dram_bits: 6,
             max_levels: 3,
             logs: 8,
-            log_chunks: 4,
+            log_chunks: 10,
             log_chunk_bytes: 16384,
             payload_logs: 2,
             payload_chunks: 8,
@@ -604,14 +627,25 @@ mod tests {
         wrong.log_chunks = 2;
         assert!(wrong.validate(None).is_err());
         wrong = g;
-        wrong.dram_bits = 24;
-        wrong.max_levels = 4;
+        wrong.dram_bits = 20;
+        wrong.max_levels = 5;
+        wrong.log_chunks = 3;
+        wrong.log_chunk_bytes = 1 << 30;
         assert!(
             wrong
                 .validate(None)
                 .unwrap_err()
                 .to_string()
                 .contains("hash bits")
+        );
+        wrong.dram_bits = 24;
+        wrong.max_levels = 2;
+        assert!(
+            wrong
+                .validate(None)
+                .unwrap_err()
+                .to_string()
+                .contains("2^20")
         );
         hdr[0] = b'X';
         assert!(matches!(

@@ -163,9 +163,20 @@ impl Inner {
     /// Raises chunk `c`'s generation and sequence number (persisted), forgetting its epochs.
     fn renew_chunk(&self, log: &Log, st: &mut LogState, c: u32) -> Result<()> {
         let off = st.offsets[c as usize];
-        let generation = st.gens[c as usize] + 1;
+        let (Some(generation), Some(next_seq)) = (
+            st.gens[c as usize].checked_add(1),
+            st.next_seq.checked_add(1),
+        ) else {
+            return Err(Error::corrupt(
+                self.path.as_deref(),
+                format!(
+                    "log {} chunk {c}: generation or sequence number at its maximum",
+                    log.id
+                ),
+            ));
+        };
         let seq = st.next_seq;
-        st.next_seq += 1;
+        st.next_seq = next_seq;
         self.region
             .atomic_u64(off + log_chunk::SEQ)?
             .store(seq, Ordering::Release);

@@ -175,18 +175,24 @@ impl PlushOptions {
 
     fn geometry(&self) -> Result<Geometry> {
         let logs = self.logs.min(1 << self.dram_bits.min(31));
-        let entries_per_log = (1u64 << self.dram_bits) / u64::from(logs.max(1));
+        let entries_per_log = (1u64 << self.dram_bits.min(40)) / u64::from(logs.max(1));
         let live = entries_per_log * layout::ENTRY_RECORDS as u64;
-        let per_chunk = (self
-            .log_chunk_bytes
-            .saturating_sub(layout::LOG_CHUNK_HEADER))
-            / layout::LOG_ENTRY_BYTES;
+        let mut log_chunk_bytes = self.log_chunk_bytes;
         let log_chunks = match self.log_chunks {
             Some(n) => n,
-            None => {
-                let needed = (2 * live + 1).div_ceil(per_chunk.max(1)) + 2;
-                u32::try_from(needed.max(3)).unwrap_or(u32::MAX)
-            }
+            None => loop {
+                // Enough chunks for twice what the DRAM entries hold, plus two; larger chunks
+                // when a large DRAM level would make the per-chunk epoch tables too big.
+                let per_chunk = (log_chunk_bytes.saturating_sub(layout::LOG_CHUNK_HEADER))
+                    / layout::LOG_ENTRY_BYTES;
+                let needed = ((2 * live + 1).div_ceil(per_chunk.max(1)) + 2).max(3);
+                if needed << self.dram_bits.min(40) <= layout::MAX_LOG_EPOCHS
+                    || log_chunk_bytes >= 1 << 30
+                {
+                    break u32::try_from(needed).unwrap_or(u32::MAX);
+                }
+                log_chunk_bytes *= 2;
+            },
         };
         let (payload_logs, payload_chunks) = match self.layout {
             PlushLayout::Fixed8 => (0, 0),
@@ -198,7 +204,7 @@ impl PlushOptions {
             max_levels: self.max_levels,
             logs,
             log_chunks,
-            log_chunk_bytes: self.log_chunk_bytes,
+            log_chunk_bytes,
             payload_logs,
             payload_chunks,
             payload_chunk_bytes: self.payload_chunk_bytes,
@@ -278,6 +284,16 @@ struct Probe<'a> {
     bytes: &'a [u8],
 }
 
+/// What one record says about a probed key.
+enum Resolved {
+    /// It is the key's record.
+    Found(Found),
+    /// It holds another key with the same hash.
+    Other,
+    /// Its payload was collected: it cannot say.
+    Dangling,
+}
+
 /// The newest record of a key.
 enum Found {
     /// A value: its word and (variable layout) bytes.
@@ -320,57 +336,76 @@ impl Inner {
         (hash & (self.geo.dram_entries() as u64 - 1)) as usize
     }
 
-    /// What the record with value word `value` says about `probe`'s key: `None` if it holds
-    /// another key (a hash collision) or its payload was collected.
-    fn resolve(&self, probe: &Probe<'_>, value: u64) -> Result<Option<Found>> {
+    /// What the record with value word `value` says about `probe`'s key.
+    fn resolve(&self, probe: &Probe<'_>, value: u64) -> Result<Resolved> {
         match &self.payload {
-            None => Ok(Some(if value == TOMBSTONE {
+            None => Ok(Resolved::Found(if value == TOMBSTONE {
                 Found::Deleted(value)
             } else {
                 Found::Value(value, value.to_le_bytes().to_vec())
             })),
             Some(p) => match p.read(&self.region, value)? {
-                Some(e) if e.key == probe.bytes => Ok(Some(if e.tombstone {
+                Some(e) if e.key == probe.bytes => Ok(Resolved::Found(if e.tombstone {
                     Found::Deleted(value)
                 } else {
                     Found::Value(value, e.value)
                 })),
-                _ => Ok(None),
+                Some(_) => Ok(Resolved::Other),
+                None => Ok(Resolved::Dangling),
             },
         }
     }
 
     /// The newest record of `probe`'s key: DRAM halves (active, then frozen), then the PMem
     /// levels top-down, each newest first.
+    ///
+    /// A candidate whose payload was collected meanwhile (its locator dangles) restarts the
+    /// search: the collector put a newer record pointing at the copy first, which the restart
+    /// finds; skipping the dangling one would return an older version. (A dangling record of
+    /// another key with the same 64-bit hash would restart every time; after a few restarts
+    /// such records are skipped.)
     fn find(&self, probe: &Probe<'_>) -> Result<Option<Found>> {
-        let idx = self.dram_index(probe.hash);
-        let e = &self.dram.entries[idx];
-        let (a, b) = halves(e);
-        let mut cands = Vec::new();
-        for half in [a, b] {
-            self.dram
-                .candidates(idx, half, probe.word, probe.hash, &mut cands);
-            for &(_, value) in &cands {
-                if let Some(f) = self.resolve(probe, value)? {
-                    return Ok(Some(f));
+        let mut restarts = 0;
+        'search: loop {
+            let skip_dangling = restarts >= 4;
+            let idx = self.dram_index(probe.hash);
+            let e = &self.dram.entries[idx];
+            let (a, b) = halves(e);
+            let mut cands = Vec::new();
+            let mut values = Vec::new();
+            let mut level = 0;
+            let mut half = 0;
+            loop {
+                if half < 2 {
+                    let h = if half == 0 { a } else { b };
+                    self.dram
+                        .candidates(idx, h, probe.word, probe.hash, &mut cands);
+                    values.clear();
+                    values.extend(cands.iter().map(|c| c.1));
+                    half += 1;
+                } else if level < self.geo.max_levels {
+                    let exists =
+                        self.level_candidates(level, probe.word, probe.hash, &mut values)?;
+                    level += 1;
+                    if exists.is_none() {
+                        return Ok(None);
+                    }
+                } else {
+                    return Ok(None);
+                }
+                for &value in &values {
+                    match self.resolve(probe, value)? {
+                        Resolved::Found(f) => return Ok(Some(f)),
+                        Resolved::Other => {}
+                        Resolved::Dangling if skip_dangling => {}
+                        Resolved::Dangling => {
+                            restarts += 1;
+                            continue 'search;
+                        }
+                    }
                 }
             }
         }
-        let mut values = Vec::new();
-        for level in 0..self.geo.max_levels {
-            if self
-                .level_candidates(level, probe.word, probe.hash, &mut values)?
-                .is_none()
-            {
-                break;
-            }
-            for &value in &values {
-                if let Some(f) = self.resolve(probe, value)? {
-                    return Ok(Some(f));
-                }
-            }
-        }
-        Ok(None)
     }
 
     /// The value word of `key`'s newest record (variable layout), deletions included.
@@ -782,7 +817,7 @@ impl PlushStore {
     /// Opens the store held in `region`, replaying its recovery logs.
     pub fn open_in(region: PmemRegion, opts: &PlushOptions) -> Result<Self> {
         let started = Instant::now();
-        let (inner, mut report) = recovery::open(region, opts)?;
+        let (inner, mut report, reseal) = recovery::open(region, opts)?;
         let inner = Arc::new(inner);
         let mut workers = Vec::new();
         for i in 0..opts.migrators {
@@ -807,6 +842,10 @@ impl PlushStore {
         }
         // Halves recovery found frozen migrate now, and every log gets its spare back.
         inner.drain_queue();
+        for idx in reseal {
+            inner.checkpoint_entry(idx)?;
+        }
+        inner.finish_collections()?;
         for l in 0..inner.logs.len() {
             inner.settle_log(l)?;
         }
@@ -892,41 +931,63 @@ impl PlushStore {
         let inner = self.inner();
         inner.check_writable()?;
         let probe = inner.probe(key)?;
+        if inner.payload.is_some() {
+            // The payload is written under the entry's lock, where it cannot be collected:
+            // make room first if the payload is short of it.
+            let r = inner.payload_relief();
+            inner.failure.record("plush", r)?;
+        }
         let idx = inner.dram_index(probe.hash);
         let e = &inner.dram.entries[idx];
-        let _g = e.insert.lock();
+        let mut guard = e.insert.lock();
         let current = match inner.find(&probe)? {
             Some(Found::Value(_, bytes)) => Some(bytes),
             _ => None,
         };
         let existed = current.is_some();
-        let (value_word, pending, deleting) = match decide(current.as_deref()) {
+        let change = decide(current.as_deref());
+        let (new_value, deleting) = match change {
             Change::Keep => return Ok(()),
             Change::Delete if !existed => return Ok(()),
-            Change::Delete => match &inner.payload {
-                None => (TOMBSTONE, None, true),
-                Some(_) => {
-                    let (w, p) = inner.failure.record(
-                        "plush",
-                        inner.payload_append(probe.hash, key, &[], true, false),
-                    )?;
-                    (w, Some(p), true)
+            Change::Delete => (Vec::new(), true),
+            Change::Put(v) => (v, false),
+        };
+        let (value_word, pending) = match &inner.payload {
+            None if deleting => (TOMBSTONE, None),
+            None => (inner.check_value(&new_value)?, None),
+            Some(_) => {
+                let mut attempt =
+                    inner.payload_append(probe.hash, key, &new_value, deleting, false);
+                if matches!(attempt, Err(Error::StoreFull { .. })) {
+                    // The payload filled up under the lock. Collect without it, then apply the
+                    // same decision if nothing changed the key meanwhile (decide runs once).
+                    drop(guard);
+                    let r = inner.payload_relief_now();
+                    inner.failure.record("plush", r)?;
+                    guard = e.insert.lock();
+                    let now = match inner.find(&probe)? {
+                        Some(Found::Value(_, bytes)) => Some(bytes),
+                        _ => None,
+                    };
+                    if now != current {
+                        return Err(Error::StoreFull {
+                            used: inner.payload.as_ref().map_or(0, |p| p.usage().0),
+                            capacity: 0,
+                            reason: "the payload was full, and the key changed while room was \
+                                     made: modify did not apply"
+                                .into(),
+                        });
+                    }
+                    attempt = inner.payload_append(probe.hash, key, &new_value, deleting, false);
                 }
-            },
-            Change::Put(v) => match &inner.payload {
-                None => (inner.check_value(&v)?, None, false),
-                Some(_) => {
-                    let (w, p) = inner.failure.record(
-                        "plush",
-                        inner.payload_append(probe.hash, key, &v, false, false),
-                    )?;
-                    (w, Some(p), false)
-                }
-            },
+                let (w, p) = inner.failure.record("plush", attempt)?;
+                (w, Some(p))
+            }
         };
         let r = inner.append_locked(idx, probe.word, value_word, true);
         inner.failure.record("plush", r)?;
         drop(pending);
+        drop(guard);
         match (existed, deleting) {
             (false, false) => {
                 inner.count.fetch_add(1, Ordering::AcqRel);
@@ -1073,6 +1134,11 @@ impl PlushStore {
         }
         self.inner().migrators.lock().clear();
         self.inner().drain_queue();
+        if !self.inner().failure.failed() && Arc::strong_count(&self.shared) == 1 {
+            // The last handle: hand the space reserved ahead back (nothing else allocates).
+            let r = self.inner().space.release(&self.inner().region);
+            self.inner().failure.record("plush", r)?;
+        }
         match self.inner().failure.reason() {
             Some(reason) => Err(Error::ReadOnly {
                 path: self.inner().path.clone(),

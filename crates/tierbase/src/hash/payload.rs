@@ -34,6 +34,8 @@ const HEADER: u64 = 16;
 pub(super) struct PChunk {
     /// Offset in the region (0 = not allocated).
     pub off: AtomicU64,
+    /// Taken by an allocation (set before `off`, so two allocations never pick one id).
+    pub claimed: AtomicBool,
     /// Current epoch.
     pub epoch: AtomicU64,
     /// Holds entries (else free).
@@ -206,7 +208,7 @@ impl Payload {
         for c in &self.chunks {
             if c.in_use.load(Ordering::Acquire) {
                 used += self.chunk_bytes;
-                dead += c.dead.load(Ordering::Relaxed);
+                dead += c.dead.load(Ordering::Relaxed).min(self.chunk_bytes);
             }
         }
         (used, dead)
@@ -365,6 +367,10 @@ impl Inner {
                     Next::Full
                 };
                 if let Next::Start(c, pos) = next {
+                    // Current before the pool lock goes: a collector choosing a victim under
+                    // that lock must never see the chunk as sealed.
+                    let chunk = &p.chunks[c as usize];
+                    chunk.current.store(true, Ordering::Release);
                     drop(pool);
                     self.start_payload_chunk(p, c)?;
                     if let Some(old) = *st {
@@ -372,8 +378,6 @@ impl Inner {
                             .current
                             .store(false, Ordering::Release);
                     }
-                    let chunk = &p.chunks[c as usize];
-                    chunk.current.store(true, Ordering::Release);
                     chunk.started_at.store(written, Ordering::Release);
                     log.pos.store(pos, Ordering::Release);
                     *st = Some(c);
@@ -418,7 +422,12 @@ impl Inner {
         let c = p
             .chunks
             .iter()
-            .position(|c| c.off.load(Ordering::Acquire) == 0)
+            .position(|c| {
+                c.off.load(Ordering::Acquire) == 0
+                    && c.claimed
+                        .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+            })
             .ok_or_else(|| Error::StoreFull {
                 used: p.usage().0,
                 capacity: p.chunks.len() as u64 * p.chunk_bytes,
@@ -435,6 +444,43 @@ impl Inner {
         Ok(c)
     }
 
+    /// Makes room in the payload before a write that cannot collect (a `modify`, which
+    /// writes its payload under its DRAM entry's lock): when fewer chunks are free than there
+    /// are payload logs (each could need one) and the payload has reached its collection
+    /// threshold, collects until enough are (the caller holds no lock).
+    pub(super) fn payload_relief(&self) -> Result<()> {
+        let p = self.payload()?;
+        for _ in 0..2 * p.logs.len() + 2 {
+            let pressed = {
+                let pool = p.pool.lock();
+                let allocated = p
+                    .chunks
+                    .iter()
+                    .filter(|c| c.off.load(Ordering::Acquire) != 0)
+                    .count() as u32;
+                pool.free.len() + pool.partial.len() <= p.logs.len()
+                    && allocated + p.logs.len() as u32 >= p.soft_limit
+            };
+            if !pressed || self.payload_relief_now()? == 0 {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Collects one chunk now (the oldest not checked lately, or the one with the most dead
+    /// bytes); returns the bytes reclaimed.
+    pub(super) fn payload_relief_now(&self) -> Result<u64> {
+        let p = self.payload()?;
+        let written = self.counters.payload_bytes.get();
+        let victim = p.estimate_candidate(p.chunks.len() as u32, written);
+        let reclaimed = self.collect_payload(p, victim)?;
+        if reclaimed == 0 && victim.is_some() {
+            return self.collect_payload(p, None);
+        }
+        Ok(reclaimed)
+    }
+
     /// Marks chunk `c` in use (persisted before any entry in it is indexed).
     fn start_payload_chunk(&self, p: &Payload, c: u32) -> Result<()> {
         let chunk = &p.chunks[c as usize];
@@ -444,6 +490,130 @@ impl Inner {
                 .atomic_u64(off + payload_chunk::IN_USE)?
                 .store(1, Ordering::Release);
             self.region.persist(off + payload_chunk::IN_USE, 8)?;
+        }
+        Ok(())
+    }
+
+    /// Points each key whose newest record is still the old entry at its copy (under the
+    /// key's DRAM entry lock): `moves` are (hash, key, old locator, new locator).
+    fn repoint(&self, moves: &[(u64, Vec<u8>, u64, u64)]) -> Result<()> {
+        for (hash, key, old, new) in moves {
+            let entry = (hash & (self.geo.dram_entries() as u64 - 1)) as usize;
+            let _g = self.dram.entries[entry].insert.lock();
+            if self.newest_word(*hash, key)? == Some(*old) {
+                self.append_locked(entry, *hash, *new, true)?;
+                self.counters.payload_moved.incr();
+            }
+        }
+        Ok(())
+    }
+
+    /// Every live entry of `victim` has a newer copy in `spare`: raise the victim's epoch (its
+    /// locators dangle from now on), mark it free, and clear the spare's collection mark.
+    fn retire_victim(&self, p: &Payload, victim: u32, spare: u32) -> Result<()> {
+        let v = &p.chunks[victim as usize];
+        let v_off = v.off.load(Ordering::Acquire);
+        let epoch = v.epoch.load(Ordering::Acquire).wrapping_add(1);
+        self.region
+            .atomic_u64(v_off + payload_chunk::EPOCH)?
+            .store(epoch, Ordering::Release);
+        self.region
+            .atomic_u64(v_off + payload_chunk::IN_USE)?
+            .store(0, Ordering::Release);
+        self.region.persist(v_off, PAYLOAD_CHUNK_HEADER as usize)?;
+        v.epoch.store(epoch, Ordering::Release);
+        v.in_use.store(false, Ordering::Release);
+        v.dead.store(0, Ordering::Relaxed);
+        v.estimated_at.store(0, Ordering::Release);
+        let s_off = p.chunks[spare as usize].off.load(Ordering::Acquire);
+        self.region
+            .atomic_u64(s_off + payload_chunk::GC_SOURCE)?
+            .store(0, Ordering::Release);
+        self.region.persist(s_off + payload_chunk::GC_SOURCE, 8)?;
+        Ok(())
+    }
+
+    /// After an open: finishes a collection a crash cut short once its copies were complete
+    /// (points the victim's live keys at the copies, frees the victim), or frees its spare if
+    /// they were not (nothing refers to it). Either way a chunk is free again, so collection
+    /// has a spare.
+    pub(super) fn finish_collections(&self) -> Result<()> {
+        let Some(p) = &self.payload else {
+            return Ok(());
+        };
+        for s in 0..p.chunks.len() as u32 {
+            let ch = &p.chunks[s as usize];
+            let s_off = ch.off.load(Ordering::Acquire);
+            if s_off == 0 || !ch.in_use.load(Ordering::Acquire) {
+                continue;
+            }
+            let source = self
+                .region
+                .atomic_u64(s_off + payload_chunk::GC_SOURCE)?
+                .load(Ordering::Acquire);
+            if source == 0 {
+                continue;
+            }
+            let victim = (source - 1) as u32;
+            let complete = self
+                .region
+                .atomic_u64(s_off + payload_chunk::GC_COMPLETE)?
+                .load(Ordering::Acquire)
+                == 1;
+            let v_in_use = p
+                .chunks
+                .get(victim as usize)
+                .is_some_and(|v| v.in_use.load(Ordering::Acquire));
+            if !v_in_use {
+                // Finished before the crash but for clearing the mark.
+                self.region
+                    .atomic_u64(s_off + payload_chunk::GC_SOURCE)?
+                    .store(0, Ordering::Release);
+                self.region.persist(s_off + payload_chunk::GC_SOURCE, 8)?;
+                continue;
+            }
+            if complete {
+                let (copies, s_epoch) = self.read_sealed(p, s)?;
+                let mut by_key = std::collections::HashMap::new();
+                for e in entries(&copies, s_epoch) {
+                    by_key.insert(e.key.to_vec(), e.locator(s, s_epoch));
+                }
+                let (image, v_epoch) = self.read_sealed(p, victim)?;
+                let mut moves = Vec::new();
+                for e in entries(&image, v_epoch) {
+                    if let Some(&new) = by_key.get(e.key) {
+                        moves.push((
+                            hash_bytes(e.key),
+                            e.key.to_vec(),
+                            e.locator(victim, v_epoch),
+                            new,
+                        ));
+                    }
+                }
+                self.repoint(&moves)?;
+                self.retire_victim(p, victim, s)?;
+                p.pool.lock().free.push(victim);
+            } else {
+                // Copies incomplete: no key was pointed at them. Free the spare.
+                let epoch = ch.epoch.load(Ordering::Acquire).wrapping_add(1);
+                self.region
+                    .atomic_u64(s_off + payload_chunk::EPOCH)?
+                    .store(epoch, Ordering::Release);
+                self.region
+                    .atomic_u64(s_off + payload_chunk::IN_USE)?
+                    .store(0, Ordering::Release);
+                self.region
+                    .atomic_u64(s_off + payload_chunk::GC_SOURCE)?
+                    .store(0, Ordering::Release);
+                self.region.persist(s_off, PAYLOAD_CHUNK_HEADER as usize)?;
+                ch.epoch.store(epoch, Ordering::Release);
+                ch.in_use.store(false, Ordering::Release);
+                p.pool.lock().free.push(s);
+            }
+        }
+        let mut pool = p.pool.lock();
+        if pool.spare.is_none() {
+            pool.spare = pool.free.pop();
         }
         Ok(())
     }
@@ -510,10 +680,22 @@ impl Inner {
             (victim, spare)
         };
         let (image, v_epoch) = self.read_sealed(p, victim)?;
-        self.start_payload_chunk(p, spare)?;
         let s = &p.chunks[spare as usize];
         let s_off = s.off.load(Ordering::Acquire);
         let s_epoch = s.epoch.load(Ordering::Acquire);
+        // The spare says whose copies it receives (with its in-use mark, one persist): a crash
+        // before the copies are complete leaves it unreferenced, after it recovery finishes.
+        self.region
+            .atomic_u64(s_off + payload_chunk::GC_SOURCE)?
+            .store(u64::from(victim) + 1, Ordering::Release);
+        self.region
+            .atomic_u64(s_off + payload_chunk::GC_COMPLETE)?
+            .store(0, Ordering::Release);
+        self.region
+            .atomic_u64(s_off + payload_chunk::IN_USE)?
+            .store(1, Ordering::Release);
+        self.region.persist(s_off, PAYLOAD_CHUNK_HEADER as usize)?;
+        s.in_use.store(true, Ordering::Release);
         let mut s_pos = PAYLOAD_CHUNK_HEADER;
         let mut moves = Vec::new();
         for e in entries(&image, v_epoch) {
@@ -539,30 +721,12 @@ impl Inner {
             s_pos += raw.len() as u64;
         }
         self.region.persist(s_off, s_pos as usize)?;
-        // Point each key whose newest record is still the old entry at the copy.
-        for (hash, key, old, new) in &moves {
-            let entry = (hash & (self.geo.dram_entries() as u64 - 1)) as usize;
-            let _g = self.dram.entries[entry].insert.lock();
-            if self.newest_word(*hash, key)? == Some(*old) {
-                self.append_locked(entry, *hash, *new, true)?;
-                self.counters.payload_moved.incr();
-            }
-        }
-        // Every live entry has a newer copy: the victim's locators may dangle now.
-        let v = &p.chunks[victim as usize];
-        let v_off = v.off.load(Ordering::Acquire);
-        let epoch = v_epoch + 1;
         self.region
-            .atomic_u64(v_off + payload_chunk::EPOCH)?
-            .store(epoch, Ordering::Release);
-        self.region
-            .atomic_u64(v_off + payload_chunk::IN_USE)?
-            .store(0, Ordering::Release);
-        self.region.persist(v_off, PAYLOAD_CHUNK_HEADER as usize)?;
-        v.epoch.store(epoch, Ordering::Release);
-        v.in_use.store(false, Ordering::Release);
-        v.dead.store(0, Ordering::Relaxed);
-        v.estimated_at.store(0, Ordering::Release);
+            .atomic_u64(s_off + payload_chunk::GC_COMPLETE)?
+            .store(1, Ordering::Release);
+        self.region.persist(s_off + payload_chunk::GC_COMPLETE, 8)?;
+        self.repoint(&moves)?;
+        self.retire_victim(p, victim, spare)?;
         let mut pool = p.pool.lock();
         pool.spare = Some(victim);
         pool.partial.push((spare, s_pos));

@@ -18,8 +18,8 @@ use serde::Serialize;
 
 use super::dram::DramLevel;
 use super::layout::{
-    ENTRY_BYTES, ENTRY_FILTER, ENTRY_RECORDS, Geometry, HALF_SLOTS, HEADER_LEN, MAX_LEVELS,
-    RESERVE_STEP, header, log_chunk, payload_chunk, split_size_epoch,
+    ENTRY_BYTES, ENTRY_FILTER, ENTRY_RECORDS, Geometry, HEADER_LEN, MAX_LEVELS, RESERVE_STEP,
+    header, log_chunk, payload_chunk, split_size_epoch,
 };
 use super::log::Log;
 use super::payload::Payload;
@@ -83,7 +83,12 @@ fn check_range(
     Ok(())
 }
 
-pub(super) fn open(region: PmemRegion, opts: &PlushOptions) -> Result<(Inner, RecoveryReport)> {
+/// Opens the store in `region`; also returns the DRAM entries to migrate before the store
+/// takes writes.
+pub(super) fn open(
+    region: PmemRegion,
+    opts: &PlushOptions,
+) -> Result<(Inner, RecoveryReport, Vec<usize>)> {
     let started = Instant::now();
     let path: Option<PathBuf> = region.path().map(Path::to_path_buf);
     let p = path.as_deref();
@@ -210,6 +215,7 @@ pub(super) fn open(region: PmemRegion, opts: &PlushOptions) -> Result<(Inner, Re
                     ));
                 }
                 let ch = &pl.chunks[c as usize];
+                ch.claimed.store(true, Ordering::Release);
                 ch.off.store(off, Ordering::Release);
                 ch.epoch.store(
                     word(&region, off + payload_chunk::EPOCH)?,
@@ -305,7 +311,7 @@ pub(super) fn open(region: PmemRegion, opts: &PlushOptions) -> Result<(Inner, Re
     let t = Instant::now();
     let threads = opts.recovery_threads.clamp(1, geo.logs as usize);
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Mutex<Vec<(u64, u64, u64, u64)>> = Mutex::new(Vec::new());
+    let results: Mutex<Vec<(Replayed, Vec<usize>)>> = Mutex::new(Vec::new());
     let failed: Mutex<Option<Error>> = Mutex::new(None);
     std::thread::scope(|s| {
         for _ in 0..threads {
@@ -328,29 +334,32 @@ pub(super) fn open(region: PmemRegion, opts: &PlushOptions) -> Result<(Inner, Re
     if let Some(e) = failed.into_inner() {
         return Err(e);
     }
-    for (chunks, entries, replayed, frozen) in results.into_inner() {
+    let mut reseal = Vec::new();
+    for ((chunks, entries, replayed, frozen), r) in results.into_inner() {
         report.log_chunks += chunks;
         report.log_entries += entries;
         report.replayed += replayed;
         report.frozen_halves += frozen;
+        reseal.extend(r);
     }
     report.replay = t.elapsed();
     let opens = inner.region.atomic_u64(header::OPENS as u64)?;
     opens.fetch_add(1, Ordering::AcqRel);
     inner.region.persist(header::OPENS as u64, 8)?;
-    Ok((inner, report))
+    Ok((inner, report, reseal))
 }
 
 /// A DRAM entry's live log entries: (epoch, slot) → (key word, value word).
 type LiveSlots = BTreeMap<(u32, u8), (u64, u64)>;
 
 /// Replays log `l`: puts every live entry back at its DRAM slot and rebuilds the log's chunk
-/// order and per-chunk epochs. Returns (chunks read, entries found, replayed, frozen halves).
+/// order and per-chunk epochs. Returns what it found, and the DRAM entries to migrate before
+/// they take writes.
 fn replay_log(
     inner: &Inner,
     l: usize,
     chunks: &[(u32, u64, u64, u64)],
-) -> Result<(u64, u64, u64, u64)> {
+) -> Result<(Replayed, Vec<usize>)> {
     let geo = &inner.geo;
     let log = &inner.logs[l];
     let per = geo.entries_per_log();
@@ -372,6 +381,7 @@ fn replay_log(
     }
     let mut replayed = 0u64;
     let mut frozen = 0u64;
+    let mut reseal = Vec::new();
     for (entry, recs) in live {
         let mut epochs: Vec<u32> = recs.keys().map(|k| k.0).collect();
         epochs.dedup();
@@ -382,21 +392,17 @@ fn replay_log(
             ));
         }
         let e = &inner.dram.entries[entry];
+        let mut holes = false;
         for (half, &epoch) in epochs.iter().enumerate() {
             let slots: Vec<(u8, (u64, u64))> = recs
                 .range((epoch, 0)..=(epoch, u8::MAX))
                 .map(|(k, v)| (k.1, *v))
                 .collect();
-            if slots.iter().enumerate().any(|(i, s)| usize::from(s.0) != i) {
-                return Err(Error::corrupt(
-                    inner.path.as_deref(),
-                    format!("DRAM entry {entry}'s log entries of epoch {epoch} leave a slot out"),
-                ));
-            }
-            for (slot, (k, v)) in &slots {
-                inner
-                    .dram
-                    .write(entry, half, usize::from(*slot), *k, *v, inner.hash_of(*k));
+            // Records written without a log entry (bulk load) are lost in a crash and leave
+            // their slots out; the rest keep their order, packed.
+            holes |= slots.iter().enumerate().any(|(i, s)| usize::from(s.0) != i);
+            for (i, (_, (k, v))) in slots.iter().enumerate() {
+                inner.dram.write(entry, half, i, *k, *v, inner.hash_of(*k));
             }
             let h = &e.halves[half];
             h.epoch.store(epoch, Ordering::Release);
@@ -404,17 +410,16 @@ fn replay_log(
             replayed += slots.len() as u64;
         }
         if epochs.len() == 2 {
-            if e.halves[0].size.load(Ordering::Acquire) as usize != HALF_SLOTS {
-                return Err(Error::corrupt(
-                    inner.path.as_deref(),
-                    format!("DRAM entry {entry}'s older half was frozen before it was full"),
-                ));
-            }
             e.halves[0].frozen.store(true, Ordering::Release);
             e.active.store(1, Ordering::Release);
             e.queued.store(true, Ordering::Release);
             inner.queue.push(entry as u32);
             frozen += 1;
+        }
+        if holes {
+            // New records must not reuse a slot number a surviving log entry still names: the
+            // entry's halves are migrated before it takes writes (a fresh half follows).
+            reseal.push(entry);
         }
     }
     // Entries with nothing live start a fresh half above their stamp.
@@ -443,7 +448,18 @@ fn replay_log(
         .map(|c| c.0)
         .collect();
     st.spare = st.free.pop();
-    st.next_seq = chunks.iter().map(|c| c.3).max().map_or(1, |m| m + 1);
+    st.next_seq = match chunks.iter().map(|c| c.3).max() {
+        None => 1,
+        Some(m) => m.checked_add(1).ok_or_else(|| {
+            Error::corrupt(
+                inner.path.as_deref(),
+                format!("log {l} has a chunk with sequence number {m}, the largest there is"),
+            )
+        })?,
+    };
     log.pos.store(geo.log_chunk_entries(), Ordering::Release);
-    Ok((chunks.len() as u64, entries, replayed, frozen))
+    Ok(((chunks.len() as u64, entries, replayed, frozen), reseal))
 }
+
+/// (chunks read, entries found, records replayed, frozen halves) of one log.
+type Replayed = (u64, u64, u64, u64);

@@ -87,6 +87,21 @@ impl RegionBump {
         Ok(())
     }
 
+    /// Persists the mark at the next free byte (a clean close): the next open hands out
+    /// space from there instead of from the step reserved ahead, so clean closes leak nothing.
+    pub fn release(&self, region: &PmemRegion) -> Result<()> {
+        let mut reserved = self.reserved.lock();
+        let next = self.next.load(Ordering::Acquire);
+        if next < *reserved {
+            region
+                .atomic_u64(self.mark_word)?
+                .store(next, Ordering::Release);
+            region.persist(self.mark_word, 8)?;
+            *reserved = next;
+        }
+        Ok(())
+    }
+
     /// The next byte that would be handed out.
     pub fn used(&self) -> u64 {
         self.next.load(Ordering::Acquire)

@@ -1,0 +1,1017 @@
+//! Corrupt, truncated and missing Plush store files (`tierbase::hash`) give a clear `Err` —
+//! never a panic, never a huge allocation: a bad magic, a bad header checksum, a wrong format
+//! version, header fields changed to absurd values with a recomputed checksum (crafted with
+//! `tierbase::hash::layout`'s offsets and `Geometry::encode`), a reserved-space mark, level
+//! directory offsets and chunk table words pointing outside the file (or at something that is
+//! not a chunk), an entry claiming more records than an entry holds, truncated files (cut, and
+//! cut with a consistent region header), an empty file, a directory, a missing path; a second
+//! open while the first is open gives `Error::Locked`. Single-byte changes of the store header
+//! and garbage in buckets, log chunks and payload entries give an error or a store that still
+//! answers (with `verify` naming the damage), never a panic.
+//!
+//! Opens that could allocate according to a crafted geometry run in a child process (this test
+//! binary, re-executed) under an address-space limit, which reports the open's result and its
+//! peak resident memory: a huge allocation shows as an abort or a large peak, not as a dead
+//! test run.
+//!
+//! Every test holds `testing::kill::fork_guard` while it has files open: a child forked by
+//! another test thread would otherwise inherit an open store's file, and its lock, until it
+//! execs (and an open in between would find the store locked).
+//!
+//! Offsets below are offsets in the region's data area: file offset − 4096 (the region file's
+//! own header page, docs/FORMAT-region.md).
+
+use std::fs::OpenOptions;
+use std::io::{Read, Seek, SeekFrom, Write as _};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tierbase::Error;
+use tierbase::device::RegionOptions;
+use tierbase::hash::layout::{
+    BUCKET_BYTES, ENTRY_BYTES, Geometry, HEADER_LEN, MAGIC, header, log_chunk, payload_chunk,
+};
+use tierbase::hash::{PlushLayout, PlushOptions, PlushStore};
+use tierbase::testing::kill::fork_guard;
+
+/// The region file's header page.
+const REGION_HEADER: u64 = 4096;
+/// Records of a populated store: enough for PMem levels 0 and 1 with 16 DRAM entries.
+const RECORDS: u64 = 12_000;
+
+fn opts(layout: PlushLayout) -> PlushOptions {
+    let mut o = PlushOptions::small()
+        .layout(layout)
+        .dram_bits(4)
+        .migrators(0)
+        .region(RegionOptions {
+            reserve: 1 << 30,
+            ..RegionOptions::default()
+        });
+    o.recovery_threads = 2;
+    o
+}
+
+fn scratch_dir() -> tempfile::TempDir {
+    if Path::new("/dev/shm").is_dir() {
+        tempfile::tempdir_in("/dev/shm").expect("a temporary directory in /dev/shm")
+    } else {
+        tempfile::tempdir().expect("a temporary directory")
+    }
+}
+
+fn key(layout: PlushLayout, i: u64) -> Vec<u8> {
+    match layout {
+        PlushLayout::Fixed8 => i.to_le_bytes().to_vec(),
+        PlushLayout::Variable => format!("key-{i}").into_bytes(),
+    }
+}
+
+fn value(layout: PlushLayout, i: u64) -> Vec<u8> {
+    match layout {
+        PlushLayout::Fixed8 => (i + 7).to_le_bytes().to_vec(),
+        PlushLayout::Variable => {
+            format!("value-{i}-{}", "v".repeat((i % 40) as usize)).into_bytes()
+        }
+    }
+}
+
+/// A closed store at `dir/name`: empty, or with `records` records (with [`RECORDS`]: PMem
+/// levels 0 and 1, log chunks and, in the variable layout, payload chunks exist).
+fn make_store(dir: &Path, name: &str, layout: PlushLayout, records: u64) -> PathBuf {
+    let path = dir.join(name);
+    let store = PlushStore::create(&path, &opts(layout)).unwrap();
+    for i in 0..records {
+        store.put(&key(layout, i), &value(layout, i)).unwrap();
+    }
+    if records >= RECORDS {
+        assert!(store.stats().levels >= 2, "{:?}", store.stats());
+    }
+    store.close().unwrap();
+    path
+}
+
+fn read_data(path: &Path, off: u64, len: usize) -> Vec<u8> {
+    let mut f = std::fs::File::open(path).unwrap();
+    f.seek(SeekFrom::Start(REGION_HEADER + off)).unwrap();
+    let mut buf = vec![0u8; len];
+    f.read_exact(&mut buf).unwrap();
+    buf
+}
+
+fn write_data(path: &Path, off: u64, bytes: &[u8]) {
+    let mut f = OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(REGION_HEADER + off)).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+fn word(path: &Path, off: u64) -> u64 {
+    u64::from_le_bytes(read_data(path, off, 8).try_into().unwrap())
+}
+
+fn set_word(path: &Path, off: u64, v: u64) {
+    write_data(path, off, &v.to_le_bytes());
+}
+
+fn store_header(path: &Path) -> Vec<u8> {
+    read_data(path, 0, HEADER_LEN as usize)
+}
+
+fn geometry(path: &Path) -> Geometry {
+    Geometry::decode(&store_header(path), None).unwrap()
+}
+
+/// Writes `geo`'s fixed header part (with its checksum), keeping the mutable part.
+fn write_geometry(path: &Path, geo: &Geometry) {
+    let old = store_header(path);
+    let mut hdr = vec![0u8; HEADER_LEN as usize];
+    geo.encode(&mut hdr);
+    hdr[header::FIXED_END + 4..].copy_from_slice(&old[header::FIXED_END + 4..]);
+    write_data(path, 0, &hdr);
+}
+
+/// Recomputes the header checksum after a raw change of the fixed part.
+fn fix_crc(path: &Path) {
+    let hdr = store_header(path);
+    let crc = crc32c::crc32c(&hdr[..header::FIXED_END]);
+    write_data(path, header::CRC as u64, &crc.to_le_bytes());
+}
+
+/// Opens `path`, which must fail; a panic is reported as such.
+fn open_err(path: &Path, layout: PlushLayout, what: &str) -> Error {
+    match catch_unwind(AssertUnwindSafe(|| PlushStore::open(path, &opts(layout)))) {
+        Ok(Ok(_)) => panic!("{what}: the open succeeded"),
+        Ok(Err(e)) => {
+            let msg = e.to_string();
+            assert!(
+                !msg.is_empty() && !msg.contains('\n'),
+                "{what}: unclear error {msg:?}"
+            );
+            e
+        }
+        Err(p) => panic!("{what}: the open panicked: {:?}", panic_text(&p)),
+    }
+}
+
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_string()))
+        .unwrap_or_default()
+}
+
+fn assert_corrupt(e: &Error, needle: &str, what: &str) {
+    assert!(
+        matches!(e, Error::Corrupt { .. }) && e.to_string().contains(needle),
+        "{what}: expected a corruption error mentioning {needle:?}, got {e:?}"
+    );
+}
+
+// ----- the store header ----------------------------------------------------------------------
+
+#[test]
+fn a_bad_magic_is_refused() {
+    let _alone = fork_guard();
+    let dir = scratch_dir();
+    for layout in [PlushLayout::Fixed8, PlushLayout::Variable] {
+        let path = make_store(dir.path(), &format!("magic-{layout}"), layout, 0);
+        let mut m = *MAGIC;
+        m[7] ^= 0x20;
+        write_data(&path, 0, &m);
+        let e = open_err(&path, layout, "bad magic");
+        assert!(matches!(e, Error::BadMagic { .. }), "{e:?}");
+        assert!(e.to_string().contains("Plush"), "{e}");
+        // A zeroed store header too.
+        write_data(&path, 0, &vec![0; HEADER_LEN as usize]);
+        let e = open_err(&path, layout, "zeroed header");
+        assert!(matches!(e, Error::BadMagic { .. }), "{e:?}");
+    }
+    // Not a store at all: the region's own magic.
+    let path = make_store(dir.path(), "region-magic", PlushLayout::Fixed8, 0);
+    let mut f = OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all(b"NOTATIER").unwrap();
+    drop(f);
+    let e = open_err(&path, PlushLayout::Fixed8, "region magic");
+    assert!(matches!(e, Error::BadMagic { .. }), "{e:?}");
+}
+
+#[test]
+fn a_bad_header_checksum_is_refused() {
+    let _alone = fork_guard();
+    let dir = scratch_dir();
+    let path = make_store(dir.path(), "crc", PlushLayout::Variable, 0);
+    let orig = store_header(&path);
+    for (field, delta) in [
+        (header::DRAM_BITS, 1u8),
+        (header::LOGS, 8),
+        (header::LOG_CHUNK_BYTES + 1, 0x10),
+        (header::PAYLOAD_CHUNK_BYTES + 2, 1),
+        (header::CRC, 1),
+    ] {
+        let mut hdr = orig.clone();
+        hdr[field] ^= delta;
+        write_data(&path, 0, &hdr);
+        let e = open_err(
+            &path,
+            PlushLayout::Variable,
+            &format!("byte {field} changed"),
+        );
+        assert_corrupt(&e, "checksum", &format!("byte {field}"));
+    }
+}
+
+#[test]
+fn a_wrong_version_is_refused() {
+    let _alone = fork_guard();
+    let dir = scratch_dir();
+    let path = make_store(dir.path(), "version", PlushLayout::Fixed8, 0);
+    for version in [0u32, 2, u32::MAX] {
+        write_data(&path, header::VERSION as u64, &version.to_le_bytes());
+        for with_crc in [false, true] {
+            if with_crc {
+                fix_crc(&path);
+            }
+            let e = open_err(&path, PlushLayout::Fixed8, &format!("version {version}"));
+            assert!(
+                matches!(e, Error::UnsupportedVersion { found, .. } if found == version),
+                "version {version}: {e:?}"
+            );
+        }
+    }
+}
+
+/// Every geometry field set to values the store refuses, the checksum made right: each open
+/// names the field. (Fields set to values it accepts are below, in a child process.)
+#[test]
+fn absurd_header_fields_with_a_valid_checksum_are_refused() {
+    let _alone = fork_guard();
+    let dir = scratch_dir();
+    for layout in [PlushLayout::Fixed8, PlushLayout::Variable] {
+        let path = make_store(dir.path(), &format!("fields-{layout}"), layout, RECORDS);
+        let orig_hdr = store_header(&path);
+        let g = geometry(&path);
+        let mut cases: Vec<(String, Geometry, &str)> = Vec::new();
+        let mut case = |name: &str, f: &dyn Fn(&mut Geometry), needle: &'static str| {
+            let mut geo = g;
+            f(&mut geo);
+            cases.push((name.to_string(), geo, needle));
+        };
+        case("dram_bits 3", &|x| x.dram_bits = 3, "DRAM level");
+        case("dram_bits 25", &|x| x.dram_bits = 25, "DRAM level");
+        case("dram_bits max", &|x| x.dram_bits = u32::MAX, "DRAM level");
+        case("max_levels 0", &|x| x.max_levels = 0, "PMem levels");
+        case("max_levels 9", &|x| x.max_levels = 9, "PMem levels");
+        case(
+            "max_levels max",
+            &|x| x.max_levels = u32::MAX,
+            "PMem levels",
+        );
+        case(
+            "too many hash bits",
+            &|x| {
+                x.dram_bits = 20;
+                x.max_levels = 5;
+            },
+            "hash bits",
+        );
+        case("logs 0", &|x| x.logs = 0, "recovery logs");
+        case("logs 3", &|x| x.logs = 3, "recovery logs");
+        case(
+            "logs beyond entries",
+            &|x| x.logs = 1 << 20,
+            "recovery logs",
+        );
+        case(
+            "log_chunks 0",
+            &|x| x.log_chunks = 0,
+            "chunks per recovery log",
+        );
+        case(
+            "log_chunks 2",
+            &|x| x.log_chunks = 2,
+            "chunks per recovery log",
+        );
+        case(
+            "log_chunks max",
+            &|x| x.log_chunks = u32::MAX,
+            "chunks per recovery log",
+        );
+        case(
+            "log chunk 0 bytes",
+            &|x| x.log_chunk_bytes = 0,
+            "recovery-log chunks",
+        );
+        case(
+            "log chunk 4095 bytes",
+            &|x| x.log_chunk_bytes = 4095,
+            "recovery-log chunks",
+        );
+        case(
+            "log chunk 2 GiB",
+            &|x| x.log_chunk_bytes = 2 << 30,
+            "recovery-log chunks",
+        );
+        case(
+            "log chunk max",
+            &|x| x.log_chunk_bytes = u64::MAX,
+            "recovery-log chunks",
+        );
+        case(
+            "logs too small for the DRAM",
+            &|x| {
+                x.log_chunks = 3;
+                x.log_chunk_bytes = 4096;
+            },
+            "cannot hold",
+        );
+        match layout {
+            PlushLayout::Fixed8 => {
+                case(
+                    "payload logs in fixed",
+                    &|x| x.payload_logs = 2,
+                    "no payload",
+                );
+                case(
+                    "payload chunks in fixed",
+                    &|x| x.payload_chunks = 8,
+                    "no payload",
+                );
+            }
+            PlushLayout::Variable => {
+                case("payload_logs 0", &|x| x.payload_logs = 0, "payload logs");
+                case(
+                    "payload_logs 300",
+                    &|x| x.payload_logs = 300,
+                    "payload logs",
+                );
+                case(
+                    "payload_chunks 1",
+                    &|x| x.payload_chunks = 1,
+                    "payload chunks",
+                );
+                case(
+                    "payload_chunks 2^20",
+                    &|x| x.payload_chunks = 1 << 20,
+                    "payload chunks",
+                );
+                case(
+                    "payload chunk 100 B",
+                    &|x| x.payload_chunk_bytes = 100,
+                    "payload chunks",
+                );
+                case(
+                    "payload chunk 4 GiB",
+                    &|x| x.payload_chunk_bytes = 4 << 30,
+                    "payload chunks",
+                );
+                case(
+                    "payload chunk max",
+                    &|x| x.payload_chunk_bytes = u64::MAX,
+                    "payload chunks",
+                );
+            }
+        }
+        for (name, geo, needle) in &cases {
+            write_geometry(&path, geo);
+            let e = open_err(&path, layout, name);
+            assert_corrupt(&e, needle, &format!("{layout} {name}"));
+        }
+        // An unknown layout code.
+        write_data(&path, 0, &orig_hdr);
+        write_data(&path, header::LAYOUT as u64, &7u32.to_le_bytes());
+        fix_crc(&path);
+        let e = open_err(&path, layout, "layout 7");
+        assert_corrupt(&e, "layout", "layout 7");
+        // The other layout than the file's, with its own valid fields: the chunk tables and the
+        // space no longer fit the file.
+        write_data(&path, 0, &orig_hdr);
+        let mut other = g;
+        match layout {
+            PlushLayout::Fixed8 => {
+                other.layout = PlushLayout::Variable;
+                other.payload_logs = 2;
+                other.payload_chunks = 1 << 14;
+                other.payload_chunk_bytes = 1 << 20;
+            }
+            PlushLayout::Variable => {
+                other.layout = PlushLayout::Fixed8;
+                other.payload_logs = 0;
+                other.payload_chunks = 0;
+            }
+        }
+        write_geometry(&path, &other);
+        match catch_unwind(AssertUnwindSafe(|| PlushStore::open(&path, &opts(layout)))) {
+            Ok(Err(e)) => assert!(!e.to_string().is_empty()),
+            Ok(Ok(s)) => {
+                // Accepted: then it must answer without panicking (its records may be lost).
+                let _ = s.verify();
+                let _ = s.get(&key(other.layout, 1));
+            }
+            Err(p) => panic!(
+                "{layout} read as the other layout: panicked: {}",
+                panic_text(&p)
+            ),
+        }
+        // The original header opens again (nothing else was touched).
+        write_data(&path, 0, &orig_hdr);
+        let s = PlushStore::open(&path, &opts(layout)).unwrap();
+        assert_eq!(s.get(&key(layout, 5)).unwrap(), Some(value(layout, 5)));
+    }
+}
+
+#[test]
+fn a_reserved_mark_outside_the_file_is_refused() {
+    let _alone = fork_guard();
+    let dir = scratch_dir();
+    let path = make_store(dir.path(), "mark", PlushLayout::Fixed8, 500);
+    let len = std::fs::metadata(&path).unwrap().len() - REGION_HEADER;
+    let space = geometry(&path).space_offset();
+    for mark in [0, 4096, space - 8, len + 4096, u64::MAX] {
+        set_word(&path, header::RESERVED_END as u64, mark);
+        let e = open_err(&path, PlushLayout::Fixed8, &format!("mark {mark}"));
+        assert_corrupt(&e, "handed out", &format!("mark {mark}"));
+    }
+}
+
+// ----- level directories, chunk tables, entries ------------------------------------------------
+
+#[test]
+fn level_directories_outside_the_file_are_refused() {
+    let _alone = fork_guard();
+    let dir = scratch_dir();
+    for layout in [PlushLayout::Fixed8, PlushLayout::Variable] {
+        let path = make_store(dir.path(), &format!("levels-{layout}"), layout, RECORDS);
+        let len = std::fs::metadata(&path).unwrap().len() - REGION_HEADER;
+        let g = geometry(&path);
+        let l0 = word(&path, header::LEVELS as u64);
+        let l1 = word(&path, header::LEVELS as u64 + 8);
+        assert!(l0 != 0 && l1 != 0, "levels 0 and 1 exist");
+        for (level, bad) in [
+            (0u64, len),
+            (0, len + (1 << 30)),
+            (0, u64::MAX - 4095),
+            (0, l0 + 8),     // misaligned
+            (0, 4096),       // inside the header and tables
+            (1, len - 4096), // runs past the end
+            (1, g.space_offset() - 4096),
+        ] {
+            let at = header::LEVELS as u64 + 8 * level;
+            let orig = word(&path, at);
+            set_word(&path, at, bad);
+            let e = open_err(&path, layout, &format!("level {level} at {bad}"));
+            assert_corrupt(&e, "outside", &format!("level {level} at {bad}"));
+            set_word(&path, at, orig);
+        }
+        // A level the store does not allow.
+        let at = header::LEVELS as u64 + 8 * u64::from(g.max_levels);
+        set_word(&path, at, l1);
+        let e = open_err(&path, layout, "level beyond max_levels");
+        assert_corrupt(&e, "allows", "level beyond max_levels");
+        set_word(&path, at, 0);
+        PlushStore::open(&path, &opts(layout)).unwrap();
+    }
+}
+
+#[test]
+fn chunk_table_words_outside_the_file_are_refused() {
+    let _alone = fork_guard();
+    let dir = scratch_dir();
+    for layout in [PlushLayout::Fixed8, PlushLayout::Variable] {
+        let path = make_store(dir.path(), &format!("tables-{layout}"), layout, RECORDS);
+        let len = std::fs::metadata(&path).unwrap().len() - REGION_HEADER;
+        let g = geometry(&path);
+        let l0 = word(&path, header::LEVELS as u64);
+        // The first allocated log chunk, and (variable) payload chunk.
+        let mut words = Vec::new();
+        let log_word = (0..g.logs * g.log_chunks)
+            .map(|i| g.log_table_word(i / g.log_chunks, i % g.log_chunks))
+            .find(|&w| word(&path, w) != 0)
+            .expect("an allocated log chunk");
+        words.push(("log chunk", log_word));
+        if layout == PlushLayout::Variable {
+            let pw = (0..g.payload_chunks)
+                .map(|c| g.payload_table_word(c))
+                .find(|&w| word(&path, w) != 0)
+                .expect("an allocated payload chunk");
+            words.push(("payload chunk", pw));
+        }
+        for (what, at) in words {
+            let orig = word(&path, at);
+            for (bad, needle) in [
+                (len, "outside"),
+                (len - 4096, "outside"), // a chunk running past the end
+                (u64::MAX - 4095, "outside"),
+                (orig + 64, "outside"),  // misaligned
+                (4096, "outside"),       // the tables themselves
+                (l0, "no chunk header"), // a level directory, not a chunk
+            ] {
+                set_word(&path, at, bad);
+                let e = open_err(&path, layout, &format!("{what} at {bad}"));
+                assert_corrupt(&e, needle, &format!("{layout} {what} at {bad}"));
+            }
+            set_word(&path, at, orig);
+            // A chunk whose magic is gone.
+            let magic = read_data(&path, orig, 8);
+            write_data(&path, orig, b"XXXXXXXX");
+            let e = open_err(&path, layout, &format!("{what} magic"));
+            assert_corrupt(&e, "no chunk header", &format!("{layout} {what} magic"));
+            write_data(&path, orig, &magic);
+        }
+        PlushStore::open(&path, &opts(layout)).unwrap();
+    }
+    // The chunk headers' magics are the format's.
+    assert_eq!(log_chunk::MAGIC, b"TBPLLOG1");
+    assert_eq!(payload_chunk::MAGIC, b"TBPLPAY1");
+}
+
+#[test]
+fn an_entry_claiming_more_records_than_it_holds_is_refused() {
+    let _alone = fork_guard();
+    let dir = scratch_dir();
+    let path = make_store(dir.path(), "sizes", PlushLayout::Fixed8, RECORDS);
+    let l0 = word(&path, header::LEVELS as u64);
+    // Find a level-0 entry holding records; claim 300 (an entry holds 256).
+    let entry = (0..64)
+        .map(|i| l0 + i * ENTRY_BYTES)
+        .find(|&e| word(&path, e) as u32 != 0)
+        .expect("a level-0 entry with records");
+    let orig = word(&path, entry);
+    set_word(&path, entry, (orig & !0xffff_ffff) | 300);
+    let e = open_err(&path, PlushLayout::Fixed8, "300 records");
+    assert_corrupt(&e, "claims 300 records", "300 records");
+    set_word(&path, entry, (orig & !0xffff_ffff) | 0xffff_ffff);
+    let e = open_err(&path, PlushLayout::Fixed8, "2^32-1 records");
+    assert_corrupt(&e, "records", "2^32-1 records");
+}
+
+/// Bucket offsets are not checked at open (that would read every entry): a lookup through a
+/// bad one must fail with an error, and `verify` must name it.
+#[test]
+fn a_bucket_offset_outside_the_file_gives_errors_not_panics() {
+    let _alone = fork_guard();
+    let dir = scratch_dir();
+    for layout in [PlushLayout::Fixed8, PlushLayout::Variable] {
+        let path = make_store(dir.path(), &format!("bucket-{layout}"), layout, RECORDS);
+        let len = std::fs::metadata(&path).unwrap().len() - REGION_HEADER;
+        let l0 = word(&path, header::LEVELS as u64);
+        for e in 0..64 {
+            let entry = l0 + e * ENTRY_BYTES;
+            if word(&path, entry) as u32 != 0 {
+                set_word(
+                    &path,
+                    entry + 16,
+                    (len + (1 << 20)).next_multiple_of(BUCKET_BYTES),
+                );
+            }
+        }
+        let store = PlushStore::open(&path, &opts(layout)).unwrap();
+        let mut errors = 0;
+        for i in 0..RECORDS {
+            match catch_unwind(AssertUnwindSafe(|| store.get(&key(layout, i)))) {
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) => errors += 1,
+                Err(p) => panic!("{layout}: get {i} panicked: {}", panic_text(&p)),
+            }
+        }
+        assert!(errors > 0, "{layout}: no lookup went through a bad bucket");
+        let report = catch_unwind(AssertUnwindSafe(|| store.verify()))
+            .unwrap_or_else(|p| panic!("{layout}: verify panicked: {}", panic_text(&p)));
+        match report {
+            Ok(r) => assert!(
+                r.problems.iter().any(|p| p.contains("outside")),
+                "{layout}: verify missed the bad buckets: {:?}",
+                r.problems
+            ),
+            Err(e) => assert!(!e.to_string().is_empty()),
+        }
+    }
+}
+
+/// Opens a copy of `pristine` with `bytes` written at `target`; reads every key, verifies,
+/// writes enough to reuse log chunks and collect payload chunks, verifies again. Returns 0 if
+/// the open refused, 1 if writes failed, 2 if all went through; panics (with `what`) if the
+/// store panicked.
+fn open_damaged(path: &Path, pristine: &[u8], target: u64, bytes: &[u8], what: &str) -> usize {
+    let layout = PlushLayout::Variable;
+    std::fs::write(path, pristine).unwrap();
+    write_data(path, target, bytes);
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let store = match PlushStore::open(path, &opts(layout)) {
+            Ok(s) => s,
+            Err(e) => {
+                assert!(!e.to_string().is_empty());
+                return 0;
+            }
+        };
+        for i in 0..RECORDS {
+            let _ = store.get(&key(layout, i));
+        }
+        let _ = store.verify();
+        let _ = store.len();
+        let mut writable = true;
+        for i in 0..3000 {
+            writable &= store.put(&key(layout, i % 500), &value(layout, i)).is_ok();
+        }
+        let _ = store.verify();
+        if writable { 2 } else { 1 }
+    }));
+    r.unwrap_or_else(|p| panic!("{what}: panicked: {}", panic_text(&p)))
+}
+
+/// The chunks of a populated variable-layout store: its file, and the offsets of its
+/// allocated log and payload chunks.
+fn damaged_store_parts(dir: &Path) -> (PathBuf, Vec<u8>, Vec<u64>, Vec<u64>) {
+    let path = make_store(dir, "garbage", PlushLayout::Variable, RECORDS);
+    let g = geometry(&path);
+    let pristine = std::fs::read(&path).unwrap();
+    let chunks: Vec<u64> = (0..g.logs * g.log_chunks)
+        .map(|i| word(&path, g.log_table_word(i / g.log_chunks, i % g.log_chunks)))
+        .filter(|&o| o != 0)
+        .collect();
+    let payloads: Vec<u64> = (0..g.payload_chunks)
+        .map(|c| word(&path, g.payload_table_word(c)))
+        .filter(|&o| o != 0)
+        .collect();
+    (path, pristine, chunks, payloads)
+}
+
+/// Random bytes in recovery-log chunks (headers, entries) and payload chunks (headers,
+/// entries): the open, the reads, `verify` and further writes return errors or answers —
+/// never a panic, never an allocation sized by the garbage.
+#[test]
+fn garbage_in_log_chunks_and_payload_entries_never_panics() {
+    let _alone = fork_guard();
+    let dir = scratch_dir();
+    let (path, pristine, chunks, payloads) = damaged_store_parts(dir.path());
+    let mut rng = 0x1234_5678_9abc_def0u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut outcomes = [0usize; 3];
+    for round in 0..40 {
+        let target = match round % 4 {
+            0 => chunks[round % chunks.len()] + 8,
+            1 => chunks[round % chunks.len()] + 64 + (next() % 60) * 32,
+            2 => payloads[round % payloads.len()] + 8,
+            _ => payloads[round % payloads.len()] + 64 + (next() % 100) * 8,
+        };
+        let garbage: Vec<u8> = (0..64).map(|_| next() as u8).collect();
+        let what = format!("garbage at {target} (round {round})");
+        outcomes[open_damaged(&path, &pristine, target, &garbage, &what)] += 1;
+    }
+    eprintln!("garbage: {outcomes:?} (refused, opened but failing writes, opened and writable)");
+}
+
+/// The largest values in chunk headers: a log chunk's generation and sequence number, a
+/// payload chunk's epoch. Recovery and later writes compute `value + 1` from them unchecked
+/// (`replay_log`'s next sequence number, `renew_chunk`'s next generation, the collector's next
+/// epoch): with overflow checks (debug builds, `cargo test` without `--release`) the open
+/// panics ("attempt to add with overflow", recovery.rs `next_seq`); in release builds it wraps.
+#[test]
+fn the_largest_header_values_never_panic() {
+    let _alone = fork_guard();
+    let dir = scratch_dir();
+    let (path, pristine, chunks, payloads) = damaged_store_parts(dir.path());
+    let ones = [0xffu8; 8];
+    let mut cases = Vec::new();
+    for &c in chunks.iter().take(3) {
+        cases.push((c + log_chunk::GEN, "log chunk generation"));
+        cases.push((c + log_chunk::SEQ, "log chunk sequence number"));
+    }
+    for &c in payloads.iter().take(3) {
+        cases.push((c + payload_chunk::EPOCH, "payload chunk epoch"));
+    }
+    for (target, what) in cases {
+        open_damaged(
+            &path,
+            &pristine,
+            target,
+            &ones,
+            &format!("{what} at {target} all ones"),
+        );
+    }
+}
+
+/// Every single-byte change of the store header's first 256 bytes (the fixed, checksummed
+/// part; the mark and counters; the level directories): an error, or a store that answers.
+/// Changes to the fixed part are always errors.
+#[test]
+fn every_single_byte_change_of_the_store_header_is_caught_or_harmless() {
+    let _alone = fork_guard();
+    let dir = scratch_dir();
+    let layout = PlushLayout::Fixed8;
+    let path = make_store(dir.path(), "bytes", layout, RECORDS);
+    let orig = store_header(&path);
+    let mut opened = 0;
+    for at in 0..256usize {
+        for mask in [0x01u8, 0x80, 0xff] {
+            let mut hdr = orig.clone();
+            hdr[at] ^= mask;
+            write_data(&path, 0, &hdr[..256]);
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                match PlushStore::open(&path, &opts(layout)) {
+                    Ok(s) => {
+                        let _ = s.get(&key(layout, 1));
+                        let _ = s.verify();
+                        Ok(())
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
+            }));
+            match r {
+                Ok(Ok(())) => {
+                    assert!(
+                        at >= header::FIXED_END + 4,
+                        "byte {at} ^ {mask:#x} of the checksummed part was accepted"
+                    );
+                    opened += 1;
+                }
+                Ok(Err(msg)) => assert!(!msg.is_empty() && !msg.contains('\n'), "{msg:?}"),
+                Err(p) => panic!("byte {at} ^ {mask:#x}: panicked: {}", panic_text(&p)),
+            }
+        }
+    }
+    write_data(&path, 0, &orig);
+    PlushStore::open(&path, &opts(layout)).unwrap();
+    eprintln!("{opened} single-byte changes opened (mutable fields)");
+}
+
+// ----- files that are not stores -------------------------------------------------------------
+
+#[test]
+fn truncated_files_are_refused() {
+    let _alone = fork_guard();
+    let dir = scratch_dir();
+    let path = make_store(dir.path(), "cut", PlushLayout::Variable, RECORDS);
+    let pristine = std::fs::read(&path).unwrap();
+    let len = pristine.len() as u64;
+    // Cut: the region header says more.
+    for cut in [len - 4096, len / 2, 2 * REGION_HEADER, REGION_HEADER] {
+        std::fs::write(&path, &pristine[..cut as usize]).unwrap();
+        let e = open_err(&path, PlushLayout::Variable, &format!("cut to {cut}"));
+        assert!(matches!(e, Error::Truncated { .. }), "cut to {cut}: {e:?}");
+    }
+    for cut in [100, 4095] {
+        std::fs::write(&path, &pristine[..cut]).unwrap();
+        let e = open_err(&path, PlushLayout::Variable, &format!("cut to {cut}"));
+        assert!(matches!(e, Error::TooSmall { .. }), "cut to {cut}: {e:?}");
+    }
+    // Cut with a consistent region header (its length word rewritten, with its checksum): the
+    // region opens, and the store finds its structures past the end.
+    for pages in [0u32, 1, 2, ((len - REGION_HEADER) / 4096 / 2) as u32] {
+        let keep = (REGION_HEADER + u64::from(pages) * 4096) as usize;
+        let mut bytes = pristine[..keep].to_vec();
+        bytes[24..28].copy_from_slice(&pages.to_le_bytes());
+        let crc = crc32c::crc32c(&bytes[24..28]);
+        bytes[28..32].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let e = open_err(&path, PlushLayout::Variable, &format!("{pages} pages"));
+        assert!(
+            matches!(e, Error::Corrupt { .. } | Error::BadMagic { .. }),
+            "{pages} pages: {e:?}"
+        );
+    }
+}
+
+#[test]
+fn empty_files_directories_and_missing_paths_are_refused() {
+    let _alone = fork_guard();
+    let dir = scratch_dir();
+    let empty = dir.path().join("empty.plush");
+    std::fs::write(&empty, b"").unwrap();
+    let e = open_err(&empty, PlushLayout::Fixed8, "an empty file");
+    assert!(matches!(e, Error::TooSmall { actual: 0, .. }), "{e:?}");
+
+    let sub = dir.path().join("a-directory");
+    std::fs::create_dir(&sub).unwrap();
+    let e = open_err(&sub, PlushLayout::Fixed8, "a directory");
+    assert!(matches!(e, Error::Io { .. }), "{e:?}");
+    assert!(e.to_string().contains("a-directory"), "{e}");
+
+    let missing = dir.path().join("missing.plush");
+    let e = open_err(&missing, PlushLayout::Fixed8, "a missing path");
+    match &e {
+        Error::Io { source, .. } => {
+            assert_eq!(source.kind(), std::io::ErrorKind::NotFound, "{e}");
+        }
+        other => panic!("a missing path: {other:?}"),
+    }
+    assert!(!missing.exists(), "opening created the file");
+    // Creating over an existing file refuses and leaves it alone.
+    let path = make_store(dir.path(), "exists", PlushLayout::Fixed8, 10);
+    let before = std::fs::read(&path).unwrap();
+    assert!(PlushStore::create(&path, &opts(PlushLayout::Fixed8)).is_err());
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    // Random bytes where a store should be.
+    let noise = dir.path().join("noise.plush");
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let bytes: Vec<u8> = (0..64 << 10)
+        .map(|_| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng as u8
+        })
+        .collect();
+    std::fs::write(&noise, &bytes).unwrap();
+    let e = open_err(&noise, PlushLayout::Fixed8, "noise");
+    assert!(matches!(e, Error::BadMagic { .. }), "{e:?}");
+}
+
+#[test]
+fn a_second_open_while_the_first_is_open_is_locked() {
+    let _alone = fork_guard();
+    let dir = scratch_dir();
+    let path = make_store(dir.path(), "locked", PlushLayout::Variable, 10);
+    let first = PlushStore::open(&path, &opts(PlushLayout::Variable)).unwrap();
+    match PlushStore::open(&path, &opts(PlushLayout::Variable)) {
+        Err(Error::Locked { path: p, holder }) => {
+            assert_eq!(p, path);
+            assert!(!holder.is_empty());
+        }
+        Err(e) => panic!("expected Error::Locked, got {e:?}"),
+        Ok(_) => panic!("a second open succeeded"),
+    }
+    // The first handle is unharmed, and once it is closed the store opens again.
+    assert_eq!(
+        first.get(&key(PlushLayout::Variable, 3)).unwrap(),
+        Some(value(PlushLayout::Variable, 3))
+    );
+    first.close().unwrap();
+    let again = PlushStore::open(&path, &opts(PlushLayout::Variable)).unwrap();
+    assert_eq!(again.len().unwrap(), 10);
+}
+
+// ----- geometries the store accepts but cannot afford: in a child process -----------------------
+
+/// Child mode: open the store at the path and report.
+const OPEN_CHILD_ENV: &str = "TIERBASE_PLUSH_OPEN_CHILD";
+/// Address space the child may use: generous for an open of a small store, far below what a
+/// geometry-sized allocation of the crafted headers takes.
+const CHILD_AS_LIMIT: u64 = 3 << 30;
+/// Peak resident memory an open of these files may take.
+const PEAK_LIMIT_KIB: u64 = 256 << 10;
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// In the child: limit the address space, open (or, with a spec `create:<dram_bits>:<levels>:
+/// <path>`, create with default options but those), print the result and the peak resident
+/// memory.
+fn open_child(spec: &str) {
+    let lim = libc::rlimit {
+        rlim_cur: CHILD_AS_LIMIT,
+        rlim_max: CHILD_AS_LIMIT,
+    };
+    // SAFETY: setrlimit with a valid, initialised struct; it changes only this process.
+    unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) };
+    let r = match spec.split_once(':') {
+        Some(("create", rest)) => {
+            let mut parts = rest.splitn(3, ':');
+            let bits = parts.next().unwrap().parse().unwrap();
+            let levels = parts.next().unwrap().parse().unwrap();
+            let path = parts.next().unwrap();
+            let o = PlushOptions::default()
+                .dram_bits(bits)
+                .max_levels(levels)
+                .migrators(0)
+                .region(RegionOptions {
+                    reserve: 1 << 30,
+                    ..RegionOptions::default()
+                });
+            PlushStore::create(path, &o).map(drop)
+        }
+        _ => PlushStore::open(spec, &opts(PlushLayout::Fixed8)).map(drop),
+    };
+    println!();
+    match r {
+        Ok(()) => println!("result ok"),
+        Err(e) => println!("result err {e}"),
+    }
+    println!("peak_rss_kib {}", peak_rss_kib());
+}
+
+/// Runs [`open_child`] on `spec` in a child process; returns its result line and peak memory,
+/// or fails the test with what the child printed.
+fn run_open_child(test: &str, spec: &str) -> (String, u64) {
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new(exe)
+        .args([
+            test,
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "--include-ignored",
+        ])
+        .env(OPEN_CHILD_ENV, spec)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let tail = |s: &str| s.lines().rev().take(6).collect::<Vec<_>>().join(" | ");
+    // What the child said before it died: an allocation failure, a panic, or its last lines.
+    let why = stdout
+        .lines()
+        .chain(stderr.lines())
+        .find(|l| l.contains("memory allocation") || l.contains("panicked"))
+        .map_or_else(
+            || format!("{} / {}", tail(&stdout), tail(&stderr)),
+            str::to_string,
+        );
+    assert!(
+        out.status.success(),
+        "{spec}: the child died ({}): {why}",
+        out.status
+    );
+    let result = stdout
+        .lines()
+        .find(|l| l.starts_with("result "))
+        .unwrap_or_else(|| panic!("{spec}: no result from the child: {}", tail(&stdout)))
+        .to_string();
+    let peak = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("peak_rss_kib "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    (result, peak)
+}
+
+/// A store header whose fields all pass `Geometry::validate` but describe a DRAM level of 2^24
+/// entries with one recovery log of 257 chunks of 1 GiB, written over an empty store of
+/// 270 KiB (checksum recomputed). Recovery sizes its per-chunk epoch table from the header
+/// before it checks anything against the file: `Log::new` collects `log_chunks ×
+/// entries_per_log` = 257 × 2^24 `AtomicU32`s (17 GiB), and the process aborts ("memory
+/// allocation of 17246978048 bytes failed") instead of returning an error; with 128 logs of 3
+/// chunks it allocates 1 GiB of DRAM entries and 200 MB of epochs before `ZeroedWords` fails.
+/// The same arithmetic makes `PlushStore::create` with `PlushOptions::default().dram_bits(24)
+/// .max_levels(2)` — a geometry `validate` accepts — try to allocate 275 GB (64 logs × 4098
+/// chunks × 2^18 entries × 4 bytes) and abort; `dram_bits(20)` with the default 4 levels
+/// allocates 1 GiB of epochs at open.
+/// Expected: an error naming the geometry (or the memory it needs), and a small peak.
+#[test]
+fn accepted_but_absurd_geometries_fail_cleanly_without_huge_allocations() {
+    let _alone = fork_guard();
+    if let Ok(spec) = std::env::var(OPEN_CHILD_ENV) {
+        open_child(&spec);
+        return;
+    }
+    let test = "accepted_but_absurd_geometries_fail_cleanly_without_huge_allocations";
+    let dir = scratch_dir();
+    let mut failures = Vec::new();
+    let crafted = [
+        ("one log of 257 1-GiB chunks", 1u32, 257u32),
+        ("128 logs of 3 1-GiB chunks", 128, 3),
+    ];
+    for (i, (name, logs, chunks)) in crafted.into_iter().enumerate() {
+        let path = make_store(dir.path(), &format!("absurd-{i}"), PlushLayout::Fixed8, 0);
+        let geo = Geometry {
+            layout: PlushLayout::Fixed8,
+            dram_bits: 24,
+            max_levels: 1,
+            logs,
+            log_chunks: chunks,
+            log_chunk_bytes: 1 << 30,
+            payload_logs: 0,
+            payload_chunks: 0,
+            payload_chunk_bytes: 0,
+        };
+        // Refused by validation now (DRAM is bounded before anything is sized); the open
+        // of a file carrying it must fail cleanly all the same.
+        assert!(geo.validate(None).is_err(), "{name}: validation accepts it");
+        write_geometry(&path, &geo);
+        let spec = path.display().to_string();
+        let outcome = catch_unwind(AssertUnwindSafe(|| run_open_child(test, &spec)));
+        match outcome {
+            Ok((result, peak)) if result.starts_with("result err") && peak < PEAK_LIMIT_KIB => {}
+            Ok((result, peak)) => failures.push(format!("{name}: {result}, peak {peak} KiB")),
+            Err(p) => failures.push(format!("{name}: {}", panic_text(&p))),
+        }
+    }
+    let created = dir.path().join("default-24.plush");
+    let spec = format!("create:24:2:{}", created.display());
+    match catch_unwind(AssertUnwindSafe(|| run_open_child(test, &spec))) {
+        Ok((result, peak)) if peak < PEAK_LIMIT_KIB => {
+            assert!(!result.is_empty());
+        }
+        Ok((result, peak)) => failures.push(format!(
+            "create with default options, dram_bits 24, 2 levels: {result}, peak {peak} KiB"
+        )),
+        Err(p) => failures.push(format!(
+            "create with default options, dram_bits 24, 2 levels: {}",
+            panic_text(&p)
+        )),
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
