@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Side by side: the original Viper (../shared/anchors/viper-bench) against tierbase's `kv`
-store, the same shapes on the same medium, runs alternating, medians reported.
+"""Side by side: the original Viper (../shared/anchors/viper-bench) against a tierbase store
+(`--store kv`, the default, or `plush`), the same shapes on the same medium, runs alternating,
+medians reported.
 
 Usage (from the repository root, after `cargo build --release -p tierbase-cli`):
 
@@ -90,7 +91,7 @@ def tierbase(mode, threads, args):
     shutil.rmtree(d, ignore_errors=True)
     out_json = os.path.join(args.dir, "tb-result.json")
     ops = args.inserts if mode == "insert" else args.ops
-    cmd = [TIERBASE, "bench", "ycsb", "--store", "kv", "--key-size", "16", "--value-size", "200",
+    cmd = [TIERBASE, "bench", "ycsb", "--store", args.store, "--key-size", "16", "--value-size", "200",
            "--records", str(args.records), "--threads", str(threads), "--warmup", "0",
            "--max-time", "0", "--flush", args.flush, "--dir", d, "--ops", str(ops), "-q",
            "--out", out_json] + TB_WORKLOAD[mode]
@@ -106,7 +107,7 @@ def tierbase(mode, threads, args):
 
 
 def tierbase_recover(threads, args):
-    cmd = [TIERBASE, "bench", "recovery", "--records", str(args.records), "--threads",
+    cmd = [TIERBASE, "bench", "recovery", "--store", args.store, "--records", str(args.records), "--threads",
            str(threads), "--repeat", "1", "--dir", args.dir]
     if args.after_crash:
         # Time recovery from the image a crash leaves (every record checked), as Viper's
@@ -128,6 +129,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rows", default="insert,get,update,ycsba")
     ap.add_argument("--flush", default="clwb")
+    ap.add_argument("--store", default="kv", help="tierbase store: kv or plush")
     ap.add_argument("--dir", default="/dev/shm/viper-compare")
     ap.add_argument("--out", default="viper-compare.json")
     ap.add_argument("--after-crash", action="store_true",

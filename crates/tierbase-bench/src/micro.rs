@@ -191,8 +191,13 @@ pub struct RecoveryReport {
     pub after_crash: bool,
     /// DRAM the reopened store holds (index and page/block metadata), in bytes.
     pub dram_bytes: u64,
-    /// DRAM of the index alone, in bytes.
+    /// DRAM of the index alone, in bytes (for Plush: the DRAM level with its filters, as
+    /// `dram_bytes`).
     pub index_bytes: u64,
+    /// The store timed (`kv` or `plush`).
+    pub store: String,
+    /// Log entries recovery read (Plush; 0 for `kv`).
+    pub log_entries: u64,
     /// One entry per thread count.
     pub runs: Vec<RecoveryRun>,
 }
@@ -212,6 +217,40 @@ pub struct RecoveryPlan {
     pub repeat: usize,
     /// Time recovery from a crash image (every record checked) instead of after a clean close.
     pub after_crash: bool,
+    /// The store whose recovery is timed.
+    pub store: RecoveryStore,
+}
+
+/// Stores [`recovery`] can time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoveryStore {
+    /// The hybrid KV store: a parallel scan of every record rebuilds the DRAM index, so its
+    /// time grows with the record count.
+    Kv,
+    /// Plush: the DRAM level is rebuilt from the recovery logs, whose size the configuration
+    /// fixes, so its time should not grow with the record count.
+    Plush,
+}
+
+impl RecoveryStore {
+    /// Name as the CLI spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecoveryStore::Kv => "kv",
+            RecoveryStore::Plush => "plush",
+        }
+    }
+
+    /// Parses `kv` or `plush`.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name.trim() {
+            "kv" => Ok(RecoveryStore::Kv),
+            "plush" => Ok(RecoveryStore::Plush),
+            other => Err(BenchError::invalid(format!(
+                "recovery: unknown store {other:?} (kv or plush)"
+            ))),
+        }
+    }
 }
 
 /// Builds a fixed-layout `kv` store with `records` records in a fresh directory under `dir`,
@@ -232,6 +271,7 @@ pub fn recovery(
         ref threads,
         repeat,
         after_crash,
+        store: which,
     } = *plan;
     if records == 0 || repeat == 0 || threads.is_empty() {
         return Err(BenchError::invalid(
@@ -248,6 +288,9 @@ pub fn recovery(
         .prefix("tierbase-recovery-")
         .tempdir_in(dir)
         .map_err(|e| BenchError::io("create directory in", dir, e))?;
+    if which == RecoveryStore::Plush {
+        return recovery_plush(work.path(), plan, log);
+    }
     let path = work.path().join("kv.tb");
     let layout = RecordLayout::Fixed {
         key_size: key_size as u32,
@@ -262,30 +305,9 @@ pub fn recovery(
         "loading {records} records into {}",
         path.display()
     ));
-    let loaders = 2u64;
-    std::thread::scope(|s| -> Result<()> {
-        let handles: Vec<_> = (0..loaders)
-            .map(|t| {
-                let store = &store;
-                s.spawn(move || -> Result<()> {
-                    let mut c = store.client();
-                    let mut key = vec![0u8; key_size];
-                    let value = vec![0xA5u8; value_size];
-                    let mut i = t;
-                    while i < records {
-                        key[..8].copy_from_slice(&tierbase::kv::index_mix(i).to_le_bytes());
-                        c.put(&key, &value)?;
-                        i += loaders;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join()
-                .map_err(|_| BenchError::WorkerPanicked("recovery loader".into()))??;
-        }
-        Ok(())
+    load_in_parallel(records, key_size, value_size, || {
+        let mut c = store.client();
+        move |k: &[u8], v: &[u8]| c.put(k, v).map(drop).map_err(BenchError::from)
     })?;
     let region_bytes = store.region().len();
     let durability = store.durability().name().to_string();
@@ -334,17 +356,7 @@ pub fn recovery(
                 let _ = std::fs::remove_file(&crash_path);
             }
         }
-        let mut sorted = samples.clone();
-        sorted.sort_by(f64::total_cmp);
-        let median_s = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
-        log(&format!(
-            "recovery with {t} thread(s): median {median_s:.3} s"
-        ));
-        runs.push(RecoveryRun {
-            threads: t,
-            median_s,
-            samples_s: samples,
-        });
+        runs.push(recovery_run(t, samples, log));
     }
     Ok(RecoveryReport {
         records,
@@ -354,6 +366,139 @@ pub fn recovery(
         after_crash,
         dram_bytes,
         index_bytes,
+        store: which.name().into(),
+        log_entries: 0,
+        runs,
+    })
+}
+
+/// Loads `records` distinct keys (`key_size` bytes, the first 8 a mix of the index) with
+/// `value_size`-byte values through two threads, each with its own writer from `writer`.
+fn load_in_parallel<W: FnMut(&[u8], &[u8]) -> Result<()>>(
+    records: u64,
+    key_size: usize,
+    value_size: usize,
+    writer: impl Fn() -> W + Sync,
+) -> Result<()> {
+    let loaders = 2u64;
+    std::thread::scope(|s| -> Result<()> {
+        let handles: Vec<_> = (0..loaders)
+            .map(|t| {
+                let writer = &writer;
+                s.spawn(move || -> Result<()> {
+                    let mut put = writer();
+                    let mut key = vec![0u8; key_size];
+                    let value = vec![0xA5u8; value_size];
+                    let mut i = t;
+                    while i < records {
+                        key[..8].copy_from_slice(&tierbase::kv::index_mix(i).to_le_bytes());
+                        put(&key, &value)?;
+                        i += loaders;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join()
+                .map_err(|_| BenchError::WorkerPanicked("recovery loader".into()))??;
+        }
+        Ok(())
+    })
+}
+
+/// One thread count's samples, with their median, logged.
+fn recovery_run(threads: usize, samples: Vec<f64>, log: &mut dyn FnMut(&str)) -> RecoveryRun {
+    let mut sorted = samples.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median_s = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+    log(&format!(
+        "recovery with {threads} thread(s): median {median_s:.3} s"
+    ));
+    RecoveryRun {
+        threads,
+        median_s,
+        samples_s: samples,
+    }
+}
+
+/// [`recovery`] of a Plush store (8-byte keys and values: the fixed layout; otherwise the
+/// variable one) in `work`. Loaded with migration on the inserting threads, so nothing moves
+/// while the crash image is copied.
+fn recovery_plush(
+    work: &std::path::Path,
+    plan: &RecoveryPlan,
+    log: &mut dyn FnMut(&str),
+) -> Result<RecoveryReport> {
+    use tierbase::hash::{PlushLayout, PlushOptions, PlushStore};
+    let path = work.join("plush.tb");
+    let layout = if plan.key_size == 8 && plan.value_size == 8 {
+        PlushLayout::Fixed8
+    } else {
+        PlushLayout::Variable
+    };
+    let opts = PlushOptions::default().layout(layout);
+    let store = PlushStore::create(&path, &opts.clone().migrators(0))?;
+    log(&format!(
+        "loading {} records into {}",
+        plan.records,
+        path.display()
+    ));
+    load_in_parallel(plan.records, plan.key_size, plan.value_size, || {
+        let store = &store;
+        move |k: &[u8], v: &[u8]| store.upsert(k, v).map_err(BenchError::from)
+    })?;
+    let region_bytes = store.region().len();
+    let durability = store.region().durability().name().to_string();
+    let crash_path = work.join("crashed.tb");
+    if plan.after_crash {
+        // The image a crash leaves: the file while the store is open and idle.
+        std::fs::copy(&path, &crash_path)
+            .map_err(|e| BenchError::io("copy the open store to", &crash_path, e))?;
+    }
+    store.close()?;
+    let medium = crate::adapter::file_medium(work).to_string();
+    let (mut runs, mut dram_bytes, mut log_entries) = (Vec::new(), 0, 0);
+    for &t in &plan.threads {
+        let mut samples = Vec::new();
+        for _ in 0..plan.repeat {
+            let timed = if plan.after_crash {
+                // Recovery rewrites what it replays: time a fresh copy each time.
+                let copy = work.join("timed.tb");
+                std::fs::copy(&crash_path, &copy)
+                    .map_err(|e| BenchError::io("copy the crash image to", &copy, e))?;
+                copy
+            } else {
+                path.clone()
+            };
+            let mut o = opts.clone();
+            o.recovery_threads = t;
+            let store = PlushStore::open(&timed, &o)?;
+            let found = store.len()?;
+            if found != plan.records {
+                return Err(BenchError::invalid(format!(
+                    "recovery found {found} records, expected {}",
+                    plan.records
+                )));
+            }
+            let report = store.recovery_report();
+            samples.push(report.total.as_secs_f64());
+            log_entries = report.log_entries;
+            dram_bytes = store.stats().dram_bytes;
+            store.close()?;
+        }
+        runs.push(recovery_run(t, samples, log));
+    }
+    Ok(RecoveryReport {
+        records: plan.records,
+        region_bytes,
+        medium,
+        durability,
+        after_crash: plan.after_crash,
+        dram_bytes,
+        index_bytes: dram_bytes,
+        store: RecoveryStore::Plush.name().into(),
+        log_entries,
         runs,
     })
 }

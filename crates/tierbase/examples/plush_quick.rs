@@ -28,6 +28,12 @@ fn main() -> tierbase::Result<()> {
         let opts = PlushOptions::default()
             .layout(layout)
             .dram_bits(bits)
+            .migrators(
+                std::env::var("MIGRATORS")
+                    .ok()
+                    .and_then(|m| m.parse().ok())
+                    .unwrap_or(1),
+            )
             .region(tierbase::device::RegionOptions {
                 flush: std::env::var("FLUSH")
                     .ok()

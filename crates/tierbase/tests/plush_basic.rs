@@ -167,8 +167,10 @@ fn payload_collection_keeps_space_bounded_under_overwrites() {
     // of 12 leaves room, and the chunk cap (64) would be four times that.
     assert!(
         s.payload_bytes <= 12 * (16 << 10),
-        "payload {} bytes",
-        s.payload_bytes
+        "payload {} bytes, {} live, counters {:?}",
+        s.payload_bytes,
+        s.payload_live_bytes,
+        s.counters
     );
     for (k, v) in &model {
         assert_eq!(store.get(k).unwrap().as_ref(), Some(v));

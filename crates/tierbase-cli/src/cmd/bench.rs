@@ -39,7 +39,8 @@ enum BenchCommand {
     /// Micro benchmarks (insert / get / update / delete, uniform and zipfian keys) of several
     /// stores back to back, with each store's throughput relative to the last one listed.
     Micro(Box<MicroArgs>),
-    /// Time the KV store's recovery (index rebuild on open) with 1, 2, ... threads.
+    /// Time a store's recovery on open (kv: the index rebuild; plush: the log replay) with 1,
+    /// 2, ... threads.
     Recovery(RecoveryArgs),
     /// ACE against the plain replacement policies on page-access traces (synthetic or
     /// recorded), in virtual time on a device profile or on a real page file; print a table,
@@ -207,6 +208,11 @@ struct MicroArgs {
 /// Arguments of `tierbase bench recovery`.
 #[derive(clap::Args, Debug)]
 struct RecoveryArgs {
+    /// Store to time: kv (the DRAM index is rebuilt from every record) or plush (the DRAM
+    /// level is rebuilt from its fixed-size recovery logs; 8-byte keys and values use its fixed
+    /// layout).
+    #[arg(long, default_value = "kv", value_name = "STORE")]
+    store: String,
     /// Records in the store.
     #[arg(long, default_value_t = 10_000_000, value_name = "N")]
     records: u64,
@@ -549,11 +555,15 @@ fn recovery(a: RecoveryArgs) -> anyhow::Result<()> {
         threads,
         repeat: a.repeat,
         after_crash: a.after_crash,
+        store: tierbase_bench::micro::RecoveryStore::parse(&a.store)?,
     };
     let report = tierbase_bench::micro::recovery(&dir, &plan, &mut |line| eprintln!("{line}"))?;
     println!(
-        "\nkv recovery {}: {} records ({} B keys, {} B values), {} store on {} ({})",
-        if report.after_crash {
+        "\n{} recovery {}: {} records ({} B keys, {} B values), {} store on {} ({})",
+        report.store,
+        if report.after_crash && report.store == "plush" {
+            "after a crash (the DRAM level replayed from the logs)"
+        } else if report.after_crash {
             "after a crash (every record checked)"
         } else {
             "after a clean close"
@@ -572,6 +582,9 @@ fn recovery(a: RecoveryArgs) -> anyhow::Result<()> {
         per(report.dram_bytes),
         per(report.index_bytes)
     );
+    if plan.store == tierbase_bench::micro::RecoveryStore::Plush {
+        println!("log entries read: {}", report.log_entries);
+    }
     println!("{:>8} {:>12} {:>14}", "threads", "median s", "records/s");
     for r in &report.runs {
         println!(

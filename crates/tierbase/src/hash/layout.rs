@@ -523,13 +523,26 @@ pub mod payload_chunk {
     /// Epoch (u64): raised when the chunk is collected, which makes every locator into it
     /// dangling.
     pub const EPOCH: u64 = 8;
-    /// 1 while the chunk holds entries, 0 when free (u64).
-    pub const IN_USE: u64 = 16;
-    /// While the chunk receives a collection's copies: the victim's chunk id + 1 (u64; 0 =
-    /// none), so that recovery can finish or undo a collection a crash cut short.
-    pub const GC_SOURCE: u64 = 24;
-    /// 1 once all of that collection's copies are durable (u64).
-    pub const GC_COMPLETE: u64 = 32;
+    /// State (u64, one word so that no crash can leave half of a change): bit 0 set while the
+    /// chunk holds entries (0 = free); bits 32..64 the victim's chunk id + 1 while the chunk
+    /// receives a collection's copies, and bit 1 once all of them are durable.
+    pub const STATE: u64 = 16;
+    /// [`STATE`] bit: in use.
+    pub const IN_USE: u64 = 1;
+    /// [`STATE`] bit: the collection's copies are complete.
+    pub const GC_COMPLETE: u64 = 2;
+
+    /// The state of a chunk in use that receives copies from `victim`.
+    pub fn collecting(victim: u32, complete: bool) -> u64 {
+        IN_USE | if complete { GC_COMPLETE } else { 0 } | ((u64::from(victim) + 1) << 32)
+    }
+
+    /// The victim of the collection a state names, and whether its copies are complete.
+    pub fn collection(state: u64) -> Option<(u32, bool)> {
+        let source = state >> 32;
+        (state & IN_USE != 0 && source != 0)
+            .then(|| ((source - 1) as u32, state & GC_COMPLETE != 0))
+    }
 }
 
 /// Bits of a payload chunk's epoch kept in a locator.
@@ -576,11 +589,18 @@ pub fn payload_header(key_len: usize, value_len: usize, tombstone: bool) -> u64 
     (key_len as u64) | ((value_len as u64) << 32) | (u64::from(tombstone) << 63)
 }
 
+/// Bit of a payload header word set (without a persist: a hint for collection) once the entry
+/// is known to be superseded. Not covered by the entry's check.
+pub const PAYLOAD_DEAD: u64 = 1 << 62;
+
+/// Longest value a payload entry can describe (30 bits of length).
+pub const MAX_PAYLOAD_VALUE: usize = (1 << 30) - 1;
+
 /// `(key length, value length, tombstone)` of a payload header word.
 pub fn split_payload_header(word: u64) -> (usize, usize, bool) {
     (
         (word & 0xffff_ffff) as usize,
-        ((word >> 32) & 0x7fff_ffff) as usize,
+        ((word >> 32) & MAX_PAYLOAD_VALUE as u64) as usize,
         word >> 63 == 1,
     )
 }
@@ -689,8 +709,12 @@ mod tests {
         };
         assert_eq!(Locator::decode(l.encode()), l);
         assert!(l.current(5) && l.current(5 + (1 << LOCATOR_EPOCH_BITS)) && !l.current(6));
-        let h = payload_header(17, (1 << 31) - 1, true);
-        assert_eq!(split_payload_header(h), (17, (1 << 31) - 1, true));
+        let h = payload_header(17, MAX_PAYLOAD_VALUE, true);
+        assert_eq!(split_payload_header(h), (17, MAX_PAYLOAD_VALUE, true));
+        assert_eq!(
+            split_payload_header(h | PAYLOAD_DEAD),
+            (17, MAX_PAYLOAD_VALUE, true)
+        );
         assert_eq!(payload_entry_bytes(3, 4), 16);
     }
 }

@@ -73,8 +73,15 @@ impl Inner {
         entry / self.geo.logs as usize
     }
 
-    /// Writes `rec` (for DRAM entry `entry`) to its log and makes it durable.
-    pub(super) fn log_append(&self, entry: usize, rec: &LogRecord) -> Result<()> {
+    /// Writes `rec` (for DRAM entry `entry`) to its log and makes it durable — together with
+    /// `with` (a payload entry written but not yet persisted), under one fence: recovery keeps
+    /// a log entry only if its payload entry passes its check, so the two need no order.
+    pub(super) fn log_append(
+        &self,
+        entry: usize,
+        rec: &LogRecord,
+        with: Option<(u64, usize)>,
+    ) -> Result<()> {
         let log = &self.logs[entry % self.geo.logs as usize];
         let per_chunk = self.geo.log_chunk_entries();
         loop {
@@ -92,7 +99,12 @@ impl Inner {
                         raw[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
                     }
                     self.region.write(off, &raw)?;
-                    self.region.persist(off, LOG_ENTRY_BYTES as usize)?;
+                    match with {
+                        Some(payload) => self
+                            .region
+                            .persist_all(&[payload, (off, LOG_ENTRY_BYTES as usize)])?,
+                        None => self.region.persist(off, LOG_ENTRY_BYTES as usize)?,
+                    }
                     self.counters.log_entries.incr();
                     return Ok(());
                 }

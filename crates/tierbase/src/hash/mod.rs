@@ -365,6 +365,7 @@ impl Inner {
     /// another key with the same 64-bit hash would restart every time; after a few restarts
     /// such records are skipped.)
     fn find(&self, probe: &Probe<'_>) -> Result<Option<Found>> {
+        self.prefetch_levels(probe.hash);
         let mut restarts = 0;
         'search: loop {
             let skip_dangling = restarts >= 4;
@@ -408,6 +409,25 @@ impl Inner {
         }
     }
 
+    /// The value word of `probe`'s key's newest record if it is in DRAM (deletions included).
+    fn newest_in_dram(&self, probe: &Probe<'_>) -> Result<Option<u64>> {
+        let idx = self.dram_index(probe.hash);
+        let (a, b) = halves(&self.dram.entries[idx]);
+        let mut cands = Vec::new();
+        for half in [a, b] {
+            self.dram
+                .candidates(idx, half, probe.word, probe.hash, &mut cands);
+            for &(_, value) in &cands {
+                if let Resolved::Found(Found::Value(w, _) | Found::Deleted(w)) =
+                    self.resolve(probe, value)?
+                {
+                    return Ok(Some(w));
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// The value word of `key`'s newest record (variable layout), deletions included.
     pub(super) fn newest_word(&self, hash: u64, key: &[u8]) -> Result<Option<u64>> {
         let probe = Probe {
@@ -428,6 +448,7 @@ impl Inner {
         key: u64,
         value: u64,
         logged: bool,
+        with: Option<(u64, usize)>,
     ) -> Result<()> {
         let e = &self.dram.entries[entry];
         let (mut a, _) = halves(e);
@@ -447,6 +468,7 @@ impl Inner {
                     epoch,
                     slot: slot as u8,
                 },
+                with,
             )?;
         }
         self.dram
@@ -548,28 +570,49 @@ impl Inner {
         let payload = match &self.payload {
             Some(_) => Some(self.failure.record(
                 "plush",
-                self.payload_append(probe.hash, key, value.unwrap_or(&[]), value.is_none(), true),
+                self.payload_append(
+                    probe.hash,
+                    key,
+                    value.unwrap_or(&[]),
+                    value.is_none(),
+                    true,
+                    !logged,
+                ),
             )?),
             None => None,
         };
-        let value_word = payload.as_ref().map_or(fixed_value, |p| p.0);
+        let value_word = payload.as_ref().map_or(fixed_value, |p| p.word);
+        // A logged write persists its payload with its log entry (one fence).
+        let with = payload.as_ref().and_then(|p| p.unpersisted);
         let e = &self.dram.entries[idx];
         let _g = e.insert.lock();
-        let existed = if check {
-            Some(matches!(self.find(&probe)?, Some(Found::Value(..))))
+        // The record this write supersedes, if known: a checked write finds it anywhere; a
+        // blind one of the variable layout looks in DRAM only (cheap: fingerprints), so that
+        // overwrites still in DRAM count as dead payload at once.
+        let (existed, superseded) = if check {
+            match self.find(&probe)? {
+                Some(Found::Value(w, _)) => (Some(true), Some(w)),
+                Some(Found::Deleted(w)) => (Some(false), Some(w)),
+                None => (Some(false), None),
+            }
+        } else if self.payload.is_some() {
+            (None, self.newest_in_dram(&probe)?)
         } else {
-            None
+            (None, None)
         };
         if value.is_none() && existed == Some(false) {
             // Deleting an absent key writes nothing (its payload entry is dead weight).
-            if let (Some((w, _)), Some(p)) = (&payload, &self.payload) {
-                p.mark_dead(&self.region, *w);
+            if let (Some(appended), Some(p)) = (&payload, &self.payload) {
+                p.mark_dead(&self.region, appended.word);
             }
             return Ok(existed);
         }
-        let r = self.append_locked(idx, probe.word, value_word, logged);
+        let r = self.append_locked(idx, probe.word, value_word, logged, with);
         self.failure.record("plush", r)?;
         drop(payload);
+        if let (Some(old), Some(p)) = (superseded, &self.payload) {
+            p.mark_dead(&self.region, old);
+        }
         match (existed, value.is_some()) {
             (Some(false), true) => {
                 self.count.fetch_add(1, Ordering::AcqRel);
@@ -760,6 +803,8 @@ pub struct PlushStats {
     pub payload_bytes: u64,
     /// Payload bytes known to be superseded.
     pub payload_dead_bytes: u64,
+    /// Payload bytes not known to be superseded (what collection works from).
+    pub payload_live_bytes: u64,
     /// DRAM held by the store (fixed by configuration).
     pub dram_bytes: u64,
     /// Records waiting in DRAM (both halves of every entry).
@@ -957,7 +1002,7 @@ impl PlushStore {
             None => (inner.check_value(&new_value)?, None),
             Some(_) => {
                 let mut attempt =
-                    inner.payload_append(probe.hash, key, &new_value, deleting, false);
+                    inner.payload_append(probe.hash, key, &new_value, deleting, false, true);
                 if matches!(attempt, Err(Error::StoreFull { .. })) {
                     // The payload filled up under the lock. Collect without it, then apply the
                     // same decision if nothing changed the key meanwhile (decide runs once).
@@ -978,13 +1023,14 @@ impl PlushStore {
                                 .into(),
                         });
                     }
-                    attempt = inner.payload_append(probe.hash, key, &new_value, deleting, false);
+                    attempt =
+                        inner.payload_append(probe.hash, key, &new_value, deleting, false, true);
                 }
-                let (w, p) = inner.failure.record("plush", attempt)?;
-                (w, Some(p))
+                let appended = inner.failure.record("plush", attempt)?;
+                (appended.word, Some(appended.pending))
             }
         };
-        let r = inner.append_locked(idx, probe.word, value_word, true);
+        let r = inner.append_locked(idx, probe.word, value_word, true, None);
         inner.failure.record("plush", r)?;
         drop(pending);
         drop(guard);
@@ -1119,6 +1165,7 @@ impl PlushStore {
             space_used: inner.space.used(),
             payload_bytes,
             payload_dead_bytes,
+            payload_live_bytes: inner.payload.as_ref().map_or(0, Payload::live_bytes),
             dram_bytes: inner.dram.bytes() + dram_filter_bytes + log_bytes,
             dram_records: inner.dram.entries.iter().map(dram::held).sum(),
             counters,

@@ -16,8 +16,8 @@ use parking_lot::{Mutex, RwLock};
 
 use super::Inner;
 use super::layout::{
-    Locator, PAYLOAD_CHUNK_HEADER, hash_bytes, payload_chunk, payload_entry_bytes, payload_header,
-    split_payload_header,
+    Locator, MAX_PAYLOAD_VALUE, PAYLOAD_CHUNK_HEADER, PAYLOAD_DEAD, hash_bytes, payload_chunk,
+    payload_entry_bytes, payload_header, split_payload_header,
 };
 use crate::device::PmemRegion;
 use crate::error::{Error, Result};
@@ -51,6 +51,16 @@ pub(super) struct PChunk {
     pub started_at: AtomicU64,
     /// Payload bytes written when its live bytes were last estimated (0: never).
     pub estimated_at: AtomicU64,
+    /// Bytes after its last entry, known once it is sealed or estimated: a chunk a crash
+    /// left partly filled is sealed on open, and only a collection gets that space back.
+    pub unused: AtomicU64,
+}
+
+impl PChunk {
+    /// Bytes a collection would get back, as far as known.
+    pub fn reclaimable(&self) -> u64 {
+        self.dead.load(Ordering::Relaxed) + self.unused.load(Ordering::Relaxed)
+    }
 }
 
 /// A payload log: its current chunk and the next free byte in it.
@@ -78,6 +88,10 @@ pub(super) struct Payload {
     gc: Mutex<()>,
     /// Chunks a payload log may allocate before it collects instead.
     soft_limit: u32,
+    /// Bytes of entries not known to be dead (written, less what migrations and collections
+    /// found superseded): chunks are checked for dead entries only when the payload holds
+    /// clearly more than this — an insert-only load never pays for the check.
+    live: std::sync::atomic::AtomicI64,
 }
 
 /// An entry written but not indexed yet: keeps the collector off its chunk.
@@ -100,7 +114,7 @@ pub(super) struct Entry {
 
 fn entry_crc(epoch: u64, w0: u64, key: &[u8], value: &[u8]) -> u32 {
     let mut c = crc32c::crc32c(&epoch.to_le_bytes());
-    c = crc32c::crc32c_append(c, &w0.to_le_bytes());
+    c = crc32c::crc32c_append(c, &(w0 & !PAYLOAD_DEAD).to_le_bytes());
     c = crc32c::crc32c_append(c, key);
     crc32c::crc32c_append(c, value)
 }
@@ -114,12 +128,13 @@ impl Payload {
             pool: Mutex::new(Pool::default()),
             gc: Mutex::new(()),
             soft_limit: chunks.saturating_sub(logs + 1).max(logs + 1),
+            live: std::sync::atomic::AtomicI64::new(0),
         }
     }
 
     /// Largest key + value one entry can hold.
     pub fn max_entry(&self) -> u64 {
-        self.chunk_bytes - PAYLOAD_CHUNK_HEADER - HEADER
+        (self.chunk_bytes - PAYLOAD_CHUNK_HEADER - HEADER).min(MAX_PAYLOAD_VALUE as u64)
     }
 
     /// Whether the locator `word` points into its chunk's current epoch.
@@ -174,6 +189,32 @@ impl Payload {
         }))
     }
 
+    /// Whether the entry at `word` is whole: its magic and check match (recovery keeps a log
+    /// entry only then, as the two were made durable by one fence).
+    pub fn is_whole(&self, region: &PmemRegion, word: u64) -> Result<bool> {
+        let l = Locator::decode(word);
+        let Some(c) = self.chunks.get(l.chunk as usize) else {
+            return Ok(false);
+        };
+        let epoch = c.epoch.load(Ordering::Acquire);
+        let off = c.off.load(Ordering::Acquire);
+        if off == 0 || !l.current(epoch) || u64::from(l.offset) + HEADER > self.chunk_bytes {
+            return Ok(false);
+        }
+        let at = off + u64::from(l.offset);
+        let w0 = region.read_u64(at)?;
+        let w1 = region.read_u64(at + 8)?;
+        let (kl, vl, _) = split_payload_header(w0);
+        if w1 as u32 != ENTRY_MAGIC
+            || u64::from(l.offset) + HEADER + (kl + vl) as u64 > self.chunk_bytes
+        {
+            return Ok(false);
+        }
+        let mut bytes = vec![0u8; kl + vl];
+        region.read(at + HEADER, &mut bytes)?;
+        Ok((w1 >> 32) as u32 == entry_crc(epoch, w0, &bytes[..kl], &bytes[kl..]))
+    }
+
     /// Whether the entries at `a` and `b` hold the same key (a dangling one matches nothing).
     pub fn same_key(&self, region: &PmemRegion, a: u64, b: u64) -> Result<bool> {
         if a == b {
@@ -185,18 +226,23 @@ impl Payload {
         }
     }
 
-    /// Counts the entry at `word` as superseded.
+    /// Counts the entry at `word` as superseded (once: its header's dead bit says whether it
+    /// was counted — a write that knew what it replaced and a later migration that drops the
+    /// same record must not both count it).
     pub fn mark_dead(&self, region: &PmemRegion, word: u64) {
         let l = Locator::decode(word);
         if let Some(c) = self.chunks.get(l.chunk as usize) {
             let off = c.off.load(Ordering::Acquire);
             if off != 0
                 && l.current(c.epoch.load(Ordering::Acquire))
-                && let Ok(w0) = region.read_u64(off + u64::from(l.offset))
+                && u64::from(l.offset) + HEADER <= self.chunk_bytes
+                && let Ok(w) = region.atomic_u64(off + u64::from(l.offset))
+                && w.fetch_or(PAYLOAD_DEAD, Ordering::AcqRel) & PAYLOAD_DEAD == 0
             {
-                let (kl, vl, _) = split_payload_header(w0);
-                c.dead
-                    .fetch_add(HEADER + payload_entry_bytes(kl, vl) - 8, Ordering::Relaxed);
+                let (kl, vl, _) = split_payload_header(w.load(Ordering::Acquire));
+                let bytes = HEADER + payload_entry_bytes(kl, vl) - 8;
+                c.dead.fetch_add(bytes, Ordering::Relaxed);
+                self.live.fetch_sub(bytes as i64, Ordering::AcqRel);
             }
         }
     }
@@ -225,6 +271,18 @@ impl Payload {
         if allocated < 2 * self.logs.len() as u32 + 2 {
             return None;
         }
+        let (used, _) = self.usage();
+        let slack = (2 * self.logs.len() as u64 + 2) * self.chunk_bytes;
+        let live = self.live.load(Ordering::Acquire).max(0) as u64;
+        if used <= 2 * live + slack {
+            return None; // not clearly more than twice what is live: nothing to look for
+        }
+        self.stale_candidate(written)
+    }
+
+    /// The oldest sealed chunk whose live bytes were not estimated since each payload log
+    /// wrote another chunk's worth.
+    fn stale_candidate(&self, written: u64) -> Option<u32> {
         let fresh = self.chunk_bytes * self.logs.len() as u64;
         (0..self.chunks.len() as u32)
             .filter(|&c| {
@@ -235,11 +293,18 @@ impl Payload {
             .min_by_key(|&c| self.chunks[c as usize].started_at.load(Ordering::Acquire))
     }
 
-    /// Restores the pool after an open: `free` chunks are allocated and hold nothing.
+    /// Bytes not known to be superseded.
+    pub fn live_bytes(&self) -> u64 {
+        self.live.load(Ordering::Acquire).max(0) as u64
+    }
+
+    /// Restores the pool after an open: `free` chunks are allocated and hold nothing; what
+    /// the others hold counts as live until migrations or collections find otherwise.
     pub fn restore(&self, free: Vec<u32>) {
         let mut p = self.pool.lock();
         p.free = free;
         p.spare = p.free.pop();
+        self.live.store(self.usage().0 as i64, Ordering::Release);
     }
 }
 
@@ -250,9 +315,11 @@ impl Inner {
             .ok_or_else(|| Error::InvalidArgument("a fixed-layout store has no payload".into()))
     }
 
-    /// Writes a payload entry to payload log `hint % logs` and makes it durable. The returned
-    /// guard keeps the collector away until the caller has indexed the locator. `may_collect`:
-    /// whether this call may run a collection (not while holding a DRAM entry's lock).
+    /// Writes a payload entry to payload log `hint % logs` and, if `persist`, makes it
+    /// durable; else returns its range for the caller to persist with its log entry. The
+    /// returned guard keeps the collector away until the caller has indexed the locator.
+    /// `may_collect`: whether this call may run a collection (not while holding a DRAM entry's
+    /// lock).
     pub(super) fn payload_append(
         &self,
         hint: u64,
@@ -260,7 +327,8 @@ impl Inner {
         value: &[u8],
         tombstone: bool,
         may_collect: bool,
-    ) -> Result<(u64, Pending<'_>)> {
+        persist: bool,
+    ) -> Result<Appended<'_>> {
         let p = self.payload()?;
         let bytes = HEADER - 8 + payload_entry_bytes(key.len(), value.len());
         if (key.len() + value.len()) as u64 > p.max_entry() {
@@ -290,14 +358,22 @@ impl Inner {
                     raw.extend_from_slice(value);
                     raw.resize(bytes as usize, 0);
                     self.region.write(at, &raw)?;
-                    self.region.persist(at, raw.len())?;
+                    let range = (at, raw.len());
+                    if persist {
+                        self.region.persist(at, raw.len())?;
+                    }
                     self.counters.payload_bytes.add(bytes);
+                    p.live.fetch_add(bytes as i64, Ordering::AcqRel);
                     let loc = Locator {
                         chunk: c,
                         epoch: epoch as u32,
                         offset: start as u32,
                     };
-                    return Ok((loc.encode(), guard));
+                    return Ok(Appended {
+                        word: loc.encode(),
+                        pending: guard,
+                        unpersisted: (!persist).then_some(range),
+                    });
                 }
                 drop(guard);
             }
@@ -321,7 +397,11 @@ impl Inner {
             Estimate(u32),
             Full,
         }
-        let mut collected = false;
+        // A collection that got nothing back lets this rotation grow into the chunks kept for
+        // collection; one that did goes on (another log may have taken what it freed), a
+        // bounded number of times.
+        let mut fruitless = false;
+        let mut collections = 0;
         loop {
             let next = {
                 let mut st = log.current.write();
@@ -334,7 +414,7 @@ impl Inner {
                     .iter()
                     .filter(|c| c.off.load(Ordering::Acquire) != 0)
                     .count() as u32;
-                let collect = may_collect && !collected;
+                let collect = may_collect && !fruitless;
                 let written = self.counters.payload_bytes.get();
                 let next = if let Some((c, pos)) = pool.partial.pop() {
                     Next::Start(c, pos)
@@ -343,7 +423,7 @@ impl Inner {
                 } else if collect
                     && p.chunks
                         .iter()
-                        .any(|c| p.sealed(c) && c.dead.load(Ordering::Relaxed) >= p.chunk_bytes / 2)
+                        .any(|c| p.sealed(c) && c.reclaimable() >= p.chunk_bytes / 2)
                 {
                     // Known to be at least half dead: collect before growing.
                     Next::Collect(None)
@@ -374,9 +454,10 @@ impl Inner {
                     drop(pool);
                     self.start_payload_chunk(p, c)?;
                     if let Some(old) = *st {
-                        p.chunks[old as usize]
-                            .current
-                            .store(false, Ordering::Release);
+                        let old = &p.chunks[old as usize];
+                        let end = log.pos.load(Ordering::Acquire).min(p.chunk_bytes);
+                        old.unused.store(p.chunk_bytes - end, Ordering::Relaxed);
+                        old.current.store(false, Ordering::Release);
                     }
                     chunk.started_at.store(written, Ordering::Release);
                     log.pos.store(pos, Ordering::Release);
@@ -390,22 +471,18 @@ impl Inner {
             match next {
                 Next::Start(..) => unreachable!("handled above"),
                 Next::Estimate(c) => {
-                    let (total, live) = self.estimate_live(p, c)?;
-                    let chunk = &p.chunks[c as usize];
-                    chunk
-                        .estimated_at
-                        .store(self.counters.payload_bytes.get().max(1), Ordering::Release);
-                    chunk
-                        .dead
-                        .fetch_max(total.saturating_sub(live), Ordering::Relaxed);
-                    if 2 * live <= total {
-                        collected = self.collect_payload(p, Some(c))? > 0;
+                    let live = self.estimate_chunk(p, c)?;
+                    if 2 * live <= p.chunk_bytes - PAYLOAD_CHUNK_HEADER {
+                        self.collect_payload(p, Some(c))?;
                     }
                 }
                 Next::Collect(victim) => {
-                    // Nothing to reclaim: allow the chunks kept for collection, then give up.
-                    self.collect_payload(p, victim)?;
-                    collected = true;
+                    let got = match victim {
+                        Some(_) => self.collect_payload(p, victim)?,
+                        None => self.collect_best(p)?,
+                    };
+                    collections += 1;
+                    fruitless = got == 0 || collections > p.chunks.len();
                 }
                 Next::Full => {
                     return Err(Error::StoreFull {
@@ -468,17 +545,61 @@ impl Inner {
         Ok(())
     }
 
-    /// Collects one chunk now (the oldest not checked lately, or the one with the most dead
-    /// bytes); returns the bytes reclaimed.
+    /// Collects one chunk now ([`Inner::collect_best`]); returns the bytes reclaimed.
     pub(super) fn payload_relief_now(&self) -> Result<u64> {
         let p = self.payload()?;
-        let written = self.counters.payload_bytes.get();
-        let victim = p.estimate_candidate(p.chunks.len() as u32, written);
-        let reclaimed = self.collect_payload(p, victim)?;
-        if reclaimed == 0 && victim.is_some() {
-            return self.collect_payload(p, None);
+        self.collect_best(p)
+    }
+
+    /// Collects the chunk with the most dead bytes, after estimating the live bytes of the
+    /// oldest sealed chunks not estimated lately (a few per call): dead bytes known only from
+    /// migrations miss records superseded long ago, and right after an open nothing is known.
+    /// Returns the bytes reclaimed; 0 if no chunk is known to hold anything dead.
+    pub(super) fn collect_best(&self, p: &Payload) -> Result<u64> {
+        for _ in 0..4 {
+            let Some(c) = p.stale_candidate(self.counters.payload_bytes.get()) else {
+                break;
+            };
+            self.estimate_chunk(p, c)?;
         }
-        Ok(reclaimed)
+        // Chosen under the collector's lock: another collector cannot take it first.
+        let _gc = p.gc.lock();
+        let (spare, partial) = {
+            let pool = p.pool.lock();
+            (
+                pool.spare,
+                pool.partial.iter().map(|x| x.0).collect::<Vec<_>>(),
+            )
+        };
+        let best = (0..p.chunks.len() as u32)
+            .filter(|&c| {
+                p.sealed(&p.chunks[c as usize]) && Some(c) != spare && !partial.contains(&c)
+            })
+            .max_by_key(|&c| p.chunks[c as usize].reclaimable());
+        match best {
+            // (Copying a chunk to get back a few bytes is not worth its writes.)
+            Some(c) if p.chunks[c as usize].reclaimable() >= p.chunk_bytes / 16 => {
+                self.collect_locked(p, Some(c))
+            }
+            _ => Ok(0),
+        }
+    }
+
+    /// Estimates the live bytes of sealed chunk `c` and records what it would give back;
+    /// returns the live bytes.
+    fn estimate_chunk(&self, p: &Payload, c: u32) -> Result<u64> {
+        let written = self.counters.payload_bytes.get();
+        let (total, live) = self.estimate_live(p, c)?;
+        let chunk = &p.chunks[c as usize];
+        chunk.estimated_at.store(written.max(1), Ordering::Release);
+        chunk
+            .dead
+            .fetch_max(total.saturating_sub(live), Ordering::Relaxed);
+        let usable = p.chunk_bytes - PAYLOAD_CHUNK_HEADER;
+        chunk
+            .unused
+            .store(usable.saturating_sub(total), Ordering::Relaxed);
+        Ok(live)
     }
 
     /// Marks chunk `c` in use (persisted before any entry in it is indexed).
@@ -486,10 +607,7 @@ impl Inner {
         let chunk = &p.chunks[c as usize];
         if !chunk.in_use.swap(true, Ordering::AcqRel) {
             let off = chunk.off.load(Ordering::Acquire);
-            self.region
-                .atomic_u64(off + payload_chunk::IN_USE)?
-                .store(1, Ordering::Release);
-            self.region.persist(off + payload_chunk::IN_USE, 8)?;
+            self.set_chunk_state(off, payload_chunk::IN_USE)?;
         }
         Ok(())
     }
@@ -501,7 +619,7 @@ impl Inner {
             let entry = (hash & (self.geo.dram_entries() as u64 - 1)) as usize;
             let _g = self.dram.entries[entry].insert.lock();
             if self.newest_word(*hash, key)? == Some(*old) {
-                self.append_locked(entry, *hash, *new, true)?;
+                self.append_locked(entry, *hash, *new, true, None)?;
                 self.counters.payload_moved.incr();
             }
         }
@@ -514,23 +632,29 @@ impl Inner {
         let v = &p.chunks[victim as usize];
         let v_off = v.off.load(Ordering::Acquire);
         let epoch = v.epoch.load(Ordering::Acquire).wrapping_add(1);
+        // The epoch first (its locators dangle from then on, whatever else a crash keeps),
+        // then the victim is free, then the spare is an ordinary chunk.
         self.region
             .atomic_u64(v_off + payload_chunk::EPOCH)?
             .store(epoch, Ordering::Release);
-        self.region
-            .atomic_u64(v_off + payload_chunk::IN_USE)?
-            .store(0, Ordering::Release);
-        self.region.persist(v_off, PAYLOAD_CHUNK_HEADER as usize)?;
+        self.region.persist(v_off + payload_chunk::EPOCH, 8)?;
         v.epoch.store(epoch, Ordering::Release);
+        self.set_chunk_state(v_off, 0)?;
         v.in_use.store(false, Ordering::Release);
         v.dead.store(0, Ordering::Relaxed);
+        v.unused.store(0, Ordering::Relaxed);
         v.estimated_at.store(0, Ordering::Release);
         let s_off = p.chunks[spare as usize].off.load(Ordering::Acquire);
-        self.region
-            .atomic_u64(s_off + payload_chunk::GC_SOURCE)?
-            .store(0, Ordering::Release);
-        self.region.persist(s_off + payload_chunk::GC_SOURCE, 8)?;
+        self.set_chunk_state(s_off, payload_chunk::IN_USE)?;
         Ok(())
+    }
+
+    /// Stores and persists a chunk's state word.
+    fn set_chunk_state(&self, chunk_off: u64, state: u64) -> Result<()> {
+        self.region
+            .atomic_u64(chunk_off + payload_chunk::STATE)?
+            .store(state, Ordering::Release);
+        self.region.persist(chunk_off + payload_chunk::STATE, 8)
     }
 
     /// After an open: finishes a collection a crash cut short once its copies were complete
@@ -544,32 +668,23 @@ impl Inner {
         for s in 0..p.chunks.len() as u32 {
             let ch = &p.chunks[s as usize];
             let s_off = ch.off.load(Ordering::Acquire);
-            if s_off == 0 || !ch.in_use.load(Ordering::Acquire) {
+            if s_off == 0 {
                 continue;
             }
-            let source = self
+            let state = self
                 .region
-                .atomic_u64(s_off + payload_chunk::GC_SOURCE)?
+                .atomic_u64(s_off + payload_chunk::STATE)?
                 .load(Ordering::Acquire);
-            if source == 0 {
+            let Some((victim, complete)) = payload_chunk::collection(state) else {
                 continue;
-            }
-            let victim = (source - 1) as u32;
-            let complete = self
-                .region
-                .atomic_u64(s_off + payload_chunk::GC_COMPLETE)?
-                .load(Ordering::Acquire)
-                == 1;
+            };
             let v_in_use = p
                 .chunks
                 .get(victim as usize)
                 .is_some_and(|v| v.in_use.load(Ordering::Acquire));
             if !v_in_use {
-                // Finished before the crash but for clearing the mark.
-                self.region
-                    .atomic_u64(s_off + payload_chunk::GC_SOURCE)?
-                    .store(0, Ordering::Release);
-                self.region.persist(s_off + payload_chunk::GC_SOURCE, 8)?;
+                // Finished before the crash but for the spare's state.
+                self.set_chunk_state(s_off, payload_chunk::IN_USE)?;
                 continue;
             }
             if complete {
@@ -594,19 +709,14 @@ impl Inner {
                 self.retire_victim(p, victim, s)?;
                 p.pool.lock().free.push(victim);
             } else {
-                // Copies incomplete: no key was pointed at them. Free the spare.
+                // Copies incomplete: no key was pointed at them. Free the spare (epoch first).
                 let epoch = ch.epoch.load(Ordering::Acquire).wrapping_add(1);
                 self.region
                     .atomic_u64(s_off + payload_chunk::EPOCH)?
                     .store(epoch, Ordering::Release);
-                self.region
-                    .atomic_u64(s_off + payload_chunk::IN_USE)?
-                    .store(0, Ordering::Release);
-                self.region
-                    .atomic_u64(s_off + payload_chunk::GC_SOURCE)?
-                    .store(0, Ordering::Release);
-                self.region.persist(s_off, PAYLOAD_CHUNK_HEADER as usize)?;
+                self.region.persist(s_off + payload_chunk::EPOCH, 8)?;
                 ch.epoch.store(epoch, Ordering::Release);
+                self.set_chunk_state(s_off, 0)?;
                 ch.in_use.store(false, Ordering::Release);
                 p.pool.lock().free.push(s);
             }
@@ -639,7 +749,7 @@ impl Inner {
         let (mut total, mut live) = (0, 0);
         for e in entries(&image, epoch) {
             total += e.bytes as u64;
-            if self.newest_word(hash_bytes(e.key), e.key)? == Some(e.locator(c, epoch)) {
+            if !e.dead && self.newest_word(hash_bytes(e.key), e.key)? == Some(e.locator(c, epoch)) {
                 live += e.bytes as u64;
             }
         }
@@ -652,6 +762,11 @@ impl Inner {
     /// reclaimed (0 if nothing could be collected).
     pub(super) fn collect_payload(&self, p: &Payload, victim: Option<u32>) -> Result<u64> {
         let _gc = p.gc.lock();
+        self.collect_locked(p, victim)
+    }
+
+    /// [`Inner::collect_payload`] with the collector's lock held.
+    fn collect_locked(&self, p: &Payload, victim: Option<u32>) -> Result<u64> {
         let (victim, spare) = {
             let mut pool = p.pool.lock();
             let partial: Vec<u32> = pool.partial.iter().map(|x| x.0).collect();
@@ -662,7 +777,7 @@ impl Inner {
                 Some(c) => eligible(c).then_some(c),
                 None => (0..p.chunks.len() as u32)
                     .filter(|&c| eligible(c))
-                    .max_by_key(|&c| p.chunks[c as usize].dead.load(Ordering::Relaxed)),
+                    .max_by_key(|&c| p.chunks[c as usize].reclaimable()),
             };
             let Some(victim) = victim else {
                 return Ok(0);
@@ -683,25 +798,18 @@ impl Inner {
         let s = &p.chunks[spare as usize];
         let s_off = s.off.load(Ordering::Acquire);
         let s_epoch = s.epoch.load(Ordering::Acquire);
-        // The spare says whose copies it receives (with its in-use mark, one persist): a crash
-        // before the copies are complete leaves it unreferenced, after it recovery finishes.
-        self.region
-            .atomic_u64(s_off + payload_chunk::GC_SOURCE)?
-            .store(u64::from(victim) + 1, Ordering::Release);
-        self.region
-            .atomic_u64(s_off + payload_chunk::GC_COMPLETE)?
-            .store(0, Ordering::Release);
-        self.region
-            .atomic_u64(s_off + payload_chunk::IN_USE)?
-            .store(1, Ordering::Release);
-        self.region.persist(s_off, PAYLOAD_CHUNK_HEADER as usize)?;
+        // The spare says whose copies it receives, in its state word: a crash before the copies
+        // are complete leaves it unreferenced, after it recovery finishes the collection.
+        self.set_chunk_state(s_off, payload_chunk::collecting(victim, false))?;
         s.in_use.store(true, Ordering::Release);
         let mut s_pos = PAYLOAD_CHUNK_HEADER;
         let mut moves = Vec::new();
+        let mut total = 0u64;
         for e in entries(&image, v_epoch) {
+            total += e.bytes as u64;
             let old = e.locator(victim, v_epoch);
             let hash = hash_bytes(e.key);
-            if self.newest_word(hash, e.key)? != Some(old) {
+            if e.dead || self.newest_word(hash, e.key)? != Some(old) {
                 continue;
             }
             // The copy carries the spare's epoch in its check.
@@ -721,11 +829,13 @@ impl Inner {
             s_pos += raw.len() as u64;
         }
         self.region.persist(s_off, s_pos as usize)?;
-        self.region
-            .atomic_u64(s_off + payload_chunk::GC_COMPLETE)?
-            .store(1, Ordering::Release);
-        self.region.persist(s_off + payload_chunk::GC_COMPLETE, 8)?;
+        self.set_chunk_state(s_off, payload_chunk::collecting(victim, true))?;
         self.repoint(&moves)?;
+        // The entries not moved were dead; those not yet counted dead stop counting as live.
+        let moved = s_pos - PAYLOAD_CHUNK_HEADER;
+        let marked = p.chunks[victim as usize].dead.load(Ordering::Relaxed);
+        let newly_dead = total.saturating_sub(moved).saturating_sub(marked);
+        p.live.fetch_sub(newly_dead as i64, Ordering::AcqRel);
         self.retire_victim(p, victim, spare)?;
         let mut pool = p.pool.lock();
         pool.spare = Some(victim);
@@ -735,11 +845,24 @@ impl Inner {
     }
 }
 
+/// A payload entry just written.
+pub(super) struct Appended<'a> {
+    /// Its locator (the value word its log record carries).
+    pub word: u64,
+    /// Keeps the collector away until the locator is indexed.
+    pub pending: Pending<'a>,
+    /// Its range, if the caller is to persist it (with its log entry).
+    pub unpersisted: Option<(u64, usize)>,
+}
+
 /// An entry found in a chunk's image.
 struct Walked<'a> {
     pos: usize,
     bytes: usize,
+    /// Header word (without the dead bit).
     w0: u64,
+    /// Known to be superseded.
+    dead: bool,
     key: &'a [u8],
     value: &'a [u8],
 }
@@ -780,7 +903,8 @@ fn entries(image: &[u8], epoch: u64) -> impl Iterator<Item = Walked<'_>> {
             return Some(Walked {
                 pos: at,
                 bytes: pos - at,
-                w0,
+                w0: w0 & !PAYLOAD_DEAD,
+                dead: w0 & PAYLOAD_DEAD != 0,
                 key,
                 value,
             });

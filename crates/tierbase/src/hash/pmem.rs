@@ -7,7 +7,6 @@
 //! of an entry (its size-and-epoch word, which never repeats: epochs only grow). Must not
 //! touch: the DRAM level's halves (only their records, handed in) or the logs.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use super::Inner;
@@ -99,6 +98,31 @@ impl Inner {
             *lane = u32::from_le_bytes(raw[4 * k..4 * k + 4].try_into().expect("4"));
         }
         Ok(lanes)
+    }
+
+    /// Starts loading what a lookup of `hash` will read on every existing level — each
+    /// entry's size word and the filter line of the hash — so that the cache misses of the
+    /// levels overlap instead of following one another.
+    pub(super) fn prefetch_levels(&self, hash: u64) {
+        let (line, _) = filter::line_and_bits(hash);
+        for level in 0..self.geo.max_levels {
+            let Some(dir) = self.level_dir(level) else {
+                break;
+            };
+            let idx = self.level_index(level, hash);
+            let entry = dir + idx * ENTRY_BYTES;
+            self.region.prefetch(entry, 8);
+            match self.dram_filters.get(level as usize) {
+                Some(f) => {
+                    if let Some(w) = f.get(idx as usize * FILTER_WORDS + 8 * line) {
+                        crate::device::cpu::prefetch(std::ptr::from_ref(w));
+                    }
+                }
+                None => self
+                    .region
+                    .prefetch(entry + ENTRY_FILTER + 64 * line as u64, 64),
+            }
+        }
     }
 
     /// The whole filter block of entry `idx` at `level`.
@@ -244,9 +268,22 @@ impl Inner {
     /// records whose payload was collected (a newer copy exists). Survivors stay oldest first.
     pub(super) fn dedup(&self, recs: &[Rec]) -> Result<Vec<Rec>> {
         let mut keep = vec![true; recs.len()];
-        let mut seen: HashMap<u64, Vec<usize>> = HashMap::with_capacity(recs.len());
-        for i in (0..recs.len()).rev() {
+        // Positions sorted by key word, newest first within a key word: duplicates are
+        // neighbours (a migration has at most 256 records; no hashing, one allocation).
+        let mut order: Vec<u16> = (0..recs.len() as u16).collect();
+        order.sort_unstable_by(|&a, &b| {
+            recs[a as usize]
+                .key
+                .cmp(&recs[b as usize].key)
+                .then(b.cmp(&a))
+        });
+        let mut run_start = 0;
+        for k in 0..order.len() {
+            let i = order[k] as usize;
             let r = recs[i];
+            if k > 0 && recs[order[k - 1] as usize].key != r.key {
+                run_start = k;
+            }
             if self.geo.layout == PlushLayout::Variable
                 && let Some(p) = &self.payload
                 && !p.is_current(r.value)
@@ -255,22 +292,24 @@ impl Inner {
                 self.counters.dangling_dropped.incr();
                 continue;
             }
-            let newer = seen.entry(r.key).or_default();
-            let mut duplicate = false;
-            for &j in newer.iter() {
-                if self.same_key(&recs[j], &r)? {
-                    duplicate = true;
+            // A newer record of the same key kept earlier in this run? (The very same record
+            // twice — a migration a crash cut short copies records it does not clear — is
+            // dropped but not dead: the kept copy points at the same payload.)
+            let mut newer = None;
+            for &j in &order[run_start..k] {
+                if keep[j as usize] && self.same_key(&recs[j as usize], &r)? {
+                    newer = Some(recs[j as usize]);
                     break;
                 }
             }
-            if duplicate {
+            if let Some(n) = newer {
                 keep[i] = false;
                 self.counters.duplicates_dropped.incr();
-                if let Some(p) = &self.payload {
+                if let Some(p) = &self.payload
+                    && n.value != r.value
+                {
                     p.mark_dead(&self.region, r.value);
                 }
-            } else {
-                newer.push(i);
             }
         }
         Ok(recs
@@ -334,10 +373,13 @@ impl Inner {
             } else {
                 [0u32; filter::LANES]
             };
-            let mut dirty = [false; 16];
-            for (k, r) in recs.iter().enumerate() {
+            // Bucket by bucket: the new keys of a bucket are one contiguous write, its new
+            // values another.
+            let mut k = 0;
+            while k < recs.len() {
                 let slot = size as usize + k;
-                let (b, s) = (slot / SLOTS, (slot % SLOTS) as u64);
+                let (b, s0) = (slot / SLOTS, slot % SLOTS);
+                let n = (SLOTS - s0).min(recs.len() - k);
                 let mut bucket = self.bucket_ptr(entry, b)?;
                 if bucket == 0 {
                     bucket = self.space.alloc(&self.region, BUCKET_BYTES, BUCKET_BYTES)?;
@@ -348,14 +390,18 @@ impl Inner {
                     ranges.push((ptr, 8));
                     self.counters.buckets.incr();
                 }
-                self.region.write(bucket + 8 * s, &r.key.to_le_bytes())?;
-                self.region
-                    .write(bucket + 128 + 8 * s, &r.value.to_le_bytes())?;
-                filter::insert(&mut filters, b, r.hash);
-                if !dirty[b] {
-                    dirty[b] = true;
-                    ranges.push((bucket, BUCKET_BYTES as usize));
+                let mut keys = [0u8; 128];
+                let mut values = [0u8; 128];
+                for (i, r) in recs[k..k + n].iter().enumerate() {
+                    keys[8 * i..8 * i + 8].copy_from_slice(&r.key.to_le_bytes());
+                    values[8 * i..8 * i + 8].copy_from_slice(&r.value.to_le_bytes());
+                    filter::insert(&mut filters, b, r.hash);
                 }
+                self.region.write(bucket + 8 * s0 as u64, &keys[..8 * n])?;
+                self.region
+                    .write(bucket + 128 + 8 * s0 as u64, &values[..8 * n])?;
+                ranges.push((bucket, BUCKET_BYTES as usize));
+                k += n;
             }
             let mut raw = [0u8; 256];
             for (k, lane) in filters.iter().enumerate() {

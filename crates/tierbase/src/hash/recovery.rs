@@ -221,7 +221,7 @@ pub(super) fn open(
                     word(&region, off + payload_chunk::EPOCH)?,
                     Ordering::Release,
                 );
-                if word(&region, off + payload_chunk::IN_USE)? == 1 {
+                if word(&region, off + payload_chunk::STATE)? & payload_chunk::IN_USE != 0 {
                     // Its write position is not recorded: treat it as full.
                     ch.in_use.store(true, Ordering::Release);
                 } else {
@@ -373,6 +373,13 @@ fn replay_log(
             log.max_epoch[c as usize * per + entry / geo.logs as usize]
                 .fetch_max(r.epoch, Ordering::AcqRel);
             if r.epoch > inner.dram.entries[entry].stamp.load(Ordering::Acquire) {
+                // Variable layout: a record whose payload entry is not whole was cut short by
+                // the crash (the two were persisted under one fence) and never acknowledged.
+                if let Some(p) = &inner.payload
+                    && !p.is_whole(&inner.region, r.value)?
+                {
+                    continue;
+                }
                 live.entry(entry)
                     .or_default()
                     .insert((r.epoch, r.slot), (r.key, r.value));

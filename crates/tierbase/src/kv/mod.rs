@@ -667,6 +667,13 @@ impl KvStore {
         compact::compact_all(&inner, free_threshold, &mut client.writer(), true)
     }
 
+    /// Runs one full round of the background reclaimer now (one that starts after this call)
+    /// and waits for it; other threads may go on using the store. Returns `false` when the
+    /// store has no reclaimer ([`KvOptions::reclaim`] is `None`).
+    pub fn reclaim_round(&self) -> bool {
+        self.shared.inner.wake_reclaimer_and_wait(2)
+    }
+
     /// Every live record, in no particular order. Weakly consistent: a record written or
     /// deleted during the walk may or may not be seen; every record present throughout is
     /// seen exactly once, never torn. While an iterator lives, compaction skips its work (so

@@ -1144,22 +1144,33 @@ impl Inner {
         {
             return;
         }
+        if self.wake_reclaimer_and_wait(1) {
+            self.metrics.reclaim_waits.incr();
+        }
+    }
+
+    /// Wakes the background reclaimer and waits until `rounds` more of its rounds have ended
+    /// (two guarantee one that started after the call). Returns `false` at once without a
+    /// reclaimer. Each wait is bounded (100 ms) as a safety net for a reclaimer that stopped.
+    pub fn wake_reclaimer_and_wait(&self, rounds: u64) -> bool {
         let Some(reclaimer) = self.reclaimer.lock().clone() else {
-            return;
+            return false;
         };
-        let mut rounds = self.reclaim_rounds.lock();
-        let seen = *rounds;
+        let mut done = self.reclaim_rounds.lock();
+        let target = *done + rounds;
         reclaimer.unpark();
-        while *rounds == seen {
+        while *done < target {
             if self
                 .reclaim_done
-                .wait_for(&mut rounds, std::time::Duration::from_millis(100))
+                .wait_for(&mut done, std::time::Duration::from_millis(100))
                 .timed_out()
             {
                 break;
             }
+            // A round that ended may have begun before the wake-up: wake it again.
+            reclaimer.unpark();
         }
-        self.metrics.reclaim_waits.incr();
+        true
     }
 
     /// The reclaimer finished a round.

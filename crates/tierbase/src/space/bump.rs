@@ -18,6 +18,8 @@ pub struct RegionBump {
     next: AtomicU64,
     /// The persisted mark: nothing at or beyond it was handed out before.
     reserved: Mutex<u64>,
+    /// The mark, for allocations that stay below it without taking the lock.
+    reserved_fast: AtomicU64,
     /// Where the mark lives in the region.
     mark_word: u64,
     /// How far past a request the mark moves.
@@ -32,6 +34,7 @@ impl RegionBump {
         RegionBump {
             next: AtomicU64::new(start),
             reserved: Mutex::new(start),
+            reserved_fast: AtomicU64::new(start),
             mark_word,
             step: step.max(4096),
         }
@@ -54,7 +57,7 @@ impl RegionBump {
                 Err(actual) => cur = actual,
             }
         };
-        if end > *self.reserved.lock() {
+        if end > self.reserved_fast.load(Ordering::Acquire) {
             self.reserve(region, end)?;
         }
         Ok(start)
@@ -84,6 +87,7 @@ impl RegionBump {
             .store(mark, Ordering::Release);
         region.persist(self.mark_word, 8)?;
         *reserved = mark;
+        self.reserved_fast.store(mark, Ordering::Release);
         Ok(())
     }
 
@@ -98,6 +102,7 @@ impl RegionBump {
                 .store(next, Ordering::Release);
             region.persist(self.mark_word, 8)?;
             *reserved = next;
+            self.reserved_fast.store(next, Ordering::Release);
         }
         Ok(())
     }
