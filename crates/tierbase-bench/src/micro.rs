@@ -457,6 +457,10 @@ fn recovery_plush(
             .map_err(|e| BenchError::io("copy the open store to", &crash_path, e))?;
     }
     store.close()?;
+    if plan.after_crash {
+        // Only the image is timed: free the medium (tmpfs is memory).
+        let _ = std::fs::remove_file(&path);
+    }
     let medium = crate::adapter::file_medium(work).to_string();
     let (mut runs, mut dram_bytes, mut log_entries) = (Vec::new(), 0, 0);
     for &t in &plan.threads {

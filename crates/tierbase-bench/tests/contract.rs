@@ -1,6 +1,7 @@
 //! The adapter contract suite on every pure-Rust adapter (and on `plush` through its PMem
 //! levels), and proof that it catches broken stores.
 
+use tierbase::hash::Partition;
 use tierbase_bench::BenchError;
 use tierbase_bench::adapter::{
     Client, PlushBenchStore, STORES, Store, StoreInfo, StoreOptions, open_store,
@@ -36,14 +37,25 @@ fn every_built_store_passes_the_contract() {
     }
 }
 
-/// `plush` with a DRAM level of 2^4 entries (`dram_budget` 64 KiB), so the contract's writes
-/// fill DRAM halves and migrate through the PMem levels; on tmpfs when there is one.
+/// `plush` and `plush-range` with a DRAM level of 2^4 entries (`dram_budget` 64 KiB), so the
+/// contract's writes fill DRAM halves and migrate through the PMem levels (and the range
+/// store's ordered scans read them); on tmpfs when there is one.
 #[test]
 fn plush_passes_the_contract_through_its_pmem_levels() {
+    for partition in [Partition::Hash, Partition::Range] {
+        plush_contract_through_pmem_levels(partition);
+    }
+}
+
+fn plush_contract_through_pmem_levels(partition: Partition) {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
     let mut o = StoreOptions::new(dir.path());
     o.dram_budget = Some(64 << 10);
-    let store = PlushBenchStore::open(&o).unwrap();
+    let store = PlushBenchStore::open(&o, partition).unwrap();
+    assert_eq!(
+        store.info().capabilities.ordered_scan,
+        partition == Partition::Range
+    );
     run_contract_suite(&store).unwrap();
     let stats = store.inner().stats();
     assert_eq!(stats.dram_entries, 16);
@@ -66,7 +78,7 @@ fn unknown_store_lists_the_known_ones() {
     let msg = e.to_string();
     assert!(
         msg.starts_with(
-            "unknown store 'leveldb' (known: kv, kv-var, btree, plush, memory, memory-btree, rocksdb"
+            "unknown store 'leveldb' (known: kv, kv-var, btree, plush, plush-range, memory, memory-btree, rocksdb"
         ),
         "{msg}"
     );

@@ -454,3 +454,98 @@ fn bad_input_is_one_clear_line() {
         Some(2)
     );
 }
+
+#[test]
+fn range_partition_scans_in_key_order() {
+    let dir = tmpdir();
+    let path = dir.path().join("range.plush");
+    let p = path.to_str().unwrap();
+    let out = ok(&[
+        "plush",
+        "create",
+        "--path",
+        p,
+        "--partition",
+        "range",
+        "--dram-bits",
+        "6",
+        "--max-levels",
+        "3",
+        "--logs",
+        "8",
+        "--log-chunk",
+        "16K",
+    ]);
+    assert!(out.contains("range-partitioned"), "{out}");
+    for k in ["date", "banana", "apple", "cherry", "elder", "fig"] {
+        ok(&["plush", "put", "--path", p, k, &k.to_uppercase()]);
+    }
+    ok(&["plush", "delete", "--path", p, "elder"]);
+    assert_eq!(
+        ok(&["plush", "scan", "--path", p]),
+        "apple\tAPPLE\nbanana\tBANANA\ncherry\tCHERRY\ndate\tDATE\nfig\tFIG\n"
+    );
+    assert_eq!(
+        ok(&["plush", "scan", "--path", p, "--from", "b", "--to", "date"]),
+        "banana\tBANANA\ncherry\tCHERRY\n"
+    );
+    let o = tierbase(&["plush", "scan", "--path", p, "--from", "c", "--limit", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "cherry\tCHERRY\n");
+    assert!(stderr(&o).contains("more"), "{}", stderr(&o));
+    assert!(ok(&["plush", "stats", "--path", p]).contains("partition     range"));
+    // A hash-partitioned store has no key order to scan by.
+    let hashed = dir.path().join("hash.plush");
+    create_small(&hashed, "variable");
+    let o = tierbase(&[
+        "plush",
+        "scan",
+        "--path",
+        hashed.to_str().unwrap(),
+        "--from",
+        "a",
+    ]);
+    one_line_error(&o, "range-partitioned");
+    let o = tierbase(&["plush", "create", "--path", p, "--partition", "sorted"]);
+    one_line_error(&o, "sorted");
+}
+
+#[test]
+fn bench_runs_plush_range_with_scans() {
+    let dir = tmpdir();
+    let data = dir.path().join("data");
+    let out = dir.path().join("e.json");
+    assert!(ok(&["bench", "stores"]).contains("plush-range"));
+    let o = Command::new(BIN)
+        .args([
+            "bench",
+            "ycsb",
+            "--store",
+            "plush-range",
+            "--workload",
+            "e",
+            "--records",
+            "3000",
+            "--ops",
+            "2000",
+            "--threads",
+            "2",
+            "-q",
+            "--dir",
+            data.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let r = &v["runs"][0];
+    assert_eq!(r["store"], "plush-range");
+    assert_eq!(r["verify_failures"], 0, "{r}");
+    assert!(
+        r["operations"]["scan"]["count"].as_u64().unwrap() > 0,
+        "{r}"
+    );
+}

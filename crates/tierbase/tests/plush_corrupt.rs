@@ -32,7 +32,7 @@ use tierbase::device::RegionOptions;
 use tierbase::hash::layout::{
     BUCKET_BYTES, ENTRY_BYTES, Geometry, HEADER_LEN, MAGIC, header, log_chunk, payload_chunk,
 };
-use tierbase::hash::{PlushLayout, PlushOptions, PlushStore};
+use tierbase::hash::{Partition, PlushLayout, PlushOptions, PlushStore};
 use tierbase::testing::kill::fork_guard;
 
 /// The region file's header page.
@@ -383,6 +383,35 @@ fn absurd_header_fields_with_a_valid_checksum_are_refused() {
         fix_crc(&path);
         let e = open_err(&path, layout, "layout 7");
         assert_corrupt(&e, "layout", "layout 7");
+        // An unknown partitioning code (bits 8..16 of the same word).
+        write_data(&path, 0, &orig_hdr);
+        let code = u32::from(layout == PlushLayout::Variable) | 2 << 8;
+        write_data(&path, header::LAYOUT as u64, &code.to_le_bytes());
+        fix_crc(&path);
+        let e = open_err(&path, layout, "partition 2");
+        assert_corrupt(&e, "partitioning", "partition 2");
+        // The other partitioning than the file's (with a valid checksum): keys' DRAM entries
+        // move, so records are not where lookups look; the store must answer without
+        // panicking (its records may be lost).
+        write_data(&path, 0, &orig_hdr);
+        let mut other = g;
+        other.partition = match g.partition {
+            Partition::Hash => Partition::Range,
+            Partition::Range => Partition::Hash,
+        };
+        write_geometry(&path, &other);
+        match catch_unwind(AssertUnwindSafe(|| PlushStore::open(&path, &opts(layout)))) {
+            Ok(Err(e)) => assert!(!e.to_string().is_empty()),
+            Ok(Ok(s)) => {
+                let _ = s.verify();
+                let _ = s.get(&key(layout, 1));
+                let _ = s.range(b"", None, 10, &mut Vec::new());
+            }
+            Err(p) => panic!(
+                "{layout} read with the other partitioning: panicked: {}",
+                panic_text(&p)
+            ),
+        }
         // The other layout than the file's, with its own valid fields: the chunk tables and the
         // space no longer fit the file.
         write_data(&path, 0, &orig_hdr);
@@ -978,6 +1007,7 @@ fn accepted_but_absurd_geometries_fail_cleanly_without_huge_allocations() {
         let path = make_store(dir.path(), &format!("absurd-{i}"), PlushLayout::Fixed8, 0);
         let geo = Geometry {
             layout: PlushLayout::Fixed8,
+            partition: Partition::Hash,
             dram_bits: 24,
             max_levels: 1,
             logs,

@@ -73,6 +73,7 @@ fn structural_bound(layout: PlushLayout) -> u64 {
     let o = opts(layout);
     let geo = Geometry {
         layout: o.layout,
+        partition: o.partition,
         dram_bits: o.dram_bits,
         max_levels: o.max_levels,
         logs: o.logs.min(1 << o.dram_bits),

@@ -2,7 +2,9 @@
 //! `put`, `delete`, `upsert`, `remove`, `get`, `modify`, bursts of writes (which switch DRAM
 //! halves, migrate them and cascade through the PMem levels), `checkpoint`, `scan`, `len`,
 //! reopen (close, open) and crash (drop without close, open: the logs are replayed) against a
-//! `BTreeMap`, in both layouts, with and without a background migrator, on a small geometry.
+//! `BTreeMap`, in both layouts, with and without a background migrator, on a small geometry;
+//! and the same partitioned by range, with ordered scans (`range`, walked in steps from random
+//! bounds) checked against the model's ranges.
 //!
 //! Every return value is asserted (put's was-new, delete's existed, the value `modify`'s
 //! closure sees, `get`), and after every reopen and at the end the whole contents (`get` of
@@ -21,8 +23,8 @@ use std::sync::OnceLock;
 
 use proptest::prelude::*;
 use tierbase::Error;
-use tierbase::hash::layout::{TOMBSTONE, hash_bytes, hash_word};
-use tierbase::hash::{PlushLayout, PlushOptions, PlushStore};
+use tierbase::hash::layout::{TOMBSTONE, hash_bytes, hash_word, key_prefix};
+use tierbase::hash::{Partition, PlushLayout, PlushOptions, PlushStore};
 use tierbase::store::Change;
 
 // ----- operations ----------------------------------------------------------------------------
@@ -54,6 +56,9 @@ enum Op {
     Burst(u8, u16, u16),
     Checkpoint,
     Scan(u8),
+    /// An ordered scan from pool key `.0` (or the start, 255) to pool key `.1` (or the end,
+    /// 255), in steps of `.2 % 8 + 1` records (range partition; refused by hash partition).
+    Range(u8, u8, u8),
     Len,
     Reopen,
     Crash,
@@ -64,37 +69,67 @@ enum Op {
 /// DRAM entry 0x05, and 8 anywhere.
 const KEYS: u8 = 48;
 
-fn key_pool(layout: PlushLayout) -> Vec<Vec<u8>> {
-    static POOLS: OnceLock<[Vec<Vec<u8>>; 2]> = OnceLock::new();
-    let pools = POOLS.get_or_init(|| [PlushLayout::Fixed8, PlushLayout::Variable].map(make_pool));
-    pools[usize::from(layout == PlushLayout::Variable)].clone()
+fn key_pool(layout: PlushLayout, partition: Partition) -> Vec<Vec<u8>> {
+    static POOLS: OnceLock<Vec<Vec<Vec<u8>>>> = OnceLock::new();
+    let pools = POOLS.get_or_init(|| {
+        let mut v = Vec::new();
+        for p in [Partition::Hash, Partition::Range] {
+            for l in [PlushLayout::Fixed8, PlushLayout::Variable] {
+                v.push(make_pool(l, p));
+            }
+        }
+        v
+    });
+    pools[usize::from(layout == PlushLayout::Variable)
+        + 2 * usize::from(partition == Partition::Range)]
+    .clone()
 }
 
-fn make_pool(layout: PlushLayout) -> Vec<Vec<u8>> {
-    let key = |id: u64| match layout {
-        PlushLayout::Fixed8 => id.to_le_bytes().to_vec(),
-        PlushLayout::Variable => format!("k{id}{}", "-".repeat((id % 7) as usize)).into_bytes(),
+fn make_pool(layout: PlushLayout, partition: Partition) -> Vec<Vec<u8>> {
+    // By range, the first byte's top six bits are the DRAM entry (2^6 entries): `lead`.
+    let key = |lead: u8, id: u64| -> Vec<u8> {
+        let name = || format!("k{id}{}", "-".repeat((id % 7) as usize)).into_bytes();
+        match (layout, partition) {
+            (PlushLayout::Fixed8, Partition::Hash) => id.to_le_bytes().to_vec(),
+            (PlushLayout::Variable, Partition::Hash) => name(),
+            (PlushLayout::Fixed8, Partition::Range) => {
+                let mut k = id.to_be_bytes();
+                k[0] = lead;
+                k.to_vec()
+            }
+            (PlushLayout::Variable, Partition::Range) => [vec![lead], name()].concat(),
+        }
     };
+    let hash = |k: &Vec<u8>| hash_of(layout, partition, k);
     let mut out: Vec<Vec<u8>> = (1u64..)
-        .map(key)
-        .filter(|k| hash_of(layout, k) & 0x3ff == 0x1a2)
+        .map(|id| key(0x22 << 2, id))
+        .filter(|k| hash(k) & 0x3ff == 0x1a2)
         .take(32)
         .collect();
     out.extend(
         (1u64..)
-            .map(key)
-            .filter(|k| hash_of(layout, k) & 0x3f == 0x05)
+            .map(|id| key(0x05 << 2, id))
+            .filter(|k| hash(k) & 0x3f == 0x05)
             .take(8),
     );
-    out.extend((1u64 << 40..).map(key).take(8));
+    out.extend(
+        (1u64 << 40..)
+            .map(|id| key((id as u8).wrapping_mul(37), id))
+            .take(8),
+    );
     assert_eq!(out.len(), usize::from(KEYS));
     out
 }
 
-fn hash_of(layout: PlushLayout, k: &[u8]) -> u64 {
-    match layout {
+/// The store's hash of `k` (DRAM entry in the low 6 bits, level-1 entry in the low 10).
+fn hash_of(layout: PlushLayout, partition: Partition, k: &[u8]) -> u64 {
+    let mixed = match layout {
         PlushLayout::Fixed8 => hash_word(u64::from_le_bytes(k.try_into().unwrap())),
         PlushLayout::Variable => hash_bytes(k),
+    };
+    match partition {
+        Partition::Hash => mixed,
+        Partition::Range => (mixed & !0x3f) | key_prefix(k) >> 58,
     }
 }
 
@@ -122,6 +157,11 @@ fn burst_value(layout: PlushLayout, tag: u16, i: u16) -> Vec<u8> {
     fit_value(layout, &raw)
 }
 
+/// A pool key, or none (255).
+fn bound() -> impl Strategy<Value = u8> {
+    prop_oneof![3 => 0u8..KEYS, 1 => Just(255u8)]
+}
+
 fn ops() -> impl Strategy<Value = Vec<Op>> {
     let key = 0u8..KEYS;
     let value = prop_oneof![
@@ -145,7 +185,8 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
         5 => (key.clone(), decide).prop_map(|(k, d)| Op::Modify(k, d)),
         2 => (key.clone(), 60u16..300, any::<u16>()).prop_map(|(k, n, t)| Op::Burst(k, n, t)),
         1 => Just(Op::Checkpoint),
-        1 => key.prop_map(Op::Scan),
+        1 => key.clone().prop_map(Op::Scan),
+        2 => (bound(), bound(), any::<u8>()).prop_map(|(a, b, n)| Op::Range(a, b, n)),
         1 => Just(Op::Len),
         1 => Just(Op::Reopen),
         2 => Just(Op::Crash),
@@ -166,8 +207,13 @@ fn scratch_dir() -> tempfile::TempDir {
 }
 
 fn opts(layout: PlushLayout, migrators: usize) -> PlushOptions {
+    opts_partitioned(layout, Partition::Hash, migrators)
+}
+
+fn opts_partitioned(layout: PlushLayout, partition: Partition, migrators: usize) -> PlushOptions {
     let mut o = PlushOptions::small()
         .layout(layout)
+        .partition(partition)
         .dram_bits(6)
         .migrators(migrators);
     o.recovery_threads = 2;
@@ -210,13 +256,57 @@ fn check_contents(ctx: &str, store: &PlushStore, pool: &[Vec<u8>], model: &Model
         &v.problems[..v.problems.len().min(6)]
     );
     assert_eq!(v.live_keys, model.len() as u64, "{ctx}: verify's live keys");
+    if store.stats().partition == Partition::Range {
+        assert_eq!(
+            walk_range(store, b"", None, 5),
+            model.clone().into_iter().collect::<Vec<_>>(),
+            "{ctx}: the whole store in key order"
+        );
+    }
 }
 
-fn run(layout: PlushLayout, migrators: usize, ops: &[Op]) {
+/// An ordered scan from `start` to `end` in calls of `step` records, checking each call's
+/// size and order.
+fn walk_range(
+    store: &PlushStore,
+    start: &[u8],
+    end: Option<&[u8]>,
+    step: usize,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut all: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut from = start.to_vec();
+    loop {
+        let mut got = Vec::new();
+        let next = store.range(&from, end, step, &mut got).unwrap();
+        assert!(
+            got.len() <= step,
+            "{} records for a limit of {step}",
+            got.len()
+        );
+        if next.is_some() {
+            assert_eq!(got.len(), step, "a call that stops early must be full");
+        }
+        all.extend(got);
+        match next {
+            Some(k) => {
+                assert!(k > from, "no progress: {k:?} after {from:?}");
+                from = k;
+            }
+            None => break,
+        }
+    }
+    assert!(
+        all.windows(2).all(|w| w[0].0 < w[1].0),
+        "not in strictly increasing key order"
+    );
+    all
+}
+
+fn run(layout: PlushLayout, partition: Partition, migrators: usize, ops: &[Op]) {
     let dir = scratch_dir();
     let path: PathBuf = dir.path().join("model.plush");
-    let o = opts(layout, migrators);
-    let pool = key_pool(layout);
+    let o = opts_partitioned(layout, partition, migrators);
+    let pool = key_pool(layout, partition);
     let mut store = Some(PlushStore::create(&path, &o).unwrap());
     let mut model = Model::new();
     for (i, op) in ops.iter().enumerate() {
@@ -321,6 +411,23 @@ fn run(layout: PlushLayout, migrators: usize, ops: &[Op]) {
                     "{ctx}: scan"
                 );
             }
+            Op::Range(a, b, n) => {
+                let start = pool.get(usize::from(*a)).cloned().unwrap_or_default();
+                let end = pool.get(usize::from(*b));
+                let step = usize::from(*n % 8) + 1;
+                if partition == Partition::Hash {
+                    let e = s.range(&start, end.map(Vec::as_slice), step, &mut Vec::new());
+                    assert!(matches!(e, Err(Error::InvalidArgument(_))), "{ctx}: {e:?}");
+                    continue;
+                }
+                let want: Vec<(Vec<u8>, Vec<u8>)> = model
+                    .iter()
+                    .filter(|(k, _)| **k >= start && end.is_none_or(|e| *k < e))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                let got = walk_range(s, &start, end.map(Vec::as_slice), step);
+                assert_eq!(got, want, "{ctx}: range");
+            }
             Op::Len => assert_eq!(s.len().unwrap(), model.len() as u64, "{ctx}"),
             Op::Reopen => {
                 store.take().unwrap().close().unwrap();
@@ -355,24 +462,39 @@ proptest! {
 
     #[test]
     fn fixed_layout_matches_the_model(ops in ops(), migrators in 0usize..2) {
-        run(PlushLayout::Fixed8, migrators, &ops);
+        run(PlushLayout::Fixed8, Partition::Hash, migrators, &ops);
     }
 
     #[test]
     fn variable_layout_matches_the_model(ops in ops(), migrators in 0usize..2) {
-        run(PlushLayout::Variable, migrators, &ops);
+        run(PlushLayout::Variable, Partition::Hash, migrators, &ops);
+    }
+
+    #[test]
+    fn fixed_layout_by_range_matches_the_model(ops in ops(), migrators in 0usize..2) {
+        run(PlushLayout::Fixed8, Partition::Range, migrators, &ops);
+    }
+
+    #[test]
+    fn variable_layout_by_range_matches_the_model(ops in ops(), migrators in 0usize..2) {
+        run(PlushLayout::Variable, Partition::Range, migrators, &ops);
     }
 }
 
 /// The model runs really reach the levels: a fixed sequence of bursts must create all three.
 #[test]
 fn bursts_reach_every_level() {
-    for layout in [PlushLayout::Fixed8, PlushLayout::Variable] {
+    for (layout, partition) in [
+        (PlushLayout::Fixed8, Partition::Hash),
+        (PlushLayout::Variable, Partition::Hash),
+        (PlushLayout::Fixed8, Partition::Range),
+        (PlushLayout::Variable, Partition::Range),
+    ] {
         let dir = scratch_dir();
         let path = dir.path().join("levels.plush");
-        let o = opts(layout, 0);
+        let o = opts_partitioned(layout, partition, 0);
         let store = PlushStore::create(&path, &o).unwrap();
-        let pool = key_pool(layout);
+        let pool = key_pool(layout, partition);
         let mut tag = 0;
         while store.stats().levels < 3 && tag < 200 {
             for j in 0..250u16 {
@@ -383,7 +505,7 @@ fn bursts_reach_every_level() {
         }
         let stats = store.stats();
         let counters: BTreeMap<String, u64> = stats.counters.iter().cloned().collect();
-        assert_eq!(stats.levels, 3, "{layout}: {stats:?}");
+        assert_eq!(stats.levels, 3, "{layout} {partition}: {stats:?}");
         assert!(
             counters["migrations"] > 0 && counters["half_migrations"] > 0,
             "{counters:?}"
@@ -444,11 +566,14 @@ fn a_crash_after_unlogged_inserts_loses_them_but_opens() {
         let dir = scratch_dir();
         let path = dir.path().join("unlogged.plush");
         let o = opts(layout, 0);
-        let pool = key_pool(layout);
+        let pool = key_pool(layout, Partition::Hash);
         let store = PlushStore::create(&path, &o).unwrap();
         // Two keys of one DRAM entry.
         let (a, b) = (&pool[0], &pool[1]);
-        assert_eq!(hash_of(layout, a) & 0x3f, hash_of(layout, b) & 0x3f);
+        assert_eq!(
+            hash_of(layout, Partition::Hash, a) & 0x3f,
+            hash_of(layout, Partition::Hash, b) & 0x3f
+        );
         store
             .upsert_unlogged(a, &fit_value(layout, b"unlogged"))
             .unwrap();
@@ -473,7 +598,7 @@ fn unlogged_inserts_survive_a_crash_after_a_checkpoint() {
         let dir = scratch_dir();
         let path = dir.path().join("bulk.plush");
         let o = opts(layout, 1);
-        let pool = key_pool(layout);
+        let pool = key_pool(layout, Partition::Hash);
         let store = PlushStore::create(&path, &o).unwrap();
         let mut model = Model::new();
         for (i, k) in pool.iter().enumerate() {

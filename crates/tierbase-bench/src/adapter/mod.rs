@@ -14,7 +14,8 @@
 //! - `plush`: tierbase's Plush store, a persistent hash table: a DRAM level of fixed size
 //!   (from the expected records, or `--dram`) over leveled PMem hash directories in a region
 //!   file; PiBench's blind upserts and removes; `fixed8` records when keys and values are
-//!   8 bytes. No ordered scans.
+//!   8 bytes. No ordered scans. `plush-range`: the same partitioned by the keys' first
+//!   8 bytes, with ordered scans (workload E); skew-prone.
 //! - `memory`: the in-memory reference, a sharded concurrent hash map in anonymous DRAM; the
 //!   upper bound. No ordered scans (workload E needs `memory-btree`).
 //! - `memory-btree`: an ordered in-memory map (`BTreeMap` behind a read-write lock), for
@@ -51,6 +52,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use tierbase::device::{DeviceProfile, FsKind, fs_kind};
+use tierbase::hash::Partition;
 
 #[cfg(feature = "lmdb")]
 pub use self::lmdb::LmdbStore;
@@ -285,7 +287,16 @@ pub const STORES: &[StoreEntry] = &[
                   every write durable per the medium (one log entry, one persist)",
         feature: None,
         built: true,
-        open: |o| Ok(Box::new(PlushBenchStore::open(o)?)),
+        open: |o| Ok(Box::new(PlushBenchStore::open(o, Partition::Hash)?)),
+    },
+    StoreEntry {
+        name: "plush-range",
+        summary: "tierbase Plush partitioned by range (the keys' first 8 bytes): ordered scans \
+                  (workload E), otherwise as plush; skew-prone (keys sharing a prefix crowd \
+                  one DRAM entry)",
+        feature: None,
+        built: true,
+        open: |o| Ok(Box::new(PlushBenchStore::open(o, Partition::Range)?)),
     },
     StoreEntry {
         name: "memory",

@@ -42,7 +42,7 @@
 //! barrier) — so `--durability` other than `immediate` is noted and not applied.
 
 use tierbase::device::{Durability, MappingKind, PmemRegion, RegionOptions};
-use tierbase::hash::{PlushLayout, PlushOptions, PlushStore, layout};
+use tierbase::hash::{Partition, PlushLayout, PlushOptions, PlushStore, layout};
 
 use super::{Capabilities, Client, Store, StoreInfo, StoreOptions, file_medium};
 use crate::error::{BenchError, Result};
@@ -100,8 +100,9 @@ fn initial_size_for(opts: &PlushOptions, records: u64, key_size: usize, value_si
 }
 
 impl PlushBenchStore {
-    /// Creates a fresh store in `o.dir`.
-    pub fn open(o: &StoreOptions) -> Result<Self> {
+    /// Creates a fresh store in `o.dir`, partitioned by `partition` (`plush` is by hash,
+    /// `plush-range` by range, with ordered scans).
+    pub fn open(o: &StoreOptions, partition: Partition) -> Result<Self> {
         std::fs::create_dir_all(&o.dir)
             .map_err(|e| BenchError::io("create directory", &o.dir, e))?;
         let fixed8 = o.key_size == 8 && o.value_size == 8 && o.value_size_fixed;
@@ -116,6 +117,7 @@ impl PlushBenchStore {
         };
         let mut opts = PlushOptions::default()
             .layout(layout)
+            .partition(partition)
             .dram_bits(dram_bits)
             .region(RegionOptions {
                 emulate: o.emulate.clone(),
@@ -139,13 +141,19 @@ impl PlushBenchStore {
             _ => file_medium(&o.dir),
         };
         let s = store.stats();
-        let mut info = StoreInfo::new("plush", medium, s.durability.name());
+        let name = match partition {
+            Partition::Hash => "plush",
+            Partition::Range => "plush-range",
+        };
+        let mut info = StoreInfo::new(name, medium, s.durability.name());
         info.capabilities = Capabilities {
-            ordered_scan: false,
+            ordered_scan: partition == Partition::Range,
             atomic_update: false,
         };
-        info.notes
-            .push(format!("{} records; {}", s.layout, s.guarantee));
+        info.notes.push(format!(
+            "{} records, {}-partitioned; {}",
+            s.layout, partition, s.guarantee
+        ));
         info.notes.push(format!(
             "DRAM {} ({} entries, 2^{dram_bits}, fixed by configuration{}); up to {} levels",
             crate::units::format_bytes(s.dram_bytes),
@@ -194,7 +202,11 @@ impl Store for PlushBenchStore {
     }
 
     fn client(&self) -> Result<Box<dyn Client + '_>> {
-        Ok(Box::new(PlushBenchClient { store: &self.store }))
+        Ok(Box::new(PlushBenchClient {
+            store: &self.store,
+            ordered: self.info.capabilities.ordered_scan,
+            records: Vec::new(),
+        }))
     }
 
     fn close(self: Box<Self>) -> Result<()> {
@@ -205,6 +217,10 @@ impl Store for PlushBenchStore {
 
 struct PlushBenchClient<'a> {
     store: &'a PlushStore,
+    /// The store is range-partitioned (scans in key order).
+    ordered: bool,
+    /// A scan's records (kept to reuse the allocation).
+    records: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Client for PlushBenchClient<'_> {
@@ -241,15 +257,25 @@ impl Client for PlushBenchClient<'_> {
 
     fn scan(
         &mut self,
-        _start: &[u8],
-        _count: usize,
-        _visit: &mut dyn FnMut(&[u8], &[u8]),
+        start: &[u8],
+        count: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
-        Err(BenchError::unsupported(
-            "plush",
-            "ordered scans (it is a hash table; use memory-btree, btree or rocksdb for \
-             workload E)",
-        ))
+        if !self.ordered {
+            return Err(BenchError::unsupported(
+                "plush",
+                "ordered scans (partitioned by hash; plush-range scans in key order)",
+            ));
+        }
+        if count == 0 {
+            return Ok(0);
+        }
+        self.records.clear();
+        self.store.range(start, None, count, &mut self.records)?;
+        for (k, v) in &self.records {
+            visit(k, v);
+        }
+        Ok(self.records.len())
     }
 }
 
@@ -276,7 +302,7 @@ mod tests {
         for budget in [1u64 << 20, 8 << 20] {
             let mut o = StoreOptions::new(dir.path().join(budget.to_string()));
             o.dram_budget = Some(budget);
-            let s = PlushBenchStore::open(&o).unwrap();
+            let s = PlushBenchStore::open(&o, Partition::Hash).unwrap();
             let dram = s.inner().stats().dram_bytes;
             assert!(dram <= budget && dram > budget / 2, "{dram} of {budget}");
             Box::new(s).close().unwrap();
@@ -290,7 +316,7 @@ mod tests {
         o.key_size = 8;
         o.value_size = 8;
         o.value_size_fixed = true;
-        let s = PlushBenchStore::open(&o).unwrap();
+        let s = PlushBenchStore::open(&o, Partition::Hash).unwrap();
         assert_eq!(s.inner().stats().layout, PlushLayout::Fixed8);
         assert_eq!(s.inner().stats().dram_entries, 1 << MIN_DRAM_BITS);
         let mut c = s.client().unwrap();
@@ -302,7 +328,7 @@ mod tests {
         Box::new(s).close().unwrap();
         o.dir = dir.path().join("v");
         o.value_size_fixed = false;
-        let s = PlushBenchStore::open(&o).unwrap();
+        let s = PlushBenchStore::open(&o, Partition::Hash).unwrap();
         assert_eq!(s.inner().stats().layout, PlushLayout::Variable);
         Box::new(s).close().unwrap();
     }

@@ -61,7 +61,8 @@ pub mod header {
     pub const MAGIC: usize = 0;
     /// Format version (u32).
     pub const VERSION: usize = 8;
-    /// Record layout: 0 = fixed 8-byte keys and values, 1 = variable (u32).
+    /// Record layout in bits 0..8: 0 = fixed 8-byte keys and values, 1 = variable; key
+    /// partitioning in bits 8..16: 0 = by hash, 1 = by range; the rest zero (u32).
     pub const LAYOUT: usize = 12;
     /// log2 of the DRAM level's entries (u32).
     pub const DRAM_BITS: usize = 16;
@@ -125,11 +126,76 @@ impl std::fmt::Display for PlushLayout {
     }
 }
 
+/// How keys are spread over the DRAM entries (and so over the PMem levels below them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Partition {
+    /// By a hash of the key (the thesis' default): an even load whatever the keys, no order.
+    #[default]
+    Hash,
+    /// By the key's first bytes (§3.6.6 of the thesis): DRAM entry `e` holds the keys whose
+    /// first 8 bytes (big-endian, zero-padded) have `e` as their top `dram_bits` bits, so
+    /// entries follow key order and an ordered scan reads only the entries its range touches.
+    /// Below an entry records are still placed by hash. The load is even only if the keys'
+    /// first bytes are spread (binary or hashed ids); keys sharing a prefix crowd one entry,
+    /// whose subtree then fills (a clear `StoreFull` error) — the mode is skew-prone.
+    Range,
+}
+
+impl Partition {
+    fn code(self) -> u32 {
+        match self {
+            Partition::Hash => 0,
+            Partition::Range => 1,
+        }
+    }
+
+    /// `hash` or `range`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Partition::Hash => "hash",
+            Partition::Range => "range",
+        }
+    }
+}
+
+impl std::fmt::Display for Partition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Partition {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "hash" => Ok(Partition::Hash),
+            "range" => Ok(Partition::Range),
+            other => Err(Error::InvalidArgument(format!(
+                "unknown partitioning {other:?} (hash or range)"
+            ))),
+        }
+    }
+}
+
+/// A key's first 8 bytes as a big-endian number, zero-padded: keys in byte order have these
+/// in numeric order (padding with the smallest byte keeps a shorter key first).
+#[inline]
+pub fn key_prefix(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(b)
+}
+
 /// The store's shape: everything an offset is computed from. Written once at creation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
     /// Record layout.
     pub layout: PlushLayout,
+    /// How keys are spread over the DRAM entries.
+    pub partition: Partition,
     /// log2 of the DRAM level's entries (PMem level 0 has as many).
     pub dram_bits: u32,
     /// Most PMem levels.
@@ -265,6 +331,42 @@ impl Geometry {
         Ok(())
     }
 
+    /// The 64-bit hash of a fixed-layout key (`word`: its 8 bytes, little-endian).
+    #[inline]
+    pub fn hash_fixed(&self, word: u64) -> u64 {
+        self.place(hash_word(word), word.swap_bytes())
+    }
+
+    /// The 64-bit hash of a variable-length key (what its bucket slots hold).
+    #[inline]
+    pub fn hash_key(&self, key: &[u8]) -> u64 {
+        let mixed = hash_bytes(key);
+        match self.partition {
+            Partition::Hash => mixed,
+            Partition::Range => self.place(mixed, key_prefix(key)),
+        }
+    }
+
+    /// Range partition: the DRAM index bits (the hash's low `dram_bits`) become the key
+    /// prefix's top bits; every other bit stays the key's mixed hash (level indexes below the
+    /// entry, recovery log, filters, fingerprints).
+    #[inline]
+    fn place(&self, mixed: u64, prefix: u64) -> u64 {
+        match self.partition {
+            Partition::Hash => mixed,
+            Partition::Range => {
+                let mask = (1u64 << self.dram_bits) - 1;
+                (mixed & !mask) | (prefix >> (64 - self.dram_bits))
+            }
+        }
+    }
+
+    /// Range partition: the DRAM entry of keys starting like `key` (its first 8 bytes).
+    #[inline]
+    pub fn range_entry(&self, key: &[u8]) -> usize {
+        (key_prefix(key) >> (64 - self.dram_bits)) as usize
+    }
+
     /// DRAM entries (= PMem level-0 entries).
     pub fn dram_entries(&self) -> usize {
         1 << self.dram_bits
@@ -333,7 +435,11 @@ impl Geometry {
         hdr.fill(0);
         hdr[header::MAGIC..header::MAGIC + 8].copy_from_slice(MAGIC);
         put32(hdr, header::VERSION, FORMAT_VERSION);
-        put32(hdr, header::LAYOUT, self.layout.code());
+        put32(
+            hdr,
+            header::LAYOUT,
+            self.layout.code() | self.partition.code() << 8,
+        );
         put32(hdr, header::DRAM_BITS, self.dram_bits);
         put32(hdr, header::MAX_LEVELS, self.max_levels);
         put32(hdr, header::LOGS, self.logs);
@@ -370,7 +476,8 @@ impl Geometry {
                 "Plush store header fails its checksum",
             ));
         }
-        let layout = match get32(hdr, header::LAYOUT) {
+        let code = get32(hdr, header::LAYOUT);
+        let layout = match code & 0xff {
             0 => PlushLayout::Fixed8,
             1 => PlushLayout::Variable,
             other => {
@@ -380,8 +487,19 @@ impl Geometry {
                 ));
             }
         };
+        let partition = match code >> 8 {
+            0 => Partition::Hash,
+            1 => Partition::Range,
+            other => {
+                return Err(Error::corrupt(
+                    path,
+                    format!("unknown key partitioning {other} in the Plush store header"),
+                ));
+            }
+        };
         let geo = Geometry {
             layout,
+            partition,
             dram_bits: get32(hdr, header::DRAM_BITS),
             max_levels: get32(hdr, header::MAX_LEVELS),
             logs: get32(hdr, header::LOGS),
@@ -617,6 +735,7 @@ mod tests {
     fn geo() -> Geometry {
         Geometry {
             layout: PlushLayout::Variable,
+            partition: Partition::Hash,
             dram_bits: 6,
             max_levels: 3,
             logs: 8,

@@ -57,13 +57,11 @@ use crossbeam_queue::SegQueue;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-pub use layout::PlushLayout;
+pub use layout::{Partition, PlushLayout};
 pub use recovery::RecoveryReport;
 
 use self::dram::{DramLevel, halves};
-use self::layout::{
-    Geometry, HALF_SLOTS, HEADER_LEN, LogRecord, MAX_LEVELS, TOMBSTONE, hash_bytes, hash_word,
-};
+use self::layout::{Geometry, HALF_SLOTS, HEADER_LEN, LogRecord, MAX_LEVELS, TOMBSTONE};
 use self::log::Log;
 use self::payload::Payload;
 use crate::device::{Counter, DurabilityMode, KeySearch, PmemRegion, RegionOptions, ZeroedWords};
@@ -79,6 +77,9 @@ use crate::sync::Background;
 pub struct PlushOptions {
     /// Record layout (default: variable).
     pub layout: PlushLayout,
+    /// How keys are spread over the DRAM entries (default: by hash; by range for ordered
+    /// scans, see [`Partition::Range`]).
+    pub partition: Partition,
     /// log2 of the DRAM level's entries (default 14: 16,384 entries of 256 records — 68 MiB of
     /// slots and fingerprints — plus the DRAM filters of the first PMem levels, 2 × 4 KiB per
     /// entry: about 137 MiB in all; the thesis uses 16).
@@ -111,6 +112,7 @@ impl Default for PlushOptions {
     fn default() -> Self {
         PlushOptions {
             layout: PlushLayout::Variable,
+            partition: Partition::Hash,
             dram_bits: 14,
             max_levels: 4,
             logs: 64,
@@ -146,6 +148,12 @@ impl PlushOptions {
     /// Sets [`PlushOptions::layout`].
     pub fn layout(mut self, layout: PlushLayout) -> Self {
         self.layout = layout;
+        self
+    }
+
+    /// Sets [`PlushOptions::partition`].
+    pub fn partition(mut self, partition: Partition) -> Self {
+        self.partition = partition;
         self
     }
 
@@ -200,6 +208,7 @@ impl PlushOptions {
         };
         let geo = Geometry {
             layout: self.layout,
+            partition: self.partition,
             dram_bits: self.dram_bits,
             max_levels: self.max_levels,
             logs,
@@ -312,7 +321,7 @@ impl Inner {
                     expected: 8,
                 })?);
                 Ok(Probe {
-                    hash: hash_word(word),
+                    hash: self.geo.hash_fixed(word),
                     word,
                     bytes: key,
                 })
@@ -321,7 +330,7 @@ impl Inner {
                 if key.is_empty() {
                     return Err(Error::EmptyKey);
                 }
-                let hash = hash_bytes(key);
+                let hash = self.geo.hash_key(key);
                 Ok(Probe {
                     hash,
                     word: hash,
@@ -665,8 +674,11 @@ impl Inner {
         Ok(())
     }
 
-    /// Every live key of DRAM entry `idx`'s subtree (the subtree is locked meanwhile).
+    /// Every live key of DRAM entry `idx`'s subtree (the subtree is locked while its key words
+    /// are read; the collector is kept away until their keys are resolved, so a key's newest
+    /// locator cannot dangle meanwhile).
     fn subtree_keys(&self, idx: usize, out: &mut Vec<Vec<u8>>) -> Result<()> {
+        let _pinned = self.payload.as_ref().map(Payload::pin);
         let e = &self.dram.entries[idx];
         let _s = e.subtree.lock();
         let mut words: Vec<u64> = Vec::new();
@@ -711,6 +723,67 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// The live records of DRAM entry `idx`'s subtree — each key's newest version, deletions
+    /// left out — in no order. The subtree is read under its lock (newest first: the DRAM
+    /// halves, then each PMem entry before the entries below it, each entry's records last
+    /// slot first, so a key's first sighting is its newest), and payloads after it with the
+    /// collector kept away ([`Payload::pin`], taken before the subtree lock as collections
+    /// take theirs): a newest version's locator cannot dangle then, so a dangling one is an
+    /// older version's whose payload was collected, and is skipped.
+    fn subtree_records(&self, idx: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let e = &self.dram.entries[idx];
+        let _pinned = self.payload.as_ref().map(Payload::pin);
+        {
+            let mut words: Vec<(u64, u64)> = Vec::new();
+            {
+                let _s = e.subtree.lock();
+                let (a, b) = halves(e);
+                for half in [a, b] {
+                    words.extend(self.dram.records(idx, half).into_iter().rev());
+                }
+                let mut stack = vec![(0u32, idx as u64)];
+                while let Some((level, i)) = stack.pop() {
+                    if self.level_dir(level).is_none() {
+                        continue;
+                    }
+                    let (recs, _) = self.entry_records(level, i)?;
+                    words.extend(recs.iter().rev().map(|r| (r.key, r.value)));
+                    if level + 1 < self.geo.max_levels {
+                        let bits = self.geo.level_bits(level);
+                        for t in 0..layout::FANOUT as u64 {
+                            stack.push((level + 1, i | (t << bits)));
+                        }
+                    }
+                }
+            }
+            let mut out = Vec::new();
+            match &self.payload {
+                None => {
+                    let mut seen = std::collections::HashSet::with_capacity(words.len());
+                    for (k, v) in words {
+                        if seen.insert(k) && v != TOMBSTONE {
+                            out.push((k.to_le_bytes().to_vec(), v.to_le_bytes().to_vec()));
+                        }
+                    }
+                }
+                Some(p) => {
+                    let mut seen = std::collections::HashSet::with_capacity(words.len());
+                    for (_, locator) in words {
+                        if let Some(entry) = p.read(&self.region, locator)?
+                            && !seen.contains(&entry.key)
+                        {
+                            seen.insert(entry.key.clone());
+                            if !entry.tombstone {
+                                out.push((entry.key, entry.value));
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(out)
+        }
     }
 
     /// The distinct keys (bytes) of records whose hash is `hash` in DRAM entry `idx`'s subtree.
@@ -777,6 +850,8 @@ impl std::fmt::Debug for PlushStore {
 pub struct PlushStats {
     /// Record layout.
     pub layout: PlushLayout,
+    /// How keys are spread over the DRAM entries.
+    pub partition: Partition,
     /// Live keys, if counted (a blind write makes the count unknown until [`PlushStore::len`]).
     pub records: Option<u64>,
     /// Durability mode of the region.
@@ -1093,6 +1168,57 @@ impl PlushStore {
         Ok(if idx >= n { 0 } else { idx })
     }
 
+    /// Appends to `out` the live records with keys in `start..end` (`end` exclusive; `None`:
+    /// to the last key) in byte-wise key order, at most `limit` of them, and returns where
+    /// to go on from (`Some(key)`: call again with it as `start`; `None`: the range is done).
+    /// Needs a range-partitioned store ([`Partition::Range`]): it reads only the DRAM entries
+    /// whose key slice meets the range, each with everything below it, and sorts each one's
+    /// records. Weakly consistent, like [`PlushStore::scan`]: each entry is read under its
+    /// subtree's lock, so a key present for the whole call is returned exactly once with a
+    /// value it held during the call; keys written meanwhile may or may not appear.
+    pub fn range(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<Option<Vec<u8>>> {
+        let inner = self.inner();
+        if inner.geo.partition != Partition::Range {
+            return Err(Error::InvalidArgument(
+                "ordered scans need a range-partitioned Plush store (created with partition                  range); this one is partitioned by hash"
+                    .into(),
+            ));
+        }
+        if limit == 0 {
+            return Err(Error::InvalidArgument(
+                "an ordered scan needs a limit of at least 1".into(),
+            ));
+        }
+        if end.is_some_and(|e| e <= start) {
+            return Ok(None);
+        }
+        let last = end.map_or(inner.dram.entries.len() - 1, |e| inner.geo.range_entry(e));
+        let begin = out.len();
+        let mut idx = inner.geo.range_entry(start);
+        while idx <= last {
+            let mut recs = inner.subtree_records(idx)?;
+            recs.retain(|(k, _)| k.as_slice() >= start && end.is_none_or(|e| k.as_slice() < e));
+            recs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            let room = limit - (out.len() - begin);
+            recs.truncate(room);
+            out.extend(recs);
+            idx += 1;
+            if out.len() - begin == limit {
+                // Go on from the smallest key after the last one returned.
+                let mut next = out.last().map(|r| r.0.clone()).unwrap_or_default();
+                next.push(0);
+                return Ok(Some(next));
+            }
+        }
+        Ok(None)
+    }
+
     /// What recovery found and did when this handle's store was opened.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.shared.recovery
@@ -1147,6 +1273,7 @@ impl PlushStore {
         .collect();
         PlushStats {
             layout: inner.geo.layout,
+            partition: inner.geo.partition,
             records: inner
                 .count_known
                 .load(Ordering::Acquire)

@@ -16,7 +16,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::Inner;
 use super::layout::{
-    Locator, MAX_PAYLOAD_VALUE, PAYLOAD_CHUNK_HEADER, PAYLOAD_DEAD, hash_bytes, payload_chunk,
+    Locator, MAX_PAYLOAD_VALUE, PAYLOAD_CHUNK_HEADER, PAYLOAD_DEAD, payload_chunk,
     payload_entry_bytes, payload_header, split_payload_header,
 };
 use crate::device::PmemRegion;
@@ -85,7 +85,9 @@ pub(super) struct Payload {
     pub chunks: Vec<PChunk>,
     pub logs: Vec<PayloadLog>,
     pool: Mutex<Pool>,
-    gc: Mutex<()>,
+    /// Held exclusively by a collection (one at a time); shared by readers that must not see
+    /// a locator dangle while they walk (ordered scans): no chunk is retired meanwhile.
+    gc: RwLock<()>,
     /// Chunks a payload log may allocate before it collects instead.
     soft_limit: u32,
     /// Bytes of entries not known to be dead (written, less what migrations and collections
@@ -126,7 +128,7 @@ impl Payload {
             chunks: (0..chunks).map(|_| PChunk::default()).collect(),
             logs: (0..logs).map(|_| PayloadLog::default()).collect(),
             pool: Mutex::new(Pool::default()),
-            gc: Mutex::new(()),
+            gc: RwLock::new(()),
             soft_limit: chunks.saturating_sub(logs + 1).max(logs + 1),
             live: std::sync::atomic::AtomicI64::new(0),
         }
@@ -144,6 +146,12 @@ impl Payload {
         self.chunks
             .get(l.chunk as usize)
             .is_some_and(|c| l.current(c.epoch.load(Ordering::Acquire)))
+    }
+
+    /// Keeps collections from retiring chunks while the guard lives: a locator that reads as
+    /// live stays live (a dangling one is then an older version's, or a dead record's).
+    pub fn pin(&self) -> parking_lot::RwLockReadGuard<'_, ()> {
+        self.gc.read()
     }
 
     /// The entry at `word`, or `None` if its chunk was collected (the locator dangles).
@@ -563,7 +571,7 @@ impl Inner {
             self.estimate_chunk(p, c)?;
         }
         // Chosen under the collector's lock: another collector cannot take it first.
-        let _gc = p.gc.lock();
+        let _gc = p.gc.write();
         let (spare, partial) = {
             let pool = p.pool.lock();
             (
@@ -698,7 +706,7 @@ impl Inner {
                 for e in entries(&image, v_epoch) {
                     if let Some(&new) = by_key.get(e.key) {
                         moves.push((
-                            hash_bytes(e.key),
+                            self.geo.hash_key(e.key),
                             e.key.to_vec(),
                             e.locator(victim, v_epoch),
                             new,
@@ -749,7 +757,9 @@ impl Inner {
         let (mut total, mut live) = (0, 0);
         for e in entries(&image, epoch) {
             total += e.bytes as u64;
-            if !e.dead && self.newest_word(hash_bytes(e.key), e.key)? == Some(e.locator(c, epoch)) {
+            if !e.dead
+                && self.newest_word(self.geo.hash_key(e.key), e.key)? == Some(e.locator(c, epoch))
+            {
                 live += e.bytes as u64;
             }
         }
@@ -761,7 +771,7 @@ impl Inner {
     /// copies, then raises the victim's epoch and makes it the spare. Returns the bytes
     /// reclaimed (0 if nothing could be collected).
     pub(super) fn collect_payload(&self, p: &Payload, victim: Option<u32>) -> Result<u64> {
-        let _gc = p.gc.lock();
+        let _gc = p.gc.write();
         self.collect_locked(p, victim)
     }
 
@@ -808,7 +818,7 @@ impl Inner {
         for e in entries(&image, v_epoch) {
             total += e.bytes as u64;
             let old = e.locator(victim, v_epoch);
-            let hash = hash_bytes(e.key);
+            let hash = self.geo.hash_key(e.key);
             if e.dead || self.newest_word(hash, e.key)? != Some(old) {
                 continue;
             }

@@ -61,7 +61,7 @@ impl Inner {
     #[inline]
     pub(super) fn hash_of(&self, key_word: u64) -> u64 {
         match self.geo.layout {
-            PlushLayout::Fixed8 => super::layout::hash_word(key_word),
+            PlushLayout::Fixed8 => self.geo.hash_fixed(key_word),
             PlushLayout::Variable => key_word,
         }
     }
@@ -356,8 +356,14 @@ impl Inner {
                         capacity: self.region.max_len(),
                         reason: format!(
                             "level {level} entry {idx} is full and the store has no level \
-                             beyond it (max_levels {})",
-                            self.geo.max_levels
+                             beyond it (max_levels {}){}",
+                            self.geo.max_levels,
+                            if self.geo.partition == super::Partition::Range {
+                                "; the store is range-partitioned, so keys sharing their \
+                                 first bytes crowd one DRAM entry's levels"
+                            } else {
+                                ""
+                            }
                         ),
                     });
                 }
