@@ -63,7 +63,7 @@ pub use recovery::RecoveryReport;
 use self::dram::{DramLevel, halves};
 use self::layout::{Geometry, HALF_SLOTS, HEADER_LEN, LogRecord, MAX_LEVELS, TOMBSTONE};
 use self::log::Log;
-use self::payload::Payload;
+use self::payload::{Lookup, Payload};
 use crate::device::{Counter, DurabilityMode, KeySearch, PmemRegion, RegionOptions, ZeroedWords};
 use crate::error::{Error, Result};
 use crate::space::RegionBump;
@@ -291,6 +291,9 @@ struct Probe<'a> {
     hash: u64,
     word: u64,
     bytes: &'a [u8],
+    /// Whether a lookup returns the value's bytes (`false`: [`Found::Value`] carries none,
+    /// and the variable layout reads no value from the payload).
+    with_value: bool,
 }
 
 /// What one record says about a probed key.
@@ -324,6 +327,7 @@ impl Inner {
                     hash: self.geo.hash_fixed(word),
                     word,
                     bytes: key,
+                    with_value: true,
                 })
             }
             PlushLayout::Variable => {
@@ -335,6 +339,7 @@ impl Inner {
                     hash,
                     word: hash,
                     bytes: key,
+                    with_value: true,
                 })
             }
         }
@@ -353,15 +358,14 @@ impl Inner {
             } else {
                 Found::Value(value, value.to_le_bytes().to_vec())
             })),
-            Some(p) => match p.read(&self.region, value)? {
-                Some(e) if e.key == probe.bytes => Ok(Resolved::Found(if e.tombstone {
-                    Found::Deleted(value)
-                } else {
-                    Found::Value(value, e.value)
-                })),
-                Some(_) => Ok(Resolved::Other),
-                None => Ok(Resolved::Dangling),
-            },
+            Some(p) => Ok(
+                match p.read_for(&self.region, value, probe.bytes, probe.with_value)? {
+                    Lookup::Key(Some(v)) => Resolved::Found(Found::Value(value, v)),
+                    Lookup::Key(None) => Resolved::Found(Found::Deleted(value)),
+                    Lookup::Other => Resolved::Other,
+                    Lookup::Dangling => Resolved::Dangling,
+                },
+            ),
         }
     }
 
@@ -443,6 +447,7 @@ impl Inner {
             hash,
             word: hash,
             bytes: key,
+            with_value: false,
         };
         Ok(self.find(&probe)?.map(|f| match f {
             Found::Value(w, _) | Found::Deleted(w) => w,
@@ -569,7 +574,11 @@ impl Inner {
         logged: bool,
     ) -> Result<Option<bool>> {
         self.check_writable()?;
-        let probe = self.probe(key)?;
+        // Whatever it supersedes is only counted and marked dead: no value bytes needed.
+        let probe = Probe {
+            with_value: false,
+            ..self.probe(key)?
+        };
         let fixed_value = match value {
             Some(v) => self.check_value(v)?,
             None => TOMBSTONE,
@@ -725,64 +734,76 @@ impl Inner {
         Ok(())
     }
 
-    /// The live records of DRAM entry `idx`'s subtree — each key's newest version, deletions
-    /// left out — in no order. The subtree is read under its lock (newest first: the DRAM
+    /// The live keys of DRAM entry `idx`'s subtree with their newest value words (deletions
+    /// left out), in no order. The subtree is read under its lock, newest first (the DRAM
     /// halves, then each PMem entry before the entries below it, each entry's records last
-    /// slot first, so a key's first sighting is its newest), and payloads after it with the
-    /// collector kept away ([`Payload::pin`], taken before the subtree lock as collections
-    /// take theirs): a newest version's locator cannot dangle then, so a dangling one is an
-    /// older version's whose payload was collected, and is skipped.
-    fn subtree_records(&self, idx: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    /// slot first), so a key's first sighting is its newest; in the variable layout keys are
+    /// then read from the payload (keys only: values are read for the records a caller keeps).
+    /// The caller holds [`Payload::pin`] (taken before the subtree lock, as collections take
+    /// theirs) until it has read the values: a newest version's locator cannot dangle then,
+    /// so a dangling one is an older version's whose payload was collected, and is skipped.
+    fn subtree_live(&self, idx: usize) -> Result<Vec<(Vec<u8>, u64)>> {
         let e = &self.dram.entries[idx];
-        let _pinned = self.payload.as_ref().map(Payload::pin);
+        let mut words: Vec<(u64, u64)> = Vec::new();
         {
-            let mut words: Vec<(u64, u64)> = Vec::new();
-            {
-                let _s = e.subtree.lock();
-                let (a, b) = halves(e);
-                for half in [a, b] {
-                    words.extend(self.dram.records(idx, half).into_iter().rev());
+            let _s = e.subtree.lock();
+            let (a, b) = halves(e);
+            for half in [a, b] {
+                words.extend(self.dram.records(idx, half).into_iter().rev());
+            }
+            let mut stack = vec![(0u32, idx as u64)];
+            while let Some((level, i)) = stack.pop() {
+                if self.level_dir(level).is_none() {
+                    continue;
                 }
-                let mut stack = vec![(0u32, idx as u64)];
-                while let Some((level, i)) = stack.pop() {
-                    if self.level_dir(level).is_none() {
-                        continue;
+                let (recs, _) = self.entry_records(level, i)?;
+                words.extend(recs.iter().rev().map(|r| (r.key, r.value)));
+                if level + 1 < self.geo.max_levels {
+                    let bits = self.geo.level_bits(level);
+                    for t in 0..layout::FANOUT as u64 {
+                        stack.push((level + 1, i | (t << bits)));
                     }
-                    let (recs, _) = self.entry_records(level, i)?;
-                    words.extend(recs.iter().rev().map(|r| (r.key, r.value)));
-                    if level + 1 < self.geo.max_levels {
-                        let bits = self.geo.level_bits(level);
-                        for t in 0..layout::FANOUT as u64 {
-                            stack.push((level + 1, i | (t << bits)));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        match &self.payload {
+            None => {
+                let mut seen = std::collections::HashSet::with_capacity(words.len());
+                for (k, v) in words {
+                    if seen.insert(k) && v != TOMBSTONE {
+                        out.push((k.to_le_bytes().to_vec(), v));
+                    }
+                }
+            }
+            Some(p) => {
+                let mut seen = std::collections::HashSet::with_capacity(words.len());
+                for (_, locator) in words {
+                    if let Some(entry) = p.read_key(&self.region, locator)?
+                        && !seen.contains(&entry.key)
+                    {
+                        seen.insert(entry.key.clone());
+                        if !entry.tombstone {
+                            out.push((entry.key, locator));
                         }
                     }
                 }
             }
-            let mut out = Vec::new();
-            match &self.payload {
-                None => {
-                    let mut seen = std::collections::HashSet::with_capacity(words.len());
-                    for (k, v) in words {
-                        if seen.insert(k) && v != TOMBSTONE {
-                            out.push((k.to_le_bytes().to_vec(), v.to_le_bytes().to_vec()));
-                        }
-                    }
-                }
-                Some(p) => {
-                    let mut seen = std::collections::HashSet::with_capacity(words.len());
-                    for (_, locator) in words {
-                        if let Some(entry) = p.read(&self.region, locator)?
-                            && !seen.contains(&entry.key)
-                        {
-                            seen.insert(entry.key.clone());
-                            if !entry.tombstone {
-                                out.push((entry.key, entry.value));
-                            }
-                        }
-                    }
-                }
-            }
-            Ok(out)
+        }
+        Ok(out)
+    }
+
+    /// The value a live record's value word stands for (the caller holds [`Payload::pin`]
+    /// since the word was read, so its payload is still there).
+    fn value_of(&self, word: u64) -> Result<Vec<u8>> {
+        match &self.payload {
+            None => Ok(word.to_le_bytes().to_vec()),
+            Some(p) => p.read(&self.region, word)?.map(|e| e.value).ok_or_else(|| {
+                Error::corrupt(
+                    self.path.as_deref(),
+                    "a payload entry vanished while an ordered scan held off collection",
+                )
+            }),
         }
     }
 
@@ -1202,12 +1223,19 @@ impl PlushStore {
         let begin = out.len();
         let mut idx = inner.geo.range_entry(start);
         while idx <= last {
-            let mut recs = inner.subtree_records(idx)?;
+            let _pinned = inner.payload.as_ref().map(Payload::pin);
+            let mut recs = inner.subtree_live(idx)?;
             recs.retain(|(k, _)| k.as_slice() >= start && end.is_none_or(|e| k.as_slice() < e));
-            recs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             let room = limit - (out.len() - begin);
-            recs.truncate(room);
-            out.extend(recs);
+            if recs.len() > room {
+                // Only the `room` smallest are returned: select them, then sort only those.
+                recs.select_nth_unstable_by(room - 1, |a, b| a.0.cmp(&b.0));
+                recs.truncate(room);
+            }
+            recs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            for (k, word) in recs {
+                out.push((k, inner.value_of(word)?));
+            }
             idx += 1;
             if out.len() - begin == limit {
                 // Go on from the smallest key after the last one returned.

@@ -156,6 +156,81 @@ impl Payload {
 
     /// The entry at `word`, or `None` if its chunk was collected (the locator dangles).
     pub fn read(&self, region: &PmemRegion, word: u64) -> Result<Option<Entry>> {
+        self.read_parts(region, word, true)
+    }
+
+    /// The entry at `word` as a lookup of `key` needs it: the key compared through a small
+    /// buffer, then (if it is `key`'s, live, and `with_value`) only the value read, into its
+    /// own buffer — one copy of the value, none of a different key's.
+    pub fn read_for(
+        &self,
+        region: &PmemRegion,
+        word: u64,
+        key: &[u8],
+        with_value: bool,
+    ) -> Result<Lookup> {
+        let l = Locator::decode(word);
+        let Some(c) = self.chunks.get(l.chunk as usize) else {
+            return Ok(Lookup::Dangling);
+        };
+        let epoch = c.epoch.load(Ordering::Acquire);
+        let off = c.off.load(Ordering::Acquire);
+        if !l.current(epoch) || off == 0 || u64::from(l.offset) + HEADER > self.chunk_bytes {
+            return Ok(Lookup::Dangling);
+        }
+        let at = off + u64::from(l.offset);
+        let (kl, vl, tombstone) = split_payload_header(region.read_u64(at)?);
+        let valid = (kl + vl) as u64 <= self.max_entry()
+            && u64::from(l.offset) + HEADER + (kl + vl) as u64 <= self.chunk_bytes;
+        let mut same = false;
+        let mut value = Vec::new();
+        if valid && kl == key.len() {
+            let mut small = [0u8; 64];
+            same = if kl <= small.len() {
+                region.read(at + HEADER, &mut small[..kl])?;
+                small[..kl] == *key
+            } else {
+                let mut long = vec![0u8; kl];
+                region.read(at + HEADER, &mut long)?;
+                long == key
+            };
+            if same && !tombstone && with_value {
+                value = vec![0u8; vl];
+                region.read(at + HEADER + kl as u64, &mut value)?;
+            }
+        }
+        // Re-check the epoch: a chunk collected under the reader may hold anything now.
+        std::sync::atomic::fence(Ordering::Acquire);
+        if c.epoch.load(Ordering::Acquire) != epoch {
+            return Ok(Lookup::Dangling);
+        }
+        if !valid {
+            return Err(Error::corrupt(
+                None,
+                format!(
+                    "payload entry at chunk {} offset {} claims {kl} + {vl} bytes",
+                    l.chunk, l.offset
+                ),
+            ));
+        }
+        Ok(match (same, tombstone) {
+            (false, _) => Lookup::Other,
+            (true, true) => Lookup::Key(None),
+            (true, false) => Lookup::Key(Some(value)),
+        })
+    }
+
+    /// [`Payload::read`] without the value (left empty), for walks that choose by key first.
+    pub fn read_key(&self, region: &PmemRegion, word: u64) -> Result<Option<Entry>> {
+        self.read_parts(region, word, false)
+    }
+
+    fn read_parts(
+        &self,
+        region: &PmemRegion,
+        word: u64,
+        with_value: bool,
+    ) -> Result<Option<Entry>> {
         let l = Locator::decode(word);
         let Some(c) = self.chunks.get(l.chunk as usize) else {
             return Ok(None);
@@ -173,7 +248,12 @@ impl Payload {
         let (kl, vl, tombstone) = split_payload_header(w0);
         let valid = (kl + vl) as u64 <= self.max_entry()
             && u64::from(l.offset) + HEADER + (kl + vl) as u64 <= self.chunk_bytes;
-        let mut bytes = vec![0u8; if valid { kl + vl } else { 0 }];
+        let len = match (valid, with_value) {
+            (false, _) => 0,
+            (true, true) => kl + vl,
+            (true, false) => kl,
+        };
+        let mut bytes = vec![0u8; len];
         region.read(at + HEADER, &mut bytes)?;
         // Re-check the epoch: a chunk collected under the reader may hold anything now.
         std::sync::atomic::fence(Ordering::Acquire);
@@ -189,7 +269,11 @@ impl Payload {
                 ),
             ));
         }
-        let value = bytes.split_off(kl);
+        let value = if with_value {
+            bytes.split_off(kl)
+        } else {
+            Vec::new()
+        };
         Ok(Some(Entry {
             key: bytes,
             value,
@@ -863,6 +947,16 @@ pub(super) struct Appended<'a> {
     pub pending: Pending<'a>,
     /// Its range, if the caller is to persist it (with its log entry).
     pub unpersisted: Option<(u64, usize)>,
+}
+
+/// What [`Payload::read_for`] found at a locator.
+pub(super) enum Lookup {
+    /// The chunk was collected: the locator dangles.
+    Dangling,
+    /// Another key's entry (the same 64-bit hash).
+    Other,
+    /// The key's entry: its value (empty unless asked for), or `None` for a deletion.
+    Key(Option<Vec<u8>>),
 }
 
 /// An entry found in a chunk's image.
