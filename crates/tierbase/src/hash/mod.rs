@@ -734,15 +734,22 @@ impl Inner {
         Ok(())
     }
 
-    /// The live keys of DRAM entry `idx`'s subtree with their newest value words (deletions
-    /// left out), in no order. The subtree is read under its lock, newest first (the DRAM
-    /// halves, then each PMem entry before the entries below it, each entry's records last
-    /// slot first), so a key's first sighting is its newest; in the variable layout keys are
-    /// then read from the payload (keys only: values are read for the records a caller keeps).
+    /// The `room` smallest live keys in `start..end` of DRAM entry `idx`'s subtree, in key
+    /// order, with their newest value words (deletions left out). The subtree is read under
+    /// its lock, newest first (the DRAM halves, then each PMem entry before the entries below
+    /// it, each entry's records last slot first); keys outside the range are dropped as they
+    /// are read (variable layout: from the payload, keys only, into one buffer), the rest
+    /// sorted by key and, among equal keys, by that order, so each key's first is its newest.
     /// The caller holds [`Payload::pin`] (taken before the subtree lock, as collections take
     /// theirs) until it has read the values: a newest version's locator cannot dangle then,
     /// so a dangling one is an older version's whose payload was collected, and is skipped.
-    fn subtree_live(&self, idx: usize) -> Result<Vec<(Vec<u8>, u64)>> {
+    fn subtree_live(
+        &self,
+        idx: usize,
+        start: &[u8],
+        end: Option<&[u8]>,
+        room: usize,
+    ) -> Result<Vec<(Vec<u8>, u64)>> {
         let e = &self.dram.entries[idx];
         let mut words: Vec<(u64, u64)> = Vec::new();
         {
@@ -766,31 +773,51 @@ impl Inner {
                 }
             }
         }
-        let mut out = Vec::new();
-        match &self.payload {
-            None => {
-                let mut seen = std::collections::HashSet::with_capacity(words.len());
-                for (k, v) in words {
-                    if seen.insert(k) && v != TOMBSTONE {
-                        out.push((k.to_le_bytes().to_vec(), v));
-                    }
+        // (key's first 8 bytes as a number, its offset in `keys`, its length, age rank, value
+        // word, deletion), newest first.
+        let mut keys: Vec<u8> = Vec::new();
+        let mut found: Vec<(u64, usize, usize, usize, u64, bool)> = Vec::with_capacity(words.len());
+        for (rank, (k, v)) in words.into_iter().enumerate() {
+            let at = keys.len();
+            let tombstone = match &self.payload {
+                None => {
+                    keys.extend_from_slice(&k.to_le_bytes());
+                    v == TOMBSTONE
                 }
+                Some(p) => match p.read_key_into(&self.region, v, &mut keys)? {
+                    Some(t) => t,
+                    None => continue,
+                },
+            };
+            let key = &keys[at..];
+            if key < start || end.is_some_and(|e| key >= e) {
+                keys.truncate(at);
+                continue;
             }
-            Some(p) => {
-                let mut seen = std::collections::HashSet::with_capacity(words.len());
-                for (_, locator) in words {
-                    if let Some(entry) = p.read_key(&self.region, locator)?
-                        && !seen.contains(&entry.key)
-                    {
-                        seen.insert(entry.key.clone());
-                        if !entry.tombstone {
-                            out.push((entry.key, locator));
-                        }
-                    }
-                }
-            }
+            found.push((
+                layout::key_prefix(key),
+                at,
+                keys.len() - at,
+                rank,
+                v,
+                tombstone,
+            ));
         }
-        Ok(out)
+        let key = |r: &(u64, usize, usize, usize, u64, bool)| &keys[r.1..r.1 + r.2];
+        // By key (the number first: most keys differ in their first 8 bytes), then newest
+        // first.
+        found.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| key(a).cmp(key(b)))
+                .then(a.3.cmp(&b.3))
+        });
+        found.dedup_by(|later, first| key(later) == key(first));
+        Ok(found
+            .iter()
+            .filter(|r| !r.5)
+            .take(room)
+            .map(|r| (key(r).to_vec(), r.4))
+            .collect())
     }
 
     /// The value a live record's value word stands for (the caller holds [`Payload::pin`]
@@ -1224,16 +1251,8 @@ impl PlushStore {
         let mut idx = inner.geo.range_entry(start);
         while idx <= last {
             let _pinned = inner.payload.as_ref().map(Payload::pin);
-            let mut recs = inner.subtree_live(idx)?;
-            recs.retain(|(k, _)| k.as_slice() >= start && end.is_none_or(|e| k.as_slice() < e));
             let room = limit - (out.len() - begin);
-            if recs.len() > room {
-                // Only the `room` smallest are returned: select them, then sort only those.
-                recs.select_nth_unstable_by(room - 1, |a, b| a.0.cmp(&b.0));
-                recs.truncate(room);
-            }
-            recs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            for (k, word) in recs {
+            for (k, word) in inner.subtree_live(idx, start, end, room)? {
                 out.push((k, inner.value_of(word)?));
             }
             idx += 1;

@@ -154,11 +154,6 @@ impl Payload {
         self.gc.read()
     }
 
-    /// The entry at `word`, or `None` if its chunk was collected (the locator dangles).
-    pub fn read(&self, region: &PmemRegion, word: u64) -> Result<Option<Entry>> {
-        self.read_parts(region, word, true)
-    }
-
     /// The entry at `word` as a lookup of `key` needs it: the key compared through a small
     /// buffer, then (if it is `key`'s, live, and `with_value`) only the value read, into its
     /// own buffer — one copy of the value, none of a different key's.
@@ -220,17 +215,53 @@ impl Payload {
         })
     }
 
-    /// [`Payload::read`] without the value (left empty), for walks that choose by key first.
-    pub fn read_key(&self, region: &PmemRegion, word: u64) -> Result<Option<Entry>> {
-        self.read_parts(region, word, false)
-    }
-
-    fn read_parts(
+    /// Appends the key of the entry at `word` to `out` and returns whether the entry is a
+    /// deletion; `None` (and `out` unchanged) if its chunk was collected. For walks that choose
+    /// by key first: one buffer for every key, no allocation per entry.
+    pub fn read_key_into(
         &self,
         region: &PmemRegion,
         word: u64,
-        with_value: bool,
-    ) -> Result<Option<Entry>> {
+        out: &mut Vec<u8>,
+    ) -> Result<Option<bool>> {
+        let l = Locator::decode(word);
+        let Some(c) = self.chunks.get(l.chunk as usize) else {
+            return Ok(None);
+        };
+        let epoch = c.epoch.load(Ordering::Acquire);
+        let off = c.off.load(Ordering::Acquire);
+        if !l.current(epoch) || off == 0 || u64::from(l.offset) + HEADER > self.chunk_bytes {
+            return Ok(None);
+        }
+        let at = off + u64::from(l.offset);
+        let (kl, vl, tombstone) = split_payload_header(region.read_u64(at)?);
+        let valid = (kl + vl) as u64 <= self.max_entry()
+            && u64::from(l.offset) + HEADER + (kl + vl) as u64 <= self.chunk_bytes;
+        let start = out.len();
+        if valid {
+            out.resize(start + kl, 0);
+            region.read(at + HEADER, &mut out[start..])?;
+        }
+        // Re-check the epoch: a chunk collected under the reader may hold anything now.
+        std::sync::atomic::fence(Ordering::Acquire);
+        if c.epoch.load(Ordering::Acquire) != epoch {
+            out.truncate(start);
+            return Ok(None);
+        }
+        if !valid {
+            return Err(Error::corrupt(
+                None,
+                format!(
+                    "payload entry at chunk {} offset {} claims {kl} + {vl} bytes",
+                    l.chunk, l.offset
+                ),
+            ));
+        }
+        Ok(Some(tombstone))
+    }
+
+    /// The entry at `word`, or `None` if its chunk was collected (the locator dangles).
+    pub fn read(&self, region: &PmemRegion, word: u64) -> Result<Option<Entry>> {
         let l = Locator::decode(word);
         let Some(c) = self.chunks.get(l.chunk as usize) else {
             return Ok(None);
@@ -248,12 +279,7 @@ impl Payload {
         let (kl, vl, tombstone) = split_payload_header(w0);
         let valid = (kl + vl) as u64 <= self.max_entry()
             && u64::from(l.offset) + HEADER + (kl + vl) as u64 <= self.chunk_bytes;
-        let len = match (valid, with_value) {
-            (false, _) => 0,
-            (true, true) => kl + vl,
-            (true, false) => kl,
-        };
-        let mut bytes = vec![0u8; len];
+        let mut bytes = vec![0u8; if valid { kl + vl } else { 0 }];
         region.read(at + HEADER, &mut bytes)?;
         // Re-check the epoch: a chunk collected under the reader may hold anything now.
         std::sync::atomic::fence(Ordering::Acquire);
@@ -269,11 +295,7 @@ impl Payload {
                 ),
             ));
         }
-        let value = if with_value {
-            bytes.split_off(kl)
-        } else {
-            Vec::new()
-        };
+        let value = bytes.split_off(kl);
         Ok(Some(Entry {
             key: bytes,
             value,
