@@ -32,6 +32,18 @@ fn ok(args: &[&str]) -> String {
     stdout(&o)
 }
 
+/// Runs `tierbase <args> -q --out <out>` (a benchmark), expects success, returns the result
+/// file.
+fn bench_json(args: &[&str], out: &Path) -> serde_json::Value {
+    let o = Command::new(BIN)
+        .args(args)
+        .args(["-q", "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap()
+}
+
 /// A small store (2^6 DRAM entries: 16 KiB of slots) at `path`.
 fn create_small(path: &Path, layout: &str) -> String {
     ok(&[
@@ -259,8 +271,8 @@ fn bench_runs_plush() {
     let out = dir.path().join("r.json");
     let s = ok(&["bench", "stores"]);
     assert!(s.contains("plush"), "{s}");
-    let o = Command::new(BIN)
-        .args([
+    let v = bench_json(
+        &[
             "bench",
             "ycsb",
             "--store",
@@ -273,17 +285,11 @@ fn bench_runs_plush() {
             "4000",
             "--threads",
             "2",
-            "-q",
             "--dir",
             data.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        ],
+        &out,
+    );
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2);
     for r in runs {
@@ -516,8 +522,8 @@ fn bench_runs_plush_range_with_scans() {
     let data = dir.path().join("data");
     let out = dir.path().join("e.json");
     assert!(ok(&["bench", "stores"]).contains("plush-range"));
-    let o = Command::new(BIN)
-        .args([
+    let v = bench_json(
+        &[
             "bench",
             "ycsb",
             "--store",
@@ -530,17 +536,11 @@ fn bench_runs_plush_range_with_scans() {
             "2000",
             "--threads",
             "2",
-            "-q",
             "--dir",
             data.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        ],
+        &out,
+    );
     let r = &v["runs"][0];
     assert_eq!(r["store"], "plush-range");
     assert_eq!(r["verify_failures"], 0, "{r}");

@@ -154,6 +154,35 @@ impl Payload {
         self.gc.read()
     }
 
+    /// Where the entry at `word` is, from its header (its bytes not read yet); `None` if its
+    /// chunk was collected (the locator dangles).
+    fn locate(&self, region: &PmemRegion, word: u64) -> Result<Option<Located<'_>>> {
+        let loc = Locator::decode(word);
+        let Some(chunk) = self.chunks.get(loc.chunk as usize) else {
+            return Ok(None);
+        };
+        let epoch = chunk.epoch.load(Ordering::Acquire);
+        let off = chunk.off.load(Ordering::Acquire);
+        if !loc.current(epoch) || off == 0 || u64::from(loc.offset) + HEADER > self.chunk_bytes {
+            return Ok(None);
+        }
+        let at = off + u64::from(loc.offset);
+        let (kl, vl, tombstone) = split_payload_header(region.read_u64(at)?);
+        let valid = (kl + vl) as u64 <= self.max_entry()
+            && u64::from(loc.offset) + HEADER + (kl + vl) as u64 <= self.chunk_bytes;
+        Ok(Some(Located {
+            loc,
+            chunk,
+            epoch,
+            bytes: at + HEADER,
+            kl: if valid { kl } else { 0 },
+            vl: if valid { vl } else { 0 },
+            claimed: (kl, vl),
+            tombstone,
+            valid,
+        }))
+    }
+
     /// The entry at `word` as a lookup of `key` needs it: the key compared through a small
     /// buffer, then (if it is `key`'s, live, and `with_value`) only the value read, into its
     /// own buffer — one copy of the value, none of a different key's.
@@ -164,51 +193,30 @@ impl Payload {
         key: &[u8],
         with_value: bool,
     ) -> Result<Lookup> {
-        let l = Locator::decode(word);
-        let Some(c) = self.chunks.get(l.chunk as usize) else {
+        let Some(e) = self.locate(region, word)? else {
             return Ok(Lookup::Dangling);
         };
-        let epoch = c.epoch.load(Ordering::Acquire);
-        let off = c.off.load(Ordering::Acquire);
-        if !l.current(epoch) || off == 0 || u64::from(l.offset) + HEADER > self.chunk_bytes {
-            return Ok(Lookup::Dangling);
-        }
-        let at = off + u64::from(l.offset);
-        let (kl, vl, tombstone) = split_payload_header(region.read_u64(at)?);
-        let valid = (kl + vl) as u64 <= self.max_entry()
-            && u64::from(l.offset) + HEADER + (kl + vl) as u64 <= self.chunk_bytes;
         let mut same = false;
         let mut value = Vec::new();
-        if valid && kl == key.len() {
+        if e.kl == key.len() {
             let mut small = [0u8; 64];
-            same = if kl <= small.len() {
-                region.read(at + HEADER, &mut small[..kl])?;
-                small[..kl] == *key
+            same = if e.kl <= small.len() {
+                region.read(e.bytes, &mut small[..e.kl])?;
+                small[..e.kl] == *key
             } else {
-                let mut long = vec![0u8; kl];
-                region.read(at + HEADER, &mut long)?;
+                let mut long = vec![0u8; e.kl];
+                region.read(e.bytes, &mut long)?;
                 long == key
             };
-            if same && !tombstone && with_value {
-                value = vec![0u8; vl];
-                region.read(at + HEADER + kl as u64, &mut value)?;
+            if same && !e.tombstone && with_value {
+                value = vec![0u8; e.vl];
+                region.read(e.bytes + e.kl as u64, &mut value)?;
             }
         }
-        // Re-check the epoch: a chunk collected under the reader may hold anything now.
-        std::sync::atomic::fence(Ordering::Acquire);
-        if c.epoch.load(Ordering::Acquire) != epoch {
+        if !e.settle()? {
             return Ok(Lookup::Dangling);
         }
-        if !valid {
-            return Err(Error::corrupt(
-                None,
-                format!(
-                    "payload entry at chunk {} offset {} claims {kl} + {vl} bytes",
-                    l.chunk, l.offset
-                ),
-            ));
-        }
-        Ok(match (same, tombstone) {
+        Ok(match (same, e.tombstone) {
             (false, _) => Lookup::Other,
             (true, true) => Lookup::Key(None),
             (true, false) => Lookup::Key(Some(value)),
@@ -224,82 +232,34 @@ impl Payload {
         word: u64,
         out: &mut Vec<u8>,
     ) -> Result<Option<bool>> {
-        let l = Locator::decode(word);
-        let Some(c) = self.chunks.get(l.chunk as usize) else {
+        let Some(e) = self.locate(region, word)? else {
             return Ok(None);
         };
-        let epoch = c.epoch.load(Ordering::Acquire);
-        let off = c.off.load(Ordering::Acquire);
-        if !l.current(epoch) || off == 0 || u64::from(l.offset) + HEADER > self.chunk_bytes {
-            return Ok(None);
-        }
-        let at = off + u64::from(l.offset);
-        let (kl, vl, tombstone) = split_payload_header(region.read_u64(at)?);
-        let valid = (kl + vl) as u64 <= self.max_entry()
-            && u64::from(l.offset) + HEADER + (kl + vl) as u64 <= self.chunk_bytes;
         let start = out.len();
-        if valid {
-            out.resize(start + kl, 0);
-            region.read(at + HEADER, &mut out[start..])?;
-        }
-        // Re-check the epoch: a chunk collected under the reader may hold anything now.
-        std::sync::atomic::fence(Ordering::Acquire);
-        if c.epoch.load(Ordering::Acquire) != epoch {
+        out.resize(start + e.kl, 0);
+        region.read(e.bytes, &mut out[start..])?;
+        if !e.settle()? {
             out.truncate(start);
             return Ok(None);
         }
-        if !valid {
-            return Err(Error::corrupt(
-                None,
-                format!(
-                    "payload entry at chunk {} offset {} claims {kl} + {vl} bytes",
-                    l.chunk, l.offset
-                ),
-            ));
-        }
-        Ok(Some(tombstone))
+        Ok(Some(e.tombstone))
     }
 
     /// The entry at `word`, or `None` if its chunk was collected (the locator dangles).
     pub fn read(&self, region: &PmemRegion, word: u64) -> Result<Option<Entry>> {
-        let l = Locator::decode(word);
-        let Some(c) = self.chunks.get(l.chunk as usize) else {
+        let Some(e) = self.locate(region, word)? else {
             return Ok(None);
         };
-        let epoch = c.epoch.load(Ordering::Acquire);
-        if !l.current(epoch) {
+        let mut bytes = vec![0u8; e.kl + e.vl];
+        region.read(e.bytes, &mut bytes)?;
+        if !e.settle()? {
             return Ok(None);
         }
-        let off = c.off.load(Ordering::Acquire);
-        if off == 0 || u64::from(l.offset) + HEADER > self.chunk_bytes {
-            return Ok(None);
-        }
-        let at = off + u64::from(l.offset);
-        let w0 = region.read_u64(at)?;
-        let (kl, vl, tombstone) = split_payload_header(w0);
-        let valid = (kl + vl) as u64 <= self.max_entry()
-            && u64::from(l.offset) + HEADER + (kl + vl) as u64 <= self.chunk_bytes;
-        let mut bytes = vec![0u8; if valid { kl + vl } else { 0 }];
-        region.read(at + HEADER, &mut bytes)?;
-        // Re-check the epoch: a chunk collected under the reader may hold anything now.
-        std::sync::atomic::fence(Ordering::Acquire);
-        if c.epoch.load(Ordering::Acquire) != epoch {
-            return Ok(None);
-        }
-        if !valid {
-            return Err(Error::corrupt(
-                None,
-                format!(
-                    "payload entry at chunk {} offset {} claims {kl} + {vl} bytes",
-                    l.chunk, l.offset
-                ),
-            ));
-        }
-        let value = bytes.split_off(kl);
+        let value = bytes.split_off(e.kl);
         Ok(Some(Entry {
             key: bytes,
             value,
-            tombstone,
+            tombstone: e.tombstone,
         }))
     }
 
@@ -969,6 +929,46 @@ pub(super) struct Appended<'a> {
     pub pending: Pending<'a>,
     /// Its range, if the caller is to persist it (with its log entry).
     pub unpersisted: Option<(u64, usize)>,
+}
+
+/// An entry a locator points at, as its header describes it.
+struct Located<'a> {
+    loc: Locator,
+    chunk: &'a PChunk,
+    /// The chunk's epoch when the header was read.
+    epoch: u64,
+    /// Where the key (then the value) starts.
+    bytes: u64,
+    /// Key and value lengths (0 when the header's are impossible).
+    kl: usize,
+    vl: usize,
+    /// The lengths the header claims.
+    claimed: (usize, usize),
+    tombstone: bool,
+    /// The claimed lengths fit the chunk and the largest entry.
+    valid: bool,
+}
+
+impl Located<'_> {
+    /// After the entry's bytes were read: `false` if its chunk was collected meanwhile (then
+    /// they may be anything, and the header too); an error if the header was impossible.
+    fn settle(&self) -> Result<bool> {
+        std::sync::atomic::fence(Ordering::Acquire);
+        if self.chunk.epoch.load(Ordering::Acquire) != self.epoch {
+            return Ok(false);
+        }
+        if !self.valid {
+            let (kl, vl) = self.claimed;
+            return Err(Error::corrupt(
+                None,
+                format!(
+                    "payload entry at chunk {} offset {} claims {kl} + {vl} bytes",
+                    self.loc.chunk, self.loc.offset
+                ),
+            ));
+        }
+        Ok(true)
+    }
 }
 
 /// What [`Payload::read_for`] found at a locator.
