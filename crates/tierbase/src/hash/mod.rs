@@ -251,6 +251,10 @@ struct Counters {
     payload_moved: Counter,
 }
 
+/// Regions from this size on are grown ahead in the background (smaller growth steps are
+/// quick; test stores stay below it, so their files stay as small as their structures).
+const GROW_AHEAD_FROM: u64 = 256 << 20;
+
 /// The store's state, shared by handles and background threads.
 struct Inner {
     region: PmemRegion,
@@ -1006,6 +1010,30 @@ impl PlushStore {
             if let Some(t) = w.handle() {
                 inner.migrators.lock().push(t);
             }
+            workers.push(w);
+        }
+        // A large region grows ahead of the writers, off their path (an allocation that has
+        // to grow it by a quarter holds the allocator meanwhile: seconds at gigabytes). Not
+        // under the crash simulator, whose persist points must be the store's own.
+        if !inner.region.info().crash_simulated {
+            let w = Background::spawn(
+                "plush-grow",
+                inner.clone(),
+                Duration::from_millis(10),
+                |inner, ticker| {
+                    while ticker.next() {
+                        if inner.region.len() < GROW_AHEAD_FROM {
+                            continue;
+                        }
+                        if let Err(e) = inner.space.grow_ahead(&inner.region) {
+                            // Writers grow the region themselves and report what fails there.
+                            tracing::warn!("plush: growing the region ahead failed: {e}");
+                            break;
+                        }
+                    }
+                },
+            )
+            .map_err(|e| Error::io("spawn grower", None, e))?;
             workers.push(w);
         }
         // Halves recovery found frozen migrate now, and every log gets its spare back.

@@ -63,6 +63,27 @@ impl RegionBump {
         Ok(start)
     }
 
+    /// Whether less than an eighth of the region's mapped length is left beyond the space
+    /// handed out, and the region may still grow: time for [`RegionBump::grow_ahead`].
+    pub fn headroom_low(&self, region: &PmemRegion) -> bool {
+        let len = region.len();
+        let used = self.reserved_fast.load(Ordering::Acquire);
+        len < region.max_len() && len.saturating_sub(used) < len / 8
+    }
+
+    /// Grows the region by a quarter (at most to its limit) when [`RegionBump::headroom_low`],
+    /// without this allocator's lock — for a background runner, so that writers find the
+    /// space mapped instead of waiting while an allocation grows (and pre-faults) a large
+    /// step. Allocations still grow the region themselves if it runs short.
+    pub fn grow_ahead(&self, region: &PmemRegion) -> Result<bool> {
+        if !self.headroom_low(region) {
+            return Ok(false);
+        }
+        let len = region.len();
+        region.grow((len + len / 4).min(region.max_len()))?;
+        Ok(true)
+    }
+
     fn reserve(&self, region: &PmemRegion, end: u64) -> Result<()> {
         let mut reserved = self.reserved.lock();
         if end <= *reserved {
@@ -110,5 +131,43 @@ impl RegionBump {
     /// The next byte that would be handed out.
     pub fn used(&self) -> u64 {
         self.next.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::RegionOptions;
+
+    #[test]
+    fn grows_ahead_only_when_headroom_is_low() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = RegionOptions {
+            reserve: 64 << 20,
+            ..RegionOptions::default()
+        };
+        let region = PmemRegion::create(&dir.path().join("r"), 1 << 20, &opts).unwrap();
+        let len = region.len();
+        let bump = RegionBump::new(0, 4096, 4096, 4096);
+        // Plenty of room: nothing to do.
+        assert!(!bump.headroom_low(&region));
+        assert!(!bump.grow_ahead(&region).unwrap());
+        assert_eq!(region.len(), len);
+        // Handed out up to within an eighth of the end: grown by a quarter.
+        bump.alloc(&region, len - 4096 - len / 16, 8).unwrap();
+        assert!(bump.headroom_low(&region));
+        assert!(bump.grow_ahead(&region).unwrap());
+        assert_eq!(region.len(), len + len / 4);
+        assert!(!bump.headroom_low(&region));
+        // Never past the region's limit: fill and grow ahead until it is reached.
+        for _ in 0..64 {
+            let free = region.len() - bump.reserved_fast.load(Ordering::Acquire);
+            bump.alloc(&region, free - free / 16, 8).unwrap();
+            if !bump.grow_ahead(&region).unwrap() {
+                break;
+            }
+        }
+        assert_eq!(region.len(), region.max_len());
+        assert!(!bump.grow_ahead(&region).unwrap());
     }
 }
