@@ -46,13 +46,14 @@ fn bench_json(args: &[&str], out: &Path) -> serde_json::Value {
 
 /// A small store (2^6 DRAM entries: 16 KiB of slots) at `path`.
 fn create_small(path: &Path, layout: &str) -> String {
-    ok(&[
-        "plush",
-        "create",
-        "--path",
-        path.to_str().unwrap(),
-        "--layout",
-        layout,
+    create_small_with(path, &["--layout", layout])
+}
+
+/// [`create_small`] with other creation flags.
+fn create_small_with(path: &Path, flags: &[&str]) -> String {
+    let mut args = vec!["plush", "create", "--path", path.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&[
         "--dram-bits",
         "6",
         "--max-levels",
@@ -61,7 +62,8 @@ fn create_small(path: &Path, layout: &str) -> String {
         "8",
         "--log-chunk",
         "16K",
-    ])
+    ]);
+    ok(&args)
 }
 
 #[test]
@@ -466,22 +468,7 @@ fn range_partition_scans_in_key_order() {
     let dir = tmpdir();
     let path = dir.path().join("range.plush");
     let p = path.to_str().unwrap();
-    let out = ok(&[
-        "plush",
-        "create",
-        "--path",
-        p,
-        "--partition",
-        "range",
-        "--dram-bits",
-        "6",
-        "--max-levels",
-        "3",
-        "--logs",
-        "8",
-        "--log-chunk",
-        "16K",
-    ]);
+    let out = create_small_with(&path, &["--partition", "range"]);
     assert!(out.contains("range-partitioned"), "{out}");
     for k in ["date", "banana", "apple", "cherry", "elder", "fig"] {
         ok(&["plush", "put", "--path", p, k, &k.to_uppercase()]);
