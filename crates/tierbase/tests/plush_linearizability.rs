@@ -39,7 +39,7 @@ use std::sync::{Barrier, Mutex};
 use tierbase::hash::layout::{hash_bytes, hash_word};
 use tierbase::hash::{PlushLayout, PlushOptions, PlushStore};
 use tierbase::store::Change;
-use tierbase::testing::linearizability::{Clock, Op, Operation, Outcome, check};
+use tierbase::testing::linearizability::{Clock, Op, Operation, Outcome, Recorder, check};
 
 /// Worker threads (the migrator comes on top): more than the cores of a small machine on
 /// purpose, so a worker preempted inside a call leaves its race window open.
@@ -184,6 +184,37 @@ fn modify(
     seen
 }
 
+/// An increment of `k` by `modify`, recorded as it holds: a get of what it saw and a put of
+/// what it wrote, over the same interval. Returns what it saw.
+fn recorded_increment(
+    rec: &mut Recorder<'_>,
+    store: &PlushStore,
+    layout: PlushLayout,
+    k: &[u8],
+) -> Option<Vec<u8>> {
+    let get = rec.invoke(k);
+    let put = rec.invoke(k);
+    let mut wrote = Vec::new();
+    let seen = modify(store, k, |cur| {
+        wrote = incremented(layout, cur);
+        Change::Put(wrote.clone())
+    });
+    rec.respond(
+        get,
+        Op::Get {
+            value: seen.clone(),
+        },
+    );
+    rec.respond(
+        put,
+        Op::Put {
+            value: wrote,
+            was_new: seen.is_none(),
+        },
+    );
+    seen
+}
+
 /// What a worker did: its history, and per counter key the values its increments saw.
 struct WorkerOut {
     ops: Vec<Operation>,
@@ -212,28 +243,7 @@ fn worker(
             // An increment of a counter key.
             let c = rng.below(COUNTERS as u64) as usize;
             let k = &counters[c];
-            // The increment holds at one point: a get of what it saw and a put of what it
-            // wrote, over the same interval.
-            let get = rec.invoke(k);
-            let put = rec.invoke(k);
-            let mut wrote = Vec::new();
-            let seen = modify(store, k, |cur| {
-                wrote = incremented(layout, cur);
-                Change::Put(wrote.clone())
-            });
-            rec.respond(
-                get,
-                Op::Get {
-                    value: seen.clone(),
-                },
-            );
-            rec.respond(
-                put,
-                Op::Put {
-                    value: wrote,
-                    was_new: seen.is_none(),
-                },
-            );
+            let seen = recorded_increment(&mut rec, store, layout, k);
             counter_reads.push((c, seen.as_deref().map(|s| counter_value(layout, s))));
             continue;
         }
@@ -293,27 +303,8 @@ fn worker(
                 }
             }),
             _ => {
-                // An increment of a hot key: a get and a put over the call's interval.
-                let call = rec.invoke(k);
-                let put = rec.invoke(k);
-                let mut wrote = Vec::new();
-                let seen = modify(store, k, |cur| {
-                    wrote = incremented(layout, cur);
-                    Change::Put(wrote.clone())
-                });
-                rec.respond(
-                    call,
-                    Op::Get {
-                        value: seen.clone(),
-                    },
-                );
-                rec.respond(
-                    put,
-                    Op::Put {
-                        value: wrote,
-                        was_new: seen.is_none(),
-                    },
-                );
+                // An increment of a hot key.
+                recorded_increment(&mut rec, store, layout, k);
             }
         }
     }
