@@ -256,7 +256,7 @@ fn check_contents(ctx: &str, store: &PlushStore, pool: &[Vec<u8>], model: &Model
         &v.problems[..v.problems.len().min(6)]
     );
     assert_eq!(v.live_keys, model.len() as u64, "{ctx}: verify's live keys");
-    if store.stats().partition == Partition::Range {
+    if store.partition() == Partition::Range {
         assert_eq!(
             walk_range(store, b"", None, 5),
             model.clone().into_iter().collect::<Vec<_>>(),

@@ -219,7 +219,7 @@ pub fn run(args: PlushArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
             println!("{}", if found { "deleted" } else { "not found" });
             found
         }
-        PlushCommand::Scan { limit, from, to } if store.stats().partition == Partition::Range => {
+        PlushCommand::Scan { limit, from, to } if store.partition() == Partition::Range => {
             let start = match &from {
                 Some(k) => decode(hex, k, "--from key")?,
                 None => Vec::new(),

@@ -1262,7 +1262,8 @@ impl PlushStore {
         let inner = self.inner();
         if inner.geo.partition != Partition::Range {
             return Err(Error::InvalidArgument(
-                "ordered scans need a range-partitioned Plush store (created with partition                  range); this one is partitioned by hash"
+                "ordered scans need a range-partitioned Plush store (created with partition range); \
+                 this one is partitioned by hash"
                     .into(),
             ));
         }
@@ -1297,6 +1298,11 @@ impl PlushStore {
     /// What recovery found and did when this handle's store was opened.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.shared.recovery
+    }
+
+    /// How keys are spread over the DRAM entries (fixed when the store is created).
+    pub fn partition(&self) -> Partition {
+        self.inner().geo.partition
     }
 
     /// Space, memory and counters.
