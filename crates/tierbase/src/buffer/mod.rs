@@ -24,9 +24,8 @@
 
 pub mod ace;
 pub mod policy;
+mod table;
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -39,7 +38,6 @@ use crate::error::{Error, Result};
 /// page's format, `u64` page LSN, `u64` page id.
 pub const PAGE_PREFIX: usize = 24;
 const NO_PAGE: u64 = u64::MAX;
-const SHARDS: usize = 64;
 /// Pages written back in one batch by [`BufferPool::flush_dirty`].
 const FLUSH_BATCH: usize = 64;
 /// Clock sweeps before the pool is declared exhausted.
@@ -52,21 +50,6 @@ pub trait WalRule: Send + Sync {
     /// Makes the log durable up to `lsn`.
     fn flush_to(&self, lsn: u64) -> Result<()>;
 }
-
-#[derive(Default)]
-struct IdHasher(u64);
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, _: &[u8]) {
-        unreachable!("page ids hash as u64")
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-type Table = HashMap<u64, u32, BuildHasherDefault<IdHasher>>;
 
 /// A frame's contents, behind its latch.
 #[derive(Debug)]
@@ -93,6 +76,15 @@ struct Frame {
 }
 
 impl Frame {
+    /// Sets the Clock bit, writing only when it is clear: on a hot page (the root) an
+    /// unconditional store would move its line between the cores on every fix.
+    #[inline]
+    fn mark_referenced(&self) {
+        if !self.referenced.load(Ordering::Relaxed) {
+            self.referenced.store(true, Ordering::Relaxed);
+        }
+    }
+
     fn dirty(&self) -> bool {
         self.dirty_version.load(Ordering::Acquire) != self.clean_version.load(Ordering::Acquire)
     }
@@ -144,7 +136,7 @@ pub struct BufferPool {
     device: BlockDevice,
     page_size: usize,
     frames: Box<[Frame]>,
-    table: Box<[Mutex<Table>]>,
+    table: table::PageTable,
     free: Mutex<Vec<u32>>,
     hand: AtomicUsize,
     wal: Arc<dyn WalRule>,
@@ -267,7 +259,7 @@ impl BufferPool {
             device,
             page_size: ps,
             frames: frames.into_boxed_slice(),
-            table: (0..SHARDS).map(|_| Mutex::new(Table::default())).collect(),
+            table: table::PageTable::default(),
             free: Mutex::new((0..n as u32).rev().collect()),
             hand: AtomicUsize::new(0),
             wal,
@@ -308,12 +300,8 @@ impl BufferPool {
         &self.device
     }
 
-    fn shard(&self, pid: u64) -> &Mutex<Table> {
-        &self.table[(pid.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % SHARDS]
-    }
-
     fn lookup(&self, pid: u64) -> Option<u32> {
-        self.shard(pid).lock().get(&pid).copied()
+        self.table.get(pid)
     }
 
     /// Fixes page `pid` for reading.
@@ -323,7 +311,7 @@ impl BufferPool {
                 let frame = &self.frames[i as usize];
                 let guard = frame.data.read();
                 if guard.pid == pid {
-                    frame.referenced.store(true, Ordering::Relaxed);
+                    frame.mark_referenced();
                     self.counters.hits.incr();
                     return Ok(PageRead { guard });
                 }
@@ -349,7 +337,7 @@ impl BufferPool {
                 let frame = &self.frames[i as usize];
                 let guard = frame.data.write();
                 if guard.pid == pid {
-                    frame.referenced.store(true, Ordering::Relaxed);
+                    frame.mark_referenced();
                     self.counters.hits.incr();
                     return Ok(PageWrite { frame, guard });
                 }
@@ -389,16 +377,20 @@ impl BufferPool {
         })?;
         let (i, mut guard) = self.victim()?;
         let frame = &self.frames[i as usize];
-        {
-            let mut t = self.shard(pid).lock();
-            if t.contains_key(&pid) {
-                drop(t);
+        // The frame's page id is set under its latch, which fixers take before they trust
+        // what the table says.
+        match self.table.insert(pid, i) {
+            Ok(true) => guard.pid = pid,
+            Ok(false) => {
                 drop(guard);
                 self.free.lock().push(i);
                 return Ok(None);
             }
-            t.insert(pid, i);
-            guard.pid = pid;
+            Err(e) => {
+                drop(guard);
+                self.free.lock().push(i);
+                return Err(e);
+            }
         }
         guard.image_gen = 0;
         guard.torn = false;
@@ -440,7 +432,7 @@ impl BufferPool {
             Ok(()) => None,
         };
         if let Some(e) = bad {
-            self.shard(pid).lock().remove(&pid);
+            self.table.remove(pid, i);
             guard.pid = NO_PAGE;
             drop(guard);
             self.free.lock().push(i);
@@ -536,11 +528,7 @@ impl BufferPool {
                     self.counters.dirty_evictions.incr();
                     self.counters.write_back_batches.incr();
                 }
-                let mut t = self.shard(guard.pid).lock();
-                if t.get(&guard.pid) == Some(&(i as u32)) {
-                    t.remove(&guard.pid);
-                }
-                drop(t);
+                self.table.remove(guard.pid, i as u32);
                 guard.pid = NO_PAGE;
                 self.counters.evictions.incr();
             }
@@ -757,7 +745,7 @@ impl BufferPool {
 
     /// Number of frames holding a page.
     pub fn resident_pages(&self) -> usize {
-        self.table.iter().map(|t| t.lock().len()).sum()
+        self.table.len()
     }
 }
 
