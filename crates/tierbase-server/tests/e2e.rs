@@ -7,255 +7,18 @@
 //! bounded retry for a freed client slot, followed by an assertion).
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::io::{BufRead, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
+mod common;
+
+use common::{TestServer, base_config, bulk, resp, scan_all, show};
+use redis::cmd;
 use tierbase::device::Durability;
 use tierbase::kv::{KvOptions, KvStore};
-use tierbase_server::{Server, ServerConfig, ServerError, ShutdownHandle, Summary, open_store};
-
-/// How long a socket read may block before the test fails.
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a server may take to stop once asked.
-const STOP_TIMEOUT: Duration = Duration::from_secs(20);
-
-// ---------------------------------------------------------------------------------------
-// Fixture
-// ---------------------------------------------------------------------------------------
-
-/// A server running on its own thread, on a fresh KV store file.
-struct TestServer {
-    addr: SocketAddr,
-    path: PathBuf,
-    handle: ShutdownHandle,
-    done: mpsc::Receiver<tierbase_server::Result<Summary>>,
-    thread: Option<JoinHandle<()>>,
-    // Last: the directory outlives the server.
-    _dir: tempfile::TempDir,
-}
-
-/// The configuration every test starts from: an ephemeral loopback port, two workers.
-fn base_config() -> ServerConfig {
-    ServerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        worker_threads: 2,
-        ..ServerConfig::default()
-    }
-}
-
-impl TestServer {
-    fn start() -> Self {
-        Self::start_with(|_| {})
-    }
-
-    fn start_with(adjust: impl FnOnce(&mut ServerConfig)) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("served.tb");
-        let (store, policy) = open_store("kv", &path, Durability::Immediate).unwrap();
-        let mut config = base_config();
-        adjust(&mut config);
-        let server = Server::bind(store, policy, config).unwrap();
-        let addr = server.ready().unwrap().addr;
-        let handle = server.shutdown_handle();
-        let (tx, done) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("e2e-serve".into())
-            .spawn(move || {
-                let _ = tx.send(server.serve());
-            })
-            .unwrap();
-        TestServer {
-            addr,
-            path,
-            handle,
-            done,
-            thread: Some(thread),
-            _dir: dir,
-        }
-    }
-
-    fn port(&self) -> u16 {
-        self.addr.port()
-    }
-
-    fn client(&self) -> redis::Connection {
-        redis::Client::open(format!("redis://{}/", self.addr))
-            .unwrap()
-            .get_connection()
-            .unwrap()
-    }
-
-    fn raw(&self) -> Raw {
-        Raw::connect(self.addr)
-    }
-
-    /// Waits for `serve` to return (without asking it to stop) and asserts it returned Ok.
-    fn wait(&mut self) -> Summary {
-        let result = self
-            .done
-            .recv_timeout(STOP_TIMEOUT)
-            .expect("the server did not stop");
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
-        }
-        result.expect("serve returned an error")
-    }
-
-    /// Stops the server through its handle; asserts `serve` returned Ok.
-    fn stop(&mut self) -> Summary {
-        self.handle.shutdown("test");
-        self.wait()
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        // A test that failed before `stop`: stop the server anyway, without panicking again.
-        if let Some(t) = self.thread.take() {
-            self.handle.shutdown("test dropped");
-            if self.done.recv_timeout(STOP_TIMEOUT).is_ok() {
-                let _ = t.join();
-            }
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Raw RESP client
-// ---------------------------------------------------------------------------------------
-
-/// Encodes a multibulk request.
-fn resp(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
-/// Encodes a bulk string reply.
-fn bulk(v: &[u8]) -> Vec<u8> {
-    let mut out = format!("${}\r\n", v.len()).into_bytes();
-    out.extend_from_slice(v);
-    out.extend_from_slice(b"\r\n");
-    out
-}
-
-fn show(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// A raw connection: writes bytes, reads whole RESP replies.
-struct Raw {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
-}
-
-impl Raw {
-    fn connect(addr: SocketAddr) -> Self {
-        let stream = TcpStream::connect(addr).unwrap();
-        stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
-        stream.set_write_timeout(Some(READ_TIMEOUT)).unwrap();
-        Raw {
-            reader: BufReader::new(stream.try_clone().unwrap()),
-            writer: stream,
-        }
-    }
-
-    fn send(&mut self, bytes: &[u8]) {
-        self.writer.write_all(bytes).unwrap();
-    }
-
-    /// Sends one multibulk request and reads its reply.
-    fn cmd(&mut self, args: &[&[u8]]) -> Vec<u8> {
-        self.send(&resp(args));
-        self.reply()
-    }
-
-    /// Sends raw bytes (e.g. an inline request) and reads one reply.
-    fn inline(&mut self, line: &str) -> Vec<u8> {
-        self.send(line.as_bytes());
-        self.reply()
-    }
-
-    fn line(&mut self, out: &mut Vec<u8>) -> Vec<u8> {
-        let mut line = Vec::new();
-        let n = self
-            .reader
-            .read_until(b'\n', &mut line)
-            .expect("reading a reply");
-        assert!(
-            n > 0,
-            "connection closed while waiting for a reply (got so far: {:?})",
-            show(out)
-        );
-        assert!(
-            line.ends_with(b"\r\n"),
-            "reply line without CRLF: {:?}",
-            show(&line)
-        );
-        out.extend_from_slice(&line);
-        line.truncate(line.len() - 2);
-        line
-    }
-
-    fn count(header: &[u8]) -> i64 {
-        std::str::from_utf8(&header[1..])
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("bad length in {:?}", show(header)))
-    }
-
-    fn reply_into(&mut self, out: &mut Vec<u8>) {
-        let header = self.line(out);
-        match header.first() {
-            Some(b'$' | b'!' | b'=') => {
-                let len = Self::count(&header);
-                if len >= 0 {
-                    let mut body = vec![0; len as usize + 2];
-                    self.reader.read_exact(&mut body).expect("reading a bulk");
-                    assert!(body.ends_with(b"\r\n"), "bulk without CRLF");
-                    out.extend_from_slice(&body);
-                }
-            }
-            Some(b'*' | b'~' | b'>') => {
-                for _ in 0..Self::count(&header).max(0) {
-                    self.reply_into(out);
-                }
-            }
-            Some(b'%' | b'|') => {
-                for _ in 0..2 * Self::count(&header).max(0) {
-                    self.reply_into(out);
-                }
-            }
-            Some(b'+' | b'-' | b':' | b'_' | b'#' | b',' | b'(') => {}
-            _ => panic!("not a RESP reply: {:?}", show(&header)),
-        }
-    }
-
-    /// Reads one whole reply, as its bytes on the wire.
-    fn reply(&mut self) -> Vec<u8> {
-        let mut out = Vec::new();
-        self.reply_into(&mut out);
-        out
-    }
-
-    /// Asserts the server closes the connection with nothing more sent.
-    fn expect_eof(&mut self) {
-        let mut rest = Vec::new();
-        match self.reader.read_to_end(&mut rest) {
-            Ok(_) => assert!(rest.is_empty(), "expected EOF, got {:?}", show(&rest)),
-            Err(e) => panic!("expected EOF, got {e} (after {:?})", show(&rest)),
-        }
-    }
-}
+use tierbase_server::{Server, ServerConfig, ServerError, open_store};
 
 /// A server error as text (`CODE detail`), from a `redis` crate error.
 fn err_text(e: &redis::RedisError) -> String {
@@ -272,10 +35,6 @@ fn query_err(con: &mut redis::Connection, cmd: &redis::Cmd) -> String {
         Ok(v) => panic!("expected an error, got {v:?}"),
         Err(e) => err_text(&e),
     }
-}
-
-fn cmd(name: &str) -> redis::Cmd {
-    redis::cmd(name)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -660,27 +419,6 @@ fn decrby_min_is_an_overflow() {
 // 2. SCAN
 // ---------------------------------------------------------------------------------------
 
-/// Iterates SCAN (with `extra` options) to the end; every key returned, in order.
-fn scan_all(con: &mut redis::Connection, extra: &[&str]) -> Vec<Vec<u8>> {
-    let mut cursor = "0".to_string();
-    let mut keys = Vec::new();
-    for _ in 0..100_000 {
-        let mut c = cmd("SCAN");
-        c.arg(&cursor);
-        for e in extra {
-            c.arg(*e);
-        }
-        let (next, batch): (String, Vec<Vec<u8>>) = c.query(con).unwrap();
-        keys.extend(batch);
-        if next == "0" {
-            return keys;
-        }
-        assert!(next.parse::<u64>().is_ok(), "cursor {next:?}");
-        cursor = next;
-    }
-    panic!("SCAN did not end");
-}
-
 #[test]
 fn scan_meets_every_key() {
     let mut server = TestServer::start();
@@ -720,7 +458,7 @@ fn scan_meets_every_key() {
     assert!(matched_set == users);
 
     // MATCH with a pattern nothing matches still ends, with nothing.
-    assert!(scan_all(&mut con, &["MATCH", "nothing:*", "COUNT", "1000"]).is_empty());
+    assert!(scan_all::<Vec<u8>>(&mut con, &["MATCH", "nothing:*", "COUNT", "1000"]).is_empty());
     // The default COUNT also covers everything.
     let default: HashSet<Vec<u8>> = scan_all(&mut con, &[]).into_iter().collect();
     assert!(default == expected);
@@ -845,13 +583,13 @@ fn concurrent_incr_is_atomic() {
     const PER_THREAD: usize = 500;
     const KEYS: usize = 4;
     let mut server = TestServer::start();
-    let url = format!("redis://{}/", server.addr);
+    let url = server.url();
     let key_of = |t: usize, i: usize| (t + i * 3) % KEYS;
     let workers: Vec<_> = (0..THREADS)
         .map(|t| {
             let url = url.clone();
             std::thread::spawn(move || {
-                let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let mut con = common::connect(&url);
                 let mut seen: Vec<(usize, i64)> = Vec::with_capacity(PER_THREAD);
                 for i in 0..PER_THREAD {
                     let k = key_of(t, i);
@@ -899,12 +637,12 @@ fn concurrent_set_nx_and_append() {
     const THREADS: usize = 8;
     const ROUNDS: usize = 50;
     let mut server = TestServer::start();
-    let url = format!("redis://{}/", server.addr);
+    let url = server.url();
     let workers: Vec<_> = (0..THREADS)
         .map(|t| {
             let url = url.clone();
             std::thread::spawn(move || {
-                let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let mut con = common::connect(&url);
                 let mut won = Vec::new();
                 let mut lengths = Vec::new();
                 for r in 0..ROUNDS {
@@ -977,22 +715,11 @@ fn pipelined_requests_are_answered_in_order() {
     let mut server = TestServer::start();
     let mut raw = server.raw();
     const N: usize = 1000;
-    let mut sets = Vec::new();
-    let mut gets = Vec::new();
-    for i in 0..N {
-        sets.extend(resp(&[
-            b"SET",
-            format!("k{i}").as_bytes(),
-            format!("v{i}").as_bytes(),
-        ]));
-        gets.extend(resp(&[b"GET", format!("k{i}").as_bytes()]));
-    }
+    let (sets, gets) =
+        common::set_and_get_pipelines(N, |i| format!("k{i}"), |i| format!("v{i}").into_bytes());
     raw.send(&sets);
     raw.send(&gets);
-    for i in 0..N {
-        let r = raw.reply();
-        assert_eq!(show(&r), "+OK\r\n", "reply to SET #{i}");
-    }
+    raw.expect_oks(N, "SET");
     for i in 0..N {
         let r = raw.reply();
         assert_eq!(
@@ -1033,13 +760,8 @@ fn pipeline_replies_larger_than_a_flush_arrive_whole_and_in_order() {
     let mut server = TestServer::start();
     let mut raw = server.raw();
     const N: usize = 1000;
-    let mut sets = Vec::new();
-    let mut gets = Vec::new();
-    for i in 0..N {
-        let value = vec![b'a' + (i % 26) as u8; 1000 + i % 7];
-        sets.extend(resp(&[b"SET", format!("big{i}").as_bytes(), &value]));
-        gets.extend(resp(&[b"GET", format!("big{i}").as_bytes()]));
-    }
+    let value = |i: usize| vec![b'a' + (i % 26) as u8; 1000 + i % 7];
+    let (sets, gets) = common::set_and_get_pipelines(N, |i| format!("big{i}"), value);
     // A writer thread, so that a server that answers while the pipeline is still being
     // written never blocks on this client (about 1 MB of requests and of replies).
     let mut writer = raw.writer.try_clone().unwrap();
@@ -1047,12 +769,9 @@ fn pipeline_replies_larger_than_a_flush_arrive_whole_and_in_order() {
         writer.write_all(&sets).unwrap();
         writer.write_all(&gets).unwrap();
     });
+    raw.expect_oks(N, "SET");
     for i in 0..N {
-        assert_eq!(show(&raw.reply()), "+OK\r\n", "reply to SET #{i}");
-    }
-    for i in 0..N {
-        let value = vec![b'a' + (i % 26) as u8; 1000 + i % 7];
-        assert!(raw.reply() == bulk(&value), "reply to GET #{i}");
+        assert!(raw.reply() == bulk(&value(i)), "reply to GET #{i}");
     }
     feeder.join().unwrap();
     assert_eq!(raw.cmd(&[b"PING"]), b"+PONG\r\n".to_vec());
@@ -1379,12 +1098,7 @@ fn max_clients_rejects_and_recovers() {
     drop(c1);
     let mut admitted = None;
     for _ in 0..200 {
-        let stream = TcpStream::connect(server.addr).unwrap();
-        stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
-        let mut attempt = Raw {
-            reader: BufReader::new(stream.try_clone().unwrap()),
-            writer: stream,
-        };
+        let mut attempt = server.raw();
         let mut first = Vec::new();
         if attempt.writer.write_all(&resp(&[b"PING"])).is_ok()
             && attempt.reader.read_until(b'\n', &mut first).is_ok()
@@ -1420,26 +1134,20 @@ fn oversized_bulk_is_a_protocol_error() {
     assert_eq!(show(&ok.cmd(&[b"SET", b"k", &value])), "+OK\r\n");
     assert!(ok.cmd(&[b"GET", b"k"]) == bulk(&value));
 
-    let mut bad = server.raw();
-    bad.send(b"*2\r\n$3\r\nGET\r\n$2000\r\n");
-    let r = bad.reply();
+    let r = server.reply_then_close(b"*2\r\n$3\r\nGET\r\n$2000\r\n");
     assert!(
         r.starts_with(b"-ERR Protocol error: invalid bulk length"),
         "{:?}",
         show(&r)
     );
-    bad.expect_eof();
 
     // One byte over the limit, with its payload, is refused the same way.
-    let mut bad = server.raw();
-    bad.send(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1025\r\n");
-    let r = bad.reply();
+    let r = server.reply_then_close(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1025\r\n");
     assert!(
         r.starts_with(b"-ERR Protocol error: invalid bulk length"),
         "{:?}",
         show(&r)
     );
-    bad.expect_eof();
 
     // The other clients are unaffected.
     assert_eq!(show(&other.cmd(&[b"PING"])), "+PONG\r\n");
@@ -1454,13 +1162,10 @@ fn malformed_multibulk_is_a_protocol_error() {
     let mut other = server.raw();
     assert_eq!(show(&other.cmd(&[b"PING"])), "+PONG\r\n");
 
-    let mut bad = server.raw();
-    bad.send(b"*1\r\n*1\r\n$1\r\na\r\n");
     assert_eq!(
-        show(&bad.reply()),
+        show(&server.reply_then_close(b"*1\r\n*1\r\n$1\r\na\r\n")),
         "-ERR Protocol error: expected '$', got '*'\r\n"
     );
-    bad.expect_eof();
 
     // Replies to the requests before the bad one are sent first.
     let mut bad = server.raw();
@@ -1491,29 +1196,20 @@ fn other_request_limits() {
         "*3\r\n$-1\r\n$-1\r\n$-1\r\n"
     );
 
-    let mut bad = server.raw();
-    bad.send(b"*5\r\n");
     assert_eq!(
-        show(&bad.reply()),
+        show(&server.reply_then_close(b"*5\r\n")),
         "-ERR Protocol error: invalid multibulk length\r\n"
     );
-    bad.expect_eof();
 
-    let mut bad = server.raw();
-    bad.send(&vec![b'x'; 1025]);
     assert_eq!(
-        show(&bad.reply()),
+        show(&server.reply_then_close(&vec![b'x'; 1025])),
         "-ERR Protocol error: too big inline request\r\n"
     );
-    bad.expect_eof();
 
-    let mut bad = server.raw();
-    bad.send(b"*1\r\n$-1\r\n");
     assert_eq!(
-        show(&bad.reply()),
+        show(&server.reply_then_close(b"*1\r\n$-1\r\n")),
         "-ERR Protocol error: invalid bulk length\r\n"
     );
-    bad.expect_eof();
 
     assert_eq!(show(&ok.cmd(&[b"PING"])), "+PONG\r\n");
     drop(ok);
@@ -1599,21 +1295,13 @@ fn shutdown_after_a_pipeline_answers_it_first() {
     let mut server = TestServer::start();
     let mut raw = server.raw();
     const N: usize = 500;
-    let mut bytes = Vec::new();
-    for i in 0..N {
-        bytes.extend(resp(&[
-            b"SET",
-            format!("p{i}").as_bytes(),
-            format!("{i}").as_bytes(),
-        ]));
-    }
+    let (mut bytes, _) =
+        common::set_and_get_pipelines(N, |i| format!("p{i}"), |i| i.to_string().into_bytes());
     bytes.extend(resp(&[b"SHUTDOWN"]));
     // Never executed: the connection ends at SHUTDOWN.
     bytes.extend(resp(&[b"SET", b"after", b"x"]));
     raw.send(&bytes);
-    for i in 0..N {
-        assert_eq!(show(&raw.reply()), "+OK\r\n", "reply to SET #{i}");
-    }
+    raw.expect_oks(N, "SET");
     raw.expect_eof();
     let summary = server.wait();
     assert!(summary.reason.contains("SHUTDOWN"), "{summary:?}");
@@ -1890,14 +1578,11 @@ fn redis_cli_works() {
     assert_eq!(redis_cli(port, &["-3", "GET", "missing"], b""), "\n");
 
     // Mass insertion with --pipe.
-    let mut mass = Vec::new();
-    for i in 0..1000 {
-        mass.extend(resp(&[
-            b"SET",
-            format!("pipe:{i}").as_bytes(),
-            format!("{i}").as_bytes(),
-        ]));
-    }
+    let (mass, _) = common::set_and_get_pipelines(
+        1000,
+        |i| format!("pipe:{i}"),
+        |i| i.to_string().into_bytes(),
+    );
     let piped = redis_cli(port, &["--pipe"], &mass);
     assert!(piped.contains("errors: 0, replies: 1000"), "{piped}");
     assert_eq!(redis_cli(port, &["DBSIZE"], b""), "1005\n");
