@@ -3,9 +3,12 @@
 //! injected I/O errors of a dying device, growth and the exclusive lock of file devices, and
 //! the block crash harness visiting every sync point.
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 
+use common::panic_text;
 use tierbase::Error;
 use tierbase::device::{AlignedBuf, BlockCrashConfig, BlockDevice, BlockOptions, SECTOR, SimPower};
 use tierbase::testing::crash::{
@@ -436,11 +439,7 @@ fn the_harness_names_the_point_of_a_failed_check() {
             |_, point| assert_ne!(point, Some(3), "boom"),
         )
     });
-    let payload = r.expect_err("accepted");
-    let msg = payload
-        .downcast_ref::<String>()
-        .cloned()
-        .unwrap_or_default();
+    let msg = panic_text(&r.expect_err("accepted"));
     assert!(
         msg.contains("power loss at sync point 3") && msg.contains("boom"),
         "{msg}"
@@ -513,11 +512,7 @@ fn fault_injection_visits_every_sync_point() {
             |(), _| {},
         )
     });
-    let payload = r.expect_err("accepted");
-    let msg = payload
-        .downcast_ref::<String>()
-        .cloned()
-        .unwrap_or_default();
+    let msg = panic_text(&r.expect_err("accepted"));
     assert!(
         msg.contains("failing after sync point") && msg.contains("Error::ReadOnly"),
         "{msg}"

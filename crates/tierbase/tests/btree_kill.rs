@@ -26,15 +26,17 @@
 //! `TIERBASE_KILL_MAX_VALUE=n` caps the values, e.g. below `max_inline` to leave overflow pages
 //! out when triaging).
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::path::Path;
 
-use tierbase::Error;
+use common::scratch_dir as store_dir;
 use tierbase::btree::{BTreeOptions, BTreeStore};
 use tierbase::device::Durability;
-use tierbase::testing::crash::{LogLine, TextState, Write};
-use tierbase::testing::kill::{self, KillChild, TestRng, env_u64, fork_guard, value_token};
+use tierbase::testing::crash::{TextState, Write};
+use tierbase::testing::kill::{self, KillLoop, LockTest, TestRng, fork_guard, value_token};
 
 /// Child mode of the kill loop: `seed|path`.
 const WRITER_ENV: &str = "TIERBASE_BTREE_KILL_CHILD";
@@ -55,14 +57,6 @@ fn opts() -> BTreeOptions {
         .durability(Durability::Immediate)
 }
 
-fn store_dir() -> tempfile::TempDir {
-    if Path::new("/dev/shm").is_dir() {
-        tempfile::tempdir_in("/dev/shm").unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    }
-}
-
 /// 1 byte to `max_value`: tiny, small, around `max_inline`, and overflow chains.
 fn value(rng: &mut TestRng, max_inline: usize, max_value: usize) -> Vec<u8> {
     let max_value = std::env::var("TIERBASE_KILL_MAX_VALUE")
@@ -76,8 +70,7 @@ fn value(rng: &mut TestRng, max_inline: usize, max_value: usize) -> Vec<u8> {
         _ => max_value - rng.below(max_value as u64 / 2) as usize,
     }
     .min(max_value);
-    let mut fill = TestRng(rng.next_u64());
-    (0..len).map(|_| fill.next_u64() as u8).collect()
+    rng.bytes(len as u64)
 }
 
 /// The tracker's pseudo thread of op `j` of a batch of thread `t`.
@@ -93,21 +86,12 @@ fn writer_child(spec: &str) {
     kill::child_setup();
     let (seed, path) = spec.split_once('|').unwrap();
     let seed: u64 = seed.parse().unwrap();
-    let store = BTreeStore::open(path, &opts()).unwrap_or_else(|e| {
-        println!("error open: {e}");
-        std::process::exit(3);
-    });
-    println!("child started");
-    std::thread::scope(|s| {
-        for t in 0..WRITERS {
-            let store = &store;
-            s.spawn(move || writer_thread(store, t, seed));
-        }
-    });
+    let store = kill::open_or_exit("open", BTreeStore::open(path, &opts()));
+    kill::run_writers(WRITERS, |t| writer_thread(&store, t, seed));
 }
 
 fn writer_thread(store: &BTreeStore, t: u64, seed: u64) {
-    let mut rng = TestRng(seed ^ (t + 1).wrapping_mul(0xa076_1d64_78bd_642f));
+    let mut rng = TestRng::for_writer(seed, t);
     let lim = store.limits();
     loop {
         let roll = rng.below(100);
@@ -159,32 +143,15 @@ fn writer_thread(store: &BTreeStore, t: u64, seed: u64) {
         } else {
             Write::Delete
         };
-        println!("{}", TextState::begin_line(t, &key, &write));
+        kill::begin(t, &key, &write);
         let k = key.as_bytes();
+        // A put or a delete always takes effect: acknowledged as applied.
         let result = match write {
-            Write::Put(_) => store.put(k, &v).map(drop),
-            _ => store.delete(k).map(drop),
+            Write::Put(_) => store.put(k, &v),
+            _ => store.delete(k),
         };
-        match result {
-            Ok(()) => println!("{}", TextState::ack_line(t, true)),
-            Err(e) => {
-                println!("error thread {t}: {e}");
-                std::process::exit(3);
-            }
-        }
+        kill::ack_or_exit(t, result.map(|_| true));
     }
-}
-
-/// Child mode of the lock test: open the store, write a key, say "ready", wait to be killed.
-fn holder_child(path: &str) {
-    kill::child_setup();
-    let store = BTreeStore::open(path, &opts()).unwrap_or_else(|e| {
-        println!("error holder: {e}");
-        std::process::exit(3);
-    });
-    store.put(b"held", b"by the child").unwrap();
-    println!("ready");
-    kill::wait_for_kill()
 }
 
 // ----- the parent --------------------------------------------------------------------------
@@ -292,8 +259,7 @@ fn file_len(dir: &Path, name: &str) -> u64 {
 /// `rounds` kill -9 rounds on one store (`test`: the name of the calling test, which the child
 /// re-runs).
 fn kill_loop(test: &str, rounds: u64, seed: u64) {
-    let rounds = env_u64("TIERBASE_KILL_ROUNDS").unwrap_or(rounds);
-    let seed = env_u64("TIERBASE_KILL_SEED").unwrap_or(seed);
+    let mut kills = KillLoop::new(test, WRITER_ENV, rounds, seed, 400);
     let dir = store_dir();
     let path = dir.path().join("killed");
     {
@@ -302,48 +268,19 @@ fn kill_loop(test: &str, rounds: u64, seed: u64) {
     }
     let mut state = TextState::new();
     let mut batches = Batches::default();
-    let mut rng = TestRng(seed);
-    let (mut total_acks, mut in_flight_at_kill, mut replayed) = (0, 0, 0);
+    let mut replayed = 0;
     let (mut max_live, mut max_pages, mut max_log) = (0u64, 0u64, 0u64);
-    for round in 0..rounds {
-        let ctx = format!("round {round} (TIERBASE_KILL_SEED={seed:#x})");
-        let target = 1 + rng.below(400);
-        let child_seed = seed ^ round.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let mut child = KillChild::spawn_self(
-            test,
-            WRITER_ENV,
-            &format!("{child_seed}|{}", path.display()),
-        );
-        total_acks += child.kill_after(target, &ctx, |line| {
-            // `feed` first: it fails the test on an `error` line.
-            let ack = kill::feed(&mut state, line, &ctx) == LogLine::Ack;
-            batches.line(line);
-            ack
-        });
-        in_flight_at_kill += state.in_flight();
-
+    let child_spec = |child_seed| format!("{child_seed}|{}", path.display());
+    while let Some(round) = kills.next_round(&mut state, child_spec, |line| batches.line(line)) {
+        let ctx = &round.ctx;
         let _fork = fork_guard();
-        let store =
-            BTreeStore::open(&path, &opts()).unwrap_or_else(|e| panic!("{ctx}: reopen: {e}"));
+        let store = round.ok(BTreeStore::open(&path, &opts()), "reopen");
         replayed += store.restart_report().frames;
-        store
-            .verify()
-            .unwrap_or_else(|e| panic!("{ctx}: verify after kill -9: {e}"));
+        round.ok(store.verify(), "verify after kill -9");
         let actual = dump(&store);
-        state
-            .check(&actual)
-            .unwrap_or_else(|e| panic!("{ctx}: after kill -9: {e}"));
-        batches
-            .check(&actual)
-            .unwrap_or_else(|e| panic!("{ctx}: after kill -9: {e}"));
-        for (k, tok) in &actual {
-            let v = store.get(k.as_bytes()).unwrap();
-            assert_eq!(
-                v.as_deref().map(value_token).as_ref(),
-                Some(tok),
-                "{ctx}: get {k}"
-            );
-        }
+        round.ok(state.check(&actual), "after kill -9");
+        round.ok(batches.check(&actual), "after kill -9");
+        round.check_gets(&actual, |k| store.get(k).unwrap());
         let live: u64 = actual
             .iter()
             .map(|(k, t)| k.len() as u64 + t.split(':').next().unwrap().parse::<u64>().unwrap())
@@ -371,18 +308,18 @@ fn kill_loop(test: &str, rounds: u64, seed: u64) {
         );
         state.settle(actual.clone());
         batches.settle(&actual);
-        if (round + 1) % 50 == 0 {
+        if (round.number + 1) % 50 == 0 {
             eprintln!(
                 "after {} rounds: pages.tb {pages} bytes, log {log} bytes, most live data \
                  {max_live}",
-                round + 1
+                round.number + 1
             );
         }
     }
     eprintln!(
-        "{rounds} kill -9 rounds: {total_acks} acknowledged writes, {in_flight_at_kill} in \
-         flight at the kills, {replayed} log frames replayed; largest pages.tb {max_pages} \
-         bytes, log file {max_log} bytes, most live data {max_live} bytes"
+        "{}, {replayed} log frames replayed; largest pages.tb {max_pages} bytes, log file \
+         {max_log} bytes, most live data {max_live} bytes",
+        kills.summary()
     );
     assert!(
         replayed > 0,
@@ -418,56 +355,22 @@ fn kill_9_soak() {
 #[test]
 fn second_open_from_another_process_fails_naming_the_holder() {
     if let Ok(path) = std::env::var(HOLDER_ENV) {
-        holder_child(&path);
-        return;
+        LockTest::hold(|| BTreeStore::open(&path, &opts()));
     }
     let dir = store_dir();
     let path = dir.path().join("held");
-    {
-        let _fork = fork_guard();
-        BTreeStore::create(&path, &opts()).unwrap().close().unwrap();
-    }
-    let mut child = KillChild::spawn_self(
-        "second_open_from_another_process_fails_naming_the_holder",
-        HOLDER_ENV,
-        &path.display().to_string(),
-    );
-    child.wait_for("ready");
-    let err = {
-        let _fork = fork_guard();
-        match BTreeStore::open(&path, &opts()) {
-            Ok(_) => panic!("a second open of a store another process holds succeeded"),
-            Err(e) => e,
-        }
+    let test = LockTest {
+        test: "second_open_from_another_process_fails_naming_the_holder",
+        child_env: HOLDER_ENV,
+        path: &path,
+        locked: &path.join("pages.tb"),
     };
-    let pid = child.id();
-    match &err {
-        Error::Locked { path: p, holder } => {
-            assert_eq!(p, &path.join("pages.tb"));
-            assert!(
-                holder.contains(&format!("process {pid}")),
-                "holder {holder:?} does not name the child (pid {pid})"
-            );
-        }
-        other => panic!("expected Error::Locked, got {other:?}"),
-    }
-    let msg = err.to_string();
-    assert!(
-        msg.contains(&path.display().to_string())
-            && msg.contains(&format!("process {pid}"))
-            && msg.contains("lock")
-            && !msg.contains('\n'),
-        "not one clear line: {msg:?}"
+    test.run(
+        || BTreeStore::create(&path, &opts())?.close(),
+        || BTreeStore::open(&path, &opts()),
+        |store| {
+            store.verify().unwrap();
+            store.close().unwrap();
+        },
     );
-    // The failed open changed nothing: the holder dies, its lock goes with it, and the store
-    // opens with the holder's write.
-    child.kill();
-    let _fork = fork_guard();
-    let store = BTreeStore::open(&path, &opts()).unwrap();
-    assert_eq!(
-        store.get(b"held").unwrap().as_deref(),
-        Some(&b"by the child"[..])
-    );
-    store.verify().unwrap();
-    store.close().unwrap();
 }

@@ -17,17 +17,21 @@
 //!
 //! Rounds: `TIERBASE_LIN_ROUNDS=n` (default per variant below).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 
+use common::scratch_dir;
 use tierbase::btree::{BTreeOptions, BTreeStore};
 use tierbase::buffer::{BufferPool, PoolOptions, WalRule};
 use tierbase::device::{BlockCrashConfig, BlockDevice, Durability, SimPower};
-use tierbase::store::{Change, Store};
-use tierbase::testing::linearizability::{Clock, Op, Operation, Outcome, check};
+use tierbase::testing::TestRng as Rng;
+use tierbase::testing::linearizability::{
+    self, Clock, Decision, Op, Operation, Outcome, check, delete_op, get_op, modify_op, put_op,
+};
 
 /// Worker threads (the checkpointer and the scanner come on top). More than the cores of a
 /// small machine on purpose: a worker preempted inside a store call leaves its race window
@@ -74,19 +78,6 @@ const BASE: Variant = Variant {
     write_back_batch: 1,
     rounds: 16,
 };
-
-/// splitmix64: a small deterministic generator per thread.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (z ^ (z >> 31)) % n
-    }
-}
 
 /// The key space, in byte order: stable keys `k<prefix><5 digits>` every 10, hot keys
 /// `k<prefix><n>h` and their fillers `k<prefix><n>f<m>` right after a stable key in four places
@@ -150,30 +141,6 @@ fn value(
     unit.iter().copied().cycle().take(len).collect()
 }
 
-fn put(s: &BTreeStore, k: &[u8], value: Vec<u8>) -> Op {
-    let was_new = s.put(k, &value).unwrap_or_else(|e| panic!("put: {e}"));
-    Op::Put { value, was_new }
-}
-
-fn delete(s: &BTreeStore, k: &[u8]) -> Op {
-    Op::Delete {
-        existed: s.delete(k).unwrap_or_else(|e| panic!("delete: {e}")),
-    }
-}
-
-fn modify(s: &BTreeStore, k: &[u8], decide: impl Fn(Option<&[u8]>) -> Change) -> Option<Vec<u8>> {
-    let mut seen = None;
-    let mut calls = 0;
-    Store::modify(s, k, &mut |cur| {
-        calls += 1;
-        seen = cur.map(<[u8]>::to_vec);
-        decide(cur)
-    })
-    .unwrap_or_else(|e| panic!("modify: {e}"));
-    assert_eq!(calls, 1, "modify must call its closure exactly once");
-    seen
-}
-
 #[allow(clippy::too_many_arguments)]
 fn worker(
     v: &Variant,
@@ -194,9 +161,9 @@ fn worker(
             let f = &keys.fillers[j][rng.below(FILLERS as u64) as usize];
             if rng.below(100) < 55 {
                 let val = value(v, max_inline, &mut rng, thread, n, true);
-                rec.record(f, || put(store, f, val));
+                rec.record(f, || put_op(store, f, val));
             } else {
-                rec.record(f, || delete(store, f));
+                rec.record(f, || delete_op(store, f));
             }
             continue;
         }
@@ -204,40 +171,13 @@ fn worker(
         let big = rng.below(4) == 0;
         let val = value(v, max_inline, &mut rng, thread, n, big);
         match rng.below(100) {
-            0..25 => rec.record(k, || put(store, k, val)),
-            25..37 => rec.record(k, || delete(store, k)),
-            37..62 => rec.record(k, || Op::Get {
-                value: store.get(k).unwrap_or_else(|e| panic!("get: {e}")),
-            }),
-            62..72 => rec.record(k, || {
-                // Update-if-present (SET XX).
-                let new = val.clone();
-                let seen = modify(store, k, |cur| match cur {
-                    Some(_) => Change::Put(new.clone()),
-                    None => Change::Keep,
-                });
-                Op::Update {
-                    value: val,
-                    existed: seen.is_some(),
-                }
-            }),
-            72..80 => rec.record(k, || {
-                let new = val.clone();
-                let seen = modify(store, k, |_| Change::Put(new.clone()));
-                Op::Put {
-                    value: val,
-                    was_new: seen.is_none(),
-                }
-            }),
-            80..86 => rec.record(k, || {
-                let seen = modify(store, k, |cur| match cur {
-                    Some(_) => Change::Delete,
-                    None => Change::Keep,
-                });
-                Op::Delete {
-                    existed: seen.is_some(),
-                }
-            }),
+            0..25 => rec.record(k, || put_op(store, k, val)),
+            25..37 => rec.record(k, || delete_op(store, k)),
+            37..62 => rec.record(k, || get_op(store, k)),
+            // Update-if-present (SET XX).
+            62..72 => rec.record(k, || modify_op(store, k, Decision::SetIfPresent(val))),
+            72..80 => rec.record(k, || modify_op(store, k, Decision::Put(val))),
+            80..86 => rec.record(k, || modify_op(store, k, Decision::DeleteIfPresent)),
             _ => {
                 // A batch: the hot key and one of its fillers (each key's call is recorded
                 // with the batch's interval).
@@ -373,15 +313,6 @@ fn rb(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
     }
 }
 
-/// A directory for store files: on tmpfs when there is one.
-fn scratch_dir() -> tempfile::TempDir {
-    if Path::new("/dev/shm").is_dir() {
-        tempfile::tempdir_in("/dev/shm").expect("temporary directory in /dev/shm")
-    } else {
-        tempfile::tempdir().expect("temporary directory")
-    }
-}
-
 fn stat(s: &BTreeStore, name: &str) -> u64 {
     s.stats()
         .into_iter()
@@ -457,19 +388,16 @@ fn round(v: &Variant, seed: u64) -> (Outcome, Figures) {
         let stop = StopOnDrop(&done);
         let history = workers
             .into_iter()
-            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .flat_map(linearizability::join)
             .collect();
         drop(stop);
-        figures.scans = scan.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        figures.scans = linearizability::join(scan);
         history
     });
     figures.checkpoints = checkpoints.load(Ordering::Relaxed);
     let mut rec = clock.recorder(THREADS);
-    for k in keys.hot.iter().chain(keys.fillers.iter().flatten()) {
-        rec.record(k, || Op::Get {
-            value: store.get(k).unwrap(),
-        });
-    }
+    let finals = keys.hot.iter().chain(keys.fillers.iter().flatten());
+    rec.record_gets(finals.map(Vec::as_slice), |k| store.get(k).unwrap());
     history.extend(rec.into_operations());
     let (_, n) = store
         .verify()
@@ -487,17 +415,8 @@ fn round(v: &Variant, seed: u64) -> (Outcome, Figures) {
 /// Runs `v`'s rounds, one variant at a time (the races need the threads to really run side by
 /// side, not against another variant's).
 fn run(name: &str, v: Variant) -> Vec<Figures> {
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-    let _alone = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let rounds = std::env::var("TIERBASE_LIN_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(v.rounds);
     let mut out = Vec::new();
-    for r in 0..rounds {
-        let seed = 0xb7ee_0000 + r;
+    linearizability::run_rounds(v.rounds, 0xb7ee_0000, |r, seed| {
         let (outcome, figures) = round(&v, seed);
         assert!(
             outcome.is_linearizable(),
@@ -511,7 +430,7 @@ fn run(name: &str, v: Variant) -> Vec<Figures> {
             eprintln!("DBG {name} {figures:?}");
         }
         out.push(figures);
-    }
+    });
     out
 }
 

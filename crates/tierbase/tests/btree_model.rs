@@ -23,15 +23,19 @@
 //!
 //! More cases: `PROPTEST_CASES=n cargo test -p tierbase --release --test btree_model`.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use common::scratch_dir;
 use proptest::prelude::*;
 use tierbase::Error;
 use tierbase::btree::{BTreeOptions, BTreeStore, Limits};
 use tierbase::device::Durability;
 use tierbase::store::{Change, Store};
+use tierbase::testing::TestRng as Rng;
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -49,14 +53,6 @@ fn opts(page_size: usize, durability: Durability) -> BTreeOptions {
 }
 
 /// A directory for store files: on tmpfs when there is one (the log's syncs are then cheap).
-fn scratch_dir() -> tempfile::TempDir {
-    if Path::new("/dev/shm").is_dir() {
-        tempfile::tempdir_in("/dev/shm").expect("temporary directory in /dev/shm")
-    } else {
-        tempfile::tempdir().expect("temporary directory")
-    }
-}
-
 // ----- keys and values -------------------------------------------------------------------------
 
 #[derive(Clone, Copy, Debug)]
@@ -712,19 +708,6 @@ proptest! {
 }
 
 // ----- Store::scan -------------------------------------------------------------------------
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (z ^ (z >> 31)) % n
-    }
-}
 
 #[test]
 fn scan_cursor_walk_returns_every_stable_key_once_in_order() {

@@ -27,7 +27,10 @@ use std::time::Duration;
 
 use tierbase::device::{PmemRegion, RegionOptions};
 use tierbase::kv::{KvOptions, KvStore, ReclaimOptions, RecordLayout};
-use tierbase::testing::crash::{Crashed, ExpectedState, PowerLoss, Schedule, ScriptEnd, Write};
+use tierbase::testing::TestRng as Rng;
+use tierbase::testing::crash::{
+    Crashed, ExpectedState, PowerLoss, Schedule, ScriptEnd, Write, tracked_writers,
+};
 
 /// A value as the tracker sees it: length and FNV-1a hash of the bytes (a torn or mixed value
 /// has a different hash; short to print).
@@ -49,19 +52,6 @@ fn digest(v: &[u8]) -> Digest {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     (v.len(), h)
-}
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (z ^ (z >> 31)) % n
-    }
 }
 
 fn opts(layout: RecordLayout, reclaim: bool) -> KvOptions {
@@ -177,14 +167,7 @@ fn run_script(layout: RecordLayout, region: PmemRegion, seed: u64) -> ScriptEnd<
         acked.during_create = true;
         return ScriptEnd::new(acked, store.region());
     }
-    let tracker = Mutex::new(State::new());
-    std::thread::scope(|s| {
-        for t in 0..2 {
-            let (store, tracker) = (&store, &tracker);
-            s.spawn(move || worker(layout, store, tracker, t, seed));
-        }
-    });
-    acked.state = tracker.into_inner().unwrap();
+    acked.state = tracked_writers(2, |t, tracker| worker(layout, &store, tracker, t, seed));
     acked.moved = store.metrics().records_moved;
     acked.recycled = store.metrics().blocks_recycled;
     ScriptEnd::new(acked, store.region())

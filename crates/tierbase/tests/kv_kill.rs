@@ -20,15 +20,15 @@
 //! `cargo test -p tierbase --release --test kv_kill -- --ignored --nocapture`
 //! (`TIERBASE_KILL_ROUNDS=n` and `TIERBASE_KILL_SEED=n` change rounds and seed of either).
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
-use tierbase::Error;
 use tierbase::device::{Durability, FsKind};
 use tierbase::kv::{KvOptions, KvStore, ReclaimOptions, RecordLayout};
-use tierbase::testing::crash::{LogLine, TextState, Write};
-use tierbase::testing::kill::{self, KillChild, TestRng, env_u64, fork_guard, value_token};
+use tierbase::testing::crash::{TextState, Write};
+use tierbase::testing::kill::{self, KillLoop, LockTest, TestRng, fork_guard, value_token};
 
 /// Child mode of the kill loop: `seed|path`.
 const WRITER_ENV: &str = "TIERBASE_KV_KILL_CHILD";
@@ -58,10 +58,8 @@ fn store_dir(durability: Durability) -> tempfile::TempDir {
     if durability.defers() {
         // Deferred syncs only happen on a disk file.
         tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
-    } else if Path::new("/dev/shm").is_dir() {
-        tempfile::tempdir_in("/dev/shm").unwrap()
     } else {
-        tempfile::tempdir().unwrap()
+        common::scratch_dir()
     }
 }
 
@@ -73,8 +71,7 @@ fn value(rng: &mut TestRng) -> Vec<u8> {
         65..=87 => 2_048 + rng.below(22 << 10),
         _ => (64 << 10) + 1 + rng.below(MAX_VALUE - (64 << 10)),
     };
-    let mut fill = TestRng(rng.next_u64());
-    (0..len).map(|_| fill.next_u64() as u8).collect()
+    rng.bytes(len)
 }
 
 // ----- the child ---------------------------------------------------------------------------
@@ -88,17 +85,11 @@ fn writer_child(spec: &str) {
     let durability = Durability::parse(parts.next().unwrap()).unwrap();
     let path = parts.next().unwrap();
     let store = KvStore::open(path, &opts(durability)).unwrap();
-    println!("child started");
-    std::thread::scope(|s| {
-        for t in 0..WRITERS {
-            let store = &store;
-            s.spawn(move || writer_thread(store, t, seed));
-        }
-    });
+    kill::run_writers(WRITERS, |t| writer_thread(&store, t, seed));
 }
 
 fn writer_thread(store: &KvStore, t: u64, seed: u64) {
-    let mut rng = TestRng(seed ^ (t + 1).wrapping_mul(0xa076_1d64_78bd_642f));
+    let mut rng = TestRng::for_writer(seed, t);
     let mut c = store.client();
     loop {
         let key = format!("k{}", rng.below(KEYS));
@@ -110,33 +101,15 @@ fn writer_thread(store: &KvStore, t: u64, seed: u64) {
             55..=74 => Write::Update(tok.as_str()),
             _ => Write::Delete,
         };
-        println!("{}", TextState::begin_line(t, &key, &write));
+        kill::begin(t, &key, &write);
         let k = key.as_bytes();
         let result = match write {
             Write::Put(_) => c.put(k, &v).map(|_| true),
             Write::Update(_) => c.update(k, &v),
             Write::Delete => c.delete(k).map(|_| true),
         };
-        match result {
-            Ok(applied) => println!("{}", TextState::ack_line(t, applied)),
-            Err(e) => {
-                println!("error thread {t}: {e}");
-                std::process::exit(3);
-            }
-        }
+        kill::ack_or_exit(t, result);
     }
-}
-
-/// Child mode of the lock test: open the store, write a key, say "ready", wait to be killed.
-fn holder_child(path: &str) {
-    kill::child_setup();
-    let store = KvStore::open(path, &opts(Durability::Immediate)).unwrap_or_else(|e| {
-        println!("error holder: {e}");
-        std::process::exit(3);
-    });
-    store.put(b"held", b"by the child").unwrap();
-    println!("ready");
-    kill::wait_for_kill()
 }
 
 // ----- the parent --------------------------------------------------------------------------
@@ -160,8 +133,7 @@ fn dump(store: &KvStore) -> BTreeMap<String, String> {
 /// `rounds` kill -9 rounds on one store (`test`: the name of the calling test, which the child
 /// re-runs).
 fn kill_loop(test: &str, rounds: u64, seed: u64, durability: Durability) {
-    let rounds = env_u64("TIERBASE_KILL_ROUNDS").unwrap_or(rounds);
-    let seed = env_u64("TIERBASE_KILL_SEED").unwrap_or(seed);
+    let mut kills = KillLoop::new(test, WRITER_ENV, rounds, seed, 600);
     let dir = store_dir(durability);
     if durability.defers() && tierbase::device::fs_kind(dir.path()) == FsKind::Memory {
         eprintln!(
@@ -179,43 +151,20 @@ fn kill_loop(test: &str, rounds: u64, seed: u64, durability: Durability) {
             .unwrap();
     }
     let mut state = TextState::new();
-    let mut rng = TestRng(seed);
-    let (mut total_acks, mut max_file, mut max_live) = (0, 0, 0);
-    let mut in_flight_at_kill = 0;
-    for round in 0..rounds {
-        let ctx = format!("round {round} (TIERBASE_KILL_SEED={seed:#x})");
-        let target = 1 + rng.below(600);
-        let child_seed = seed ^ round.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let mut child = KillChild::spawn_self(
-            test,
-            WRITER_ENV,
-            &format!("{child_seed}|{}|{}", durability.name(), path.display()),
-        );
-        total_acks += child.kill_after(target, &ctx, |line| {
-            kill::feed(&mut state, line, &ctx) == LogLine::Ack
-        });
-        in_flight_at_kill += state.in_flight();
-
+    let (mut max_file, mut max_live) = (0, 0);
+    let child_spec = |child_seed| format!("{child_seed}|{}|{}", durability.name(), path.display());
+    while let Some(round) = kills.next_round(&mut state, child_spec, |_| {}) {
+        let ctx = &round.ctx;
         let fork = fork_guard();
-        let store = KvStore::open(&path, &opts(durability))
-            .unwrap_or_else(|e| panic!("{ctx}: reopen: {e}"));
+        let store = round.ok(KvStore::open(&path, &opts(durability)), "reopen");
         assert_eq!(
             store.region().defers_persists(),
             durability.defers(),
             "{ctx}: the store must run the durability level under test"
         );
         let actual = dump(&store);
-        state
-            .check(&actual)
-            .unwrap_or_else(|e| panic!("{ctx}: after kill -9: {e}"));
-        for (k, tok) in &actual {
-            let v = store.get(k.as_bytes()).unwrap();
-            assert_eq!(
-                v.as_deref().map(value_token).as_ref(),
-                Some(tok),
-                "{ctx}: get {k}"
-            );
-        }
+        round.ok(state.check(&actual), "after kill -9");
+        round.check_gets(&actual, |k| store.get(k).unwrap());
         max_live = max_live.max(store.stats().live_bytes);
         drop(store);
         let report = tierbase::kv::verify(&path).unwrap();
@@ -236,16 +185,16 @@ fn kill_loop(test: &str, rounds: u64, seed: u64, durability: Durability) {
             3 * CHUNK
         );
         state.settle(actual);
-        if (round + 1) % 100 == 0 {
+        if (round.number + 1) % 100 == 0 {
             eprintln!(
                 "after {} rounds: file {file} bytes, most live data {max_live}",
-                round + 1
+                round.number + 1
             );
         }
     }
     eprintln!(
-        "{rounds} kill -9 rounds: {total_acks} acknowledged writes, {in_flight_at_kill} in \
-         flight at the kills; largest file {max_file} bytes, most live data {max_live} bytes"
+        "{}; largest file {max_file} bytes, most live data {max_live} bytes",
+        kills.summary()
     );
 }
 
@@ -297,54 +246,21 @@ fn kill_9_soak_keeps_every_acknowledged_write_and_a_bounded_file() {
 
 #[test]
 fn second_open_from_another_process_fails_naming_the_holder() {
+    let o = opts(Durability::Immediate);
     if let Ok(path) = std::env::var(HOLDER_ENV) {
-        holder_child(&path);
-        return;
+        LockTest::hold(|| KvStore::open(&path, &o));
     }
     let dir = store_dir(Durability::Immediate);
     let path = dir.path().join("held.tb");
-    {
-        let _fork = fork_guard();
-        KvStore::create(&path, &opts(Durability::Immediate))
-            .unwrap()
-            .close()
-            .unwrap();
-    }
-    let mut child = KillChild::spawn_self(
-        "second_open_from_another_process_fails_naming_the_holder",
-        HOLDER_ENV,
-        &path.display().to_string(),
-    );
-    child.wait_for("ready");
-    let err = match KvStore::open(&path, &opts(Durability::Immediate)) {
-        Ok(_) => panic!("a second open of a store another process holds succeeded"),
-        Err(e) => e,
+    let test = LockTest {
+        test: "second_open_from_another_process_fails_naming_the_holder",
+        child_env: HOLDER_ENV,
+        path: &path,
+        locked: &path,
     };
-    let pid = child.id();
-    match &err {
-        Error::Locked { path: p, holder } => {
-            assert_eq!(p, &path);
-            assert!(
-                holder.contains(&format!("process {pid}")),
-                "holder {holder:?} does not name the child (pid {pid})"
-            );
-        }
-        other => panic!("expected Error::Locked, got {other:?}"),
-    }
-    let msg = err.to_string();
-    assert!(
-        msg.contains(&path.display().to_string())
-            && msg.contains(&format!("process {pid}"))
-            && msg.contains("lock")
-            && !msg.contains('\n'),
-        "not one clear line: {msg:?}"
-    );
-    // The holder dies: its lock goes with it, and the store opens with its write.
-    child.kill();
-    let _fork = fork_guard();
-    let store = KvStore::open(&path, &opts(Durability::Immediate)).unwrap();
-    assert_eq!(
-        store.get(b"held").unwrap().as_deref(),
-        Some(&b"by the child"[..])
+    test.run(
+        || KvStore::create(&path, &o)?.close(),
+        || KvStore::open(&path, &o),
+        drop,
     );
 }

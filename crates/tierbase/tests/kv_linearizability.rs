@@ -8,13 +8,17 @@
 //! (8-byte values: in-place updates; 200-byte values: copy-on-write), compaction running
 //! concurrently (explicit and background), and forced fingerprint collisions.
 
+mod common;
+
 use std::path::Path;
+use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Barrier, Mutex};
 use std::time::Duration;
 
+use common::scratch_dir;
 use tierbase::kv::{Client, KvOptions, KvStore, ReclaimOptions, RecordLayout};
-use tierbase::testing::linearizability::{Clock, Op, Operation, Outcome, check};
+use tierbase::testing::TestRng as Rng;
+use tierbase::testing::linearizability::{self, Clock, Op, Operation, Outcome, check};
 
 // ----- every store call of this file (adapt here when the API changes) ----------------------
 
@@ -102,19 +106,6 @@ const VARIABLE: Variant = Variant {
     rounds: 32,
 };
 
-/// splitmix64: a small deterministic generator per thread.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (z ^ (z >> 31)) % n
-    }
-}
-
 fn key(layout: RecordLayout, i: usize) -> Vec<u8> {
     match layout {
         RecordLayout::Fixed { key_size, .. } => {
@@ -180,15 +171,6 @@ fn worker(
     rec.into_operations()
 }
 
-/// A directory for store files: on tmpfs when there is one.
-fn scratch_dir() -> tempfile::TempDir {
-    if Path::new("/dev/shm").is_dir() {
-        tempfile::tempdir_in("/dev/shm").expect("temporary directory in /dev/shm")
-    } else {
-        tempfile::tempdir().expect("temporary directory")
-    }
-}
-
 /// One round on a fresh store: the workers' history plus a final read of every key.
 fn round(v: &Variant, seed: u64) -> Outcome {
     let dir = scratch_dir();
@@ -220,18 +202,14 @@ fn round(v: &Variant, seed: u64) -> Outcome {
         }
         let history = workers
             .into_iter()
-            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .flat_map(linearizability::join)
             .collect();
         done.store(true, Ordering::Release);
         history
     });
     let mut c = kv_client(&store);
     let mut rec = clock.recorder(THREADS);
-    for k in &keys {
-        rec.record(k, || Op::Get {
-            value: kv_get(&mut c, k),
-        });
-    }
+    rec.record_gets(keys.iter().map(Vec::as_slice), |k| kv_get(&mut c, k));
     history.extend(rec.into_operations());
     check(&history)
 }
@@ -239,22 +217,13 @@ fn round(v: &Variant, seed: u64) -> Outcome {
 /// Runs `v`'s rounds. One variant at a time, so that the worker threads of one are not
 /// starved by another's (the races need the threads to really run side by side).
 fn run(name: &str, v: Variant) {
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-    let _alone = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let rounds = std::env::var("TIERBASE_LIN_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(v.rounds);
-    for r in 0..rounds {
-        let seed = 0x5eed_0000 + r;
+    linearizability::run_rounds(v.rounds, 0x5eed_0000, |r, seed| {
         let outcome = round(&v, seed);
         assert!(
             outcome.is_linearizable(),
             "{name}, round {r} (seed {seed:#x}, {v:?}):\n{outcome}"
         );
-    }
+    });
 }
 
 #[test]

@@ -8,6 +8,8 @@
 //! - variable layout: recovery zeroes a log's free space after its tail, so bytes an
 //!   unacknowledged write left there cannot be revived by a later header word.
 
+use std::path::Path;
+
 use tierbase::device::{PmemRegion, RegionOptions};
 use tierbase::kv::layout::{self, HEADER_LEN, PAGE, var};
 use tierbase::kv::{KvOptions, KvStore, RecordLayout};
@@ -23,7 +25,7 @@ fn opts(layout: RecordLayout) -> KvOptions {
 /// The data area of the region file at `path`, and its first data offset holding `needle`.
 /// The store's clean-close mark is taken off: the media states these tests build are what a
 /// crash leaves, and a crashed store was not closed.
-fn find(path: &std::path::Path, needle: &[u8]) -> (PmemRegion, u64) {
+fn find(path: &Path, needle: &[u8]) -> (PmemRegion, u64) {
     let region = PmemRegion::open(path, &RegionOptions::default()).unwrap();
     region
         .atomic_u64(layout::header::CLEAN as u64)
@@ -46,7 +48,7 @@ const FIXED: RecordLayout = RecordLayout::Fixed {
 
 /// A fixed-layout store at `path` holding one record that stays ("keep-key-0000001") and
 /// `ghost`, deleted again if `delete`.
-fn fixed_store_with(path: &std::path::Path, ghost: &[u8; 16], delete: bool) {
+fn fixed_store_with(path: &Path, ghost: &[u8; 16], delete: bool) {
     let store = KvStore::create(path, &opts(FIXED)).unwrap();
     let mut c = store.client();
     assert!(c.put(b"keep-key-0000001", &[1; 40]).unwrap());
@@ -56,26 +58,32 @@ fn fixed_store_with(path: &std::path::Path, ghost: &[u8; 16], delete: bool) {
     }
 }
 
+/// Sets (or clears) on media the bitset bit of the fixed slot holding `ghost`'s key, as a
+/// torn write may leave it.
+fn tear_slot_bit(path: &Path, ghost: &[u8], on: bool) {
+    let (region, key_at) = find(path, ghost);
+    set_slot_bit(&region, FIXED, key_at, on);
+}
+
+/// Reopens the store at `path` after a torn write: `ghost` must read as absent (else `what`
+/// came back), and only the one record that stays is there.
+fn reopen_without(path: &Path, layout: RecordLayout, ghost: &[u8], what: &str) -> KvStore {
+    let store = KvStore::open(path, &opts(layout)).unwrap();
+    assert_eq!(store.get(ghost).unwrap(), None, "{what} came back");
+    assert_eq!(store.len(), 1);
+    store
+}
+
 #[test]
 fn a_freed_slot_whose_bit_comes_back_does_not_revive_its_old_record() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fixed.tb");
-    let layout = FIXED;
     let ghost = *b"ghost-key-000001";
     fixed_store_with(&path, &ghost, true);
     // What a power loss during the next insert into that slot may leave: the slot's bit on
     // media, none of the new record's bytes.
-    {
-        let (region, key_at) = find(&path, &ghost);
-        set_slot_bit(&region, layout, key_at, true);
-    }
-    let store = KvStore::open(&path, &opts(layout)).unwrap();
-    assert_eq!(
-        store.get(&ghost).unwrap(),
-        None,
-        "a deleted record came back"
-    );
-    assert_eq!(store.len(), 1);
+    tear_slot_bit(&path, &ghost, true);
+    let store = reopen_without(&path, FIXED, &ghost, "a deleted record");
     assert_eq!(store.recovery().torn_records, 1);
     assert_eq!(
         store.get(b"keep-key-0000001").unwrap().as_deref(),
@@ -104,30 +112,17 @@ fn set_slot_bit(region: &PmemRegion, layout: RecordLayout, key_at: u64, on: bool
 fn a_whole_record_whose_bit_never_reached_media_is_not_revived_by_a_later_bit() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fixed2.tb");
-    let layout = FIXED;
     let ghost = *b"ghost-key-000002";
     fixed_store_with(&path, &ghost, false);
     // A power loss during the ghost's put kept its bytes but not its bit: never acknowledged.
+    tear_slot_bit(&path, &ghost, false);
     {
-        let (region, key_at) = find(&path, &ghost);
-        set_slot_bit(&region, layout, key_at, false);
-    }
-    {
-        let store = KvStore::open(&path, &opts(layout)).unwrap();
+        let store = KvStore::open(&path, &opts(FIXED)).unwrap();
         assert_eq!(store.get(&ghost).unwrap(), None);
     }
     // A later insert into the free slot, torn: only its bit reached media.
-    {
-        let (region, key_at) = find(&path, &ghost);
-        set_slot_bit(&region, layout, key_at, true);
-    }
-    let store = KvStore::open(&path, &opts(layout)).unwrap();
-    assert_eq!(
-        store.get(&ghost).unwrap(),
-        None,
-        "an unacknowledged write came back"
-    );
-    assert_eq!(store.len(), 1);
+    tear_slot_bit(&path, &ghost, true);
+    reopen_without(&path, FIXED, &ghost, "an unacknowledged write");
 }
 
 #[test]
@@ -169,13 +164,12 @@ fn bytes_an_unacknowledged_write_left_after_a_log_tail_are_never_revived() {
         );
         region.persist(header_at, 4).unwrap();
     }
-    let store = KvStore::open(&path, &opts(RecordLayout::Variable)).unwrap();
-    assert_eq!(
-        store.get(ghost).unwrap(),
-        None,
-        "an unacknowledged write came back"
+    let store = reopen_without(
+        &path,
+        RecordLayout::Variable,
+        ghost,
+        "an unacknowledged write",
     );
-    assert_eq!(store.len(), 1);
     assert_eq!(store.recovery().torn_records, 1);
     assert_eq!(
         store.get(b"keep").unwrap().as_deref(),

@@ -21,19 +21,21 @@
 //! Offsets below are offsets in the region's data area: file offset − 4096 (the region file's
 //! own header page, docs/FORMAT-region.md).
 
+mod common;
+
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write as _};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
+use common::{panic_text, scratch_dir};
 use tierbase::Error;
 use tierbase::device::RegionOptions;
 use tierbase::hash::layout::{
     BUCKET_BYTES, ENTRY_BYTES, Geometry, HEADER_LEN, MAGIC, header, log_chunk, payload_chunk,
 };
 use tierbase::hash::{Partition, PlushLayout, PlushOptions, PlushStore};
-use tierbase::testing::kill::fork_guard;
+use tierbase::testing::kill::{self, fork_guard};
 
 /// The region file's header page.
 const REGION_HEADER: u64 = 4096;
@@ -51,14 +53,6 @@ fn opts(layout: PlushLayout) -> PlushOptions {
         });
     o.recovery_threads = 2;
     o
-}
-
-fn scratch_dir() -> tempfile::TempDir {
-    if Path::new("/dev/shm").is_dir() {
-        tempfile::tempdir_in("/dev/shm").expect("a temporary directory in /dev/shm")
-    } else {
-        tempfile::tempdir().expect("a temporary directory")
-    }
 }
 
 fn key(layout: PlushLayout, i: u64) -> Vec<u8> {
@@ -152,13 +146,6 @@ fn open_err(path: &Path, layout: PlushLayout, what: &str) -> Error {
         }
         Err(p) => panic!("{what}: the open panicked: {:?}", panic_text(&p)),
     }
-}
-
-fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_string()))
-        .unwrap_or_default()
 }
 
 fn assert_corrupt(e: &Error, needle: &str, what: &str) {
@@ -935,15 +922,7 @@ fn open_child(spec: &str) {
 /// Runs [`open_child`] on `spec` in a child process; returns its result line and peak memory,
 /// or fails the test with what the child printed.
 fn run_open_child(test: &str, spec: &str) -> (String, u64) {
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new(exe)
-        .args([
-            test,
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "--include-ignored",
-        ])
+    let out = kill::self_command(test)
         .env(OPEN_CHILD_ENV, spec)
         .output()
         .unwrap();

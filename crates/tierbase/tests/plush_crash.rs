@@ -48,7 +48,7 @@ use tierbase::hash::{
 use tierbase::store::Change;
 use tierbase::testing::crash::{
     Crashed, ExpectedState, FaultInjection, FaultLog, Faulted, Media, PowerLoss, REPLAY_ENV,
-    Schedule, ScriptEnd, Write,
+    Schedule, ScriptEnd, Write, tracked_writers,
 };
 
 // ----- keys, values, steps and the model -----------------------------------------------------
@@ -769,14 +769,9 @@ fn concurrent_script(
         acked.during_create = true;
         return ScriptEnd::new(acked, store.region());
     }
-    let tracker = Mutex::new(State::new());
-    std::thread::scope(|s| {
-        for t in 0..2 {
-            let (store, tracker) = (&store, &tracker);
-            s.spawn(move || concurrent_worker(layout, store, keys, tracker, t, seed));
-        }
+    acked.state = tracked_writers(2, |t, tracker| {
+        concurrent_worker(layout, &store, keys, tracker, t, seed);
     });
-    acked.state = tracker.into_inner().unwrap();
     acked.half_migrations = counters(&store)["half_migrations"];
     ScriptEnd::new(acked, store.region())
 }

@@ -28,15 +28,17 @@
 //!
 //! `TIERBASE_KILL_ROUNDS=n` and `TIERBASE_KILL_SEED=n` change rounds and seed.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use tierbase::Error;
+use common::scratch_dir as store_dir;
 use tierbase::hash::layout::{Geometry, RESERVE_STEP, TOMBSTONE};
 use tierbase::hash::{PlushLayout, PlushOptions, PlushStore};
 use tierbase::store::Change;
-use tierbase::testing::crash::{LogLine, TextState, Write};
-use tierbase::testing::kill::{self, KillChild, TestRng, env_u64, fork_guard, value_token};
+use tierbase::testing::crash::{TextState, Write};
+use tierbase::testing::kill::{self, KillLoop, LockTest, TestRng, fork_guard, value_token};
 
 /// Child mode of the kill loop: `seed|layout|put or modify|path`.
 const WRITER_ENV: &str = "TIERBASE_PLUSH_KILL_CHILD";
@@ -104,14 +106,6 @@ fn key_name(n: u64) -> String {
     format!("k{n:07}")
 }
 
-fn store_dir() -> tempfile::TempDir {
-    if Path::new("/dev/shm").is_dir() {
-        tempfile::tempdir_in("/dev/shm").unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    }
-}
-
 /// Fixed layout: 8 random bytes (never the deletion marker). Variable: 1 byte to 12 KiB —
 /// tiny, small, a few KiB, and most of a payload chunk's quarter.
 fn value(rng: &mut TestRng, layout: PlushLayout) -> Vec<u8> {
@@ -126,8 +120,7 @@ fn value(rng: &mut TestRng, layout: PlushLayout) -> Vec<u8> {
         75..=92 => 1_100 + rng.below(4_000),
         _ => 6_000 + rng.below(MAX_VALUE - 6_000),
     };
-    let mut fill = TestRng(rng.next_u64());
-    (0..len).map(|_| fill.next_u64() as u8).collect()
+    rng.bytes(len)
 }
 
 // ----- the child ---------------------------------------------------------------------------
@@ -144,22 +137,15 @@ fn writer_child(spec: &str) {
     };
     let with_modify = parts.next().unwrap() == "modify";
     let path = parts.next().unwrap();
-    let store = PlushStore::open(path, &opts(layout)).unwrap_or_else(|e| {
-        println!("error open: {e}");
-        std::process::exit(3);
-    });
-    println!("child started");
-    std::thread::scope(|s| {
-        for t in 0..WRITERS {
-            let store = &store;
-            s.spawn(move || writer_thread(store, layout, t, seed, with_modify));
-        }
+    let store = kill::open_or_exit("open", PlushStore::open(path, &opts(layout)));
+    kill::run_writers(WRITERS, |t| {
+        writer_thread(&store, layout, t, seed, with_modify);
     });
 }
 
 /// Puts, deletes and (`with_modify`) update-if-present `modify`s.
 fn writer_thread(store: &PlushStore, layout: PlushLayout, t: u64, seed: u64, with_modify: bool) {
-    let mut rng = TestRng(seed ^ (t + 1).wrapping_mul(0xa076_1d64_78bd_642f));
+    let mut rng = TestRng::for_writer(seed, t);
     loop {
         let key = key_name(rng.below(KEYS));
         let roll = rng.below(100);
@@ -171,7 +157,7 @@ fn writer_thread(store: &PlushStore, layout: PlushLayout, t: u64, seed: u64, wit
             60..=74 => Write::Put(tok.as_str()),
             _ => Write::Delete,
         };
-        println!("{}", TextState::begin_line(t, &key, &write));
+        kill::begin(t, &key, &write);
         let k = key.as_bytes();
         let result = match write {
             Write::Put(_) => store.put(k, &v).map(|_| true),
@@ -189,26 +175,8 @@ fn writer_thread(store: &PlushStore, layout: PlushLayout, t: u64, seed: u64, wit
             }
             Write::Delete => store.delete(k).map(|_| true),
         };
-        match result {
-            Ok(applied) => println!("{}", TextState::ack_line(t, applied)),
-            Err(e) => {
-                println!("error thread {t}: {e}");
-                std::process::exit(3);
-            }
-        }
+        kill::ack_or_exit(t, result);
     }
-}
-
-/// Child mode of the lock test: open the store, write a key, say "ready", wait to be killed.
-fn holder_child(path: &str) {
-    kill::child_setup();
-    let store = PlushStore::open(path, &opts(PlushLayout::Variable)).unwrap_or_else(|e| {
-        println!("error holder: {e}");
-        std::process::exit(3);
-    });
-    store.put(b"held", b"by the child").unwrap();
-    println!("ready");
-    kill::wait_for_kill()
 }
 
 // ----- the parent --------------------------------------------------------------------------
@@ -272,43 +240,25 @@ fn prepare(path: &Path, layout: PlushLayout, seed: u64) -> BTreeMap<String, Stri
 /// `rounds` kill -9 rounds on one store (`test`: the name of the calling test, which the child
 /// re-runs).
 fn kill_loop(test: &str, layout: PlushLayout, rounds: u64, seed: u64, with_modify: bool) {
-    let rounds = env_u64("TIERBASE_KILL_ROUNDS").unwrap_or(rounds);
-    let seed = env_u64("TIERBASE_KILL_SEED").unwrap_or(seed);
+    let mut kills = KillLoop::new(test, WRITER_ENV, rounds, seed, 700);
+    let (rounds, seed) = (kills.rounds(), kills.seed());
     let dir = store_dir();
     let path = dir.path().join("killed.plush");
     let mut state = TextState::with_initial(prepare(&path, layout, seed));
-    let mut rng = TestRng(seed);
-    let (mut total_acks, mut in_flight_at_kill, mut max_file) = (0, 0, 0);
+    let mut max_file = 0;
     let (mut replayed, mut frozen) = (0, 0);
     let mut no_growth = 0;
     let bound = structural_bound(layout) + (rounds + 1) * RESERVE_STEP;
-    for round in 0..rounds {
-        let ctx = format!("round {round} (TIERBASE_KILL_SEED={seed:#x})");
-        let target = 1 + rng.below(700);
-        let child_seed = seed ^ round.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let mut child = KillChild::spawn_self(
-            test,
-            WRITER_ENV,
-            &format!(
-                "{child_seed}|{layout}|{}|{}",
-                if with_modify { "modify" } else { "put" },
-                path.display()
-            ),
-        );
-        total_acks += child.kill_after(target, &ctx, |line| {
-            kill::feed(&mut state, line, &ctx) == LogLine::Ack
-        });
-        in_flight_at_kill += state.in_flight();
-
+    let writes = if with_modify { "modify" } else { "put" };
+    let child_spec = |child_seed| format!("{child_seed}|{layout}|{writes}|{}", path.display());
+    while let Some(round) = kills.next_round(&mut state, child_spec, |_| {}) {
+        let ctx = &round.ctx;
         let fork = fork_guard();
-        let store =
-            PlushStore::open(&path, &opts(layout)).unwrap_or_else(|e| panic!("{ctx}: reopen: {e}"));
+        let store = round.ok(PlushStore::open(&path, &opts(layout)), "reopen");
         replayed += store.recovery_report().replayed;
         frozen += store.recovery_report().frozen_halves;
-        let actual = dump(&ctx, &store);
-        state
-            .check(&actual)
-            .unwrap_or_else(|e| panic!("{ctx}: after kill -9: {e}"));
+        let actual = dump(ctx, &store);
+        round.ok(state.check(&actual), "after kill -9");
         let report = store.verify().unwrap();
         assert!(
             report.problems.is_empty(),
@@ -332,9 +282,9 @@ fn kill_loop(test: &str, layout: PlushLayout, rounds: u64, seed: u64, with_modif
         state.settle(actual);
     }
     eprintln!(
-        "{rounds} kill -9 rounds: {total_acks} acknowledged writes, {in_flight_at_kill} in \
-         flight at the kills, {replayed} records replayed, {frozen} frozen halves found; \
-         largest file {max_file} bytes (bound {bound}), {no_growth} rounds without growth"
+        "{}, {replayed} records replayed, {frozen} frozen halves found; largest file \
+         {max_file} bytes (bound {bound}), {no_growth} rounds without growth",
+        kills.summary()
     );
     assert!(replayed > 0, "no round replayed a log entry");
 }
@@ -399,46 +349,21 @@ fn variable_layout_acknowledged_writes_survive_kill_9_with_modify() {
 
 #[test]
 fn second_open_from_another_process_fails_naming_the_holder() {
+    let o = opts(PlushLayout::Variable);
     if let Ok(path) = std::env::var(HOLDER_ENV) {
-        holder_child(&path);
-        return;
+        LockTest::hold(|| PlushStore::open(&path, &o));
     }
     let dir = store_dir();
     let path = dir.path().join("held.plush");
-    {
-        let _fork = fork_guard();
-        PlushStore::create(&path, &opts(PlushLayout::Variable))
-            .unwrap()
-            .close()
-            .unwrap();
-    }
-    let mut child = KillChild::spawn_self(
-        "second_open_from_another_process_fails_naming_the_holder",
-        HOLDER_ENV,
-        &path.display().to_string(),
-    );
-    child.wait_for("ready");
-    let err = match PlushStore::open(&path, &opts(PlushLayout::Variable)) {
-        Ok(_) => panic!("a second open of a store another process holds succeeded"),
-        Err(e) => e,
+    let test = LockTest {
+        test: "second_open_from_another_process_fails_naming_the_holder",
+        child_env: HOLDER_ENV,
+        path: &path,
+        locked: &path,
     };
-    let pid = child.id();
-    match &err {
-        Error::Locked { path: p, holder } => {
-            assert_eq!(p, &path);
-            assert!(
-                holder.contains(&format!("process {pid}")),
-                "holder {holder:?} does not name the child (pid {pid})"
-            );
-        }
-        other => panic!("expected Error::Locked, got {other:?}"),
-    }
-    // The holder dies: its lock goes with it, and the store opens with its write.
-    child.kill();
-    let _fork = fork_guard();
-    let store = PlushStore::open(&path, &opts(PlushLayout::Variable)).unwrap();
-    assert_eq!(
-        store.get(b"held").unwrap().as_deref(),
-        Some(&b"by the child"[..])
+    test.run(
+        || PlushStore::create(&path, &o)?.close(),
+        || PlushStore::open(&path, &o),
+        drop,
     );
 }

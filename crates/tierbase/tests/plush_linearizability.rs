@@ -32,14 +32,19 @@
 //!
 //! Rounds: `TIERBASE_LIN_ROUNDS=n` (default per test below).
 
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::{Barrier, Mutex};
+mod common;
 
+use std::collections::BTreeMap;
+use std::sync::Barrier;
+
+use common::scratch_dir;
 use tierbase::hash::layout::{hash_bytes, hash_word};
 use tierbase::hash::{PlushLayout, PlushOptions, PlushStore};
 use tierbase::store::Change;
-use tierbase::testing::linearizability::{Clock, Op, Operation, Outcome, Recorder, check};
+use tierbase::testing::linearizability::{
+    self, Clock, Decision, Op, Operation, Outcome, Recorder, check, delete_op, get_op, modify_once,
+    modify_op, put_op,
+};
 
 /// Worker threads (the migrator comes on top): more than the cores of a small machine on
 /// purpose, so a worker preempted inside a call leaves its race window open.
@@ -72,14 +77,6 @@ impl Rng {
     fn below(&mut self, n: u64) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         hash_word(self.0) % n
-    }
-}
-
-fn scratch_dir() -> tempfile::TempDir {
-    if Path::new("/dev/shm").is_dir() {
-        tempfile::tempdir_in("/dev/shm").expect("a temporary directory in /dev/shm")
-    } else {
-        tempfile::tempdir().expect("a temporary directory")
     }
 }
 
@@ -165,25 +162,6 @@ fn counter_value(layout: PlushLayout, v: &[u8]) -> u64 {
     }
 }
 
-/// `modify` with a closure that must run once; returns what it saw.
-fn modify(
-    store: &PlushStore,
-    k: &[u8],
-    mut decide: impl FnMut(Option<&[u8]>) -> Change,
-) -> Option<Vec<u8>> {
-    let mut seen = None;
-    let mut calls = 0;
-    store
-        .modify(k, &mut |cur| {
-            calls += 1;
-            seen = cur.map(<[u8]>::to_vec);
-            decide(cur)
-        })
-        .unwrap_or_else(|e| panic!("modify: {e}"));
-    assert_eq!(calls, 1, "modify must call its closure exactly once");
-    seen
-}
-
 /// An increment of `k` by `modify`, recorded as it holds: a get of what it saw and a put of
 /// what it wrote, over the same interval. Returns what it saw.
 fn recorded_increment(
@@ -195,7 +173,7 @@ fn recorded_increment(
     let get = rec.invoke(k);
     let put = rec.invoke(k);
     let mut wrote = Vec::new();
-    let seen = modify(store, k, |cur| {
+    let seen = modify_once(store, k, |cur| {
         wrote = incremented(layout, cur);
         Change::Put(wrote.clone())
     });
@@ -251,57 +229,22 @@ fn worker(
             let k = &warm[rng.below(WARM as u64) as usize];
             if rng.below(100) < 8 {
                 let val = unique_value(layout, &mut rng, thread, n);
-                rec.record(k, || Op::Put {
-                    was_new: store.put(k, &val).unwrap_or_else(|e| panic!("put: {e}")),
-                    value: val,
-                });
+                rec.record(k, || put_op(store, k, val));
             } else {
-                rec.record(k, || Op::Get {
-                    value: store.get(k).unwrap_or_else(|e| panic!("get: {e}")),
-                });
+                rec.record(k, || get_op(store, k));
             }
             continue;
         }
         let k = &hot[rng.below(HOT as u64) as usize];
         let val = unique_value(layout, &mut rng, thread, n);
         match rng.below(100) {
-            0..24 => rec.record(k, || Op::Put {
-                was_new: store.put(k, &val).unwrap_or_else(|e| panic!("put: {e}")),
-                value: val,
-            }),
-            24..36 => rec.record(k, || Op::Delete {
-                existed: store.delete(k).unwrap_or_else(|e| panic!("delete: {e}")),
-            }),
-            36..62 => rec.record(k, || Op::Get {
-                value: store.get(k).unwrap_or_else(|e| panic!("get: {e}")),
-            }),
-            62..72 => rec.record(k, || {
-                // Set if present (SET XX).
-                let seen = modify(store, k, |cur| match cur {
-                    Some(_) => Change::Put(val.clone()),
-                    None => Change::Keep,
-                });
-                Op::Update {
-                    value: val,
-                    existed: seen.is_some(),
-                }
-            }),
-            72..80 => rec.record(k, || {
-                let seen = modify(store, k, |_| Change::Put(val.clone()));
-                Op::Put {
-                    value: val,
-                    was_new: seen.is_none(),
-                }
-            }),
-            80..86 => rec.record(k, || {
-                let seen = modify(store, k, |cur| match cur {
-                    Some(_) => Change::Delete,
-                    None => Change::Keep,
-                });
-                Op::Delete {
-                    existed: seen.is_some(),
-                }
-            }),
+            0..24 => rec.record(k, || put_op(store, k, val)),
+            24..36 => rec.record(k, || delete_op(store, k)),
+            36..62 => rec.record(k, || get_op(store, k)),
+            // Set if present (SET XX).
+            62..72 => rec.record(k, || modify_op(store, k, Decision::SetIfPresent(val))),
+            72..80 => rec.record(k, || modify_op(store, k, Decision::Put(val))),
+            80..86 => rec.record(k, || modify_op(store, k, Decision::DeleteIfPresent)),
             _ => {
                 // An increment of a hot key.
                 recorded_increment(&mut rec, store, layout, k);
@@ -371,10 +314,7 @@ fn round(v: &Variant, seed: u64) -> Round {
                 s.spawn(move || worker(v, store, clock, start, hot, warm, counters, t, seed))
             })
             .collect();
-        workers
-            .into_iter()
-            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
+        workers.into_iter().map(linearizability::join).collect()
     });
     let mut history = Vec::new();
     let mut counter_reads = Vec::new();
@@ -384,11 +324,8 @@ fn round(v: &Variant, seed: u64) -> Round {
     }
     // A final read of every key, after every worker returned.
     let mut rec = clock.recorder(THREADS);
-    for k in hot.iter().chain(&warm).chain(&counters) {
-        rec.record(k, || Op::Get {
-            value: store.get(k).unwrap(),
-        });
-    }
+    let finals = hot.iter().chain(&warm).chain(&counters);
+    rec.record_gets(finals.map(Vec::as_slice), |k| store.get(k).unwrap());
     history.extend(rec.into_operations());
     let counter_finals = counters
         .iter()
@@ -414,17 +351,8 @@ fn round(v: &Variant, seed: u64) -> Round {
 
 /// Runs `v`'s rounds; the first violation fails the test.
 fn run(name: &str, v: Variant) {
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-    let _alone = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let rounds = std::env::var("TIERBASE_LIN_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(v.rounds);
     let (mut migrations, mut back_pressure, mut collections, mut ops) = (0, 0, 0, 0);
-    for r in 0..rounds {
-        let seed = 0x9105_0000 + r;
+    let rounds = linearizability::run_rounds(v.rounds, 0x9105_0000, |r, seed| {
         let round = round(&v, seed);
         let outcome = check(&round.history);
         assert!(
@@ -437,7 +365,7 @@ fn run(name: &str, v: Variant) {
         back_pressure += round.back_pressure;
         collections += round.collections;
         ops += round.history.len();
-    }
+    });
     eprintln!(
         "{name}: {rounds} rounds, {ops} operations, {migrations} half migrations, \
          {back_pressure} waits for the migrator, {collections} payload collections"

@@ -17,10 +17,13 @@
 //! crashes, refused arguments, payload space under `modify` — two of them ignored until the
 //! bugs they show are fixed (see their docs).
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use common::scratch_dir;
 use proptest::prelude::*;
 use tierbase::Error;
 use tierbase::hash::layout::{TOMBSTONE, hash_bytes, hash_word, key_prefix};
@@ -197,14 +200,6 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
 // ----- the run -------------------------------------------------------------------------------
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
-
-fn scratch_dir() -> tempfile::TempDir {
-    if Path::new("/dev/shm").is_dir() {
-        tempfile::tempdir_in("/dev/shm").expect("a temporary directory in /dev/shm")
-    } else {
-        tempfile::tempdir().expect("a temporary directory")
-    }
-}
 
 fn opts(layout: PlushLayout, migrators: usize) -> PlushOptions {
     opts_partitioned(layout, Partition::Hash, migrators)

@@ -97,7 +97,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::device::{BlockCrashConfig, CrashSimConfig, PmemRegion, RegionOptions, SimPower};
 use crate::error::{Error, Result};
@@ -436,9 +436,28 @@ pub struct PowerLossReport {
 /// false.
 #[derive(Clone, Debug)]
 pub struct PowerLoss {
-    region_len: u64,
-    region: RegionOptions,
+    regions: SimRegions,
     schedule: PointSchedule,
+}
+
+/// The simulated regions a harness makes, one a run: their initial length and options.
+#[derive(Clone, Debug)]
+struct SimRegions {
+    len: u64,
+    opts: RegionOptions,
+}
+
+impl SimRegions {
+    /// Regions of 0 initial bytes (the script grows them) made with `opts`.
+    fn new(opts: RegionOptions) -> Self {
+        SimRegions { len: 0, opts }
+    }
+
+    /// A fresh region that crashes or fails as `cfg` says.
+    fn create(&self, cfg: CrashSimConfig) -> PmemRegion {
+        PmemRegion::simulated(self.len, cfg, &self.opts)
+            .unwrap_or_else(|e| panic!("create a simulated region: {e}"))
+    }
 }
 
 impl Schedule for PowerLoss {
@@ -451,16 +470,13 @@ impl PowerLoss {
     /// Every point from 0, only fenced data surviving, regions of 0 initial bytes (the script
     /// grows them) made with `region`.
     pub fn new(region: RegionOptions) -> Self {
-        PowerLoss {
-            region_len: 0,
-            region,
-            schedule: PointSchedule::default(),
-        }
+        let (regions, schedule) = (SimRegions::new(region), PointSchedule::default());
+        PowerLoss { regions, schedule }
     }
 
     /// Initial length of each simulated region.
     pub fn region_len(mut self, len: u64) -> Self {
-        self.region_len = len;
+        self.regions.len = len;
         self
     }
 
@@ -488,10 +504,7 @@ impl PowerLoss {
             with_context(
                 || ctx.clone(),
                 || {
-                    let region =
-                        PmemRegion::simulated(self.region_len, point.config(), &self.region)
-                            .unwrap_or_else(|e| panic!("create a simulated region: {e}"));
-                    let end = script(region, &point);
+                    let end = script(self.regions.create(point.config()), &point);
                     let points = end.persist_points;
                     report.runs += 1;
                     if end.during_script {
@@ -655,6 +668,37 @@ impl FaultLog {
         }
         out
     }
+
+    /// The harness's verdict on a run whose script ended, after [`FaultLog::problems`]: a
+    /// run that saw the failure counts in `report`; with `every_point_fails`, a run whose
+    /// fault came at point `n` before the reference run's last (`total`) must have seen it
+    /// (`"{faulted} after n of total {points} points, but no call reported an error"`); the
+    /// fault-free run (`n` `None`) must not fail.
+    fn judge(
+        &self,
+        n: Option<u64>,
+        total: Option<u64>,
+        every_point_fails: bool,
+        faulted: &str,
+        points: &str,
+        report: &mut FaultReport,
+    ) {
+        if self.failed() {
+            report.failed_runs += 1;
+        } else if let (true, Some(n), Some(total)) = (every_point_fails, n, total) {
+            assert!(
+                n >= total,
+                "{faulted} after {n} of {total} {points} points, but no call reported an error"
+            );
+        }
+        if n.is_none() {
+            assert!(
+                !self.failed(),
+                "the fault-free run failed: {:?}",
+                self.failure()
+            );
+        }
+    }
 }
 
 /// Which bytes a reopen after a fault starts from.
@@ -714,8 +758,7 @@ pub struct FaultReport {
 /// and calls the check twice, with the durable image and with the working bytes.
 #[derive(Clone, Debug)]
 pub struct FaultInjection {
-    region_len: u64,
-    region: RegionOptions,
+    regions: SimRegions,
     schedule: PointSchedule,
 }
 
@@ -728,16 +771,13 @@ impl Schedule for FaultInjection {
 impl FaultInjection {
     /// Every point from 0, regions of 0 initial bytes made with `region`.
     pub fn new(region: RegionOptions) -> Self {
-        FaultInjection {
-            region_len: 0,
-            region,
-            schedule: PointSchedule::default(),
-        }
+        let (regions, schedule) = (SimRegions::new(region), PointSchedule::default());
+        FaultInjection { regions, schedule }
     }
 
     /// Initial length of each simulated region.
     pub fn region_len(mut self, len: u64) -> Self {
-        self.region_len = len;
+        self.regions.len = len;
         self
     }
 
@@ -760,10 +800,8 @@ impl FaultInjection {
                         fail_flushes_after: point.fail_after_fences,
                         ..CrashSimConfig::default()
                     };
-                    let region = PmemRegion::simulated(self.region_len, cfg, &self.region)
-                        .unwrap_or_else(|e| panic!("create a simulated region: {e}"));
                     let mut log = FaultLog::default();
-                    let acked = script(region, &mut log);
+                    let acked = script(self.regions.create(cfg), &mut log);
                     report.runs += 1;
                     let problems = log.problems();
                     assert!(problems.is_empty(), "{}", problems.join("\n"));
@@ -777,24 +815,8 @@ impl FaultInjection {
                         report.failed_runs += 1;
                         return log.fences;
                     };
-                    if log.failed() {
-                        report.failed_runs += 1;
-                    } else if let (true, Some(n), Some(total)) =
-                        (self.schedule.every_point_fails, n, total)
-                    {
-                        assert!(
-                            n >= total,
-                            "flushes failed after {n} of {total} persist points, but no call \
-                             reported an error"
-                        );
-                    }
-                    if point.fail_after_fences.is_none() {
-                        assert!(
-                            !log.failed(),
-                            "the fault-free run failed: {:?}",
-                            log.failure()
-                        );
-                    }
+                    let every = self.schedule.every_point_fails;
+                    log.judge(n, total, every, "flushes failed", "persist", &mut report);
                     let fences = log.fences;
                     for (media, bytes) in [(Media::Durable, &durable), (Media::Working, &working)] {
                         check(&Faulted {
@@ -979,24 +1001,15 @@ impl BlockFaultInjection {
                     report.runs += 1;
                     let problems = log.problems();
                     assert!(problems.is_empty(), "{}", problems.join("\n"));
-                    if log.failed() {
-                        report.failed_runs += 1;
-                    } else if let (true, Some(n), Some(total)) =
-                        (self.schedule.every_point_fails, n, total)
-                    {
-                        assert!(
-                            n >= total,
-                            "writes and syncs failed after {n} of {total} sync points, but no \
-                             call reported an error"
-                        );
-                    }
-                    if n.is_none() {
-                        assert!(
-                            !log.failed(),
-                            "the fault-free run failed: {:?}",
-                            log.failure()
-                        );
-                    }
+                    let every = self.schedule.every_point_fails;
+                    log.judge(
+                        n,
+                        total,
+                        every,
+                        "writes and syncs failed",
+                        "sync",
+                        &mut report,
+                    );
                     let syncs = power.syncs();
                     check(out, n);
                     syncs
@@ -1249,6 +1262,31 @@ impl<K: Ord + Clone + fmt::Debug, V: Clone + Eq + fmt::Debug> ExpectedState<K, V
         self.writes.clear();
         self.in_flight.clear();
     }
+}
+
+/// Runs `writers` threads at once in a crash script, `writer(t, tracker)` for `t` in
+/// `0..writers`, all reporting to one fresh [`ExpectedState`] behind a lock (each write's
+/// [`begin`](ExpectedState::begin) just before the call, its [`ack`](ExpectedState::ack)
+/// only if the call returned before the power loss); returns that state once every writer
+/// returned.
+pub fn tracked_writers<K, V>(
+    writers: u64,
+    writer: impl Fn(u64, &Mutex<ExpectedState<K, V>>) + Sync,
+) -> ExpectedState<K, V>
+where
+    K: Ord + Clone + fmt::Debug + Send,
+    V: Clone + Eq + fmt::Debug + Send,
+{
+    let tracker = Mutex::new(ExpectedState::new());
+    std::thread::scope(|s| {
+        for t in 0..writers {
+            let (writer, tracker) = (&writer, &tracker);
+            s.spawn(move || writer(t, tracker));
+        }
+    });
+    tracker
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// [`ExpectedState`] of a child process that reports its writes as text lines: keys and

@@ -18,6 +18,13 @@
 //! *indeterminate* ([`Recorder::indeterminate`]): it may take effect at any point after its
 //! invocation, or never.
 //!
+//! Owns, besides the checker, what every store's linearizability test runs the same way: the
+//! rounds ([`run_rounds`]: `TIERBASE_LIN_ROUNDS`, one test at a time, a seed per round),
+//! joining the worker threads ([`join`]), the final read of every key
+//! ([`Recorder::record_gets`]), and the recorded calls of any [`Store`] ([`put_op`],
+//! [`delete_op`], [`get_op`], [`modify_once`], [`modify_op`]). The workloads — keys, values,
+//! the mix of calls, the threads beside the workers — stay with each store's test.
+//!
 //! ```
 //! use tierbase::testing::linearizability::{Clock, Op, check};
 //!
@@ -36,6 +43,10 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::thread::ScopedJoinHandle;
+
+use crate::store::{Change, Store};
 
 /// What one call did to a key, with what it returned.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -214,6 +225,18 @@ impl Recorder<'_> {
         ));
     }
 
+    /// Records a `get` of each key in turn, `get` doing the store call: a round's final read
+    /// of every key, after its workers joined.
+    pub fn record_gets<'k>(
+        &mut self,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+        mut get: impl FnMut(&[u8]) -> Option<Vec<u8>>,
+    ) {
+        for k in keys {
+            self.record(k, || Op::Get { value: get(k) });
+        }
+    }
+
     /// What was recorded so far.
     pub fn operations(&self) -> &[Operation] {
         &self.ops
@@ -363,6 +386,126 @@ pub fn check_with(history: &[Operation], opts: &CheckOptions) -> Outcome {
         operations,
         steps,
     })
+}
+
+// ----- running a store's rounds ---------------------------------------------------------------
+
+/// The rounds of a test: `TIERBASE_LIN_ROUNDS` if it is set to a number, else `default`.
+pub fn rounds(default: u64) -> u64 {
+    std::env::var("TIERBASE_LIN_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Runs a test's rounds — [`rounds`]`(default_rounds)` of them — calling `round(r, seed)` with
+/// `seed = first_seed + r`; the round checks its history (the first violation fails the test).
+/// One test of the process at a time, so that the worker threads of one are not starved by
+/// another's (the races need the threads to really run side by side). Returns the number of
+/// rounds run.
+pub fn run_rounds(default_rounds: u64, first_seed: u64, mut round: impl FnMut(u64, u64)) -> u64 {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let rounds = rounds(default_rounds);
+    for r in 0..rounds {
+        round(r, first_seed + r);
+    }
+    rounds
+}
+
+/// A worker thread's result, its panic re-raised in the caller (so that the test fails with
+/// the worker's message).
+pub fn join<T>(worker: ScopedJoinHandle<'_, T>) -> T {
+    worker
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+/// `store.put(key, value)` as the operation it was (panics if the call fails).
+pub fn put_op<S: Store + ?Sized>(store: &S, key: &[u8], value: Vec<u8>) -> Op {
+    let was_new = store
+        .put(key, &value)
+        .unwrap_or_else(|e| panic!("put: {e}"));
+    Op::Put { value, was_new }
+}
+
+/// `store.delete(key)` as the operation it was (panics if the call fails).
+pub fn delete_op<S: Store + ?Sized>(store: &S, key: &[u8]) -> Op {
+    Op::Delete {
+        existed: store.delete(key).unwrap_or_else(|e| panic!("delete: {e}")),
+    }
+}
+
+/// `store.get(key)` as the operation it was (panics if the call fails).
+pub fn get_op<S: Store + ?Sized>(store: &S, key: &[u8]) -> Op {
+    Op::Get {
+        value: store.get(key).unwrap_or_else(|e| panic!("get: {e}")),
+    }
+}
+
+/// [`Store::modify`] with `decide`, which must be called exactly once; returns the value it
+/// saw (panics if the call fails).
+pub fn modify_once<S: Store + ?Sized>(
+    store: &S,
+    key: &[u8],
+    mut decide: impl FnMut(Option<&[u8]>) -> Change,
+) -> Option<Vec<u8>> {
+    let mut seen = None;
+    let mut calls = 0;
+    store
+        .modify(key, &mut |cur| {
+            calls += 1;
+            seen = cur.map(<[u8]>::to_vec);
+            decide(cur)
+        })
+        .unwrap_or_else(|e| panic!("modify: {e}"));
+    assert_eq!(calls, 1, "modify must call its closure exactly once");
+    seen
+}
+
+/// A [`Store::modify`] that decides on the key's presence only: one exact operation of the
+/// model ([`modify_op`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Put the value if the key is present (`SET XX`): [`Op::Update`].
+    SetIfPresent(Vec<u8>),
+    /// Put the value whatever the key holds: [`Op::Put`].
+    Put(Vec<u8>),
+    /// Delete the key if it is present: [`Op::Delete`].
+    DeleteIfPresent,
+}
+
+/// A [`modify_once`] making `decision`, as the operation it was (what the closure saw says
+/// `existed` or `was_new`).
+pub fn modify_op<S: Store + ?Sized>(store: &S, key: &[u8], decision: Decision) -> Op {
+    match decision {
+        Decision::SetIfPresent(value) => {
+            let seen = modify_once(store, key, |cur| match cur {
+                Some(_) => Change::Put(value.clone()),
+                None => Change::Keep,
+            });
+            Op::Update {
+                value,
+                existed: seen.is_some(),
+            }
+        }
+        Decision::Put(value) => {
+            let seen = modify_once(store, key, |_| Change::Put(value.clone()));
+            Op::Put {
+                value,
+                was_new: seen.is_none(),
+            }
+        }
+        Decision::DeleteIfPresent => {
+            let seen = modify_once(store, key, |cur| match cur {
+                Some(_) => Change::Delete,
+                None => Change::Keep,
+            });
+            Op::Delete {
+                existed: seen.is_some(),
+            }
+        }
+    }
 }
 
 // ----- the search ---------------------------------------------------------------------------
