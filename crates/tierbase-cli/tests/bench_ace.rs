@@ -17,6 +17,17 @@ fn tierbase(args: &[&str], dir: &Path) -> Output {
         .expect("run tierbase")
 }
 
+/// Standard output of a run that must have succeeded (both outputs shown if it did not).
+fn succeeded(out: &Output) -> String {
+    let text = stdout(out);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 /// A small recorded trace over 40 pages: a hot loop of writes and reads with cold reads.
 fn write_trace(dir: &Path) -> std::path::PathBuf {
     let mut text = String::from("# tiny trace for the CLI test\n");
@@ -53,12 +64,7 @@ fn a_recorded_trace_runs_in_virtual_time_and_writes_json_and_html() {
         ],
         dir.path(),
     );
-    let text = stdout(&out);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = succeeded(&out);
     assert!(out.stderr.is_empty(), "-q prints nothing on stderr");
     for want in [
         "trace ",
@@ -125,8 +131,7 @@ fn a_recorded_trace_runs_in_virtual_time_and_writes_json_and_html() {
         ],
         dir.path(),
     );
-    let text = stdout(&out);
-    assert!(out.status.success(), "{text}");
+    let text = succeeded(&out);
     assert!(
         text.contains("ACE simulator's costs (write = α reads"),
         "{text}"
@@ -216,12 +221,7 @@ fn a_directory_runs_on_a_real_page_file() {
         ],
         dir.path(),
     );
-    let text = stdout(&out);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = succeeded(&out);
     assert!(text.contains("runtime = wall-clock time in I/O"), "{text}");
     assert!(
         text.contains("O_DIRECT") || text.contains("refused O_DIRECT"),

@@ -3,19 +3,7 @@
 
 mod common;
 
-use std::process::{Command, Output};
-
-use common::{BIN, assert_one_line_error, stderr, stdout};
-
-fn tierbase(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run tierbase")
-}
-
-/// Fails unless `o` is a clean one-line error mentioning `want`.
-fn one_line_error(o: &Output, want: &str) {
-    let err = assert_one_line_error(o, want);
-    assert!(err.contains(want), "expected '{want}' in: {err}");
-}
+use common::{one_line_error, stderr, stdout, tierbase};
 
 #[test]
 fn create_put_get_delete_scan_stats_verify_checkpoint() {

@@ -5,24 +5,14 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
-use common::{BIN, assert_one_line_error, stderr, stdout};
-
-fn tierbase(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run tierbase")
-}
+use common::{BIN, one_line_error, stderr, stdout, tierbase};
 
 /// A directory on tmpfs when there is one (the persistent-memory stand-in), else a temporary
 /// directory.
 fn tmpdir() -> tempfile::TempDir {
     tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap())
-}
-
-/// Fails unless `o` is a clean one-line error mentioning `want`.
-fn one_line_error(o: &Output, want: &str) {
-    let err = assert_one_line_error(o, want);
-    assert!(err.contains(want), "expected '{want}' in: {err}");
 }
 
 /// Runs and expects success; returns standard output.

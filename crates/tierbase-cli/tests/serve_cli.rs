@@ -12,13 +12,13 @@ use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{BIN, assert_one_line_error};
+use common::{BIN, assert_one_line_error, tierbase};
 
 /// Upper bound for anything the tests wait for (readiness, exit, replies): reached only when
 /// something hangs, and then the test fails with what it saw.
@@ -660,10 +660,6 @@ fn sigint_stops_cleanly_and_keeps_data() {
 // ---------------------------------------------------------------------------------------------
 // 3. Operator errors: one clear line, non-zero exit, no panic.
 // ---------------------------------------------------------------------------------------------
-
-fn tierbase(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run tierbase")
-}
 
 #[test]
 fn path_in_missing_directory_is_one_line() {

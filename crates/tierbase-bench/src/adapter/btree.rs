@@ -16,8 +16,9 @@ use tierbase::btree::{BTreeOptions, BTreeStore};
 use tierbase::device::{BlockOptions, Durability};
 use tierbase::store::{Change, Store as _};
 
+use super::common::{create_dir, found_into, note_emulation, synced_durability};
 use super::{Capabilities, Client, Store, StoreInfo, StoreOptions, file_medium};
-use crate::error::{BenchError, Result};
+use crate::error::Result;
 
 /// Default DRAM budget when the plan names none.
 pub const DEFAULT_DRAM: u64 = 64 << 20;
@@ -32,8 +33,7 @@ pub struct BTreeBenchStore {
 impl BTreeBenchStore {
     /// Creates a fresh store in `o.dir`.
     pub fn open(o: &StoreOptions) -> Result<Self> {
-        std::fs::create_dir_all(&o.dir)
-            .map_err(|e| BenchError::io("create directory", &o.dir, e))?;
+        create_dir(&o.dir)?;
         let dram = o.dram_budget.unwrap_or(DEFAULT_DRAM);
         let mut opts = BTreeOptions::default()
             .dram_bytes(dram)
@@ -46,11 +46,10 @@ impl BTreeBenchStore {
         let store = BTreeStore::create(o.dir.join("btree"), &opts)?;
         let medium = file_medium(&o.dir);
         let d = store.describe();
-        let durability = match (o.durability, medium) {
-            (Durability::Immediate, "tmpfs file") => "wal+fdatasync on tmpfs (process-crash)",
-            (Durability::Immediate, _) => "wal+fdatasync",
-            (Durability::Eventual(_), _) => "wal, background flush",
-            (Durability::None, _) => "wal, flushed at close",
+        let durability = match o.durability {
+            Durability::Immediate => synced_durability("wal+fdatasync", medium),
+            Durability::Eventual(_) => "wal, background flush".into(),
+            Durability::None => "wal, flushed at close".into(),
         };
         let mut info = StoreInfo::new("btree", medium, durability);
         info.capabilities = Capabilities {
@@ -71,13 +70,11 @@ impl BTreeBenchStore {
         } else {
             "plain Clock write-back (one page per dirty victim)".into()
         });
-        if let Some(p) = &o.emulate {
-            info.emulated = Some(p.name.clone());
-            info.notes.push(format!(
-                "emulated {}: page and log I/O charged to the profile",
-                p.name
-            ));
-        }
+        note_emulation(
+            &mut info,
+            o.emulate.as_ref(),
+            "page and log I/O charged to the profile",
+        );
         Ok(BTreeBenchStore { store, info })
     }
 
@@ -128,13 +125,7 @@ impl Client for BTreeBenchClient<'_> {
     }
 
     fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        match self.store.get(key)? {
-            Some(v) => {
-                *out = v;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        Ok(found_into(self.store.get(key)?, out))
     }
 
     fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
@@ -177,13 +168,13 @@ impl Client for BTreeBenchClient<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adapter::common::tests::contract_suite_on;
 
     #[test]
     fn contract_suite_passes() {
         let dir = tempfile::tempdir().unwrap();
         let mut o = StoreOptions::new(dir.path());
         o.dram_budget = Some(1 << 20);
-        let store = BTreeBenchStore::open(&o).unwrap();
-        crate::contract::run_contract_suite(&store).unwrap_or_else(|e| panic!("{e}"));
+        contract_suite_on(&o, BTreeBenchStore::open);
     }
 }

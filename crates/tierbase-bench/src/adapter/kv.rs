@@ -12,6 +12,7 @@
 use tierbase::device::{MappingKind, RegionOptions};
 use tierbase::kv::{self, KvOptions, KvStore, RecordLayout};
 
+use super::common::{create_dir, note_emulation};
 use super::{Capabilities, Client, Store, StoreInfo, StoreOptions, file_medium};
 use crate::error::{BenchError, Result};
 
@@ -34,8 +35,7 @@ impl KvBenchStore {
     /// Creates a fresh store in `o.dir`. `variable` forces variable-size records.
     pub fn open(o: &StoreOptions, variable: bool) -> Result<Self> {
         let name = if variable { "kv-var" } else { "kv" };
-        std::fs::create_dir_all(&o.dir)
-            .map_err(|e| BenchError::io("create directory", &o.dir, e))?;
+        create_dir(&o.dir)?;
         let fixed = !variable && o.value_size_fixed;
         let (layout, record_bytes) = if fixed {
             let (k, v) = (
@@ -97,13 +97,11 @@ impl KvBenchStore {
             store.region().flush_instruction(),
             store.pages_per_block()
         ));
-        if let Some(p) = &o.emulate {
-            info.emulated = Some(p.name.clone());
-            info.notes.push(format!(
-                "emulated {}: region reads and persists charged to the profile",
-                p.name
-            ));
-        }
+        note_emulation(
+            &mut info,
+            o.emulate.as_ref(),
+            "region reads and persists charged to the profile",
+        );
         Ok(KvBenchStore { store, info })
     }
 

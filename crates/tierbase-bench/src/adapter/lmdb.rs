@@ -23,16 +23,15 @@
 //! [`StoreOptions::dram_budget`] does not apply (the notes say so).
 
 use std::ops::Bound;
-use std::sync::Arc;
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use heed::types::Bytes;
 use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions};
-use parking_lot::Mutex;
 use tierbase::device::Durability;
 
+use super::common::{
+    Background, Job, TMPFS_FSYNC_NOTE, create_dir, on_tmpfs, refuse_emulation, synced_durability,
+    visit_first,
+};
 use super::{Capabilities, Client, Store, StoreInfo, StoreOptions, file_medium};
 use crate::error::{BenchError, Result};
 
@@ -45,17 +44,10 @@ pub struct LmdbStore {
     env: Env,
     /// Whether commits sync (`immediate`); otherwise the environment has `NO_SYNC`.
     sync: bool,
-    /// The background sync of `eventual`, if running.
-    flusher: Option<Flusher>,
+    /// The background sync of `eventual`, if running; keeps its first error, reported at
+    /// close.
+    flusher: Option<Background<String>>,
     info: StoreInfo,
-}
-
-#[derive(Debug)]
-struct Flusher {
-    stop: Sender<()>,
-    thread: JoinHandle<()>,
-    /// The first error of a background sync, reported at close.
-    error: Arc<Mutex<Option<String>>>,
 }
 
 fn err(operation: &'static str) -> impl Fn(heed::Error) -> BenchError {
@@ -81,18 +73,9 @@ fn map_size(o: &StoreOptions) -> u64 {
 impl LmdbStore {
     /// Creates a new environment in `o.dir/lmdb`.
     pub fn open(o: &StoreOptions) -> Result<Self> {
-        if let Some(p) = &o.emulate {
-            return Err(BenchError::unsupported(
-                "lmdb",
-                format!(
-                    "device emulation (--emulate {}): LMDB does its own I/O; run it on the real \
-                     medium",
-                    p.name
-                ),
-            ));
-        }
+        refuse_emulation("lmdb", "LMDB", o)?;
         let path = o.dir.join("lmdb");
-        std::fs::create_dir_all(&path).map_err(|e| BenchError::io("create directory", &path, e))?;
+        create_dir(&path)?;
         let map = map_size(o);
         let sync = matches!(o.durability, Durability::Immediate);
         // One reader slot per worker thread (read transactions use thread-local slots), plus
@@ -118,14 +101,9 @@ impl LmdbStore {
         let env = unsafe { options.open(&path) }.map_err(err("open"))?;
 
         let medium = file_medium(&o.dir);
-        let memory_backed = medium == "tmpfs file";
         let (durability, level_note) = match o.durability {
             Durability::Immediate => (
-                if memory_backed {
-                    "fsync per commit on tmpfs (process-crash)".to_string()
-                } else {
-                    "fsync per commit".to_string()
-                },
+                synced_durability("fsync per commit", medium),
                 "LMDB default sync: fdatasync per commit".to_string(),
             ),
             Durability::Eventual(every) => (
@@ -161,13 +139,17 @@ impl LmdbStore {
              data (--dram does not apply)"
                 .into(),
         );
-        if memory_backed {
-            info.notes
-                .push("on tmpfs an fsync reaches memory only: no power-loss durability".into());
+        if on_tmpfs(medium) {
+            info.notes.push(TMPFS_FSYNC_NOTE.into());
         }
 
         let flusher = match o.durability {
-            Durability::Eventual(every) => Some(spawn_flusher(env.clone(), every)?),
+            Durability::Eventual(every) => {
+                let env = env.clone();
+                Some(Background::spawn("lmdb", Job::Sync, every, move || {
+                    env.force_sync().map_err(|e| e.to_string())
+                })?)
+            }
             _ => None,
         };
         Ok(LmdbStore {
@@ -177,27 +159,6 @@ impl LmdbStore {
             info,
         })
     }
-}
-
-fn spawn_flusher(env: Env, every: Duration) -> Result<Flusher> {
-    let (stop, rx) = mpsc::channel::<()>();
-    let error = Arc::new(Mutex::new(None));
-    let first_error = Arc::clone(&error);
-    let thread = std::thread::Builder::new()
-        .name("lmdb-sync".into())
-        .spawn(move || {
-            while let Err(RecvTimeoutError::Timeout) = rx.recv_timeout(every) {
-                if let Err(e) = env.force_sync() {
-                    first_error.lock().get_or_insert_with(|| e.to_string());
-                }
-            }
-        })
-        .map_err(|e| BenchError::io("spawn sync thread for", "lmdb", e))?;
-    Ok(Flusher {
-        stop,
-        thread,
-        error,
-    })
 }
 
 impl Store for LmdbStore {
@@ -228,18 +189,14 @@ impl Store for LmdbStore {
         let LmdbStore {
             env, sync, flusher, ..
         } = *self;
-        if let Some(f) = flusher {
-            drop(f.stop);
-            f.thread
-                .join()
-                .map_err(|_| BenchError::WorkerPanicked("the lmdb sync thread".into()))?;
-            if let Some(e) = f.error.lock().take() {
-                return Err(BenchError::Store {
-                    store: "lmdb".into(),
-                    operation: "background sync",
-                    detail: e,
-                });
-            }
+        if let Some(f) = flusher
+            && let Some(e) = f.stop()?
+        {
+            return Err(BenchError::Store {
+                store: "lmdb".into(),
+                operation: "background sync",
+                detail: e,
+            });
         }
         if !sync {
             env.force_sync().map_err(err("close"))?;
@@ -322,44 +279,30 @@ impl Client for LmdbClient<'_> {
             Bound::Included(start)
         };
         let range = (from, Bound::<&[u8]>::Unbounded);
-        let mut visited = 0;
-        for entry in self.db.range(&rtxn, &range).map_err(err("scan"))? {
-            let (k, v) = entry.map_err(err("scan"))?;
-            visit(k, v);
-            visited += 1;
-            if visited == count {
-                break;
-            }
-        }
-        Ok(visited)
+        let entries = self.db.range(&rtxn, &range).map_err(err("scan"))?;
+        visit_first(count, entries.map(|e| e.map_err(err("scan"))), |(k, v)| {
+            visit(k, v)
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adapter::common::{
+        self,
+        tests::{contract_suite_deferred, contract_suite_on},
+    };
 
     #[test]
     fn contract_suite_passes() {
         let dir = tempfile::tempdir().unwrap();
-        let store = LmdbStore::open(&StoreOptions::new(dir.path())).unwrap();
-        crate::contract::run_contract_suite(&store).unwrap_or_else(|e| panic!("{e}"));
-        Box::new(store).close().unwrap();
+        contract_suite_on(&StoreOptions::new(dir.path()), LmdbStore::open);
     }
 
     #[test]
     fn contract_suite_passes_with_deferred_durability() {
-        for level in [
-            Durability::Eventual(Duration::from_millis(5)),
-            Durability::None,
-        ] {
-            let dir = tempfile::tempdir().unwrap();
-            let mut o = StoreOptions::new(dir.path());
-            o.durability = level;
-            let store = LmdbStore::open(&o).unwrap();
-            crate::contract::run_contract_suite(&store).unwrap_or_else(|e| panic!("{e}"));
-            Box::new(store).close().unwrap();
-        }
+        contract_suite_deferred(LmdbStore::open, |_| ());
     }
 
     #[test]
@@ -375,14 +318,6 @@ mod tests {
 
     #[test]
     fn emulation_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut o = StoreOptions::new(dir.path());
-        o.emulate = tierbase::device::Catalogue::builtin()
-            .profiles()
-            .first()
-            .cloned();
-        assert!(o.emulate.is_some());
-        let e = LmdbStore::open(&o).unwrap_err();
-        assert!(e.is_unsupported(), "{e}");
+        common::tests::emulation_is_refused(LmdbStore::open);
     }
 }

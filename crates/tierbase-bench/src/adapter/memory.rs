@@ -66,39 +66,40 @@ trait PointMap {
     fn remove(&mut self, key: &[u8]) -> bool;
 }
 
-impl PointMap for HashMap<Box<[u8]>, Value, foldhash::fast::RandomState> {
-    fn put(&mut self, key: &[u8], value: &[u8]) {
-        self.insert(key.into(), value.into());
-    }
-    fn value(&self, key: &[u8]) -> Option<&Value> {
-        self.get(key)
-    }
-    fn value_mut(&mut self, key: &[u8]) -> Option<&mut Value> {
-        self.get_mut(key)
-    }
-    fn remove(&mut self, key: &[u8]) -> bool {
-        HashMap::remove(self, key).is_some()
-    }
+/// Implements [`PointMap`] for a std map: `HashMap` and `BTreeMap` have the same methods, but
+/// no common trait for them.
+macro_rules! point_map {
+    ($map:ty) => {
+        impl PointMap for $map {
+            fn put(&mut self, key: &[u8], value: &[u8]) {
+                self.insert(key.into(), value.into());
+            }
+            fn value(&self, key: &[u8]) -> Option<&Value> {
+                self.get(key)
+            }
+            fn value_mut(&mut self, key: &[u8]) -> Option<&mut Value> {
+                self.get_mut(key)
+            }
+            fn remove(&mut self, key: &[u8]) -> bool {
+                <$map>::remove(self, key).is_some()
+            }
+        }
+    };
 }
 
-impl PointMap for BTreeMap<Box<[u8]>, Value> {
-    fn put(&mut self, key: &[u8], value: &[u8]) {
-        self.insert(key.into(), value.into());
-    }
-    fn value(&self, key: &[u8]) -> Option<&Value> {
-        self.get(key)
-    }
-    fn value_mut(&mut self, key: &[u8]) -> Option<&mut Value> {
-        self.get_mut(key)
-    }
-    fn remove(&mut self, key: &[u8]) -> bool {
-        BTreeMap::remove(self, key).is_some()
-    }
-}
+point_map!(HashMap<Box<[u8]>, Value, foldhash::fast::RandomState>);
+point_map!(BTreeMap<Box<[u8]>, Value>);
 
-/// A reference store as its client sees it: which locked map holds a key, the emulator to
-/// charge, and scans where the store supports them.
-trait MapStore: Sync {
+/// A reference store: its name and description, and as its client sees it, which locked map
+/// holds a key, the emulator to charge, and scans where the store supports them. One [`Store`]
+/// implementation (below) serves both.
+trait MapStore: Send + Sync {
+    /// Registry name.
+    const NAME: &'static str;
+    /// Whether [`MapStore::scan`] works.
+    const ORDERED: bool;
+    /// What the map is, for the notes.
+    const NOTE: &'static str;
     type Map: PointMap;
     fn map_for(&self, key: &[u8]) -> &RwLock<Self::Map>;
     fn emulator(&self) -> Option<&Emulator>;
@@ -139,6 +140,9 @@ impl MemoryStore {
 }
 
 impl MapStore for MemoryStore {
+    const NAME: &'static str = "memory";
+    const ORDERED: bool = false;
+    const NOTE: &'static str = "64-shard hash map with read-write locks; no ordered scans";
     type Map = HashMap<Box<[u8]>, Value, foldhash::fast::RandomState>;
 
     #[inline]
@@ -156,25 +160,6 @@ impl MapStore for MemoryStore {
             "memory",
             "ordered scans (it is a hash map; use memory-btree)",
         ))
-    }
-}
-
-impl Store for MemoryStore {
-    fn info(&self) -> StoreInfo {
-        info_for(
-            "memory",
-            false,
-            self.emulator.as_ref(),
-            "64-shard hash map with read-write locks; no ordered scans",
-        )
-    }
-
-    fn client(&self) -> Result<Box<dyn Client + '_>> {
-        Ok(Box::new(MapClient { store: self }))
-    }
-
-    fn close(self: Box<Self>) -> Result<()> {
-        Ok(())
     }
 }
 
@@ -196,6 +181,9 @@ impl MemoryBTreeStore {
 }
 
 impl MapStore for MemoryBTreeStore {
+    const NAME: &'static str = "memory-btree";
+    const ORDERED: bool = true;
+    const NOTE: &'static str = "BTreeMap behind one read-write lock";
     type Map = BTreeMap<Box<[u8]>, Value>;
 
     fn map_for(&self, _: &[u8]) -> &OrderedMap {
@@ -224,14 +212,9 @@ impl MapStore for MemoryBTreeStore {
     }
 }
 
-impl Store for MemoryBTreeStore {
+impl<S: MapStore> Store for S {
     fn info(&self) -> StoreInfo {
-        info_for(
-            "memory-btree",
-            true,
-            self.emulator.as_ref(),
-            "BTreeMap behind one read-write lock",
-        )
+        info_for(S::NAME, S::ORDERED, self.emulator(), S::NOTE)
     }
 
     fn client(&self) -> Result<Box<dyn Client + '_>> {

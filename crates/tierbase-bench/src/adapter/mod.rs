@@ -35,6 +35,7 @@
 //! to [`STORES`], and run [`crate::contract::run_contract_suite`] on it from a test.
 
 mod btree;
+mod common;
 mod kv;
 #[cfg(feature = "lmdb")]
 mod lmdb;

@@ -44,6 +44,7 @@
 use tierbase::device::{Durability, MappingKind, PmemRegion, RegionOptions};
 use tierbase::hash::{Partition, PlushLayout, PlushOptions, PlushStore, layout};
 
+use super::common::{create_dir, found_into, note_emulation};
 use super::{Capabilities, Client, Store, StoreInfo, StoreOptions, file_medium};
 use crate::error::{BenchError, Result};
 
@@ -103,8 +104,7 @@ impl PlushBenchStore {
     /// Creates a fresh store in `o.dir`, partitioned by `partition` (`plush` is by hash,
     /// `plush-range` by range, with ordered scans).
     pub fn open(o: &StoreOptions, partition: Partition) -> Result<Self> {
-        std::fs::create_dir_all(&o.dir)
-            .map_err(|e| BenchError::io("create directory", &o.dir, e))?;
+        create_dir(&o.dir)?;
         let fixed8 = o.key_size == 8 && o.value_size == 8 && o.value_size_fixed;
         let layout = if fixed8 {
             PlushLayout::Fixed8
@@ -180,13 +180,11 @@ impl PlushBenchStore {
                 o.durability.name()
             ));
         }
-        if let Some(p) = &o.emulate {
-            info.emulated = Some(p.name.clone());
-            info.notes.push(format!(
-                "emulated {}: region reads and persists charged to the profile",
-                p.name
-            ));
-        }
+        note_emulation(
+            &mut info,
+            o.emulate.as_ref(),
+            "region reads and persists charged to the profile",
+        );
         Ok(PlushBenchStore { store, info })
     }
 
@@ -230,13 +228,7 @@ impl Client for PlushBenchClient<'_> {
     }
 
     fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        match self.store.get(key)? {
-            Some(v) => {
-                *out = v;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        Ok(found_into(self.store.get(key)?, out))
     }
 
     fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {

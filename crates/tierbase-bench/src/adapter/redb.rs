@@ -25,14 +25,14 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use ::redb::{Database, Durability as RedbDurability, ReadableTable, TableDefinition};
-use parking_lot::Mutex;
 use tierbase::device::Durability;
 
+use super::common::{
+    Background, Job, TMPFS_FSYNC_NOTE, create_dir, on_tmpfs, refuse_emulation, synced_durability,
+    visit_first,
+};
 use super::{Capabilities, Client, Store, StoreInfo, StoreOptions, file_medium};
 use crate::error::{BenchError, Result};
 
@@ -56,17 +56,10 @@ pub struct RedbStore {
     commit: RedbDurability,
     /// Commits so far (under deferred durability: every [`DURABLE_EVERY`]th is durable).
     commits: AtomicU64,
-    /// The background durable commit of `eventual`, if running.
-    flusher: Option<Flusher>,
+    /// The background durable commit of `eventual`, if running; keeps its first error,
+    /// reported at close.
+    flusher: Option<Background<BenchError>>,
     info: StoreInfo,
-}
-
-#[derive(Debug)]
-struct Flusher {
-    stop: Sender<()>,
-    thread: JoinHandle<()>,
-    /// The first error of a background durable commit, reported at close.
-    error: Arc<Mutex<Option<BenchError>>>,
 }
 
 /// Wraps any redb error (each operation has its own type) as [`BenchError::Store`].
@@ -89,18 +82,8 @@ fn durable_commit(db: &Database, operation: &'static str) -> Result<()> {
 impl RedbStore {
     /// Creates a new database `redb.db` in `o.dir`.
     pub fn open(o: &StoreOptions) -> Result<Self> {
-        if let Some(p) = &o.emulate {
-            return Err(BenchError::unsupported(
-                "redb",
-                format!(
-                    "device emulation (--emulate {}): redb does its own I/O; run it on the real \
-                     medium",
-                    p.name
-                ),
-            ));
-        }
-        std::fs::create_dir_all(&o.dir)
-            .map_err(|e| BenchError::io("create directory", &o.dir, e))?;
+        refuse_emulation("redb", "redb", o)?;
+        create_dir(&o.dir)?;
         let path = o.dir.join("redb.db");
         let mut builder = Database::builder();
         if let Some(bytes) = o.dram_budget {
@@ -115,15 +98,10 @@ impl RedbStore {
         }
 
         let medium = file_medium(&o.dir);
-        let memory_backed = medium == "tmpfs file";
         let (commit, durability, level_note) = match o.durability {
             Durability::Immediate => (
                 RedbDurability::Immediate,
-                if memory_backed {
-                    "fsync per commit on tmpfs (process-crash)".to_string()
-                } else {
-                    "fsync per commit".to_string()
-                },
+                synced_durability("fsync per commit", medium),
                 "commits with Durability::Immediate (redb's default): fsync per commit".to_string(),
             ),
             Durability::Eventual(every) => (
@@ -169,13 +147,17 @@ impl RedbStore {
                 REDB_DEFAULT_CACHE >> 20
             ),
         });
-        if memory_backed {
-            info.notes
-                .push("on tmpfs an fsync reaches memory only: no power-loss durability".into());
+        if on_tmpfs(medium) {
+            info.notes.push(TMPFS_FSYNC_NOTE.into());
         }
 
         let flusher = match o.durability {
-            Durability::Eventual(every) => Some(spawn_flusher(Arc::clone(&db), every)?),
+            Durability::Eventual(every) => {
+                let db = Arc::clone(&db);
+                Some(Background::spawn("redb", Job::Flush, every, move || {
+                    durable_commit(&db, "background durable commit")
+                })?)
+            }
             _ => None,
         };
         Ok(RedbStore {
@@ -186,27 +168,6 @@ impl RedbStore {
             info,
         })
     }
-}
-
-fn spawn_flusher(db: Arc<Database>, every: Duration) -> Result<Flusher> {
-    let (stop, rx) = mpsc::channel::<()>();
-    let error = Arc::new(Mutex::new(None));
-    let first_error = Arc::clone(&error);
-    let thread = std::thread::Builder::new()
-        .name("redb-flush".into())
-        .spawn(move || {
-            while let Err(RecvTimeoutError::Timeout) = rx.recv_timeout(every) {
-                if let Err(e) = durable_commit(&db, "background durable commit") {
-                    first_error.lock().get_or_insert(e);
-                }
-            }
-        })
-        .map_err(|e| BenchError::io("spawn flush thread for", "redb", e))?;
-    Ok(Flusher {
-        stop,
-        thread,
-        error,
-    })
 }
 
 impl Store for RedbStore {
@@ -229,14 +190,10 @@ impl Store for RedbStore {
             flusher,
             ..
         } = *self;
-        if let Some(f) = flusher {
-            drop(f.stop);
-            f.thread
-                .join()
-                .map_err(|_| BenchError::WorkerPanicked("the redb flush thread".into()))?;
-            if let Some(e) = f.error.lock().take() {
-                return Err(e);
-            }
+        if let Some(f) = flusher
+            && let Some(e) = f.stop()?
+        {
+            return Err(e);
         }
         if !matches!(commit, RedbDurability::Immediate) {
             durable_commit(&db, "close")?;
@@ -325,63 +282,42 @@ impl Client for RedbClient<'_> {
         }
         let txn = self.db.begin_read().map_err(err("scan"))?;
         let table = txn.open_table(TABLE).map_err(err("scan"))?;
-        let mut visited = 0;
-        for entry in table.range::<&[u8]>(start..).map_err(err("scan"))? {
-            let (k, v) = entry.map_err(err("scan"))?;
-            visit(k.value(), v.value());
-            visited += 1;
-            if visited == count {
-                break;
-            }
-        }
-        Ok(visited)
+        let entries = table.range::<&[u8]>(start..).map_err(err("scan"))?;
+        visit_first(count, entries.map(|e| e.map_err(err("scan"))), |(k, v)| {
+            visit(k.value(), v.value())
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adapter::common::{
+        self,
+        tests::{contract_suite_deferred, contract_suite_on},
+    };
 
     #[test]
     fn contract_suite_passes() {
         let dir = tempfile::tempdir().unwrap();
         let mut o = StoreOptions::new(dir.path());
         o.dram_budget = Some(4 << 20);
-        let store = RedbStore::open(&o).unwrap();
-        crate::contract::run_contract_suite(&store).unwrap_or_else(|e| panic!("{e}"));
-        Box::new(store).close().unwrap();
+        contract_suite_on(&o, RedbStore::open);
     }
 
     #[test]
     fn contract_suite_passes_with_deferred_durability() {
-        for level in [
-            Durability::Eventual(Duration::from_millis(5)),
-            Durability::None,
-        ] {
-            let dir = tempfile::tempdir().unwrap();
-            let mut o = StoreOptions::new(dir.path());
-            o.durability = level;
-            let store = RedbStore::open(&o).unwrap();
-            crate::contract::run_contract_suite(&store).unwrap_or_else(|e| panic!("{e}"));
-            Box::new(store).close().unwrap();
+        contract_suite_deferred(RedbStore::open, |dir| {
             // Everything is durable after close: reopen and read it back.
-            let db = Database::open(dir.path().join("redb.db")).unwrap();
+            let db = Database::open(dir.join("redb.db")).unwrap();
             let txn = db.begin_read().unwrap();
             let table = txn.open_table(TABLE).unwrap();
             assert!(table.get(b"edge/empty".as_slice()).unwrap().is_some());
-        }
+        });
     }
 
     #[test]
     fn emulation_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut o = StoreOptions::new(dir.path());
-        o.emulate = tierbase::device::Catalogue::builtin()
-            .profiles()
-            .first()
-            .cloned();
-        assert!(o.emulate.is_some());
-        let e = RedbStore::open(&o).unwrap_err();
-        assert!(e.is_unsupported(), "{e}");
+        common::tests::emulation_is_refused(RedbStore::open);
     }
 }

@@ -10,6 +10,7 @@
 //! write (not atomic across clients, as in YCSB's RocksDB binding, which reads before it
 //! merges). Scans use a RocksDB iterator.
 
+use super::common::{TMPFS_FSYNC_NOTE, create_dir, on_tmpfs, refuse_emulation, synced_durability};
 use super::rocksdb_ffi::{Db, ReadOptions, WriteOptions};
 use super::{Capabilities, Client, Store, StoreInfo, StoreOptions, file_medium};
 use crate::error::{BenchError, Result};
@@ -34,28 +35,17 @@ impl RocksDbStore {
     /// Opens a new database in `opts.dir`; `sync` = fsync the WAL on every write.
     pub fn open(opts: &StoreOptions, sync: bool) -> Result<Self> {
         let name = if sync { "rocksdb" } else { "rocksdb-nosync" };
-        if let Some(p) = &opts.emulate {
-            return Err(BenchError::unsupported(
-                name,
-                format!(
-                    "device emulation (--emulate {}): RocksDB does its own I/O; run it on the \
-                     real medium",
-                    p.name
-                ),
-            ));
-        }
-        std::fs::create_dir_all(&opts.dir)
-            .map_err(|e| BenchError::io("create directory", &opts.dir, e))?;
+        refuse_emulation(name, "RocksDB", opts)?;
+        create_dir(&opts.dir)?;
         let path = opts.dir.join("rocksdb");
         let cpus = std::thread::available_parallelism().map_or(2, usize::from);
         let db = Db::open(&path, i32::try_from(cpus).unwrap_or(2))
             .map_err(|e| store_error(name, "open", e))?;
         let medium = file_medium(&opts.dir);
-        let memory_backed = medium == "tmpfs file";
-        let durability = match (sync, memory_backed) {
-            (true, false) => "wal+fsync",
-            (true, true) => "wal+fsync on tmpfs (process-crash)",
-            (false, _) => "wal, no fsync (process-crash)",
+        let durability = if sync {
+            synced_durability("wal+fsync", medium)
+        } else {
+            "wal, no fsync (process-crash)".into()
         };
         let mut info = StoreInfo::new(name, medium, durability);
         info.capabilities = Capabilities {
@@ -66,9 +56,8 @@ impl RocksDbStore {
             "RocksDB (system librocksdb) default options + increase_parallelism({cpus}); WAL on, \
              sync={sync}"
         ));
-        if memory_backed {
-            info.notes
-                .push("on tmpfs an fsync reaches memory only: no power-loss durability".into());
+        if on_tmpfs(medium) {
+            info.notes.push(TMPFS_FSYNC_NOTE.into());
         }
         info.notes
             .push("update/delete = point lookup + write (not atomic across clients)".into());

@@ -9,6 +9,7 @@ use clap::Subcommand;
 use tierbase::btree::{BTreeOptions, BTreeStore};
 
 use super::Ctx;
+use super::store_ops::PointCommand;
 use crate::util::{decode, encode, format_size, naming_path, parse_size};
 
 /// Arguments of `tierbase btree`.
@@ -35,23 +36,9 @@ enum BTreeCommand {
         #[arg(long, default_value = "16K", value_parser = parse_size)]
         page_size: u64,
     },
-    /// Insert or replace a key.
-    Put {
-        /// Key.
-        key: String,
-        /// Value.
-        value: String,
-    },
-    /// Print a key's value (exit code 1 if absent).
-    Get {
-        /// Key.
-        key: String,
-    },
-    /// Delete a key (exit code 1 if absent).
-    Delete {
-        /// Key.
-        key: String,
-    },
+    // put, get, delete: the same for every store.
+    #[command(flatten)]
+    Point(PointCommand),
     /// Print keys and values in key order.
     Scan {
         /// First key (inclusive).
@@ -103,27 +90,7 @@ pub fn run(args: BTreeArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
     }
     let store = naming_path(BTreeStore::open(&path, &opts), "opening", &path)?;
     let found = match args.command {
-        BTreeCommand::Put { key, value } => {
-            let (k, v) = (decode(hex, &key, "key")?, decode(hex, &value, "value")?);
-            let new = store.put(&k, &v)?;
-            println!("{}", if new { "inserted" } else { "replaced" });
-            true
-        }
-        BTreeCommand::Get { key } => match store.get(&decode(hex, &key, "key")?)? {
-            Some(v) => {
-                println!("{}", encode(hex, &v));
-                true
-            }
-            None => {
-                eprintln!("not found");
-                false
-            }
-        },
-        BTreeCommand::Delete { key } => {
-            let found = store.delete(&decode(hex, &key, "key")?)?;
-            println!("{}", if found { "deleted" } else { "not found" });
-            found
-        }
+        BTreeCommand::Point(c) => c.run(&store, hex)?,
         BTreeCommand::Scan {
             from,
             to,

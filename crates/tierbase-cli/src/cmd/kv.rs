@@ -7,7 +7,8 @@ use clap::Subcommand;
 use tierbase::kv::{KvOptions, KvStore, RecordLayout};
 
 use super::Ctx;
-use crate::util::{decode, encode, format_size, naming_path, parse_size};
+use super::store_ops::PointCommand;
+use crate::util::{encode, format_size, naming_path, parse_size};
 
 /// Arguments of `tierbase kv`.
 #[derive(clap::Args, Debug)]
@@ -38,23 +39,9 @@ enum KvCommand {
         #[arg(long, default_value = "64M", value_parser = parse_size)]
         chunk: u64,
     },
-    /// Insert or replace a key.
-    Put {
-        /// Key.
-        key: String,
-        /// Value.
-        value: String,
-    },
-    /// Print a key's value (exit code 1 if absent).
-    Get {
-        /// Key.
-        key: String,
-    },
-    /// Delete a key (exit code 1 if absent).
-    Delete {
-        /// Key.
-        key: String,
-    },
+    // put, get, delete: the same for every store.
+    #[command(flatten)]
+    Point(PointCommand),
     /// Print records, in no particular order (the store has a hash index: no ordered scans).
     Scan {
         /// Stop after this many records.
@@ -158,27 +145,7 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         &path,
     )?;
     let found = match args.command {
-        KvCommand::Put { key, value } => {
-            let (k, v) = (decode(hex, &key, "key")?, decode(hex, &value, "value")?);
-            let new = store.put(&k, &v)?;
-            println!("{}", if new { "inserted" } else { "replaced" });
-            true
-        }
-        KvCommand::Get { key } => {
-            let mut v = Vec::new();
-            let found = store.get_into(&decode(hex, &key, "key")?, &mut v)?;
-            if found {
-                println!("{}", encode(hex, &v));
-            } else {
-                eprintln!("not found");
-            }
-            found
-        }
-        KvCommand::Delete { key } => {
-            let found = store.delete(&decode(hex, &key, "key")?)?;
-            println!("{}", if found { "deleted" } else { "not found" });
-            found
-        }
+        KvCommand::Point(c) => c.run(&store, hex)?,
         KvCommand::Scan { limit } => {
             let mut n = 0;
             store.for_each(|k, v| {

@@ -12,6 +12,7 @@ pub mod plush;
 pub mod profile;
 pub mod report;
 pub mod serve;
+pub mod store_ops;
 
 /// What every command may need from the global options.
 #[derive(Debug)]

@@ -10,6 +10,7 @@ use tierbase::hash::{Partition, PlushLayout, PlushOptions, PlushStore};
 use tierbase::store::Store as _;
 
 use super::Ctx;
+use super::store_ops::PointCommand;
 use crate::util::{decode, encode, format_size, naming_path, parse_size};
 
 /// Arguments of `tierbase plush`.
@@ -29,23 +30,9 @@ pub struct PlushArgs {
 enum PlushCommand {
     /// Create a new, empty store.
     Create(CreateArgs),
-    /// Insert or replace a key.
-    Put {
-        /// Key.
-        key: String,
-        /// Value.
-        value: String,
-    },
-    /// Print a key's value (exit code 1 if absent).
-    Get {
-        /// Key.
-        key: String,
-    },
-    /// Delete a key (exit code 1 if absent).
-    Delete {
-        /// Key.
-        key: String,
-    },
+    // put, get, delete: the same for every store.
+    #[command(flatten)]
+    Point(PointCommand),
     /// Print records: in key order from a range-partitioned store (created with `--partition
     /// range`), in no particular order from a hash-partitioned one.
     Scan {
@@ -198,27 +185,7 @@ pub fn run(args: PlushArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         &path,
     )?;
     let ok = match args.command {
-        PlushCommand::Put { key, value } => {
-            let (k, v) = (decode(hex, &key, "key")?, decode(hex, &value, "value")?);
-            let new = store.put(&k, &v)?;
-            println!("{}", if new { "inserted" } else { "replaced" });
-            true
-        }
-        PlushCommand::Get { key } => match store.get(&decode(hex, &key, "key")?)? {
-            Some(v) => {
-                println!("{}", encode(hex, &v));
-                true
-            }
-            None => {
-                eprintln!("not found");
-                false
-            }
-        },
-        PlushCommand::Delete { key } => {
-            let found = store.delete(&decode(hex, &key, "key")?)?;
-            println!("{}", if found { "deleted" } else { "not found" });
-            found
-        }
+        PlushCommand::Point(c) => c.run(&store, hex)?,
         PlushCommand::Scan { limit, from, to } if store.partition() == Partition::Range => {
             let start = match &from {
                 Some(k) => decode(hex, k, "--from key")?,

@@ -5,10 +5,15 @@
 // Each test file is its own crate and uses only some of these.
 #![allow(dead_code)]
 
-use std::process::Output;
+use std::process::{Command, Output};
 
 /// The `tierbase` binary Cargo built for these tests.
 pub const BIN: &str = env!("CARGO_BIN_EXE_tierbase");
+
+/// Runs `tierbase <args>` to the end and returns what it did.
+pub fn tierbase(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run tierbase")
+}
 
 /// Output bytes as text; tierbase only ever prints UTF-8.
 pub fn text(bytes: &[u8]) -> String {
@@ -43,4 +48,10 @@ pub fn assert_one_line_error(o: &Output, context: &str) -> String {
     );
     assert!(err.starts_with("tierbase: error: "), "{context}: {err}");
     err
+}
+
+/// Fails unless `o` is a clean one-line error mentioning `want`.
+pub fn one_line_error(o: &Output, want: &str) {
+    let err = assert_one_line_error(o, want);
+    assert!(err.contains(want), "expected '{want}' in: {err}");
 }
