@@ -34,6 +34,7 @@
 
 use std::cmp::Ordering;
 
+use crate::device::cpu::prefetch;
 use crate::error::{Error, Result};
 
 /// Bytes of the page header.
@@ -168,6 +169,17 @@ impl<'a> Node<'a> {
         let c = self.cell(i);
         let k = u16_at(self.0, c) & !REF_FLAG;
         &self.0[c + CELL_HEAD..c + CELL_HEAD + k]
+    }
+    /// Starts loading entry `i`'s cell (its first two lines), if there is an entry `i`: a scan
+    /// that copies entries in key order meets cells in the heap's order of insertion, so each
+    /// is a cache miss the hardware cannot foresee.
+    #[inline]
+    pub fn prefetch_entry(&self, i: usize) {
+        if i < self.count() {
+            let at = self.0.as_ptr().wrapping_add(self.cell(i));
+            prefetch(at);
+            prefetch(at.wrapping_add(64));
+        }
     }
     /// Value of entry `i` as stored (an overflow reference when [`Node::is_ref`]).
     pub fn value(&self, i: usize) -> &'a [u8] {
