@@ -9,7 +9,8 @@
 //! shard, and every descent of the tree fixes the root, so two readers on two cores bounced
 //! the root shard's mutex line on each lookup. Page ids are dense (offsets in the page file),
 //! so a radix array of atomic slots answers a lookup with three plain loads and no write to a
-//! shared line. Measured: docs/BENCHMARKS.md, Figure 7 (YCSB C at 1 and 2 threads).
+//! shared line. On the 2-vCPU guest the difference in YCSB C at 2 threads was within the noise
+//! (docs/BENCHMARKS.md, Figure 7 (d)); it was kept for the lock it removes from every fix.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
