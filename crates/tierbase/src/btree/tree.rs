@@ -146,18 +146,17 @@ enum Target<'k> {
     Last,
 }
 
-/// A leaf found by a descent, with the key range it covers.
-/// Entries a scan copies from a leaf before it first hands them out; each further visit of the
-/// same leaf copies four times as many. A scan that stops early then has not copied the whole
-/// leaf (YCSB E scans ~50 of a leaf's ~130 entries); one that goes on re-enters the leaf by a
-/// new descent from the last key copied.
+/// Entries a scan copies before it first hands them out; each further copy (of the rest of the
+/// same leaf, or of the next leaf) takes four times as many. A scan that stops early then has
+/// not copied the whole leaf (YCSB E scans ~50 of a leaf's ~130 entries); one that goes on
+/// re-enters the leaf by a new descent from the last key copied.
 const FIRST_SCAN_CHUNK: usize = 32;
 /// How many entries ahead of the one it copies a scan starts loading cells.
 const SCAN_PREFETCH: usize = 12;
 
 /// A leaf's entries copied out for a scan: every key and value in one buffer (no allocation
-/// per entry — with one `Vec` per key and value, allocating and freeing was a fifth of a YCSB E
-/// run), reused from leaf to leaf.
+/// per entry — with one `Vec` per key and value, allocating and freeing was a sixth of a YCSB
+/// E run's samples), reused from leaf to leaf.
 #[derive(Default)]
 struct LeafCopy {
     bytes: Vec<u8>,
@@ -185,6 +184,7 @@ impl LeafCopy {
     }
 }
 
+/// A leaf found by a descent, with the key range it covers.
 struct LeafAt<'a> {
     page: PageRead<'a>,
     /// Keys of this leaf are >= low (None: no lower bound).
