@@ -300,6 +300,20 @@ struct Probe<'a> {
     with_value: bool,
 }
 
+/// One record an ordered walk of a subtree met ([`Inner::subtree_live`]).
+struct Sighting {
+    /// The key's first 8 bytes as a number (sorts most keys without touching their bytes).
+    prefix: u64,
+    /// Where the key lies in the walk's key buffer, and its length.
+    at: usize,
+    len: usize,
+    /// Age: 0 for the newest record the walk met.
+    rank: usize,
+    /// The record's value word (the value, or its payload locator).
+    word: u64,
+    tombstone: bool,
+}
+
 /// What one record says about a probed key.
 enum Resolved {
     /// It is the key's record.
@@ -777,10 +791,8 @@ impl Inner {
                 }
             }
         }
-        // (key's first 8 bytes as a number, its offset in `keys`, its length, age rank, value
-        // word, deletion), newest first.
         let mut keys: Vec<u8> = Vec::new();
-        let mut found: Vec<(u64, usize, usize, usize, u64, bool)> = Vec::with_capacity(words.len());
+        let mut found: Vec<Sighting> = Vec::with_capacity(words.len());
         for (rank, (k, v)) in words.into_iter().enumerate() {
             let at = keys.len();
             let tombstone = match &self.payload {
@@ -798,29 +810,30 @@ impl Inner {
                 keys.truncate(at);
                 continue;
             }
-            found.push((
-                layout::key_prefix(key),
+            found.push(Sighting {
+                prefix: layout::key_prefix(key),
                 at,
-                keys.len() - at,
+                len: keys.len() - at,
                 rank,
-                v,
+                word: v,
                 tombstone,
-            ));
+            });
         }
-        let key = |r: &(u64, usize, usize, usize, u64, bool)| &keys[r.1..r.1 + r.2];
+        let key = |r: &Sighting| &keys[r.at..r.at + r.len];
         // By key (the number first: most keys differ in their first 8 bytes), then newest
         // first.
         found.sort_unstable_by(|a, b| {
-            a.0.cmp(&b.0)
+            a.prefix
+                .cmp(&b.prefix)
                 .then_with(|| key(a).cmp(key(b)))
-                .then(a.3.cmp(&b.3))
+                .then(a.rank.cmp(&b.rank))
         });
         found.dedup_by(|later, first| key(later) == key(first));
         Ok(found
             .iter()
-            .filter(|r| !r.5)
+            .filter(|r| !r.tombstone)
             .take(room)
-            .map(|r| (key(r).to_vec(), r.4))
+            .map(|r| (key(r).to_vec(), r.word))
             .collect())
     }
 
