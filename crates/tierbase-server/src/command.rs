@@ -221,20 +221,24 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
     let Some(first) = args.first() else {
         return Outcome::read(Reply::error("ERR empty command"));
     };
-    let name = lower(first);
-    let Some(spec) = find_spec(&name) else {
+    // Found without lowering the name into a new String: a command per request counts.
+    let Some(spec) = COMMANDS
+        .iter()
+        .find(|s| s.name.as_bytes().eq_ignore_ascii_case(first))
+    else {
         return Outcome::read(unknown_command(args));
     };
+    let name = spec.name;
     let n = args.len() as i64;
     if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
-        return Outcome::read(wrong_args(&name));
+        return Outcome::read(wrong_args(name));
     }
     if !session.authenticated && !spec.flags.contains(&"no-auth") {
         return Outcome::read(Reply::error("NOAUTH Authentication required."));
     }
     let store = shared.store.as_ref();
     let rest = &args[1..];
-    match name.as_str() {
+    match name {
         "ping" => Outcome::read(match rest {
             [] => Reply::Simple("PONG".into()),
             [msg] => Reply::bulk(msg.clone()),
@@ -323,12 +327,14 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
             if !rest.len().is_multiple_of(2) {
                 return Outcome::read(wrong_args("mset"));
             }
-            for pair in rest.chunks_exact(2) {
-                if let Err(e) = store.put(&pair[0], &pair[1]) {
-                    return Outcome::write(store_error(&e));
-                }
+            let pairs: Vec<(&[u8], &[u8])> = rest
+                .chunks_exact(2)
+                .map(|pair| (pair[0].as_slice(), pair[1].as_slice()))
+                .collect();
+            match store.put_many(&pairs) {
+                Ok(_) => Outcome::write(Reply::ok()),
+                Err(e) => Outcome::write(store_error(&e)),
             }
-            Outcome::write(Reply::ok())
         }
         "del" | "unlink" => {
             let mut removed = 0;
@@ -447,6 +453,37 @@ fn incr_by(store: &dyn Store, key: &[u8], delta: Option<i64>) -> Outcome {
         Ok(n) => Reply::Integer(n),
         Err(reply) => reply,
     })
+}
+
+/// Whether `args` is a plain `SET key value` (no options) that `session` may run: the one
+/// command the server groups with its pipelined neighbours ([`execute_plain_sets`]).
+pub(crate) fn is_plain_set(session: &Session, args: &[Vec<u8>]) -> bool {
+    session.authenticated && args.len() == 3 && args[0].eq_ignore_ascii_case(b"set")
+}
+
+/// Runs plain SETs (see [`is_plain_set`]; each `args` is `SET key value`) in order as one
+/// [`Store::put_many`]; one reply per SET, as if each had run alone. If the batch fails, each
+/// SET runs alone, so each gets its own reply: a batch the store refuses whole (too large, a
+/// value over the limit) or one that stopped half-way (each SET only sets a value, so running
+/// the applied ones again changes nothing).
+pub(crate) fn execute_plain_sets(shared: &Shared, sets: &[Vec<Vec<u8>>]) -> Vec<Reply> {
+    shared.stats.commands.add(sets.len() as u64);
+    let store = shared.store.as_ref();
+    let pairs: Vec<(&[u8], &[u8])> = sets
+        .iter()
+        .map(|args| (args[1].as_slice(), args[2].as_slice()))
+        .collect();
+    match store.put_many(&pairs) {
+        Ok(_) => sets.iter().map(|_| Reply::ok()).collect(),
+        Err(_) => sets
+            .iter()
+            .map(|args| {
+                set(store, &args[1..])
+                    .reply
+                    .unwrap_or_else(|| Reply::error("ERR no reply"))
+            })
+            .collect(),
+    }
 }
 
 /// SET key value [NX | XX] [GET]; expiry options are refused (no key expires in tierbase).

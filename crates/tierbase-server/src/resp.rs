@@ -15,6 +15,7 @@
 //! function is pure, allocation-bounded by the bytes actually received (never by a length a
 //! client merely claims) and panic-free on arbitrary input.
 
+use std::borrow::Cow;
 use std::io::Write as _;
 
 /// Largest number of argument slots reserved up front for a multibulk request, whatever
@@ -397,7 +398,7 @@ pub enum Protocol {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Reply {
     /// A simple string, `+OK`. Any `\r` or `\n` inside is sent as a space.
-    Simple(String),
+    Simple(Cow<'static, str>),
     /// An error, `-ERR ...`: the string already includes the prefix word, e.g.
     /// `"ERR unknown command"` or `"WRONGTYPE ..."`. Any `\r` or `\n` inside is sent as a space.
     Error(String),
@@ -499,7 +500,7 @@ impl Reply {
 
     /// The simple-string reply `+OK`.
     pub fn ok() -> Reply {
-        Reply::Simple("OK".to_owned())
+        Reply::Simple(Cow::Borrowed("OK"))
     }
 
     /// An error reply; `msg` starts with the error code word, e.g. `"ERR syntax error"`.

@@ -523,7 +523,10 @@ struct Stretch {
 }
 
 /// Executes complete requests from `input[*consumed..]` until the input runs out, a command
-/// ends the connection, or the replies reach [`FLUSH_AT`].
+/// ends the connection, or the replies reach [`FLUSH_AT`]. Consecutive plain SETs are held
+/// back and applied as one store batch ([`command::execute_plain_sets`]): one writer-lock
+/// round and one log append for a pipeline's SETs instead of one each. Every other command
+/// first applies the SETs before it, so replies and effects keep the requests' order.
 fn execute_stretch(
     shared: &Shared,
     session: &mut Session,
@@ -537,9 +540,11 @@ fn execute_stretch(
         more: false,
         broken: false,
     };
+    let mut sets = PendingSets::default();
     loop {
         let rest = input.get(*consumed..).unwrap_or_default();
         if rest.is_empty() {
+            sets.apply(shared, session, output, &mut stretch);
             return stretch;
         }
         let limits = if session.authenticated {
@@ -553,6 +558,13 @@ fn execute_stretch(
                 if req.args.is_empty() {
                     continue;
                 }
+                if command::is_plain_set(session, &req.args) {
+                    if sets.push(req.args) {
+                        sets.apply(shared, session, output, &mut stretch);
+                    }
+                    continue;
+                }
+                sets.apply(shared, session, output, &mut stretch);
                 let outcome = command::execute(shared, session, &req.args);
                 stretch.wrote |= outcome.wrote;
                 if let Some(reply) = outcome.reply {
@@ -567,8 +579,12 @@ fn execute_stretch(
                     return stretch;
                 }
             }
-            Ok(None) => return stretch,
+            Ok(None) => {
+                sets.apply(shared, session, output, &mut stretch);
+                return stretch;
+            }
             Err(e) => {
+                sets.apply(shared, session, output, &mut stretch);
                 shared.stats.protocol_errors.incr();
                 Reply::error(format!("ERR {e}")).encode(session.protocol, output);
                 stretch.flow = Flow::Close;
@@ -576,6 +592,46 @@ fn execute_stretch(
                 return stretch;
             }
         }
+    }
+}
+
+/// Plain SETs held back to be applied as one batch: at most [`PendingSets::MAX_SETS`] of them
+/// and about [`PendingSets::MAX_BYTES`] of keys and values, so a batch stays far below what a
+/// store refuses in one piece (the B+-tree's log frame and half its pool).
+#[derive(Default)]
+struct PendingSets {
+    sets: Vec<Vec<Vec<u8>>>,
+    bytes: usize,
+}
+
+impl PendingSets {
+    const MAX_SETS: usize = 256;
+    const MAX_BYTES: usize = 256 << 10;
+
+    /// Holds back one SET's arguments; true when the batch is full and must be applied now.
+    fn push(&mut self, args: Vec<Vec<u8>>) -> bool {
+        self.bytes += args.iter().map(Vec::len).sum::<usize>();
+        self.sets.push(args);
+        self.sets.len() >= Self::MAX_SETS || self.bytes >= Self::MAX_BYTES
+    }
+
+    /// Applies the SETs held back (if any) and appends their replies.
+    fn apply(
+        &mut self,
+        shared: &Shared,
+        session: &Session,
+        output: &mut Vec<u8>,
+        stretch: &mut Stretch,
+    ) {
+        if self.sets.is_empty() {
+            return;
+        }
+        for reply in command::execute_plain_sets(shared, &self.sets) {
+            reply.encode(session.protocol, output);
+        }
+        stretch.wrote = true;
+        self.sets.clear();
+        self.bytes = 0;
     }
 }
 

@@ -44,3 +44,100 @@ fn btree_store_serves_redis_commands_in_key_order_and_keeps_them_across_a_restar
     drop(con);
     served.stop();
 }
+
+/// The INFO field `name` as a number.
+fn info_number(raw: &mut common::Raw, name: &str) -> u64 {
+    let info = String::from_utf8(raw.cmd(&[b"INFO"])).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("INFO has no {name}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Pipelined plain SETs are applied as store batches, yet each keeps its own reply, in
+/// order with the commands around it: a SET the store refuses (a key over the limit) is an
+/// error reply while its neighbours in the same batch succeed; a SET with options and GETs in
+/// between see the SETs before them. MSET is one atomic batch on the B+-tree: a refused pair
+/// leaves every key as it was.
+#[test]
+fn pipelined_sets_are_batched_but_answered_one_by_one_and_mset_is_all_or_nothing() {
+    use common::{bulk, resp, show};
+    let dir = StoreDir::new(BTREE);
+    let mut served = dir.serve();
+    let mut raw = served.raw();
+    let long_key = vec![b'k'; 5000];
+    let mut pipeline = Vec::new();
+    for args in [
+        &[&b"SET"[..], b"a", b"1"][..],
+        &[b"set", b"b", b"2"],
+        &[b"SET", &long_key, b"x"],
+        &[b"SET", b"a", b"3"],
+        &[b"GET", b"a"],
+        &[b"SET", b"c", b"4", b"NX"],
+        &[b"SET", b"a", b"5"],
+        &[b"GET", b"a"],
+    ] {
+        pipeline.extend(resp(args));
+    }
+    raw.send(&pipeline);
+    assert_eq!(show(&raw.reply()), "+OK\r\n");
+    assert_eq!(show(&raw.reply()), "+OK\r\n");
+    let refused = show(&raw.reply());
+    assert!(
+        refused.starts_with("-ERR key too large"),
+        "the over-long key's own reply: {refused}"
+    );
+    assert_eq!(show(&raw.reply()), "+OK\r\n");
+    assert_eq!(show(&raw.reply()), show(&bulk(b"3")));
+    assert_eq!(show(&raw.reply()), "+OK\r\n");
+    assert_eq!(show(&raw.reply()), "+OK\r\n");
+    assert_eq!(show(&raw.reply()), show(&bulk(b"5")));
+    assert_eq!(raw.cmd(&[b"GET", b"b"]), bulk(b"2"));
+    assert_eq!(raw.cmd(&[b"GET", b"c"]), bulk(b"4"));
+
+    let refused = show(&raw.cmd(&[b"MSET", b"a", b"9", &long_key, b"y", b"d", b"7"]));
+    assert!(refused.starts_with("-ERR key too large"), "{refused}");
+    assert_eq!(raw.cmd(&[b"GET", b"a"]), bulk(b"5"), "MSET refused whole");
+    assert_eq!(raw.cmd(&[b"EXISTS", b"d"]), b":0\r\n".to_vec());
+    assert_eq!(
+        raw.cmd(&[b"MSET", b"a", b"9", b"d", b"7"]),
+        b"+OK\r\n".to_vec()
+    );
+    assert_eq!(raw.cmd(&[b"GET", b"d"]), bulk(b"7"));
+
+    // A long pipeline of SETs: every one answered and applied, in far fewer store batches
+    // than SETs (the server groups them), and each counted as a command.
+    const N: usize = 2000;
+    let batches_before = info_number(&mut raw, "write_batches");
+    let commands_before = info_number(&mut raw, "total_commands_processed");
+    let mut sets = Vec::new();
+    for i in 0..N {
+        sets.extend(resp(&[
+            b"SET",
+            format!("p{i:05}").as_bytes(),
+            i.to_string().as_bytes(),
+        ]));
+    }
+    raw.send(&sets);
+    raw.expect_oks(N, "pipelined SET");
+    let batches = info_number(&mut raw, "write_batches") - batches_before;
+    let commands = info_number(&mut raw, "total_commands_processed") - commands_before;
+    assert!(
+        batches <= N as u64 / 8,
+        "{N} pipelined SETs took {batches} store batches"
+    );
+    assert_eq!(
+        commands,
+        N as u64 + 2,
+        "the SETs and the INFO before and after"
+    );
+    assert_eq!(raw.cmd(&[b"GET", b"p01999"]), bulk(b"1999"));
+    assert_eq!(
+        raw.cmd(&[b"DBSIZE"]),
+        format!(":{}\r\n", N + 4).into_bytes()
+    );
+    drop(raw);
+    served.stop();
+}
