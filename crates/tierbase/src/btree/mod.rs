@@ -561,6 +561,12 @@ impl BTreeStore {
                             tracing::warn!("B-tree log flush: {e}");
                         }
                     }
+                    if let Some(w) = inner.log.get()
+                        && let Err(e) = w.prepare_ahead()
+                    {
+                        // Not fatal: a commit that needs the space grows the log itself.
+                        tracing::warn!("B-tree log zero-fill ahead: {e}");
+                    }
                     let due = inner
                         .log
                         .get()
