@@ -445,18 +445,21 @@ impl NodeMut<'_> {
         if v.kind() == Some(Kind::Overflow) {
             return;
         }
-        let entries: Vec<(Vec<u8>, Vec<u8>, bool)> = (0..v.count())
-            .map(|i| (v.key(i).to_vec(), v.value(i).to_vec(), v.is_ref(i)))
-            .collect();
+        let count = v.count();
+        // One copy of the page to rebuild from, not two allocations per entry: compaction
+        // runs on every page image the log takes.
+        let old = self.0.to_vec();
+        let v = Node(&old);
         // Keys are sorted: the first and last share what all share.
-        let p = match (entries.first(), entries.last()) {
-            (Some(a), Some(b)) => common_prefix(&a.0, &b.0).min(u16::MAX as usize),
-            _ => 0,
+        let p = match count {
+            0 => 0,
+            n => common_prefix(v.key(0), v.key(n - 1)).min(u16::MAX as usize),
         };
         let mut top = len;
-        for (i, (k, val, is_ref)) in entries.iter().enumerate() {
+        for i in 0..count {
+            let (k, val, is_ref) = (v.key(i), v.value(i), v.is_ref(i));
             top -= CELL_HEAD + k.len() + val.len();
-            put_u16(self.0, top, k.len() | if *is_ref { REF_FLAG } else { 0 });
+            put_u16(self.0, top, k.len() | if is_ref { REF_FLAG } else { 0 });
             put_u16(self.0, top + 2, val.len());
             self.0[top + CELL_HEAD..top + CELL_HEAD + k.len()].copy_from_slice(k);
             self.0[top + CELL_HEAD + k.len()..top + CELL_HEAD + k.len() + val.len()]
