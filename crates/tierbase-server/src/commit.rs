@@ -1,88 +1,257 @@
 //! Group commit for replies: connections whose batch wrote wait here, without holding a
 //! runtime thread, until one store sync covers their writes.
 //!
-//! Owns: the commit thread and its queue of waiting connections. Must not touch: commands or
-//! sockets. The store's own group sync (`tierbase::device`) already shares one `fdatasync`
-//! among threads that sync at once; this puts the waiting outside the runtime, so a
-//! connection waiting for the disk costs no worker thread and every connection that wrote
-//! while a sync ran shares the next one.
+//! Owns: the queue of waiting connections and who syncs for them. Must not touch: commands
+//! or sockets. The store's own group sync (`tierbase::device`) already shares one `fdatasync`
+//! among threads that sync at once; this shares it among connections, so every connection
+//! that wrote while a sync ran shares the next one.
 //!
-//! Order: a connection enqueues only after its writes returned; the thread takes the whole
-//! queue and only then syncs; so each sync covers every write of every connection it
-//! answers.
+//! Who syncs: a connection that finds no sync running leads: it syncs once, on its runtime
+//! thread, for itself and everyone queued, answers them, and hands the lead to the first
+//! connection that queued meanwhile (which then syncs for everyone queued by then), or ends
+//! the run when nobody waits. No thread sleeps and wakes per round, and at most one runtime
+//! thread is in a sync at a time (Redis's event loop syncs its AOF inline, with nothing else
+//! running).
+//!
+//! Order: a connection queues only after its writes returned; a leader takes the whole queue
+//! and only then syncs; so each sync covers every write of every connection it answers.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use tierbase::store::Store;
 
-type Waiter = oneshot::Sender<Result<(), String>>;
+/// What a waiting connection is told.
+#[derive(Debug)]
+enum Ticket {
+    /// A sync that covers its writes ended, with this result.
+    Done(Result<(), String>),
+    /// Its writes are not covered yet, and it now leads: it syncs for everyone queued.
+    Lead,
+}
 
 #[derive(Debug, Default)]
 struct Queue {
-    waiting: Vec<Waiter>,
+    waiting: VecDeque<oneshot::Sender<Ticket>>,
+    /// A leader is syncing, or has been handed the lead and will.
+    leading: bool,
     stopping: bool,
 }
 
-/// The commit thread's handle.
-#[derive(Debug)]
+/// The connections waiting for durability.
+#[derive(Debug, Default)]
 pub(crate) struct Committer {
     queue: Mutex<Queue>,
-    wake: Condvar,
+}
+
+/// A queued connection's end of its ticket. Dropped with an unread lead (its connection's
+/// task ended meanwhile), it passes the lead on, so the queue never waits for a leader that
+/// is gone.
+struct Follower<'a> {
+    committer: &'a Committer,
+    ticket: Option<oneshot::Receiver<Ticket>>,
+}
+
+impl Drop for Follower<'_> {
+    fn drop(&mut self) {
+        if let Some(mut rx) = self.ticket.take() {
+            // Closed first, so that no lead can arrive after the look.
+            rx.close();
+            if let Ok(Ticket::Lead) = rx.try_recv() {
+                self.committer.pass_lead();
+            }
+        }
+    }
 }
 
 impl Committer {
-    pub(crate) fn new() -> Arc<Self> {
-        Arc::new(Committer {
-            queue: Mutex::new(Queue::default()),
-            wake: Condvar::new(),
-        })
+    pub(crate) fn new() -> Self {
+        Committer::default()
     }
 
-    /// Waits until every write this connection made so far is durable. `Err` carries the
-    /// sync's failure (the store then refuses writes).
-    pub(crate) async fn durable(&self) -> Result<(), String> {
-        let (tx, rx) = oneshot::channel();
-        {
+    /// Waits until every write this connection made so far is durable, syncing `store`
+    /// itself when it leads. `Err` carries the sync's failure (the store then refuses
+    /// writes).
+    pub(crate) async fn durable(&self, store: &dyn Store) -> Result<(), String> {
+        let mut follower = {
             let mut q = self.queue.lock();
             if q.stopping {
                 return Err("the server is shutting down".into());
             }
-            q.waiting.push(tx);
-        }
-        self.wake.notify_one();
-        rx.await
-            .unwrap_or_else(|_| Err("the commit thread stopped".into()))
-    }
-
-    /// The commit thread: sync once per round for everyone queued, until [`Committer::stop`]
-    /// (it answers whoever is still queued first). Returns the number of syncs.
-    pub(crate) fn run(&self, store: &dyn Store) -> u64 {
-        let mut syncs = 0;
-        loop {
-            let batch = {
-                let mut q = self.queue.lock();
-                while q.waiting.is_empty() && !q.stopping {
-                    self.wake.wait(&mut q);
-                }
-                if q.waiting.is_empty() {
-                    return syncs;
-                }
-                std::mem::take(&mut q.waiting)
-            };
-            let result = store.sync().map_err(|e| e.to_string());
-            syncs += 1;
-            for waiter in batch {
-                let _ = waiter.send(result.clone());
+            if q.leading {
+                let (tx, rx) = oneshot::channel();
+                q.waiting.push_back(tx);
+                Some(Follower {
+                    committer: self,
+                    ticket: Some(rx),
+                })
+            } else {
+                q.leading = true;
+                None
+            }
+        };
+        if let Some(f) = &mut follower {
+            let rx = f.ticket.as_mut().expect("a follower holds its ticket");
+            let ticket = rx.await;
+            f.ticket = None;
+            match ticket {
+                Ok(Ticket::Done(result)) => return result,
+                Ok(Ticket::Lead) => {}
+                Err(_) => return Err("the commit queue was dropped".into()),
             }
         }
+        // Leading: one sync for this connection and everyone queued now.
+        let batch = std::mem::take(&mut self.queue.lock().waiting);
+        let result = store.sync().map_err(|e| e.to_string());
+        for waiter in batch {
+            let _ = waiter.send(Ticket::Done(result.clone()));
+        }
+        self.pass_lead();
+        result
     }
 
-    /// Ends [`Committer::run`] once the queue is empty.
+    /// Hands the lead to the first connection still waiting, or ends the run.
+    fn pass_lead(&self) {
+        let mut q = self.queue.lock();
+        while let Some(next) = q.waiting.pop_front() {
+            if next.send(Ticket::Lead).is_ok() {
+                return;
+            }
+            // That connection is gone: try the next.
+        }
+        q.leading = false;
+    }
+
+    /// Refuses further waits (the server is stopping; every connection task has ended).
     pub(crate) fn stop(&self) {
         self.queue.lock().stopping = true;
-        self.wake.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tierbase::store::{Change, StoreDescription};
+
+    /// A store whose sync counts, and records the most writes any sync covered.
+    #[derive(Debug, Default)]
+    struct Counting {
+        writes: AtomicU64,
+        synced_writes: AtomicU64,
+        syncs: AtomicU64,
+    }
+
+    impl Store for Counting {
+        fn describe(&self) -> StoreDescription {
+            StoreDescription {
+                store: "counting".into(),
+                medium: "memory".into(),
+                guarantee: "nothing".into(),
+                commit: "immediate".into(),
+                ordered: false,
+            }
+        }
+        fn get(&self, _: &[u8]) -> tierbase::Result<Option<Vec<u8>>> {
+            Ok(None)
+        }
+        fn put(&self, _: &[u8], _: &[u8]) -> tierbase::Result<bool> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            Ok(true)
+        }
+        fn delete(&self, _: &[u8]) -> tierbase::Result<bool> {
+            Ok(false)
+        }
+        fn modify(
+            &self,
+            _: &[u8],
+            _: &mut dyn FnMut(Option<&[u8]>) -> Change,
+        ) -> tierbase::Result<()> {
+            Ok(())
+        }
+        fn len(&self) -> u64 {
+            0
+        }
+        fn scan(&self, _: u64, _: usize, _: &mut Vec<Vec<u8>>) -> tierbase::Result<u64> {
+            Ok(0)
+        }
+        fn defers_sync(&self) -> bool {
+            true
+        }
+        fn sync(&self) -> tierbase::Result<()> {
+            self.syncs.fetch_add(1, Ordering::SeqCst);
+            self.synced_writes
+                .fetch_max(self.writes.load(Ordering::SeqCst), Ordering::SeqCst);
+            Ok(())
+        }
+        fn metrics(&self) -> Vec<(String, String)> {
+            Vec::new()
+        }
+        fn close(self: Box<Self>) -> tierbase::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Sixteen tasks on two runtime threads write and wait: each wait returns only after a
+    /// sync that covered its write; syncs are shared (fewer than waits); some waits are
+    /// abandoned at once (queued or holding the lead), and the queue still drains, with
+    /// nobody left leading; once stopped, waits are refused.
+    #[test]
+    fn every_wait_is_covered_by_a_later_sync_and_the_lead_survives_abandoned_waits() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        let store = Arc::new(Counting::default());
+        let committer = Arc::new(Committer::new());
+        let waits = Arc::new(AtomicU64::new(0));
+        rt.block_on(async {
+            let mut tasks = Vec::new();
+            for t in 0..16u64 {
+                let (store, committer, waits) = (store.clone(), committer.clone(), waits.clone());
+                tasks.push(tokio::spawn(async move {
+                    for i in 0..300u64 {
+                        store.put(b"k", b"v").unwrap();
+                        let mine = store.writes.load(Ordering::SeqCst);
+                        if (t + i) % 7 == 0 {
+                            let _ = tokio::time::timeout(
+                                std::time::Duration::ZERO,
+                                committer.durable(store.as_ref()),
+                            )
+                            .await;
+                            continue;
+                        }
+                        committer.durable(store.as_ref()).await.unwrap();
+                        assert!(
+                            store.synced_writes.load(Ordering::SeqCst) >= mine,
+                            "a wait returned before a sync covered write {mine}"
+                        );
+                        waits.fetch_add(1, Ordering::SeqCst);
+                        if i % 3 == 0 {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        let (syncs, waited) = (
+            store.syncs.load(Ordering::SeqCst),
+            waits.load(Ordering::SeqCst),
+        );
+        assert!(waited > 0 && syncs > 0, "{waited} waits, {syncs} syncs");
+        {
+            let q = committer.queue.lock();
+            assert!(!q.leading, "the last run ended");
+            assert!(q.waiting.is_empty());
+        }
+        committer.stop();
+        assert!(rt.block_on(committer.durable(store.as_ref())).is_err());
     }
 }

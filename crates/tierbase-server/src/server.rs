@@ -8,10 +8,10 @@
 //! Design (measured in docs/SERVER.md): a multi-threaded tokio runtime, one task per
 //! connection. A task parses every complete request in its buffer (a pipeline), executes
 //! them in order, and, when any wrote and the store defers its syncs, waits (without holding
-//! a worker thread) for the commit thread's next store sync before sending the batch's
-//! replies: one sync answers every connection that wrote meanwhile (group commit), and a
-//! reply never precedes durability (`commit`). Store calls themselves are synchronous and
-//! short.
+//! a worker thread) for the next store sync before sending the batch's replies: one sync, run
+//! by the first connection that waits, answers every connection that wrote meanwhile (group
+//! commit), and a reply never precedes durability (`commit`). Store calls themselves are
+//! synchronous and short.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -218,18 +218,10 @@ impl Server {
             shutdown,
         } = self;
         // Replies to writes wait for a sync only when the store defers them.
-        let committer = shared.policy.sync_before_reply.then(Committer::new);
-        let commit_thread = match &committer {
-            Some(c) => {
-                let (c, shared) = (c.clone(), shared.clone());
-                let thread = std::thread::Builder::new()
-                    .name("tierbase-commit".into())
-                    .spawn(move || c.run(shared.store.as_ref()))
-                    .map_err(|e| ServerError::io("starting the commit thread", e))?;
-                Some(thread)
-            }
-            None => None,
-        };
+        let committer = shared
+            .policy
+            .sync_before_reply
+            .then(|| Arc::new(Committer::new()));
         let served = runtime.block_on(accept_loop(
             listener,
             signals,
@@ -240,9 +232,6 @@ impl Server {
         // Every connection task has ended: nobody waits for a commit any more.
         if let Some(c) = &committer {
             c.stop();
-        }
-        if let Some(thread) = commit_thread {
-            let _ = thread.join();
         }
         runtime.shutdown_timeout(Duration::from_secs(5));
         let reason = served?;
@@ -654,7 +643,7 @@ async fn run_batch(
         if stretch.wrote
             && let Some(committer) = committer
         {
-            let synced = committer.durable().await;
+            let synced = committer.durable(shared.store.as_ref()).await;
             shared.stats.syncs_before_reply.incr();
             if let Err(e) = synced {
                 // Nothing of this stretch is acknowledged: its replies become the error.
