@@ -66,6 +66,30 @@ impl Drop for Follower<'_> {
     }
 }
 
+/// A leader's round: the connections it syncs for. Dropped before it answered them (the sync
+/// panicked), it answers them with an error and passes the lead on, so nobody waits forever.
+struct Leader<'a> {
+    committer: &'a Committer,
+    batch: VecDeque<oneshot::Sender<Ticket>>,
+}
+
+impl Leader<'_> {
+    fn answer(&mut self, result: &Result<(), String>) {
+        for waiter in self.batch.drain(..) {
+            let _ = waiter.send(Ticket::Done(result.clone()));
+        }
+    }
+}
+
+impl Drop for Leader<'_> {
+    fn drop(&mut self) {
+        if !self.batch.is_empty() {
+            self.answer(&Err("the sync did not complete".into()));
+        }
+        self.committer.pass_lead();
+    }
+}
+
 impl Committer {
     pub(crate) fn new() -> Self {
         Committer::default()
@@ -103,12 +127,12 @@ impl Committer {
             }
         }
         // Leading: one sync for this connection and everyone queued now.
-        let batch = std::mem::take(&mut self.queue.lock().waiting);
+        let mut lead = Leader {
+            committer: self,
+            batch: std::mem::take(&mut self.queue.lock().waiting),
+        };
         let result = store.sync().map_err(|e| e.to_string());
-        for waiter in batch {
-            let _ = waiter.send(Ticket::Done(result.clone()));
-        }
-        self.pass_lead();
+        lead.answer(&result);
         result
     }
 
@@ -193,6 +217,110 @@ mod tests {
         fn close(self: Box<Self>) -> tierbase::Result<()> {
             Ok(())
         }
+    }
+
+    /// A store whose first sync waits for `release`, and whose second sync panics.
+    #[derive(Debug, Default)]
+    struct PanicsOnce {
+        inner: Counting,
+        calls: AtomicU64,
+        release: std::sync::atomic::AtomicBool,
+    }
+
+    impl Store for PanicsOnce {
+        fn describe(&self) -> StoreDescription {
+            self.inner.describe()
+        }
+        fn get(&self, k: &[u8]) -> tierbase::Result<Option<Vec<u8>>> {
+            self.inner.get(k)
+        }
+        fn put(&self, k: &[u8], v: &[u8]) -> tierbase::Result<bool> {
+            self.inner.put(k, v)
+        }
+        fn delete(&self, k: &[u8]) -> tierbase::Result<bool> {
+            self.inner.delete(k)
+        }
+        fn modify(
+            &self,
+            k: &[u8],
+            d: &mut dyn FnMut(Option<&[u8]>) -> Change,
+        ) -> tierbase::Result<()> {
+            self.inner.modify(k, d)
+        }
+        fn len(&self) -> u64 {
+            0
+        }
+        fn scan(&self, c: u64, n: usize, out: &mut Vec<Vec<u8>>) -> tierbase::Result<u64> {
+            self.inner.scan(c, n, out)
+        }
+        fn defers_sync(&self) -> bool {
+            true
+        }
+        fn sync(&self) -> tierbase::Result<()> {
+            match self.calls.fetch_add(1, Ordering::SeqCst) {
+                0 => {
+                    while !self.release.load(Ordering::SeqCst) {
+                        std::thread::yield_now();
+                    }
+                }
+                1 => panic!("injected: sync panics"),
+                _ => {}
+            }
+            self.inner.sync()
+        }
+        fn metrics(&self) -> Vec<(String, String)> {
+            Vec::new()
+        }
+        fn close(self: Box<Self>) -> tierbase::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A leader whose sync panics answers the connections it led with an error and passes
+    /// the lead on: nobody waits forever, and later waits are synced normally. The first
+    /// sync holds until seven connections have queued behind it; the first of them is handed
+    /// the lead, takes the other six and its sync panics.
+    #[test]
+    fn a_panicking_sync_answers_its_waiters_and_frees_the_lead() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let store = Arc::new(PanicsOnce::default());
+        let committer = Arc::new(Committer::new());
+        rt.block_on(async {
+            let mut tasks = Vec::new();
+            for _ in 0..8 {
+                let (store, committer) = (store.clone(), committer.clone());
+                tasks.push(tokio::spawn(async move {
+                    store.put(b"k", b"v").unwrap();
+                    committer.durable(store.as_ref()).await
+                }));
+            }
+            while committer.queue.lock().waiting.len() < 7 {
+                std::thread::yield_now();
+            }
+            store.release.store(true, Ordering::SeqCst);
+            let (mut panicked, mut refused) = (0, 0);
+            for t in tasks {
+                match t.await {
+                    Err(e) if e.is_panic() => panicked += 1,
+                    Err(e) => panic!("{e}"),
+                    Ok(Err(_)) => refused += 1,
+                    Ok(Ok(())) => {}
+                }
+            }
+            assert_eq!(panicked, 1, "only the leader whose sync panicked");
+            assert_eq!(
+                refused, 6,
+                "the connections it led are told their sync failed"
+            );
+            assert!(!committer.queue.lock().leading, "the lead was freed");
+            store.put(b"k", b"v").unwrap();
+            committer.durable(store.as_ref()).await.unwrap();
+        });
+        assert!(store.inner.syncs.load(Ordering::SeqCst) >= 1);
+        assert!(!committer.queue.lock().leading);
     }
 
     /// Sixteen tasks on two runtime threads write and wait: each wait returns only after a

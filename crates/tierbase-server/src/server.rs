@@ -550,6 +550,10 @@ fn execute_stretch(
                 if command::is_plain_set(session, &req.args) {
                     if sets.push(req.args) {
                         sets.apply(shared, session, output, &mut stretch);
+                        if output.len() >= FLUSH_AT {
+                            stretch.more = true;
+                            return stretch;
+                        }
                     }
                     continue;
                 }
