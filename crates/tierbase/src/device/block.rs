@@ -479,14 +479,13 @@ impl BlockDevice {
 
     /// At least `new_len` bytes (a length already reached is a no-op, so threads that grow
     /// concurrently do not fail): [`BlockDevice::grow`], then zeros written over the new space
-    /// of a file, so that later
-    /// writes there overwrite written blocks. Space that is only allocated is "unwritten" to
-    /// ext4 and XFS, and the `fdatasync` after the first write into each such extent also
-    /// commits its conversion to written: a 16 KiB O_DIRECT write and `fdatasync` took 130 µs
-    /// into allocated space against 75 µs into zero-filled space on this project's test disk
-    /// (docs/BENCHMARKS.md, Figure 7 (e)). For logs that sync small appends (the WAL); the
-    /// zeros cost one sequential write of the new space, and are skipped where
-    /// [`BlockDevice::zero_fill_pays`] is false.
+    /// of a file, so that later writes there overwrite written blocks. Space that is only
+    /// allocated is "unwritten" to ext4 and XFS, and the `fdatasync` after the first write
+    /// into each such extent also commits its conversion to written: a 16 KiB O_DIRECT write
+    /// and `fdatasync` took 126 µs into allocated space against 79 µs into zero-filled space
+    /// on this project's test disk (docs/BENCHMARKS.md, Figure 7 (e)). For logs that sync
+    /// small appends (the WAL); the zeros cost one sequential write of the new space, and are
+    /// skipped where [`BlockDevice::zero_fill_pays`] is false.
     pub fn grow_written(&self, new_len: u64) -> Result<()> {
         self.grow_with(new_len, true)
     }
