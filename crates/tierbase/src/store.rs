@@ -129,18 +129,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn delete(&self, key: &[u8]) -> Result<bool>;
 
     /// Inserts or replaces each `(key, value)` in order (a key given twice ends with its last
-    /// value); returns, per pair, whether its key was new. When [`Store::crash_atomic_batches`]
-    /// is true the pairs are checked first and applied as one batch: after a crash or an `Err`,
-    /// all of them or none are there once the store is reopened. Otherwise (the default) they
-    /// are [`Store::put`] one by one and the first error stops the rest, the pairs before it
-    /// staying applied. Readers may see a batch partly applied in either case.
+    /// value); returns, per pair, whether its key was new. By default the pairs are
+    /// [`Store::put`] one by one and the first error stops the rest, the pairs before it
+    /// staying applied. A store may apply them as one checked batch instead (the B+-tree
+    /// does: after a crash or an `Err`, all of them or none are there once it is reopened).
+    /// Readers may see a batch partly applied in either case.
     fn put_many(&self, pairs: &[(&[u8], &[u8])]) -> Result<Vec<bool>> {
         pairs.iter().map(|(k, v)| self.put(k, v)).collect()
-    }
-
-    /// Whether [`Store::put_many`] applies its pairs as one all-or-nothing batch.
-    fn crash_atomic_batches(&self) -> bool {
-        false
     }
 
     /// Reads `key` and applies what `decide` returns, atomically: no other write of `key`

@@ -897,14 +897,11 @@ impl Store for BTreeStore {
         BTreeStore::delete(self, key)
     }
 
+    /// One crash-atomic write batch ([`BTreeStore::write_batch`]).
     fn put_many(&self, pairs: &[(&[u8], &[u8])]) -> Result<Vec<bool>> {
         let ops: Vec<(&[u8], Option<&[u8]>)> = pairs.iter().map(|&(k, v)| (k, Some(v))).collect();
         let existed = self.write_batch(&ops)?;
         Ok(existed.into_iter().map(|e| !e).collect())
-    }
-
-    fn crash_atomic_batches(&self) -> bool {
-        true
     }
 
     fn modify(&self, key: &[u8], decide: &mut dyn FnMut(Option<&[u8]>) -> Change) -> Result<()> {
