@@ -134,9 +134,13 @@ fn ensure_len(file: &BlockDevice, end: u64) -> Result<()> {
     if end <= file.len() {
         return Ok(());
     }
-    let step = file.len().clamp(1 << 20, GROW_STEP_MAX);
-    let target = (end + step).next_multiple_of(BLOCK);
-    file.grow_written(target)
+    file.grow_written((end + grow_step(file)).next_multiple_of(BLOCK))
+}
+
+/// How far a log file grows past what it must hold: its own size, at least 1 MiB, at most
+/// [`GROW_STEP_MAX`].
+fn grow_step(file: &BlockDevice) -> u64 {
+    file.len().clamp(1 << 20, GROW_STEP_MAX)
 }
 
 impl Wal {
@@ -398,8 +402,7 @@ impl Wal {
             if len >= end + want {
                 return Ok(len - before);
             }
-            let step = len.clamp(1 << 20, GROW_STEP_MAX);
-            file.grow_written((len + step).next_multiple_of(BLOCK))?;
+            file.grow_written((len + grow_step(file)).next_multiple_of(BLOCK))?;
         }
     }
 
