@@ -29,15 +29,15 @@ fn head_len(p: *const u8, len: usize) -> usize {
 #[inline]
 pub(crate) unsafe fn load(src: *const u8, dst: &mut [u8]) {
     if (src as usize).is_multiple_of(WORD) && dst.len().is_multiple_of(WORD) {
-        // The common case (stores keep their records 8-aligned): whole words only.
-        let mut p = src;
-        for chunk in dst.chunks_exact_mut(WORD) {
-            // SAFETY: 8 aligned bytes inside the caller's range.
-            let v =
-                unsafe { AtomicU64::from_ptr(p.cast_mut().cast::<u64>()) }.load(Ordering::Relaxed);
-            chunk.copy_from_slice(&v.to_ne_bytes());
-            // SAFETY: at most one past the caller's range.
-            p = unsafe { p.add(WORD) };
+        // The common case (stores keep their records 8-aligned): whole words only, as one
+        // load and one store each (a record read is on every get's path).
+        let words = src.cast_mut().cast::<u64>();
+        for (i, w) in dst.as_chunks_mut::<WORD>().0.iter_mut().enumerate() {
+            // SAFETY: word `i` lies inside the caller's range (`dst.len()` bytes from `src`),
+            // and `src` is 8-aligned.
+            *w = unsafe { AtomicU64::from_ptr(words.add(i)) }
+                .load(Ordering::Relaxed)
+                .to_ne_bytes();
         }
         return;
     }

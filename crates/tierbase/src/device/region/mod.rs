@@ -742,11 +742,12 @@ impl PmemRegion {
         let Ok(o) = self.check(off, len) else {
             return;
         };
-        let first = o & !63;
-        for line in (first..o + len).step_by(64) {
+        let (mut line, end) = (o & !63, o + len);
+        while line < end {
             // The address stays inside the mapping (bounds checked above) and prefetching never
             // faults, so the pointer is only a hint.
             crate::device::cpu::prefetch(self.base_ptr().wrapping_add(line));
+            line += 64;
         }
     }
 
