@@ -40,7 +40,10 @@ use tree::{FIRST_ROOT, META_PID, Tree};
 pub use tree::{Limits, Meta};
 
 const SUPER_MAGIC: &[u8; 8] = b"TBBTREE1";
-const FORMAT_VERSION: u32 = 1;
+const FORMAT_VERSION: u32 = 2;
+/// The oldest format this code opens (version 1's log lacks `Truncate` and separator `Put`s,
+/// which are all version 2 adds; opening writes version 2, so older code then refuses it).
+const OLDEST_READABLE_VERSION: u32 = 1;
 /// LSN of the first log frame of a new store.
 const FIRST_LSN: u64 = 4096;
 const SUPER_LEN: usize = 4096;
@@ -293,7 +296,7 @@ fn read_superblock(dev: &BlockDevice, path: Option<&Path>) -> Result<(usize, u64
                 continue;
             }
             let v = u32::from_le_bytes(b[8..12].try_into().expect("4"));
-            if v != FORMAT_VERSION {
+            if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&v) {
                 version = Some(v);
                 continue;
             }

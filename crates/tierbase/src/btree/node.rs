@@ -484,6 +484,15 @@ impl NodeMut<'_> {
         }
         self.compact();
     }
+    /// Removes every entry whose key is `key` or after it (what [`NodeMut::move_tail`] left
+    /// behind, replayed from the log), then compacts as `move_tail` does.
+    pub fn truncate_from(&mut self, key: &[u8]) {
+        let from = self.view().search(key).unwrap_or_else(|i| i);
+        for i in (from..self.view().count()).rev() {
+            self.remove_at(i);
+        }
+        self.compact();
+    }
     /// Appends every entry of `other` (whose keys all sort after this page's); false (and
     /// nothing moved) if they do not fit.
     pub fn append_all(&mut self, other: &Node<'_>) -> bool {

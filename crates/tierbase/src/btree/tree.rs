@@ -43,6 +43,9 @@ const REC_IMAGE: u8 = 3;
 const REC_META: u8 = 4;
 /// `Put` whose value is an overflow reference (same layout as `Put`).
 const REC_PUT_REF: u8 = 5;
+/// Removes every entry of a leaf from a key on: the left half of a split, logged instead of
+/// the half's image when the page already has an image in this generation.
+const REC_TRUNCATE: u8 = 6;
 
 /// Offsets of the meta page's fields.
 const META_ROOT: usize = node::HEADER;
@@ -761,6 +764,24 @@ impl Tree {
         }
     }
 
+    /// Appends a `Put` (or `PutRef`) record.
+    fn put_record(rec: &mut Vec<u8>, pid: u64, key: &[u8], value: &[u8], is_ref: bool) {
+        rec.push(if is_ref { REC_PUT_REF } else { REC_PUT });
+        rec.extend_from_slice(&pid.to_le_bytes());
+        rec.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        rec.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        rec.extend_from_slice(key);
+        rec.extend_from_slice(value);
+    }
+
+    /// Appends a record of `kind` that names a key only (`Remove`, `Truncate`).
+    fn key_record(rec: &mut Vec<u8>, kind: u8, pid: u64, key: &[u8]) {
+        rec.push(kind);
+        rec.extend_from_slice(&pid.to_le_bytes());
+        rec.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        rec.extend_from_slice(key);
+    }
+
     fn log_image(&self, w: &mut Writer, page: &mut PageWrite<'_>) {
         let lsn = Self::next_lsn(w);
         let pid = page.pid();
@@ -860,12 +881,7 @@ impl Tree {
                 .upsert_cell(key, value, is_ref)
                 .map_err(|()| corrupt("leaf refused an entry that fits"))?;
             self.log_change(w, &mut leaf, &|rec: &mut Vec<u8>| {
-                rec.push(if is_ref { REC_PUT_REF } else { REC_PUT });
-                rec.extend_from_slice(&leaf_pid.to_le_bytes());
-                rec.extend_from_slice(&(key.len() as u16).to_le_bytes());
-                rec.extend_from_slice(&(value.len() as u32).to_le_bytes());
-                rec.extend_from_slice(key);
-                rec.extend_from_slice(value);
+                Self::put_record(rec, leaf_pid, key, value, is_ref);
             });
             drop(leaf);
             if new {
@@ -932,7 +948,17 @@ impl Tree {
             pages.push(self.pool.fix_exclusive(pid)?);
         }
         let mut leaf = pages.pop().expect("leaf");
+        let leaf_pid = leaf.pid();
+        // A leaf that already has an image in this generation logs its split as deltas (the
+        // removal of the old entry, the truncation, the new entry), not as a second image:
+        // splits dominated the log of a growing tree.
+        let left_deltas = leaf.state().image_gen == w.generation;
         let new = !NodeMut(leaf.bytes_mut()).remove(key);
+        if !new && left_deltas {
+            self.log_change(w, &mut leaf, &|rec: &mut Vec<u8>| {
+                Self::key_record(rec, REC_REMOVE, leaf_pid, key);
+            });
+        }
         // Every page stays latched until the new root (if any) is published: a reader that
         // fixed the old root must not find it split before the root pointer moves.
         let mut held: Vec<PageWrite<'_>> = Vec::new();
@@ -963,15 +989,25 @@ impl Tree {
             let common = last.iter().zip(first).take_while(|(a, b)| a == b).count();
             first[..(common + 1).min(first.len())].to_vec()
         };
-        let target = if key < sep.as_slice() {
-            &mut leaf
-        } else {
-            &mut right
-        };
+        let into_left = key < sep.as_slice();
+        let target = if into_left { &mut leaf } else { &mut right };
         NodeMut(target.bytes_mut())
             .upsert_cell(key, value, is_ref)
             .map_err(|()| corrupt("entry does not fit a half page"))?;
-        self.log_image(w, &mut leaf);
+        if left_deltas {
+            // Redo replays these in order on the leaf's state before the split.
+            let first_moved = Node(right.bytes()).key(0).to_vec();
+            self.log_change(w, &mut leaf, &|rec: &mut Vec<u8>| {
+                Self::key_record(rec, REC_TRUNCATE, leaf_pid, &first_moved);
+            });
+            if into_left {
+                self.log_change(w, &mut leaf, &|rec: &mut Vec<u8>| {
+                    Self::put_record(rec, leaf_pid, key, value, is_ref);
+                });
+            }
+        } else {
+            self.log_image(w, &mut leaf);
+        }
         self.log_image(w, &mut right);
         let mut child_left = (leaf.pid(), 0u8);
         held.push(leaf);
@@ -995,8 +1031,14 @@ impl Tree {
             let fits = Node(parent.bytes()).free_space() >= node::entry_size(up.0.len(), 8);
             if fits {
                 let at = Node(parent.bytes()).search(&up.0).unwrap_or_else(|i| i);
-                NodeMut(parent.bytes_mut()).insert_at(at, &up.0, &up.1.to_le_bytes());
-                self.log_image(w, &mut parent);
+                let child = up.1.to_le_bytes();
+                NodeMut(parent.bytes_mut()).insert_at(at, &up.0, &child);
+                // The separator as a delta (redo inserts it where a search puts it, as here),
+                // or the parent's image on its first change in this generation.
+                let parent_pid = parent.pid();
+                self.log_change(w, &mut parent, &|rec: &mut Vec<u8>| {
+                    Self::put_record(rec, parent_pid, &up.0, &child, false);
+                });
                 held.push(parent);
                 break;
             }
@@ -1052,10 +1094,7 @@ impl Tree {
         };
         NodeMut(leaf.bytes_mut()).remove(key);
         self.log_change(w, &mut leaf, &|rec: &mut Vec<u8>| {
-            rec.push(REC_REMOVE);
-            rec.extend_from_slice(&leaf_pid.to_le_bytes());
-            rec.extend_from_slice(&(key.len() as u16).to_le_bytes());
-            rec.extend_from_slice(key);
+            Self::key_record(rec, REC_REMOVE, leaf_pid, key);
         });
         let underfull = Node(leaf.bytes()).used() < self.pool.page_size() / 4;
         drop(leaf);
@@ -1200,10 +1239,10 @@ impl Tree {
                     }
                     page.state().torn = false;
                 }
-                REC_PUT | REC_PUT_REF | REC_REMOVE => {
+                REC_PUT | REC_PUT_REF | REC_REMOVE | REC_TRUNCATE => {
                     let klen =
                         u16::from_le_bytes(take(&mut at, 2)?.try_into().expect("2")) as usize;
-                    let vlen = if kind != REC_REMOVE {
+                    let vlen = if kind == REC_PUT || kind == REC_PUT_REF {
                         u32::from_le_bytes(take(&mut at, 4)?.try_into().expect("4")) as usize
                     } else {
                         0
@@ -1217,21 +1256,28 @@ impl Tree {
                              before LSN {rec_lsn}"
                         )));
                     }
-                    if Node(page.bytes()).kind() != Some(Kind::Leaf) {
-                        return Err(bad("change to a page that is not a leaf"));
+                    match Node(page.bytes()).kind() {
+                        Some(Kind::Leaf) => {}
+                        // A separator put into a parent by a split: a child id as the value.
+                        Some(Kind::Inner) if kind == REC_PUT && value.len() == 8 => {}
+                        _ => return Err(bad("change to a page of the wrong kind")),
                     }
                     if Node(page.bytes()).lsn() >= rec_lsn {
                         continue;
                     }
                     let mut n = NodeMut(page.bytes_mut());
-                    if kind != REC_REMOVE {
-                        if kind == REC_PUT_REF && value.len() != node::REF_LEN {
-                            return Err(bad("malformed overflow reference"));
+                    match kind {
+                        REC_REMOVE => {
+                            n.remove(key);
                         }
-                        n.upsert_cell(key, value, kind == REC_PUT_REF)
-                            .map_err(|()| bad("entry does not fit"))?;
-                    } else {
-                        n.remove(key);
+                        REC_TRUNCATE => n.truncate_from(key),
+                        _ => {
+                            if kind == REC_PUT_REF && value.len() != node::REF_LEN {
+                                return Err(bad("malformed overflow reference"));
+                            }
+                            n.upsert_cell(key, value, kind == REC_PUT_REF)
+                                .map_err(|()| bad("entry does not fit"))?;
+                        }
                     }
                     n.set_lsn(rec_lsn);
                 }
