@@ -18,7 +18,10 @@
 //! Logging: every change to a page sets the page's LSN to its record's LSN while the page is
 //! latched. The first change to a page in a log generation is logged as the page's full
 //! image (so restart can rebuild a page torn on media from the log alone); later changes as
-//! `Put`/`Remove` deltas; structure changes as images of every page they touch.
+//! `Put`/`Remove` deltas. A leaf split logs the new right page as an image and, when the leaf
+//! already has its image in the generation, the left half as a `Truncate` delta and the
+//! separator as a `Put` into the parent (itself an image on its first change); other structure
+//! changes log images of every page they touch.
 
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
