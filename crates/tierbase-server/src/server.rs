@@ -5,8 +5,8 @@
 //! and the order "execute a batch → make it durable → reply". Must not touch: command
 //! semantics (`command`) or framing details (`resp`).
 //!
-//! Design (measured in docs/SERVER.md): one single-threaded tokio runtime per worker thread,
-//! each connection a task on one of them (round robin at accept; it never moves). A task parses every complete request in its buffer (a pipeline), executes
+//! Design (measured in docs/SERVER.md): a multi-threaded tokio runtime, one task per
+//! connection. A task parses every complete request in its buffer (a pipeline), executes
 //! them in order, and, when any wrote and the store defers its syncs, waits (without holding
 //! a worker thread) for the next store sync before sending the batch's replies: one sync, run
 //! by the first connection that waits, answers every connection that wrote meanwhile (group
@@ -132,91 +132,10 @@ impl ShutdownHandle {
     }
 }
 
-/// The threads that run connections: one single-threaded runtime each, so a connection's
-/// task, its socket's readiness and its replies stay on one thread. (A multi-threaded
-/// runtime moved tasks between its threads and woke idle threads to steal them: futex
-/// wake-ups and context switches were a tenth of a server's time without pipelining,
-/// docs/SERVER.md.)
-#[derive(Debug)]
-struct Workers {
-    handles: Vec<tokio::runtime::Handle>,
-    stops: Vec<tokio::sync::oneshot::Sender<()>>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-    next: std::sync::atomic::AtomicUsize,
-}
-
-impl Workers {
-    fn start(n: usize) -> Result<Self> {
-        let mut w = Workers {
-            handles: Vec::with_capacity(n),
-            stops: Vec::with_capacity(n),
-            threads: Vec::with_capacity(n),
-            next: Default::default(),
-        };
-        for _ in 0..n {
-            let (handle_tx, handle_rx) = std::sync::mpsc::channel();
-            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-            let thread = std::thread::Builder::new()
-                .name("tierbase-serve".into())
-                .spawn(move || {
-                    let rt = match tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                    {
-                        Ok(rt) => rt,
-                        Err(e) => {
-                            let _ = handle_tx.send(Err(e));
-                            return;
-                        }
-                    };
-                    let _ = handle_tx.send(Ok(rt.handle().clone()));
-                    // Runs this thread's connection tasks until the server stops.
-                    rt.block_on(async {
-                        let _ = stop_rx.await;
-                    });
-                    rt.shutdown_timeout(Duration::from_secs(5));
-                })
-                .map_err(|e| ServerError::io("starting a worker thread", e))?;
-            w.threads.push(thread);
-            w.stops.push(stop_tx);
-            let handle = handle_rx
-                .recv()
-                .map_err(|_| {
-                    ServerError::io(
-                        "starting a worker runtime",
-                        std::io::ErrorKind::Other.into(),
-                    )
-                })?
-                .map_err(|e| ServerError::io("starting a worker runtime", e))?;
-            w.handles.push(handle);
-        }
-        Ok(w)
-    }
-
-    /// The runtime the next connection goes to (round robin).
-    fn next(&self) -> &tokio::runtime::Handle {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
-        &self.handles[i]
-    }
-}
-
-impl Drop for Workers {
-    fn drop(&mut self) {
-        for stop in self.stops.drain(..) {
-            let _ = stop.send(());
-        }
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
 /// A server with its socket bound, ready to [`Server::serve`].
 #[derive(Debug)]
 pub struct Server {
-    /// Accepts connections and hears signals, on the thread that calls [`Server::serve`].
     runtime: tokio::runtime::Runtime,
-    workers: Workers,
     listener: TcpListener,
     signals: Option<StopSignals>,
     shared: Arc<Shared>,
@@ -227,11 +146,12 @@ impl Server {
     /// Checks the configuration, starts the runtime and binds the socket.
     pub fn bind(store: Box<dyn Store>, policy: ReplyPolicy, config: ServerConfig) -> Result<Self> {
         config.validate()?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.worker_threads)
+            .thread_name("tierbase-serve")
             .enable_all()
             .build()
             .map_err(|e| ServerError::io("starting the runtime", e))?;
-        let workers = Workers::start(config.worker_threads)?;
         let listener = runtime
             .block_on(TcpListener::bind(config.listen))
             .map_err(|e| ServerError::io(format!("listening on {}", config.listen), e))?;
@@ -251,7 +171,6 @@ impl Server {
         let (tx, _rx) = watch::channel(None);
         Ok(Server {
             runtime,
-            workers,
             listener,
             signals,
             shared: Arc::new(Shared {
@@ -293,7 +212,6 @@ impl Server {
     pub fn serve(self) -> Result<Summary> {
         let Server {
             runtime,
-            workers,
             listener,
             signals,
             shared,
@@ -306,13 +224,11 @@ impl Server {
             .then(|| Arc::new(Committer::new()));
         let served = runtime.block_on(accept_loop(
             listener,
-            &workers,
             signals,
             shared.clone(),
             committer.clone(),
             shutdown,
         ));
-        drop(workers);
         // Every connection task has ended: nobody waits for a commit any more.
         if let Some(c) = &committer {
             c.stop();
@@ -364,7 +280,6 @@ async fn stop_signal(signals: Option<StopSignals>) -> String {
 
 async fn accept_loop(
     listener: TcpListener,
-    workers: &Workers,
     signals: Option<StopSignals>,
     shared: Arc<Shared>,
     committer: Option<Arc<Committer>>,
@@ -397,13 +312,8 @@ async fn accept_loop(
                 }
                 let (shared, stop) = (shared.clone(), shutdown.subscribe());
                 let (stop_all, committer) = (shutdown.clone(), committer.clone());
-                // The socket moves to a worker's runtime (registered with its reactor there).
-                let stream = stream.into_std();
-                tasks.spawn_on(async move {
-                    let flow = match stream.and_then(TcpStream::from_std) {
-                        Ok(stream) => connection(stream, &shared, committer, stop).await,
-                        Err(_) => Flow::Close,
-                    };
+                tasks.spawn(async move {
+                    let flow = connection(stream, &shared, committer, stop).await;
                     shared.stats.clients.fetch_sub(1, Ordering::AcqRel);
                     if flow == Flow::Shutdown {
                         stop_all.send_if_modified(|r| {
@@ -411,7 +321,7 @@ async fn accept_loop(
                             true
                         });
                     }
-                }, workers.next());
+                });
             }
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }
