@@ -240,8 +240,8 @@ impl BufferPool {
             )));
         }
         let mut frames = Vec::with_capacity(n as usize);
-        for _ in 0..n {
-            let buf = AlignedBuf::new(ps)?; // zeroed
+        // One mapping for all frames, on huge pages where the kernel has them, taken as used.
+        for buf in AlignedBuf::carve(ps, n as usize)? {
             frames.push(Frame {
                 data: RwLock::new(FrameData {
                     pid: NO_PAGE,

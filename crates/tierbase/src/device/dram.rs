@@ -47,7 +47,7 @@ pub(crate) fn map_anonymous(len: usize, prot: libc::c_int) -> std::io::Result<No
 
 /// Asks for transparent huge pages for the mapping of `bytes` at `p`, past its first
 /// [`SMALL_PREFIX`] bytes (a hint: where the kernel has none, or disables them, ordinary pages).
-fn advise_huge_pages(p: NonNull<u8>, bytes: usize) {
+pub(crate) fn advise_huge_pages(p: NonNull<u8>, bytes: usize) {
     if bytes > SMALL_PREFIX {
         // SAFETY: advice on a mapping of at least `bytes` bytes the caller owns; it changes no
         // contents.
