@@ -192,7 +192,10 @@ mod tests {
             b.fill(i as u8 + 1);
         }
         for (i, b) in bufs.iter().enumerate() {
-            assert!(b.iter().all(|&x| x == i as u8 + 1), "buffer {i} was overwritten");
+            assert!(
+                b.iter().all(|&x| x == i as u8 + 1),
+                "buffer {i} was overwritten"
+            );
         }
         // Dropping some keeps the others (and the mapping) alive.
         let last = bufs.pop().unwrap();
