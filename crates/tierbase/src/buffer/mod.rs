@@ -240,8 +240,9 @@ impl BufferPool {
             )));
         }
         let mut frames = Vec::with_capacity(n as usize);
-        // One mapping for all frames, on huge pages where the kernel has them, taken as used.
-        for buf in AlignedBuf::carve(ps, n as usize)? {
+        // One mapping for all frames, on huge pages where the kernel has them, faulted in now:
+        // the budget is what the user gave us, and a request must not pay a 2 MiB fault.
+        for buf in AlignedBuf::carve(ps, n as usize, true)? {
             frames.push(Frame {
                 data: RwLock::new(FrameData {
                     pid: NO_PAGE,
