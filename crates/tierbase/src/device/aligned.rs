@@ -1,4 +1,5 @@
-//! Heap buffers aligned for direct I/O.
+//! Buffers aligned for direct I/O: on the heap one by one, or carved from one anonymous
+//! mapping on huge pages (a buffer pool's frames).
 //!
 //! Owns: allocation and freeing of block-aligned byte buffers. Must not touch: files.
 //! `O_DIRECT` requires the buffer address, the length and the file offset to be multiples of the
