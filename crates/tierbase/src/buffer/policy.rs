@@ -4,7 +4,9 @@
 //! Owns: which resident page each policy evicts next, and in what order it would go on
 //! evicting if nothing else happened ([`ReplacementPolicy::eviction_order`]), which is what
 //! ACE needs to pick the dirty pages it writes back together (see [`super::ace`]). Each policy
-//! also keeps the dirty bit of its pages, since CFLRU and LRU-WSR decide by it.
+//! also keeps the dirty bit of its pages, since CFLRU and LRU-WSR decide by it; a page written
+//! back while it stays resident is ordered by them as still dirty, until it is evicted, so
+//! that ACE's early write-backs leave the policy's decisions (and misses) as they were.
 //! Must not touch: page contents or I/O. The concurrent pool ([`super::BufferPool`]) keeps its
 //! own Clock over frames; these policies work on page ids for the page cache of
 //! [`super::ace`] and its trace-driven mode.
@@ -85,6 +87,9 @@ struct Recency {
 struct Entry {
     stamp: u64,
     dirty: bool,
+    /// Written back while resident (by ACE) and not written since: clean, but still ordered
+    /// as dirty by CFLRU and LRU-WSR (see [`Recency::ordered_dirty`]).
+    written_back: bool,
     /// LRU-WSR's cold flag: a dirty page that already got its second chance.
     cold: bool,
 }
@@ -112,6 +117,7 @@ impl Recency {
             Entry {
                 stamp,
                 dirty: write,
+                written_back: false,
                 cold: false,
             },
         );
@@ -137,8 +143,19 @@ impl Recency {
 
     fn mark_clean(&mut self, page: u64) {
         if let Some(e) = self.pages.get_mut(&page) {
+            e.written_back |= e.dirty;
             e.dirty = false;
         }
+    }
+
+    /// Whether a policy that decides by dirtiness orders `page` as dirty: it is, or it was
+    /// until a write-back that left it resident. ACE's write-backs must not change which
+    /// pages the policy keeps (it promises the policy's own eviction order, so misses stay
+    /// as they were); such a page's eviction then simply costs no write.
+    fn ordered_dirty(&self, page: u64) -> bool {
+        self.pages
+            .get(&page)
+            .is_some_and(|e| e.dirty || e.written_back)
     }
 
     fn lru_order(&self) -> impl Iterator<Item = u64> + '_ {
@@ -230,8 +247,12 @@ impl ReplacementPolicy for Cflru {
             .r
             .lru_order()
             .take(window)
-            .filter(|p| !self.r.dirty(*p));
-        let dirty_in_window = self.r.lru_order().take(window).filter(|p| self.r.dirty(*p));
+            .filter(|p| !self.r.ordered_dirty(*p));
+        let dirty_in_window = self
+            .r
+            .lru_order()
+            .take(window)
+            .filter(|p| self.r.ordered_dirty(*p));
         Box::new(
             clean_in_window
                 .chain(dirty_in_window)
@@ -265,7 +286,7 @@ impl ReplacementPolicy for LruWsr {
         loop {
             let page = self.r.lru_order().next()?;
             let e = self.r.pages[&page];
-            if !e.dirty || e.cold {
+            if !(e.dirty || e.written_back) || e.cold {
                 return Some(page);
             }
             if let Some(e) = self.r.move_to_front(page) {
@@ -276,7 +297,7 @@ impl ReplacementPolicy for LruWsr {
     fn eviction_order(&self) -> Box<dyn Iterator<Item = u64> + '_> {
         let evictable = |p: &u64| {
             let e = &self.r.pages[p];
-            !e.dirty || e.cold
+            !(e.dirty || e.written_back) || e.cold
         };
         Box::new(
             self.r
