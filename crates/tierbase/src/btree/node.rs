@@ -479,15 +479,16 @@ impl NodeMut<'_> {
             let ok = right.insert_cell(n, v.key(i), v.value(i), v.is_ref(i));
             debug_assert!(ok);
         }
-        for i in (from..count).rev() {
-            self.remove_at(i);
-        }
-        self.compact();
+        self.remove_from(from);
     }
     /// Removes every entry whose key is `key` or after it (what [`NodeMut::move_tail`] left
     /// behind, replayed from the log), then compacts as `move_tail` does.
     pub fn truncate_from(&mut self, key: &[u8]) {
         let from = self.view().search(key).unwrap_or_else(|i| i);
+        self.remove_from(from);
+    }
+    /// Removes entries `from..count`, then compacts the page.
+    fn remove_from(&mut self, from: usize) {
         for i in (from..self.view().count()).rev() {
             self.remove_at(i);
         }

@@ -94,6 +94,13 @@ struct Entry {
     cold: bool,
 }
 
+impl Entry {
+    /// Dirty as CFLRU and LRU-WSR order it (see [`Recency::ordered_dirty`]).
+    fn ordered_dirty(&self) -> bool {
+        self.dirty || self.written_back
+    }
+}
+
 impl Recency {
     fn move_to_front(&mut self, page: u64) -> Option<&mut Entry> {
         let stamp = self.next;
@@ -153,9 +160,7 @@ impl Recency {
     /// pages the policy keeps (it promises the policy's own eviction order, so misses stay
     /// as they were); such a page's eviction then simply costs no write.
     fn ordered_dirty(&self, page: u64) -> bool {
-        self.pages
-            .get(&page)
-            .is_some_and(|e| e.dirty || e.written_back)
+        self.pages.get(&page).is_some_and(Entry::ordered_dirty)
     }
 
     fn lru_order(&self) -> impl Iterator<Item = u64> + '_ {
@@ -286,7 +291,7 @@ impl ReplacementPolicy for LruWsr {
         loop {
             let page = self.r.lru_order().next()?;
             let e = self.r.pages[&page];
-            if !(e.dirty || e.written_back) || e.cold {
+            if !e.ordered_dirty() || e.cold {
                 return Some(page);
             }
             if let Some(e) = self.r.move_to_front(page) {
@@ -297,7 +302,7 @@ impl ReplacementPolicy for LruWsr {
     fn eviction_order(&self) -> Box<dyn Iterator<Item = u64> + '_> {
         let evictable = |p: &u64| {
             let e = &self.r.pages[p];
-            !(e.dirty || e.written_back) || e.cold
+            !e.ordered_dirty() || e.cold
         };
         Box::new(
             self.r
