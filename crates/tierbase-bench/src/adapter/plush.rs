@@ -44,7 +44,7 @@
 use tierbase::device::{Durability, MappingKind, PmemRegion, RegionOptions};
 use tierbase::hash::{Partition, PlushLayout, PlushOptions, PlushStore, layout};
 
-use super::common::{create_dir, found_into, note_emulation};
+use super::common::{create_dir, note_emulation};
 use super::{Capabilities, Client, Store, StoreInfo, StoreOptions, file_medium};
 use crate::error::{BenchError, Result};
 
@@ -204,6 +204,7 @@ impl Store for PlushBenchStore {
             store: &self.store,
             ordered: self.info.capabilities.ordered_scan,
             records: Vec::new(),
+            scratch: Vec::new(),
         }))
     }
 
@@ -219,6 +220,8 @@ struct PlushBenchClient<'a> {
     ordered: bool,
     /// A scan's records (kept to reuse the allocation).
     records: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The value an update's or delete's lookup reads (kept to reuse the allocation).
+    scratch: Vec<u8>,
 }
 
 impl Client for PlushBenchClient<'_> {
@@ -228,11 +231,11 @@ impl Client for PlushBenchClient<'_> {
     }
 
     fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        Ok(found_into(self.store.get(key)?, out))
+        Ok(self.store.get_into(key, out)?)
     }
 
     fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
-        if self.store.get(key)?.is_none() {
+        if !self.store.get_into(key, &mut self.scratch)? {
             return Ok(false);
         }
         self.store.upsert(key, value)?;
@@ -240,7 +243,7 @@ impl Client for PlushBenchClient<'_> {
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<bool> {
-        if self.store.get(key)?.is_none() {
+        if !self.store.get_into(key, &mut self.scratch)? {
             return Ok(false);
         }
         self.store.remove(key)?;

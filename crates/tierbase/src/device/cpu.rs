@@ -459,6 +459,56 @@ unsafe fn match_16_avx2(keys: &[u64; 16], needle: u64) -> u16 {
     mask
 }
 
+/// Bit `i` is set where byte `i` of `bytes` (128 bytes as 16 little-endian words) equals
+/// `needle`: a DRAM half's one-byte key fingerprints compared at once (AVX2 where the CPU has
+/// it: four 32-byte compares; else eight bytes at a time, SWAR).
+#[inline]
+pub fn match_bytes_128(bytes: &[u64; 16], needle: u8) -> u128 {
+    match_bytes_128_with(KeySearch::detected(), bytes, needle)
+}
+
+/// [`match_bytes_128`] with a chosen search (for tests that compare them).
+#[inline]
+pub fn match_bytes_128_with(search: KeySearch, bytes: &[u64; 16], needle: u8) -> u128 {
+    #[cfg(target_arch = "x86_64")]
+    if search != KeySearch::Scalar && features().avx2 {
+        // SAFETY: AVX2 was detected on this CPU at run time.
+        return unsafe { match_bytes_128_avx2(bytes, needle) };
+    }
+    let _ = search;
+    let spread = u64::from(needle) * 0x0101_0101_0101_0101;
+    let mut mask = 0u128;
+    for (w, &word) in bytes.iter().enumerate() {
+        // Bytes equal to the needle become zero; exact zero-byte test (no borrow across bytes).
+        let x = word ^ spread;
+        let high =
+            !(((x & 0x7f7f_7f7f_7f7f_7f7f) + 0x7f7f_7f7f_7f7f_7f7f) | x) & 0x8080_8080_8080_8080;
+        // Gather each byte's top bit into 8 consecutive bits.
+        let bits = (high >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56;
+        mask |= u128::from(bits as u8) << (8 * w);
+    }
+    mask
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn match_bytes_128_avx2(bytes: &[u64; 16], needle: u8) -> u128 {
+    use std::arch::x86_64::{
+        __m256i, _mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_movemask_epi8, _mm256_set1_epi8,
+    };
+    let n = _mm256_set1_epi8(needle as i8);
+    let p = bytes.as_ptr();
+    let mut mask = 0u128;
+    for q in 0..4 {
+        // SAFETY: `bytes` is 128 bytes = four 32-byte vectors; unaligned loads accept any
+        // address.
+        let v = unsafe { _mm256_loadu_si256(p.add(4 * q).cast::<__m256i>()) };
+        let m = _mm256_movemask_epi8(_mm256_cmpeq_epi8(v, n)) as u32;
+        mask |= u128::from(m) << (32 * q);
+    }
+    mask
+}
+
 #[cfg(test)]
 mod search_tests {
     use super::*;
@@ -480,5 +530,30 @@ mod search_tests {
             }
         }
         assert_eq!(match_16(&[u64::MAX; 16], u64::MAX), u16::MAX);
+    }
+
+    #[test]
+    fn every_byte_search_finds_the_same_bytes() {
+        let mut words = [0u64; 16];
+        for (i, w) in words.iter_mut().enumerate() {
+            *w = (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+        // Neighbouring bytes that differ by one bit, and runs of equal bytes, catch the
+        // borrow a careless zero-byte test propagates.
+        words[3] = 0x0101_0001_0100_0101;
+        words[7] = 0x8080_8080_8080_8080;
+        for needle in [0u8, 1, 0x80, 0x81, 0xff, 0x15, (words[5] >> 8) as u8] {
+            let want = (0..128).fold(0u128, |m, i| {
+                let byte = (words[i / 8] >> (8 * (i % 8))) as u8;
+                m | (u128::from(byte == needle) << i)
+            });
+            for s in [KeySearch::Avx512, KeySearch::Avx2, KeySearch::Scalar] {
+                assert_eq!(
+                    match_bytes_128_with(s, &words, needle),
+                    want,
+                    "{s:?} {needle:#x}"
+                );
+            }
+        }
     }
 }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use parking_lot::Mutex;
 
 use super::layout::HALF_SLOTS;
-use crate::device::ZeroedWords;
+use crate::device::{ZeroedWords, match_bytes_128};
 use crate::error::Result;
 use crate::sync::{VersionLatch, backoff};
 
@@ -62,16 +62,21 @@ pub(super) struct DramLevel {
     fingerprints: ZeroedWords,
 }
 
-/// Words of fingerprints per half.
+/// Words of fingerprints per half (a half's 128 fingerprint bytes are one vector compare).
 const FP_WORDS: usize = HALF_SLOTS / 8;
+const _: () = assert!(
+    HALF_SLOTS == 128,
+    "match_bytes_128 compares one half's fingerprints"
+);
 
 #[inline]
 fn fingerprint(hash: u64) -> u64 {
     hash >> 56
 }
 
-/// What a search of one half found, newest first.
-pub(super) type Candidates = Vec<(u64, u64)>;
+/// What a search of one half found (slot, value), newest first: almost always none or one,
+/// so no allocation.
+pub(super) type Candidates = smallvec::SmallVec<[(u64, u64); 2]>;
 
 impl DramLevel {
     pub fn new(entries: usize) -> Result<Self> {
@@ -124,13 +129,26 @@ impl DramLevel {
         )
     }
 
+    /// Starts loading what a search of `entry` reads first (its latches and both halves'
+    /// fingerprints), so those misses overlap the PMem levels' own.
+    #[inline]
+    pub fn prefetch(&self, entry: usize) {
+        crate::device::cpu::prefetch(std::ptr::from_ref(&self.entries[entry]));
+        let fps = &self.fingerprints[entry * 2 * FP_WORDS..(entry + 1) * 2 * FP_WORDS];
+        for line in fps.chunks(8) {
+            crate::device::cpu::prefetch(std::ptr::from_ref(&line[0]));
+        }
+    }
+
     /// The records of a half whose key word is `key` (hash `hash`), newest first, read
     /// optimistically (consistent: retried while the half is cleared under the reader).
     pub fn candidates(&self, entry: usize, half: usize, key: u64, hash: u64, out: &mut Candidates) {
         let h = &self.entries[entry].halves[half];
-        let fp = fingerprint(hash) * 0x0101_0101_0101_0101;
+        let fp = fingerprint(hash) as u8;
         let base = Self::slot(entry, half, 0);
-        let fps = (entry * 2 + half) * FP_WORDS;
+        let fps: &[_; FP_WORDS] = self.fingerprints[(entry * 2 + half) * FP_WORDS..]
+            .first_chunk()
+            .expect("every half has its fingerprint words");
         let mut round = 0;
         loop {
             out.clear();
@@ -139,17 +157,17 @@ impl DramLevel {
                 continue;
             };
             let size = (h.size.load(Ordering::Acquire) as usize).min(HALF_SLOTS);
-            for w in (0..size.div_ceil(8)).rev() {
-                // Bytes equal to the fingerprint become zero; find zero bytes (SWAR).
-                let x = self.fingerprints[fps + w].load(Ordering::Relaxed) ^ fp;
-                let mut zeros = x.wrapping_sub(0x0101_0101_0101_0101) & !x & 0x8080_8080_8080_8080;
-                while zeros != 0 {
-                    let byte = 7 - (zeros.leading_zeros() / 8) as usize;
-                    zeros &= !(0x80 << (8 * byte));
-                    let s = 8 * w + byte;
-                    if s < size && self.keys[base + s].load(Ordering::Relaxed) == key {
-                        out.push((s as u64, self.values[base + s].load(Ordering::Relaxed)));
-                    }
+            let words = fps.each_ref().map(|w| w.load(Ordering::Relaxed));
+            // Only slots below the size are published.
+            let filled = u128::MAX
+                .checked_shr(HALF_SLOTS as u32 - size as u32)
+                .unwrap_or(0);
+            let mut hits = match_bytes_128(&words, fp) & filled;
+            while hits != 0 {
+                let s = 127 - hits.leading_zeros() as usize;
+                hits &= !(1 << s);
+                if self.keys[base + s].load(Ordering::Relaxed) == key {
+                    out.push((s as u64, self.values[base + s].load(Ordering::Relaxed)));
                 }
             }
             if h.latch.validate(v) {

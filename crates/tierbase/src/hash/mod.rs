@@ -60,10 +60,11 @@ use serde::Serialize;
 pub use layout::{Partition, PlushLayout};
 pub use recovery::RecoveryReport;
 
-use self::dram::{DramLevel, halves};
+use self::dram::{Candidates, DramLevel, halves};
 use self::layout::{Geometry, HALF_SLOTS, HEADER_LEN, LogRecord, MAX_LEVELS, TOMBSTONE};
 use self::log::Log;
 use self::payload::{Lookup, Payload};
+use self::pmem::ValueWords;
 use crate::device::{Counter, DurabilityMode, KeySearch, PmemRegion, RegionOptions, ZeroedWords};
 use crate::error::{Error, Result};
 use crate::space::RegionBump;
@@ -295,9 +296,6 @@ struct Probe<'a> {
     hash: u64,
     word: u64,
     bytes: &'a [u8],
-    /// Whether a lookup returns the value's bytes (`false`: [`Found::Value`] carries none,
-    /// and the variable layout reads no value from the payload).
-    with_value: bool,
 }
 
 /// One record an ordered walk of a subtree met ([`Inner::subtree_live`]).
@@ -326,8 +324,8 @@ enum Resolved {
 
 /// The newest record of a key.
 enum Found {
-    /// A value: its word and (variable layout) bytes.
-    Value(u64, Vec<u8>),
+    /// A value: its word (its bytes are in the buffer the lookup was given, if any).
+    Value(u64),
     /// A deletion (its word).
     Deleted(u64),
 }
@@ -345,7 +343,6 @@ impl Inner {
                     hash: self.geo.hash_fixed(word),
                     word,
                     bytes: key,
-                    with_value: true,
                 })
             }
             PlushLayout::Variable => {
@@ -357,7 +354,6 @@ impl Inner {
                     hash,
                     word: hash,
                     bytes: key,
-                    with_value: true,
                 })
             }
         }
@@ -368,22 +364,29 @@ impl Inner {
         (hash & (self.geo.dram_entries() as u64 - 1)) as usize
     }
 
-    /// What the record with value word `value` says about `probe`'s key.
-    fn resolve(&self, probe: &Probe<'_>, value: u64) -> Result<Resolved> {
+    /// What the record with value word `value` says about `probe`'s key; a value's bytes go
+    /// into `out` if given.
+    fn resolve(
+        &self,
+        probe: &Probe<'_>,
+        value: u64,
+        out: Option<&mut Vec<u8>>,
+    ) -> Result<Resolved> {
         match &self.payload {
-            None => Ok(Resolved::Found(if value == TOMBSTONE {
-                Found::Deleted(value)
-            } else {
-                Found::Value(value, value.to_le_bytes().to_vec())
-            })),
-            Some(p) => Ok(
-                match p.read_for(&self.region, value, probe.bytes, probe.with_value)? {
-                    Lookup::Key(Some(v)) => Resolved::Found(Found::Value(value, v)),
-                    Lookup::Key(None) => Resolved::Found(Found::Deleted(value)),
-                    Lookup::Other => Resolved::Other,
-                    Lookup::Dangling => Resolved::Dangling,
-                },
-            ),
+            None if value == TOMBSTONE => Ok(Resolved::Found(Found::Deleted(value))),
+            None => {
+                if let Some(out) = out {
+                    out.clear();
+                    out.extend_from_slice(&value.to_le_bytes());
+                }
+                Ok(Resolved::Found(Found::Value(value)))
+            }
+            Some(p) => Ok(match p.read_for(&self.region, value, probe.bytes, out)? {
+                Lookup::Key { live: true } => Resolved::Found(Found::Value(value)),
+                Lookup::Key { live: false } => Resolved::Found(Found::Deleted(value)),
+                Lookup::Other => Resolved::Other,
+                Lookup::Dangling => Resolved::Dangling,
+            }),
         }
     }
 
@@ -395,7 +398,10 @@ impl Inner {
     /// finds; skipping the dangling one would return an older version. (A dangling record of
     /// another key with the same 64-bit hash would restart every time; after a few restarts
     /// such records are skipped.)
-    fn find(&self, probe: &Probe<'_>) -> Result<Option<Found>> {
+    ///
+    /// `value`: where a found value's bytes go (`None`: the variable layout reads none).
+    fn find(&self, probe: &Probe<'_>, mut value: Option<&mut Vec<u8>>) -> Result<Option<Found>> {
+        self.dram.prefetch(self.dram_index(probe.hash));
         self.prefetch_levels(probe.hash);
         let mut restarts = 0;
         'search: loop {
@@ -403,8 +409,8 @@ impl Inner {
             let idx = self.dram_index(probe.hash);
             let e = &self.dram.entries[idx];
             let (a, b) = halves(e);
-            let mut cands = Vec::new();
-            let mut values = Vec::new();
+            let mut cands = Candidates::new();
+            let mut values = ValueWords::new();
             let mut level = 0;
             let mut half = 0;
             loop {
@@ -425,8 +431,8 @@ impl Inner {
                 } else {
                     return Ok(None);
                 }
-                for &value in &values {
-                    match self.resolve(probe, value)? {
+                for &word in &values {
+                    match self.resolve(probe, word, value.as_deref_mut())? {
                         Resolved::Found(f) => return Ok(Some(f)),
                         Resolved::Other => {}
                         Resolved::Dangling if skip_dangling => {}
@@ -444,13 +450,13 @@ impl Inner {
     fn newest_in_dram(&self, probe: &Probe<'_>) -> Result<Option<u64>> {
         let idx = self.dram_index(probe.hash);
         let (a, b) = halves(&self.dram.entries[idx]);
-        let mut cands = Vec::new();
+        let mut cands = Candidates::new();
         for half in [a, b] {
             self.dram
                 .candidates(idx, half, probe.word, probe.hash, &mut cands);
             for &(_, value) in &cands {
-                if let Resolved::Found(Found::Value(w, _) | Found::Deleted(w)) =
-                    self.resolve(probe, value)?
+                if let Resolved::Found(Found::Value(w) | Found::Deleted(w)) =
+                    self.resolve(probe, value, None)?
                 {
                     return Ok(Some(w));
                 }
@@ -465,10 +471,9 @@ impl Inner {
             hash,
             word: hash,
             bytes: key,
-            with_value: false,
         };
-        Ok(self.find(&probe)?.map(|f| match f {
-            Found::Value(w, _) | Found::Deleted(w) => w,
+        Ok(self.find(&probe, None)?.map(|f| match f {
+            Found::Value(w) | Found::Deleted(w) => w,
         }))
     }
 
@@ -593,10 +598,7 @@ impl Inner {
     ) -> Result<Option<bool>> {
         self.check_writable()?;
         // Whatever it supersedes is only counted and marked dead: no value bytes needed.
-        let probe = Probe {
-            with_value: false,
-            ..self.probe(key)?
-        };
+        let probe = self.probe(key)?;
         let fixed_value = match value {
             Some(v) => self.check_value(v)?,
             None => TOMBSTONE,
@@ -626,8 +628,8 @@ impl Inner {
         // blind one of the variable layout looks in DRAM only (cheap: fingerprints), so that
         // overwrites still in DRAM count as dead payload at once.
         let (existed, superseded) = if check {
-            match self.find(&probe)? {
-                Some(Found::Value(w, _)) => (Some(true), Some(w)),
+            match self.find(&probe, None)? {
+                Some(Found::Value(w)) => (Some(true), Some(w)),
                 Some(Found::Deleted(w)) => (Some(false), Some(w)),
                 None => (Some(false), None),
             }
@@ -662,13 +664,13 @@ impl Inner {
         Ok(existed)
     }
 
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    fn get_into(&self, key: &[u8], value: &mut Vec<u8>) -> Result<bool> {
         let probe = self.probe(key)?;
         self.counters.gets.incr();
-        Ok(match self.find(&probe)? {
-            Some(Found::Value(_, bytes)) => Some(bytes),
-            _ => None,
-        })
+        Ok(matches!(
+            self.find(&probe, Some(value))?,
+            Some(Found::Value(_))
+        ))
     }
 
     /// Migrates every DRAM half to PMem (the recovery logs then hold nothing live).
@@ -736,13 +738,13 @@ impl Inner {
             match &self.payload {
                 None => {
                     let key = w.to_le_bytes();
-                    if let Some(Found::Value(..)) = self.find(&self.probe(&key)?)? {
+                    if let Some(Found::Value(..)) = self.find(&self.probe(&key)?, None)? {
                         out.push(key.to_vec());
                     }
                 }
                 Some(_) => {
                     for key in self.keys_with_hash(idx, w)? {
-                        if let Some(Found::Value(..)) = self.find(&self.probe(&key)?)? {
+                        if let Some(Found::Value(..)) = self.find(&self.probe(&key)?, None)? {
                             out.push(key);
                         }
                     }
@@ -856,12 +858,12 @@ impl Inner {
         let p = self.payload.as_ref().expect("variable layout");
         let mut keys: Vec<Vec<u8>> = Vec::new();
         let mut values = Vec::new();
-        let mut cands = Vec::new();
+        let mut cands = Candidates::new();
         for half in 0..2 {
             self.dram.candidates(idx, half, hash, hash, &mut cands);
             values.extend(cands.iter().map(|c| c.1));
         }
-        let mut level_values = Vec::new();
+        let mut level_values = ValueWords::new();
         for level in 0..self.geo.max_levels {
             if self
                 .level_candidates(level, hash, hash, &mut level_values)?
@@ -1084,7 +1086,14 @@ impl PlushStore {
 
     /// The value of `key`, if present.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.inner().get(key)
+        let mut value = Vec::new();
+        Ok(self.get_into(key, &mut value)?.then_some(value))
+    }
+
+    /// Reads `key`'s value into `value`; returns whether it exists (reuses `value`'s
+    /// allocation: a loop of lookups allocates nothing).
+    pub fn get_into(&self, key: &[u8], value: &mut Vec<u8>) -> Result<bool> {
+        self.inner().get_into(key, value)
     }
 
     /// Inserts or replaces `key`; returns whether it was new. Durable when it returns.
@@ -1149,8 +1158,9 @@ impl PlushStore {
         let idx = inner.dram_index(probe.hash);
         let e = &inner.dram.entries[idx];
         let mut guard = e.insert.lock();
-        let current = match inner.find(&probe)? {
-            Some(Found::Value(_, bytes)) => Some(bytes),
+        let mut bytes = Vec::new();
+        let current = match inner.find(&probe, Some(&mut bytes))? {
+            Some(Found::Value(_)) => Some(bytes),
             _ => None,
         };
         let existed = current.is_some();
@@ -1174,8 +1184,9 @@ impl PlushStore {
                     let r = inner.payload_relief_now();
                     inner.failure.record("plush", r)?;
                     guard = e.insert.lock();
-                    let now = match inner.find(&probe)? {
-                        Some(Found::Value(_, bytes)) => Some(bytes),
+                    let mut bytes = Vec::new();
+                    let now = match inner.find(&probe, Some(&mut bytes))? {
+                        Some(Found::Value(_)) => Some(bytes),
                         _ => None,
                     };
                     if now != current {

@@ -28,6 +28,8 @@ use crate::error::{Error, Result};
 const ENTRY_MAGIC: u32 = 0x5950_4c54; // "TLPY"
 /// Bytes of a payload entry's two header words.
 const HEADER: u64 = 16;
+/// How much of an entry a lookup prefetches before its header says the entry's length.
+const SPECULATIVE_ENTRY_BYTES: usize = 256;
 
 /// One payload chunk (DRAM bookkeeping).
 #[derive(Debug, Default)]
@@ -167,6 +169,9 @@ impl Payload {
             return Ok(None);
         }
         let at = off + u64::from(loc.offset);
+        // The header's miss and the bytes' misses overlap: most entries of small records end
+        // within a few lines of their header.
+        region.prefetch(at, SPECULATIVE_ENTRY_BYTES);
         let (kl, vl, tombstone) = split_payload_header(region.read_u64(at)?);
         let valid = (kl + vl) as u64 <= self.max_entry()
             && u64::from(loc.offset) + HEADER + (kl + vl) as u64 <= self.chunk_bytes;
@@ -184,20 +189,20 @@ impl Payload {
     }
 
     /// The entry at `word` as a lookup of `key` needs it: the key compared through a small
-    /// buffer, then (if it is `key`'s, live, and `with_value`) only the value read, into its
-    /// own buffer — one copy of the value, none of a different key's.
+    /// buffer, then (if it is `key`'s, live, and `value` is given) only the value read, into
+    /// `value` — one copy of the value, none of a different key's, and no allocation when
+    /// `value` has room.
     pub fn read_for(
         &self,
         region: &PmemRegion,
         word: u64,
         key: &[u8],
-        with_value: bool,
+        value: Option<&mut Vec<u8>>,
     ) -> Result<Lookup> {
         let Some(e) = self.locate(region, word)? else {
             return Ok(Lookup::Dangling);
         };
         let mut same = false;
-        let mut value = Vec::new();
         if e.kl == key.len() {
             let mut small = [0u8; 64];
             same = if e.kl <= small.len() {
@@ -208,9 +213,13 @@ impl Payload {
                 region.read(e.bytes, &mut long)?;
                 long == key
             };
-            if same && !e.tombstone && with_value {
-                value = vec![0u8; e.vl];
-                region.read(e.bytes + e.kl as u64, &mut value)?;
+            if same
+                && !e.tombstone
+                && let Some(value) = value
+            {
+                value.clear();
+                value.resize(e.vl, 0);
+                region.read(e.bytes + e.kl as u64, value)?;
             }
         }
         if !e.settle()? {
@@ -218,8 +227,7 @@ impl Payload {
         }
         Ok(match (same, e.tombstone) {
             (false, _) => Lookup::Other,
-            (true, true) => Lookup::Key(None),
-            (true, false) => Lookup::Key(Some(value)),
+            (true, tombstone) => Lookup::Key { live: !tombstone },
         })
     }
 
@@ -977,8 +985,9 @@ pub(super) enum Lookup {
     Dangling,
     /// Another key's entry (the same 64-bit hash).
     Other,
-    /// The key's entry: its value (empty unless asked for), or `None` for a deletion.
-    Key(Option<Vec<u8>>),
+    /// The key's entry: a value (read into the caller's buffer if one was given), or a
+    /// deletion (`live` false).
+    Key { live: bool },
 }
 
 /// An entry found in a chunk's image.

@@ -12,8 +12,8 @@ use std::sync::atomic::Ordering;
 use super::Inner;
 use super::filter;
 use super::layout::{
-    BUCKET_BYTES, ENTRY_BYTES, ENTRY_FILTER, ENTRY_RECORDS, PlushLayout, SLOTS, header, size_epoch,
-    split_size_epoch,
+    BUCKET_BYTES, ENTRY_BYTES, ENTRY_FILTER, ENTRY_RECORDS, FANOUT, PlushLayout, SLOTS, header,
+    size_epoch, split_size_epoch,
 };
 use crate::device::match_16;
 use crate::error::{Error, Result};
@@ -28,6 +28,10 @@ pub(super) struct Rec {
 
 /// Words of the DRAM copy of one entry's filter block (64 lanes of 32 bits).
 const FILTER_WORDS: usize = 32;
+
+/// The value words a search of one level found for a key, newest first: almost always none or
+/// one, so no allocation.
+pub(super) type ValueWords = smallvec::SmallVec<[u64; 2]>;
 
 impl Inner {
     /// Offset of PMem level `level`'s directory, if it exists.
@@ -111,7 +115,9 @@ impl Inner {
             };
             let idx = self.level_index(level, hash);
             let entry = dir + idx * ENTRY_BYTES;
-            self.region.prefetch(entry, 8);
+            // The size word and the bucket pointers (three lines): a hit's pointer is then no
+            // miss of its own.
+            self.region.prefetch(entry, 16 + 8 * FANOUT);
             match self.dram_filters.get(level as usize) {
                 Some(f) => {
                     if let Some(w) = f.get(idx as usize * FILTER_WORDS + 8 * line) {
@@ -159,7 +165,7 @@ impl Inner {
         level: u32,
         key: u64,
         hash: u64,
-        out: &mut Vec<u64>,
+        out: &mut ValueWords,
     ) -> Result<Option<()>> {
         let Some(dir) = self.level_dir(level) else {
             return Ok(None);
@@ -187,6 +193,8 @@ impl Inner {
                     if bucket == 0 {
                         break; // a concurrent clear and refill: validation below retries
                     }
+                    // Keys and values at once: a hit's value word is then no second miss.
+                    self.region.prefetch(bucket, BUCKET_BYTES as usize);
                     let keys: [u64; SLOTS] = self.read_words(bucket)?;
                     self.counters.media_reads.incr();
                     let filled = (size - b * SLOTS).min(SLOTS);
