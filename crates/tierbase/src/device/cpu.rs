@@ -509,6 +509,49 @@ unsafe fn match_bytes_128_avx2(bytes: &[u64; 16], needle: u8) -> u128 {
     mask
 }
 
+/// Bit `b` is set where 32-bit lane `b` of `line` (lane `2k` the low half of word `k`, `2k+1`
+/// the high half) has every bit of `bits` set: a Bloom filter line of 16 per-bucket lanes
+/// probed at once (AVX2 where the CPU has it: two 256-bit tests; else scalar).
+#[inline]
+pub fn lanes_containing(line: &[u64; 8], bits: u32) -> u16 {
+    lanes_containing_with(KeySearch::detected(), line, bits)
+}
+
+/// [`lanes_containing`] with a chosen search (for tests that compare them).
+#[inline]
+pub fn lanes_containing_with(search: KeySearch, line: &[u64; 8], bits: u32) -> u16 {
+    #[cfg(target_arch = "x86_64")]
+    if search != KeySearch::Scalar && features().avx2 {
+        // SAFETY: AVX2 was detected on this CPU at run time.
+        return unsafe { lanes_containing_avx2(line, bits) };
+    }
+    let _ = search;
+    line.iter().enumerate().fold(0u16, |m, (k, &w)| {
+        let (lo, hi) = (w as u32, (w >> 32) as u32);
+        m | (u16::from(lo & bits == bits) << (2 * k))
+            | (u16::from(hi & bits == bits) << (2 * k + 1))
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn lanes_containing_avx2(line: &[u64; 8], bits: u32) -> u16 {
+    use std::arch::x86_64::{
+        __m256i, _mm256_and_si256, _mm256_castsi256_ps, _mm256_cmpeq_epi32, _mm256_loadu_si256,
+        _mm256_movemask_ps, _mm256_set1_epi32,
+    };
+    let b = _mm256_set1_epi32(bits as i32);
+    let p = line.as_ptr();
+    let mut mask = 0u16;
+    for half in 0..2 {
+        // SAFETY: `line` is 64 bytes = two 32-byte vectors; unaligned loads accept any address.
+        let v = unsafe { _mm256_loadu_si256(p.add(4 * half).cast::<__m256i>()) };
+        let all = _mm256_cmpeq_epi32(_mm256_and_si256(v, b), b);
+        mask |= (_mm256_movemask_ps(_mm256_castsi256_ps(all)) as u16) << (8 * half);
+    }
+    mask
+}
+
 #[cfg(test)]
 mod search_tests {
     use super::*;
@@ -530,6 +573,36 @@ mod search_tests {
             }
         }
         assert_eq!(match_16(&[u64::MAX; 16], u64::MAX), u16::MAX);
+    }
+
+    #[test]
+    fn every_lane_test_finds_the_same_lanes() {
+        let mut line = [0u64; 8];
+        for (k, w) in line.iter_mut().enumerate() {
+            *w = (k as u64 + 3).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+        line[2] = u64::MAX;
+        line[5] = 0x0000_0007_ffff_fff8;
+        for bits in [
+            0u32,
+            7,
+            0x8000_0001,
+            0x10_0100,
+            u32::MAX,
+            line[1] as u32 & 0x0f0f,
+        ] {
+            let want = (0..16).fold(0u16, |m, lane| {
+                let v = (line[lane / 2] >> (32 * (lane % 2))) as u32;
+                m | (u16::from(v & bits == bits) << lane)
+            });
+            for s in [KeySearch::Avx512, KeySearch::Avx2, KeySearch::Scalar] {
+                assert_eq!(
+                    lanes_containing_with(s, &line, bits),
+                    want,
+                    "{s:?} {bits:#x}"
+                );
+            }
+        }
     }
 
     #[test]

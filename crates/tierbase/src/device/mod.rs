@@ -29,7 +29,9 @@ pub use aligned::{AlignedBuf, IO_ALIGN};
 pub use block::{BlockDevice, BlockInfo, BlockOptions, DirectIo, Io, IoEngineKind};
 pub use block_sim::{BlockCrashConfig, SECTOR, SimPower};
 pub use counters::{Counter, CounterSnapshot, DeviceCounters};
-pub use cpu::{CpuFeatures, FlushInstruction, KeySearch, match_16, match_bytes_128};
+pub use cpu::{
+    CpuFeatures, FlushInstruction, KeySearch, lanes_containing, match_16, match_bytes_128,
+};
 pub use crash::CrashSimConfig;
 pub use dram::{DramArena, DramSlice, ZeroedWords};
 pub use durability::{Durability, DurabilityMode, FsKind, fs_kind};

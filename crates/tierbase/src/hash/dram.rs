@@ -74,9 +74,9 @@ fn fingerprint(hash: u64) -> u64 {
     hash >> 56
 }
 
-/// What a search of one half found (slot, value), newest first: almost always none or one,
-/// so no allocation.
-pub(super) type Candidates = smallvec::SmallVec<[(u64, u64); 2]>;
+/// The value words a search of one half or one level found for a key, newest first: almost
+/// always none or one, so no allocation.
+pub(super) type Candidates = smallvec::SmallVec<[u64; 2]>;
 
 impl DramLevel {
     pub fn new(entries: usize) -> Result<Self> {
@@ -157,7 +157,10 @@ impl DramLevel {
                 continue;
             };
             let size = (h.size.load(Ordering::Acquire) as usize).min(HALF_SLOTS);
-            let words = fps.each_ref().map(|w| w.load(Ordering::Relaxed));
+            let mut words = [0u64; FP_WORDS];
+            for (out, word) in words.iter_mut().zip(fps) {
+                *out = word.load(Ordering::Relaxed);
+            }
             // Only slots below the size are published.
             let filled = u128::MAX
                 .checked_shr(HALF_SLOTS as u32 - size as u32)
@@ -167,7 +170,7 @@ impl DramLevel {
                 let s = 127 - hits.leading_zeros() as usize;
                 hits &= !(1 << s);
                 if self.keys[base + s].load(Ordering::Relaxed) == key {
-                    out.push((s as u64, self.values[base + s].load(Ordering::Relaxed)));
+                    out.push(self.values[base + s].load(Ordering::Relaxed));
                 }
             }
             if h.latch.validate(v) {

@@ -64,7 +64,6 @@ use self::dram::{Candidates, DramLevel, halves};
 use self::layout::{Geometry, HALF_SLOTS, HEADER_LEN, LogRecord, MAX_LEVELS, TOMBSTONE};
 use self::log::Log;
 use self::payload::{Lookup, Payload};
-use self::pmem::ValueWords;
 use crate::device::{Counter, DurabilityMode, KeySearch, PmemRegion, RegionOptions, ZeroedWords};
 use crate::error::{Error, Result};
 use crate::space::RegionBump;
@@ -409,17 +408,14 @@ impl Inner {
             let idx = self.dram_index(probe.hash);
             let e = &self.dram.entries[idx];
             let (a, b) = halves(e);
-            let mut cands = Candidates::new();
-            let mut values = ValueWords::new();
+            let mut values = Candidates::new();
             let mut level = 0;
             let mut half = 0;
             loop {
                 if half < 2 {
                     let h = if half == 0 { a } else { b };
                     self.dram
-                        .candidates(idx, h, probe.word, probe.hash, &mut cands);
-                    values.clear();
-                    values.extend(cands.iter().map(|c| c.1));
+                        .candidates(idx, h, probe.word, probe.hash, &mut values);
                     half += 1;
                 } else if level < self.geo.max_levels {
                     let exists =
@@ -454,7 +450,7 @@ impl Inner {
         for half in [a, b] {
             self.dram
                 .candidates(idx, half, probe.word, probe.hash, &mut cands);
-            for &(_, value) in &cands {
+            for &value in &cands {
                 if let Resolved::Found(Found::Value(w) | Found::Deleted(w)) =
                     self.resolve(probe, value, None)?
                 {
@@ -861,9 +857,9 @@ impl Inner {
         let mut cands = Candidates::new();
         for half in 0..2 {
             self.dram.candidates(idx, half, hash, hash, &mut cands);
-            values.extend(cands.iter().map(|c| c.1));
+            values.extend_from_slice(&cands);
         }
-        let mut level_values = ValueWords::new();
+        let mut level_values = Candidates::new();
         for level in 0..self.geo.max_levels {
             if self
                 .level_candidates(level, hash, hash, &mut level_values)?

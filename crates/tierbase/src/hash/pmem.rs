@@ -10,6 +10,7 @@
 use std::sync::atomic::Ordering;
 
 use super::Inner;
+use super::dram::Candidates;
 use super::filter;
 use super::layout::{
     BUCKET_BYTES, ENTRY_BYTES, ENTRY_FILTER, ENTRY_RECORDS, FANOUT, PlushLayout, SLOTS, header,
@@ -28,10 +29,6 @@ pub(super) struct Rec {
 
 /// Words of the DRAM copy of one entry's filter block (64 lanes of 32 bits).
 const FILTER_WORDS: usize = 32;
-
-/// The value words a search of one level found for a key, newest first: almost always none or
-/// one, so no allocation.
-pub(super) type ValueWords = smallvec::SmallVec<[u64; 2]>;
 
 impl Inner {
     /// Offset of PMem level `level`'s directory, if it exists.
@@ -75,33 +72,31 @@ impl Inner {
         hash & (self.geo.level_entries(level) - 1)
     }
 
-    /// The 16 filter lanes of line `line` of entry `idx` at `level` (DRAM copy for the first
-    /// levels, else one 64-byte read of the entry's filter block).
+    /// Line `line` of the filter block of entry `idx` at `level`, as eight words of two lanes
+    /// each (DRAM copy for the first levels, else one 64-byte read of the entry's block).
     pub(super) fn filter_line(
         &self,
         level: u32,
         idx: u64,
         entry: u64,
         line: usize,
-    ) -> Result<[u32; 16]> {
-        let mut lanes = [0u32; 16];
+    ) -> Result<[u64; 8]> {
         if let Some(f) = self.dram_filters.get(level as usize) {
             let base = idx as usize * FILTER_WORDS + 8 * line;
-            for k in 0..8 {
-                let w = f[base + k].load(Ordering::Acquire);
-                lanes[2 * k] = w as u32;
-                lanes[2 * k + 1] = (w >> 32) as u32;
+            let words: &[_; 8] = f[base..]
+                .first_chunk()
+                .ok_or_else(|| Error::corrupt(self.path.as_deref(), "filter out of range"))?;
+            let mut line = [0u64; 8];
+            for (out, w) in line.iter_mut().zip(words) {
+                *out = w.load(Ordering::Acquire);
             }
-            return Ok(lanes);
+            return Ok(line);
         }
-        let mut raw = [0u8; 64];
-        self.region
-            .read(entry + ENTRY_FILTER + 64 * line as u64, &mut raw)?;
+        let line = self
+            .region
+            .read_words(entry + ENTRY_FILTER + 64 * line as u64)?;
         self.counters.media_reads.incr();
-        for (k, lane) in lanes.iter_mut().enumerate() {
-            *lane = u32::from_le_bytes(raw[4 * k..4 * k + 4].try_into().expect("4"));
-        }
-        Ok(lanes)
+        Ok(line)
     }
 
     /// Starts loading what a lookup of `hash` will read on every existing level — each
@@ -135,8 +130,14 @@ impl Inner {
     fn filter_block(&self, level: u32, idx: u64, entry: u64) -> Result<[u32; filter::LANES]> {
         let mut block = [0u32; filter::LANES];
         for line in 0..4 {
-            block[16 * line..16 * line + 16]
-                .copy_from_slice(&self.filter_line(level, idx, entry, line)?);
+            for (k, w) in self
+                .filter_line(level, idx, entry, line)?
+                .into_iter()
+                .enumerate()
+            {
+                block[16 * line + 2 * k] = w as u32;
+                block[16 * line + 2 * k + 1] = (w >> 32) as u32;
+            }
         }
         Ok(block)
     }
@@ -148,16 +149,6 @@ impl Inner {
             .load(Ordering::Acquire))
     }
 
-    fn read_words<const N: usize>(&self, off: u64) -> Result<[u64; N]> {
-        let mut raw = [0u8; 128];
-        self.region.read(off, &mut raw[..8 * N])?;
-        let mut w = [0u64; N];
-        for (i, x) in w.iter_mut().enumerate() {
-            *x = u64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().expect("8"));
-        }
-        Ok(w)
-    }
-
     /// Value words of the records whose key word is `key` at `level`, newest first, from a
     /// consistent view of the entry; `None` if the level does not exist.
     pub(super) fn level_candidates(
@@ -165,7 +156,7 @@ impl Inner {
         level: u32,
         key: u64,
         hash: u64,
-        out: &mut ValueWords,
+        out: &mut Candidates,
     ) -> Result<Option<()>> {
         let Some(dir) = self.level_dir(level) else {
             return Ok(None);
@@ -195,7 +186,7 @@ impl Inner {
                     }
                     // Keys and values at once: a hit's value word is then no second miss.
                     self.region.prefetch(bucket, BUCKET_BYTES as usize);
-                    let keys: [u64; SLOTS] = self.read_words(bucket)?;
+                    let keys: [u64; SLOTS] = self.region.read_words(bucket)?;
                     self.counters.media_reads.incr();
                     let filled = (size - b * SLOTS).min(SLOTS);
                     let mut hits = match_16(&keys, key) & ((1u32 << filled) - 1) as u16;
