@@ -509,6 +509,37 @@ unsafe fn match_bytes_128_avx2(bytes: &[u64; 16], needle: u8) -> u128 {
     mask
 }
 
+/// `data`'s CRC-32C appended to `crc` — the same value as `crc32c::crc32c_append` — for short
+/// inputs on a hot path (a payload entry's check on every insert): one `crc32` instruction per
+/// 8 bytes where the CPU has SSE4.2. The crate's per-call set-up (alignment, three-way
+/// interleaving and its combination) cost about 150 instructions a call on 8–200-byte inputs
+/// (docs/BENCHMARKS.md, Figure 9); else the crate.
+#[inline]
+pub fn crc32c_append_short(crc: u32, data: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("sse4.2") {
+        // SAFETY: SSE4.2 was detected on this CPU at run time.
+        return unsafe { crc32c_sse42(crc, data) };
+    }
+    crc32c::crc32c_append(crc, data)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+unsafe fn crc32c_sse42(crc: u32, data: &[u8]) -> u32 {
+    use std::arch::x86_64::{_mm_crc32_u8, _mm_crc32_u64};
+    let (words, tail) = data.as_chunks::<8>();
+    let mut state = u64::from(!crc);
+    for w in words {
+        state = _mm_crc32_u64(state, u64::from_le_bytes(*w));
+    }
+    let mut state = state as u32;
+    for &b in tail {
+        state = _mm_crc32_u8(state, b);
+    }
+    !state
+}
+
 /// Bit `b` is set where 32-bit lane `b` of `line` (lane `2k` the low half of word `k`, `2k+1`
 /// the high half) has every bit of `bits` set: a Bloom filter line of 16 per-bucket lanes
 /// probed at once (AVX2 where the CPU has it: two 256-bit tests; else scalar).
@@ -573,6 +604,25 @@ mod search_tests {
             }
         }
         assert_eq!(match_16(&[u64::MAX; 16], u64::MAX), u16::MAX);
+    }
+
+    #[test]
+    fn the_short_crc_is_the_crates() {
+        let data: Vec<u8> = (0..300u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for start in 0..9 {
+            for len in [0, 1, 7, 8, 9, 15, 16, 17, 200, 216, 291 - start] {
+                let part = &data[start..start + len];
+                for seed in [0u32, 1, 0xdead_beef] {
+                    assert_eq!(
+                        crc32c_append_short(seed, part),
+                        crc32c::crc32c_append(seed, part),
+                        "start {start} len {len} seed {seed:#x}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
