@@ -45,7 +45,7 @@ pub fn open_store(
 }
 
 /// [`open_store`] with a DRAM budget (`None`: the store's default): the buffer pool of
-/// `btree`; for `plush`, the DRAM level of a store this call creates (about 9 KiB per entry;
+/// `btree`; for `plush`, the DRAM level of a store this call creates (about 11 KiB per entry;
 /// an existing store keeps its own). `kv` ignores it.
 ///
 /// `plush` makes every write durable before it returns and has no deferred levels: it is
@@ -90,7 +90,7 @@ pub fn open_store_with(
             }
             let mut opts = PlushOptions::default();
             if let Some(b) = dram_budget {
-                opts = opts.dram_bits(plush_dram_bits(b));
+                opts = opts.dram_bits(tierbase::hash::dram_bits_for_budget(b));
             }
             let store = PlushStore::open_or_create(path, &opts)?;
             let policy = reply_policy(&store, level);
@@ -101,19 +101,6 @@ pub fn open_store_with(
             STORES.join(", ")
         ))),
     }
-}
-
-/// DRAM a Plush store holds per DRAM entry, rounded up: 4 KiB of record slots (256), 4.25 KiB
-/// of the Bloom filters of PMem levels 0 and 1 kept in DRAM, recovery-log bookkeeping and the
-/// entry's locks (8.8 KiB measured with the default geometry).
-const PLUSH_DRAM_PER_ENTRY: u64 = 9 << 10;
-
-/// The DRAM level of a new Plush store for a DRAM budget: the most entries (`2^bits`) whose
-/// DRAM ([`PLUSH_DRAM_PER_ENTRY`] each) fits `budget`, within the store's limits of 2^4 to
-/// 2^20 entries with the default four levels.
-fn plush_dram_bits(budget: u64) -> u32 {
-    let entries = (budget / PLUSH_DRAM_PER_ENTRY).max(1);
-    (63 - entries.leading_zeros()).clamp(4, 20)
 }
 
 /// The reply policy for `store` opened for serving at `level`.
@@ -154,17 +141,7 @@ pub fn reply_policy(store: &dyn Store, level: Durability) -> ReplyPolicy {
 
 #[cfg(test)]
 mod tests {
-    use super::plush_dram_bits;
     use tierbase::device::Durability;
-
-    #[test]
-    fn plush_dram_level_fits_the_budget() {
-        assert_eq!(plush_dram_bits(64 << 20), 12);
-        assert_eq!(plush_dram_bits(9 << 20), 10);
-        assert_eq!(plush_dram_bits((9 << 20) - 1), 9);
-        assert_eq!(plush_dram_bits(0), 4);
-        assert_eq!(plush_dram_bits(u64::MAX), 20);
-    }
 
     #[test]
     fn a_served_plush_store_keeps_within_its_dram_budget() {

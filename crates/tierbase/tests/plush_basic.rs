@@ -267,3 +267,33 @@ fn range_scans_under_concurrent_writes_migration_and_collection() {
     assert!(store.verify().unwrap().problems.is_empty());
     eprintln!("{walks} walks; {counters:?}");
 }
+
+/// The budget rule the front ends size the DRAM level by holds for what a store really takes.
+#[test]
+fn dram_bytes_per_entry_covers_what_a_store_holds() {
+    use tierbase::hash::{DRAM_BYTES_PER_ENTRY, dram_bits_for_budget};
+    assert_eq!(dram_bits_for_budget(64 << 20), 12);
+    assert_eq!(dram_bits_for_budget(11 << 20), 10);
+    assert_eq!(dram_bits_for_budget((11 << 20) - 1), 9);
+    assert_eq!(dram_bits_for_budget(0), 4);
+    assert_eq!(dram_bits_for_budget(u64::MAX), 20);
+    let dir = tempfile::tempdir().unwrap();
+    for bits in [8, 12] {
+        let path = dir.path().join(format!("{bits}.plush"));
+        let store = PlushStore::create(&path, &PlushOptions::default().dram_bits(bits)).unwrap();
+        let st = store.stats();
+        let budget = DRAM_BYTES_PER_ENTRY << bits;
+        assert!(
+            st.dram_bytes <= budget,
+            "2^{bits} entries hold {} bytes of DRAM, more than the {budget} the rule budgets",
+            st.dram_bytes
+        );
+        // And the rule is not far off: within 10 %.
+        assert!(
+            st.dram_bytes * 10 >= budget * 9,
+            "{} of {budget}",
+            st.dram_bytes
+        );
+        store.close().unwrap();
+    }
+}

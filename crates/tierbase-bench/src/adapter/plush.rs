@@ -20,8 +20,9 @@
 //!
 //! **DRAM level** (`dram_bits`, fixed for the store's life, independent of what it holds):
 //! with `StoreOptions::dram_budget` (`--dram`), the most entries that fit the budget, at about
-//! 9 KiB each (256 record slots, the DRAM filters of the first two PMem levels, log
-//! bookkeeping); otherwise sized from the expected records:
+//! 11 KiB each (`tierbase::hash::dram_bits_for_budget`: 256 record slots, the DRAM copies of
+//! the first two PMem levels' filters and bucket offsets, log bookkeeping); otherwise sized
+//! from the expected records:
 //! `dram_bits = ⌈log2(records / 2048)⌉`, clamped to 8..=20. At most 2,048 expected records
 //! per DRAM entry means the DRAM level holds at least an eighth of them and the first two PMem
 //! levels (256 and 4,096 records per DRAM entry) hold the rest with level 1 at most half full
@@ -60,22 +61,12 @@ const RECORDS_PER_DRAM_ENTRY: u64 = 2048;
 /// Fewest and most DRAM entries, as log2.
 const MIN_DRAM_BITS: u32 = 8;
 const MAX_DRAM_BITS: u32 = 20;
-/// DRAM the store holds per DRAM entry, rounded up: 4 KiB of record slots (256), 4.25 KiB of
-/// the Bloom filters of PMem levels 0 and 1 kept in DRAM, recovery-log bookkeeping and the
-/// entry's locks (8.8 KiB measured with the default geometry).
-const DRAM_ENTRY_BYTES: u64 = 9 << 10;
 
 /// `dram_bits` for `records` expected records (see the module docs).
 pub fn dram_bits_for_records(records: u64) -> u32 {
     let entries = records.div_ceil(RECORDS_PER_DRAM_ENTRY).max(1);
     let bits = 64 - (entries - 1).leading_zeros(); // ⌈log2(entries)⌉
     bits.clamp(MIN_DRAM_BITS, MAX_DRAM_BITS)
-}
-
-/// `dram_bits` for a DRAM budget: the most entries whose DRAM fits it.
-pub fn dram_bits_for_budget(budget: u64) -> u32 {
-    let entries = (budget / DRAM_ENTRY_BYTES).max(1);
-    (63 - entries.leading_zeros()).clamp(4, MAX_DRAM_BITS)
 }
 
 /// Initial region size for `records` records (see the module docs).
@@ -112,7 +103,7 @@ impl PlushBenchStore {
             PlushLayout::Variable
         };
         let dram_bits = match o.dram_budget {
-            Some(b) => dram_bits_for_budget(b),
+            Some(b) => tierbase::hash::dram_bits_for_budget(b),
             None => dram_bits_for_records(o.records),
         };
         let mut opts = PlushOptions::default()
@@ -287,8 +278,6 @@ mod tests {
         // 100 M records: 2^16 entries, as in the thesis.
         assert_eq!(dram_bits_for_records(100_000_000), 16);
         assert_eq!(dram_bits_for_records(u64::MAX), MAX_DRAM_BITS);
-        assert_eq!(dram_bits_for_budget(64 << 20), 12);
-        assert_eq!(dram_bits_for_budget(1), 4);
     }
 
     #[test]
