@@ -45,7 +45,7 @@ pub fn open_store(
 }
 
 /// [`open_store`] with a DRAM budget (`None`: the store's default): the buffer pool of
-/// `btree`; for `plush`, the DRAM level of a store this call creates (about 11 KiB per entry;
+/// `btree`; for `plush`, the DRAM level of a store this call creates (about 9 KiB per entry;
 /// an existing store keeps its own). `kv` ignores it.
 ///
 /// `plush` makes every write durable before it returns and has no deferred levels: it is

@@ -273,8 +273,8 @@ fn range_scans_under_concurrent_writes_migration_and_collection() {
 fn dram_bytes_per_entry_covers_what_a_store_holds() {
     use tierbase::hash::{DRAM_BYTES_PER_ENTRY, dram_bits_for_budget};
     assert_eq!(dram_bits_for_budget(64 << 20), 12);
-    assert_eq!(dram_bits_for_budget(11 << 20), 10);
-    assert_eq!(dram_bits_for_budget((11 << 20) - 1), 9);
+    assert_eq!(dram_bits_for_budget(9 << 20), 10);
+    assert_eq!(dram_bits_for_budget((9 << 20) - 1), 9);
     assert_eq!(dram_bits_for_budget(0), 4);
     assert_eq!(dram_bits_for_budget(u64::MAX), 20);
     let dir = tempfile::tempdir().unwrap();

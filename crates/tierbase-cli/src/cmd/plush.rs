@@ -77,8 +77,8 @@ struct CreateArgs {
     #[arg(long, default_value = "hash")]
     partition: Partition,
     /// log2 of the DRAM level's entries, 4 to 24: each holds 256 records and takes about
-    /// 10.7 KiB of DRAM with the first levels' filters and bucket offsets, whatever the
-    /// store's size [default: 14, about 171 MiB].
+    /// 8.8 KiB of DRAM with its filters, whatever the store's size [default: 14, about
+    /// 137 MiB].
     #[arg(long, value_name = "N")]
     dram_bits: Option<u32>,
     /// Most PMem levels, 1 to 8, each 16 times the one above [default: 4].

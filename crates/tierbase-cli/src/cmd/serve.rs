@@ -54,8 +54,8 @@ pub struct ServeArgs {
     #[arg(long)]
     threads: Option<usize>,
     /// DRAM budget, e.g. 1G: the buffer pool of `--store btree` [default: 64M]; the DRAM level
-    /// of a new `--store plush`, filters included (the most entries that fit, 11 KiB each; an
-    /// existing store keeps its own) [default: 2^14 entries, about 171 MiB].
+    /// of a new `--store plush`, filters included (the most entries that fit, 9 KiB each; an
+    /// existing store keeps its own) [default: 2^14 entries, about 137 MiB].
     #[arg(long, value_parser = parse_size)]
     dram: Option<u64>,
 }

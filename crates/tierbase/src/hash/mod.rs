@@ -81,9 +81,8 @@ pub struct PlushOptions {
     /// scans, see [`Partition::Range`]).
     pub partition: Partition,
     /// log2 of the DRAM level's entries (default 14: 16,384 entries of 256 records — 68 MiB of
-    /// slots and fingerprints — plus the DRAM copies of the first two PMem levels' filters and
-    /// bucket offsets, 384 bytes for each of the 17 PMem entries below a DRAM entry: about
-    /// 171 MiB in all, [`DRAM_BYTES_PER_ENTRY`]; the thesis uses 16).
+    /// slots and fingerprints — plus the DRAM filters of the first PMem levels, 2 × 4 KiB per
+    /// entry: about 137 MiB in all; the thesis uses 16).
     pub dram_bits: u32,
     /// Most PMem levels (default 4; each 16× the one above).
     pub max_levels: u32,
@@ -99,8 +98,7 @@ pub struct PlushOptions {
     pub payload_chunk_bytes: u64,
     /// Payload chunks at most (default 16,384: the locator's limit).
     pub payload_chunks: u32,
-    /// PMem levels whose filters (and bucket offsets) are also kept in DRAM (default 2, as the
-    /// thesis).
+    /// PMem levels whose filters are also kept in DRAM (default 2, as the thesis).
     pub dram_filter_levels: u32,
     /// Background migrator threads (default 1; 0 = inserters migrate, as in the thesis).
     pub migrators: usize,
@@ -226,10 +224,10 @@ impl PlushOptions {
 }
 
 /// DRAM a store holds per DRAM entry with the default geometry, rounded up: 4 KiB of record
-/// slots (256) and their fingerprints, 6.4 KiB of the DRAM copies of PMem levels 0 and 1
-/// (filters and bucket offsets of 17 entries), recovery-log bookkeeping and the entry's locks
-/// (10.7 KiB measured: `tierbase plush stats`).
-pub const DRAM_BYTES_PER_ENTRY: u64 = 11 << 10;
+/// slots (256) and their fingerprints, 4.25 KiB of the Bloom filters of PMem levels 0 and 1
+/// kept in DRAM (17 entries' blocks), recovery-log bookkeeping and the entry's locks (8.6 KiB
+/// measured: `tierbase plush stats`).
+pub const DRAM_BYTES_PER_ENTRY: u64 = 9 << 10;
 
 /// `dram_bits` for a DRAM budget: the most entries (`2^bits`) whose DRAM
 /// ([`DRAM_BYTES_PER_ENTRY`] each) fits `budget`, within 2^4 to 2^20 entries (the limits with

@@ -28,12 +28,7 @@ pub(super) struct Rec {
 }
 
 /// Words of the DRAM copy of one entry's filter block (64 lanes of 32 bits).
-pub(super) const FILTER_WORDS: usize = 32;
-/// Words the DRAM keeps per entry of a DRAM-filter level: the filter block, then a copy of the
-/// 16 bucket offsets. An offset never changes once set (a cleared entry refills its buckets),
-/// so the copy is either the offset or 0 (not copied yet: read the entry). A lookup then finds
-/// its bucket from DRAM alone and reads it while the entry's size word is still on its way.
-pub(super) const DRAM_ENTRY_WORDS: usize = FILTER_WORDS + FANOUT;
+const FILTER_WORDS: usize = 32;
 
 impl Inner {
     /// Offset of PMem level `level`'s directory, if it exists.
@@ -87,7 +82,7 @@ impl Inner {
         line: usize,
     ) -> Result<[u64; 8]> {
         if let Some(f) = self.dram_filters.get(level as usize) {
-            let base = idx as usize * DRAM_ENTRY_WORDS + 8 * line;
+            let base = idx as usize * FILTER_WORDS + 8 * line;
             let words: &[_; 8] = f[base..]
                 .first_chunk()
                 .ok_or_else(|| Error::corrupt(self.path.as_deref(), "filter out of range"))?;
@@ -115,28 +110,18 @@ impl Inner {
             };
             let idx = self.level_index(level, hash);
             let entry = dir + idx * ENTRY_BYTES;
+            // The size word and the bucket pointers (three lines): a hit's pointer is then no
+            // miss of its own.
+            self.region.prefetch(entry, 16 + 8 * FANOUT);
             match self.dram_filters.get(level as usize) {
                 Some(f) => {
-                    // The size word; the filter line and the bucket offsets are in DRAM.
-                    self.region.prefetch(entry, 8);
-                    let base = idx as usize * DRAM_ENTRY_WORDS;
-                    for w in [
-                        base + 8 * line,
-                        base + FILTER_WORDS,
-                        base + FILTER_WORDS + 8,
-                    ] {
-                        if let Some(w) = f.get(w) {
-                            crate::device::cpu::prefetch(std::ptr::from_ref(w));
-                        }
+                    if let Some(w) = f.get(idx as usize * FILTER_WORDS + 8 * line) {
+                        crate::device::cpu::prefetch(std::ptr::from_ref(w));
                     }
                 }
-                None => {
-                    // The size word and the bucket offsets (three lines): a hit's offset is
-                    // then no miss of its own.
-                    self.region.prefetch(entry, 16 + 8 * FANOUT);
-                    self.region
-                        .prefetch(entry + ENTRY_FILTER + 64 * line as u64, 64);
-                }
+                None => self
+                    .region
+                    .prefetch(entry + ENTRY_FILTER + 64 * line as u64, 64),
             }
         }
     }
@@ -157,30 +142,11 @@ impl Inner {
         Ok(block)
     }
 
-    /// The offset of bucket `b` of entry `idx` at `level` (at `entry`): from the DRAM copy
-    /// where the level has one and it is set, else from the entry.
-    fn bucket_ptr(&self, level: u32, idx: u64, entry: u64, b: usize) -> Result<u64> {
-        if let Some(f) = self.dram_filters.get(level as usize)
-            && let Some(w) = f.get(idx as usize * DRAM_ENTRY_WORDS + FILTER_WORDS + b)
-        {
-            let copied = w.load(Ordering::Acquire);
-            if copied != 0 {
-                return Ok(copied);
-            }
-        }
+    fn bucket_ptr(&self, entry: u64, b: usize) -> Result<u64> {
         Ok(self
             .region
             .atomic_u64(entry + 16 + 8 * b as u64)?
             .load(Ordering::Acquire))
-    }
-
-    /// Copies bucket `b`'s offset into DRAM (levels with DRAM filters; a no-op elsewhere).
-    fn copy_bucket_ptr(&self, level: u32, idx: u64, b: usize, bucket: u64) {
-        if let Some(f) = self.dram_filters.get(level as usize)
-            && let Some(w) = f.get(idx as usize * DRAM_ENTRY_WORDS + FILTER_WORDS + b)
-        {
-            w.store(bucket, Ordering::Release);
-        }
     }
 
     /// Value words of the records whose key word is `key` at `level`, newest first, from a
@@ -214,7 +180,7 @@ impl Inner {
                 while maybe != 0 {
                     let b = 15 - maybe.leading_zeros() as usize;
                     maybe &= !(1 << b);
-                    let bucket = self.bucket_ptr(level, idx, entry, b)?;
+                    let bucket = self.bucket_ptr(entry, b)?;
                     if bucket == 0 {
                         break; // a concurrent clear and refill: validation below retries
                     }
@@ -266,7 +232,7 @@ impl Inner {
         }
         let mut recs = Vec::with_capacity(size);
         for b in 0..size.div_ceil(SLOTS) {
-            let bucket = self.bucket_ptr(level, idx, entry, b)?;
+            let bucket = self.bucket_ptr(entry, b)?;
             if bucket == 0 || !bucket.is_multiple_of(BUCKET_BYTES) {
                 return Err(Error::corrupt(
                     self.path.as_deref(),
@@ -419,7 +385,7 @@ impl Inner {
                 let slot = size as usize + k;
                 let (b, s0) = (slot / SLOTS, slot % SLOTS);
                 let n = (SLOTS - s0).min(recs.len() - k);
-                let mut bucket = self.bucket_ptr(level, idx, entry, b)?;
+                let mut bucket = self.bucket_ptr(entry, b)?;
                 if bucket == 0 {
                     bucket = self.space.alloc(&self.region, BUCKET_BYTES, BUCKET_BYTES)?;
                     let ptr = entry + 16 + 8 * b as u64;
@@ -429,9 +395,6 @@ impl Inner {
                     ranges.push((ptr, 8));
                     self.counters.buckets.incr();
                 }
-                // (Also when the offset came from the entry: recovery copies only the offsets
-                // of entries holding records.)
-                self.copy_bucket_ptr(level, idx, b, bucket);
                 let mut keys = [0u8; 128];
                 let mut values = [0u8; 128];
                 for (i, r) in recs[k..k + n].iter().enumerate() {
@@ -452,7 +415,7 @@ impl Inner {
             self.region.write(entry + ENTRY_FILTER, &raw)?;
             ranges.push((entry + ENTRY_FILTER, 256));
             if let Some(df) = self.dram_filters.get(level as usize) {
-                let base = idx as usize * DRAM_ENTRY_WORDS;
+                let base = idx as usize * FILTER_WORDS;
                 for k in 0..FILTER_WORDS {
                     let w = u64::from(filters[2 * k]) | (u64::from(filters[2 * k + 1]) << 32);
                     df[base + k].store(w, Ordering::Release);

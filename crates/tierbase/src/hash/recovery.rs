@@ -18,12 +18,11 @@ use serde::Serialize;
 
 use super::dram::DramLevel;
 use super::layout::{
-    ENTRY_BYTES, ENTRY_FILTER, ENTRY_RECORDS, FANOUT, Geometry, HEADER_LEN, MAX_LEVELS,
-    RESERVE_STEP, SLOTS, header, log_chunk, payload_chunk, split_size_epoch,
+    ENTRY_BYTES, ENTRY_FILTER, ENTRY_RECORDS, Geometry, HEADER_LEN, MAX_LEVELS, RESERVE_STEP,
+    header, log_chunk, payload_chunk, split_size_epoch,
 };
 use super::log::Log;
 use super::payload::Payload;
-use super::pmem::{DRAM_ENTRY_WORDS, FILTER_WORDS};
 use super::{Counters, Inner, PlushOptions};
 use crate::device::{PmemRegion, ZeroedWords};
 use crate::error::{Error, Result};
@@ -236,7 +235,7 @@ pub(super) fn open(
     let dram = DramLevel::new(geo.dram_entries())?;
     let filter_levels = opts.dram_filter_levels.min(geo.max_levels);
     let dram_filters = (0..filter_levels)
-        .map(|l| ZeroedWords::new(geo.level_entries(l) as usize * DRAM_ENTRY_WORDS))
+        .map(|l| ZeroedWords::new(geo.level_entries(l) as usize * 32))
         .collect::<Result<Vec<_>>>()?;
     let inner = Inner {
         space: RegionBump::new(
@@ -298,18 +297,11 @@ pub(super) fn open(
                 ));
             }
             inner.region.read(entry + ENTRY_FILTER, &mut raw)?;
-            let base = i as usize * DRAM_ENTRY_WORDS;
             for (w, bytes) in raw.chunks_exact(8).enumerate() {
-                f[base + w].store(
+                f[i as usize * 32 + w].store(
                     u64::from_le_bytes(bytes.try_into().expect("8")),
                     Ordering::Release,
                 );
-            }
-            // The offsets of the buckets in use (validated where they are read).
-            let buckets = (size as usize).div_ceil(SLOTS);
-            let offsets: [u64; FANOUT] = inner.region.read_words(entry + 16)?;
-            for (b, &offset) in offsets.iter().enumerate().take(buckets) {
-                f[base + FILTER_WORDS + b].store(offset, Ordering::Release);
             }
             report.filters += 1;
         }
