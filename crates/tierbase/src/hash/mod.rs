@@ -1101,7 +1101,8 @@ impl PlushStore {
     }
 
     /// Reads `key`'s value into `value`; returns whether it exists (reuses `value`'s
-    /// allocation: a loop of lookups allocates nothing).
+    /// allocation: a loop of lookups allocates nothing). When it returns `false`, `value`
+    /// holds nothing meaningful.
     pub fn get_into(&self, key: &[u8], value: &mut Vec<u8>) -> Result<bool> {
         self.inner().get_into(key, value)
     }
