@@ -297,3 +297,50 @@ fn dram_bytes_per_entry_covers_what_a_store_holds() {
         store.close().unwrap();
     }
 }
+
+/// Level 0's buckets are handed out whole when the level appears (`prealloc_levels`, default
+/// 1); without it, only the buckets migrations fill. Both stores hold the same records.
+#[test]
+fn level_zero_buckets_are_preallocated() {
+    let dir = tempfile::tempdir().unwrap();
+    let buckets = |prealloc: u32| {
+        let mut opts = PlushOptions::small()
+            .layout(PlushLayout::Fixed8)
+            .migrators(0);
+        opts.prealloc_levels = prealloc;
+        let path = dir.path().join(format!("{prealloc}.plush"));
+        let store = PlushStore::create(&path, &opts).unwrap();
+        for i in 0..300u64 {
+            store
+                .upsert(&i.to_le_bytes(), &(i + 1).to_le_bytes())
+                .unwrap();
+        }
+        store.checkpoint().unwrap();
+        assert!(store.verify().unwrap().problems.is_empty());
+        let entries = store.stats().dram_entries as u64;
+        let n = store
+            .stats()
+            .counters
+            .iter()
+            .find(|c| c.0 == "buckets")
+            .map(|c| c.1)
+            .unwrap();
+        store.close().unwrap();
+        let store = PlushStore::open(&path, &opts).unwrap();
+        for i in 0..300u64 {
+            assert_eq!(
+                store.get(&i.to_le_bytes()).unwrap().as_deref(),
+                Some(&(i + 1).to_le_bytes()[..])
+            );
+        }
+        (n, entries)
+    };
+    let (all, entries) = buckets(1);
+    assert_eq!(
+        all,
+        entries * 16,
+        "every bucket of level 0 handed out at once"
+    );
+    let (used, _) = buckets(0);
+    assert!(used < all, "{used} buckets without pre-allocation");
+}

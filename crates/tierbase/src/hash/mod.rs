@@ -100,6 +100,14 @@ pub struct PlushOptions {
     pub payload_chunks: u32,
     /// PMem levels whose filters are also kept in DRAM (default 2, as the thesis).
     pub dram_filter_levels: u32,
+    /// PMem levels whose buckets are all handed out when the level is created, in one
+    /// contiguous area (entry `i`'s bucket `b` at `area + (16·i + b) · 256`), so migrations
+    /// into them allocate nothing (default 1: level 0, 4 KiB per DRAM entry; the thesis
+    /// pre-allocates levels 0 and 1 — here level 1 alone would be 64 KiB per DRAM entry,
+    /// 1 GiB by default, taken whole when the level appears). A policy of the process that
+    /// creates a level, not part of the format: the entries record every bucket's offset
+    /// either way.
+    pub prealloc_levels: u32,
     /// Background migrator threads (default 1; 0 = inserters migrate, as in the thesis).
     pub migrators: usize,
     /// Threads replaying the logs on open (default: available parallelism).
@@ -122,6 +130,7 @@ impl Default for PlushOptions {
             payload_chunk_bytes: 4 << 20,
             payload_chunks: layout::MAX_PAYLOAD_CHUNKS,
             dram_filter_levels: 2,
+            prealloc_levels: 1,
             migrators: 1,
             recovery_threads: std::thread::available_parallelism().map_or(1, usize::from),
             region: RegionOptions::default(),
@@ -279,6 +288,8 @@ struct Inner {
     dram: DramLevel,
     dirs: [AtomicU64; MAX_LEVELS as usize],
     level_create: Mutex<()>,
+    /// See [`PlushOptions::prealloc_levels`].
+    prealloc_levels: u32,
     dram_filters: Vec<ZeroedWords>,
     logs: Vec<Log>,
     payload: Option<Payload>,

@@ -50,12 +50,39 @@ impl Inner {
         let dir = self
             .space
             .alloc(&self.region, self.geo.level_bytes(level), 4096)?;
+        if level < self.prealloc_levels {
+            self.preallocate_buckets(level, dir)?;
+        }
         let word = (header::LEVELS + 8 * level as usize) as u64;
         self.region.atomic_u64(word)?.store(dir, Ordering::Release);
         self.region.persist(word, 8)?;
         self.dirs[level as usize].store(dir, Ordering::Release);
         self.counters.levels_created.incr();
         Ok(dir)
+    }
+
+    /// Hands out every bucket of the new directory at `dir` (not yet published) from one
+    /// area and records the offsets in its entries, durable before the header points at the
+    /// directory: a crash before that leaves both unreachable (space past the published
+    /// allocations is handed out again after a restart).
+    fn preallocate_buckets(&self, level: u32, dir: u64) -> Result<()> {
+        let entries = self.geo.level_entries(level);
+        let bucket_bytes = FANOUT as u64 * BUCKET_BYTES;
+        let area = self
+            .space
+            .alloc(&self.region, entries * bucket_bytes, 4096)?;
+        let mut offsets = [0u8; 8 * FANOUT];
+        for i in 0..entries {
+            for (b, word) in offsets.chunks_exact_mut(8).enumerate() {
+                let bucket = area + i * bucket_bytes + b as u64 * BUCKET_BYTES;
+                word.copy_from_slice(&bucket.to_le_bytes());
+            }
+            self.region.write(dir + i * ENTRY_BYTES + 16, &offsets)?;
+        }
+        self.region
+            .persist(dir, self.geo.level_bytes(level) as usize)?;
+        self.counters.buckets.add(entries * FANOUT as u64);
+        Ok(())
     }
 
     /// The key's hash from a key word (variable layout: the word is the hash).

@@ -251,6 +251,7 @@ pub(super) fn open(
         dram,
         dirs,
         level_create: Mutex::new(()),
+        prealloc_levels: opts.prealloc_levels.min(geo.max_levels),
         dram_filters,
         logs,
         payload,
