@@ -425,12 +425,12 @@ impl Inner {
     ///
     /// `value`: where a found value's bytes go (`None`: the variable layout reads none).
     fn find(&self, probe: &Probe<'_>, mut value: Option<&mut Vec<u8>>) -> Result<Option<Found>> {
-        self.dram.prefetch(self.dram_index(probe.hash));
+        let idx = self.dram_index(probe.hash);
+        self.dram.prefetch(idx);
         self.prefetch_levels(probe.hash);
         let mut restarts = 0;
         'search: loop {
             let skip_dangling = restarts >= 4;
-            let idx = self.dram_index(probe.hash);
             let e = &self.dram.entries[idx];
             let (a, b) = halves(e);
             let mut values = Candidates::new();

@@ -67,14 +67,12 @@ impl Inner {
     /// allocations is handed out again after a restart).
     fn preallocate_buckets(&self, level: u32, dir: u64) -> Result<()> {
         let entries = self.geo.level_entries(level);
-        let bucket_bytes = FANOUT as u64 * BUCKET_BYTES;
-        let area = self
-            .space
-            .alloc(&self.region, entries * bucket_bytes, 4096)?;
+        let per_entry = FANOUT as u64 * BUCKET_BYTES;
+        let area = self.space.alloc(&self.region, entries * per_entry, 4096)?;
         let mut offsets = [0u8; 8 * FANOUT];
         for i in 0..entries {
             for (b, word) in offsets.chunks_exact_mut(8).enumerate() {
-                let bucket = area + i * bucket_bytes + b as u64 * BUCKET_BYTES;
+                let bucket = area + i * per_entry + b as u64 * BUCKET_BYTES;
                 word.copy_from_slice(&bucket.to_le_bytes());
             }
             self.region.write(dir + i * ENTRY_BYTES + 16, &offsets)?;
