@@ -2,14 +2,22 @@
 //! (unsynced writes lost or torn per 512-byte sector), with evictions and checkpoints in the
 //! script: after reopening, the store holds exactly the acknowledged state, or that state
 //! plus the one batch in flight (all of its keys or none).
+//!
+//! The three-tier design runs the same script with a crash-simulated NVM tier on the same
+//! power source: power lost at every sync point of the block devices, and at every persist
+//! point (fence) of the NVM region with its unfenced words surviving at random (in-place page
+//! writes torn, installs cut between the page and its directory entry).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::Arc;
 
 use tierbase::btree::{BTreeDevices, BTreeOptions, BTreeStore};
-use tierbase::device::{BlockCrashConfig, Durability, SimPower};
-use tierbase::testing::crash::{BlockPowerLoss, Schedule};
+use tierbase::buffer::nvm::Admission;
+use tierbase::device::{
+    BlockCrashConfig, CrashSimConfig, Durability, PmemRegion, RegionOptions, SimPower,
+};
+use tierbase::testing::crash::{BlockPowerLoss, Schedule, crash_points};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -61,72 +69,201 @@ fn apply(model: &mut Model, ops: &[(Vec<u8>, Option<Vec<u8>>)]) {
     }
 }
 
+/// What a run of the script leaves: whether the store was created before power failed, the
+/// acknowledged contents, the batch in flight, and the media images (pages, logs, NVM).
+type Outcome = (
+    bool,
+    Model,
+    Option<Vec<(Vec<u8>, Option<Vec<u8>>)>>,
+    [Vec<u8>; 3],
+    Option<Vec<u8>>,
+);
+
+const STEPS: u64 = 220;
+/// Preloading batches of the three-tier runs.
+const PRELOAD: u64 = 160;
+
+/// NVM slots of the three-tier runs: fewer than the script's pages, so NVM Clock evicts and
+/// spills to the page file (with syncs) as well.
+const NVM_SLOTS: u64 = 24;
+
+fn nvm_len() -> u64 {
+    8192 + NVM_SLOTS * (4096 + 8)
+}
+
+/// A smaller pool than [`opts`] (the script's pages do not fit), all pages admitted to NVM.
+fn nvm_opts() -> BTreeOptions {
+    opts().dram_bytes(40 * 4096).nvm_admission(Admission::All)
+}
+
+/// Runs the script on `devs` until its end, then cuts the power (if the point did not).
+fn script(devs: BTreeDevices, power: &Arc<SimPower>, opts: &BTreeOptions) -> Outcome {
+    script_with_stats(devs, power, opts).0
+}
+
+/// [`script`], also returning the store's stats at the end (with `nvm_persist_points`, the
+/// NVM tier's fences so far).
+fn script_with_stats(
+    devs: BTreeDevices,
+    power: &Arc<SimPower>,
+    opts: &BTreeOptions,
+) -> (Outcome, HashMap<String, String>) {
+    let s = BTreeStore::create_on(devs, opts).unwrap();
+    let created = !power.crashed();
+    let mut acked = Model::new();
+    let mut in_flight = None;
+    // With an NVM tier, a first part of 900-byte values makes the data
+    // outgrow DRAM and NVM (the script alone fits in a pool that takes its largest batch).
+    let preload = if opts.nvm_bytes > 0 || s.nvm_region().is_some() {
+        PRELOAD
+    } else {
+        0
+    };
+    for i in 0..preload + STEPS {
+        if i >= preload && (i - preload) % 60 == 59 {
+            s.checkpoint().unwrap();
+        }
+        let ops = if i < preload {
+            vec![(format!("p{i:05}").into_bytes(), Some(vec![i as u8; 900]))]
+        } else {
+            step(i - preload)
+        };
+        let refs: Vec<(&[u8], Option<&[u8]>)> = ops
+            .iter()
+            .map(|(k, v)| (k.as_slice(), v.as_deref()))
+            .collect();
+        let crashed_before = power.crashed();
+        s.write_batch(&refs).unwrap();
+        if !power.crashed() {
+            apply(&mut acked, &ops);
+        } else if !crashed_before && in_flight.is_none() {
+            in_flight = Some(ops);
+        } else if in_flight.is_none() {
+            in_flight = Some(Vec::new());
+        }
+    }
+    let mut stats: HashMap<String, String> = s.stats().into_iter().collect();
+    if let Some(r) = s.nvm_region() {
+        stats.insert("nvm_persist_points".into(), r.persist_points().to_string());
+    }
+    power.cut();
+    let images = s.durable_images().unwrap();
+    let nvm = s.nvm_region().and_then(PmemRegion::power_loss);
+    s.abandon();
+    ((created, acked, in_flight, images, nvm), stats)
+}
+
+/// Reopens what media hold and checks it against the script's acknowledgements.
+fn check(outcome: Outcome, point: &str, opts: &BTreeOptions) {
+    let (created, acked, in_flight, images, nvm) = outcome;
+    let power = SimPower::new(BlockCrashConfig::default());
+    let mut devs = BTreeDevices::simulated_from(images, &power).unwrap();
+    if let Some(img) = nvm {
+        let region =
+            PmemRegion::from_image(&img, CrashSimConfig::default(), &RegionOptions::default())
+                .unwrap();
+        devs = devs.with_nvm(region);
+    }
+    let s = match BTreeStore::open_on(devs, None, opts) {
+        Ok(s) => s,
+        // Power lost while the store was being created: nothing was acknowledged,
+        // and the half-made store is refused with a clear error.
+        Err(e) if !created => {
+            assert!(e.to_string().contains("superblock"), "{e}");
+            return;
+        }
+        Err(e) => panic!("reopen at point {point}: {e}"),
+    };
+    s.verify()
+        .unwrap_or_else(|e| panic!("verify at point {point}: {e}"));
+    let got = contents(&s);
+    let mut with = acked.clone();
+    if let Some(ops) = &in_flight {
+        apply(&mut with, ops);
+    }
+    assert!(
+        got == acked || got == with,
+        "point {point}: store holds {} keys, acknowledged {} (with the batch in flight {})",
+        got.len(),
+        acked.len(),
+        with.len()
+    );
+    assert_eq!(s.len(), got.len() as u64, "point {point}: key count");
+    // The reopened store takes writes and survives another restart.
+    s.put(b"after", b"crash").unwrap();
+    s.close().unwrap();
+}
+
 #[test]
 fn power_loss_at_every_sync_keeps_acknowledged_batches_whole() {
-    let steps = 220u64;
     let report = BlockPowerLoss::new().survival(&[0.0, 0.5, 1.0]).run(
         |power: &Arc<SimPower>, _point| {
-            let devs = BTreeDevices::simulated(power).unwrap();
-            let s = BTreeStore::create_on(devs, &opts()).unwrap();
-            let created = !power.crashed();
-            let mut acked = Model::new();
-            let mut in_flight = None;
-            for i in 0..steps {
-                if i % 60 == 59 {
-                    s.checkpoint().unwrap();
-                }
-                let ops = step(i);
-                let refs: Vec<(&[u8], Option<&[u8]>)> = ops
-                    .iter()
-                    .map(|(k, v)| (k.as_slice(), v.as_deref()))
-                    .collect();
-                let crashed_before = power.crashed();
-                s.write_batch(&refs).unwrap();
-                if !power.crashed() {
-                    apply(&mut acked, &ops);
-                } else if !crashed_before && in_flight.is_none() {
-                    in_flight = Some(ops);
-                } else if in_flight.is_none() {
-                    in_flight = Some(Vec::new());
-                }
-            }
-            power.cut();
-            let images = s.durable_images().unwrap();
-            s.abandon();
-            (created, acked, in_flight, images)
+            script(BTreeDevices::simulated(power).unwrap(), power, &opts())
         },
-        |(created, acked, in_flight, images), point| {
-            let power = SimPower::new(BlockCrashConfig::default());
-            let devs = BTreeDevices::simulated_from(images, &power).unwrap();
-            let s = match BTreeStore::open_on(devs, None, &opts()) {
-                Ok(s) => s,
-                // Power lost while the store was being created: nothing was acknowledged,
-                // and the half-made store is refused with a clear error.
-                Err(e) if !created => {
-                    assert!(e.to_string().contains("superblock"), "{e}");
-                    return;
-                }
-                Err(e) => panic!("reopen at point {point:?}: {e}"),
-            };
-            s.verify()
-                .unwrap_or_else(|e| panic!("verify at point {point:?}: {e}"));
-            let got = contents(&s);
-            let mut with = acked.clone();
-            if let Some(ops) = &in_flight {
-                apply(&mut with, ops);
-            }
-            assert!(
-                got == acked || got == with,
-                "point {point:?}: store holds {} keys, acknowledged {} (with the batch in flight {})",
-                got.len(),
-                acked.len(),
-                with.len()
-            );
-            assert_eq!(s.len(), got.len() as u64, "point {point:?}: key count");
-            // The reopened store takes writes and survives another restart.
-            s.put(b"after", b"crash").unwrap();
-            s.close().unwrap();
-        },
+        |outcome, point| check(outcome, &format!("{point:?}"), &opts()),
     );
-    assert!(report.total_points > steps / 2, "{report:?}");
+    assert!(report.total_points > STEPS / 2, "{report:?}");
+}
+
+/// Simulated block devices and an NVM tier on one power source; the tier's own power loss
+/// (if any) at `fences`.
+fn three_tier_devices(power: &Arc<SimPower>, nvm: CrashSimConfig) -> BTreeDevices {
+    let region = PmemRegion::simulated(nvm_len(), nvm, &RegionOptions::default()).unwrap();
+    region.share_power(power).unwrap();
+    BTreeDevices::simulated(power).unwrap().with_nvm(region)
+}
+
+#[test]
+fn three_tier_power_loss_at_every_sync_keeps_acknowledged_batches_whole() {
+    let report = BlockPowerLoss::new().survival(&[0.0, 0.5]).run(
+        |power: &Arc<SimPower>, _point| {
+            let devs = three_tier_devices(power, CrashSimConfig::default());
+            script(devs, power, &nvm_opts())
+        },
+        |outcome, point| check(outcome, &format!("sync {point:?}"), &nvm_opts()),
+    );
+    // NVM victims are spilled to the page file with a sync each batch.
+    assert!(report.total_points > STEPS / 2, "{report:?}");
+}
+
+#[test]
+fn three_tier_power_loss_at_nvm_persist_points_keeps_acknowledged_batches_whole() {
+    // The reference run counts the tier's persist points and checks that the script really
+    // installs pages, writes them in place, serves misses from NVM and spills victims.
+    let power = SimPower::new(BlockCrashConfig::default());
+    let devs = three_tier_devices(&power, CrashSimConfig::default());
+    let (outcome, stats) = script_with_stats(devs, &power, &nvm_opts());
+    let n = |k: &str| stats[k].parse::<u64>().unwrap();
+    assert!(n("nvm_admissions") > NVM_SLOTS, "{stats:?}");
+    assert!(
+        n("nvm_page_writes") > n("nvm_admissions"),
+        "no in-place write: {stats:?}"
+    );
+    assert!(n("nvm_spills") > 0 && n("nvm_hits") > 0, "{stats:?}");
+    let total = n("nvm_persist_points");
+    check(outcome, "the reference run", &nvm_opts());
+    // Every point takes ~10 ms here; TIERBASE_NVM_CRASH_RUNS=0 visits all of them.
+    let runs = match std::env::var("TIERBASE_NVM_CRASH_RUNS") {
+        Ok(v) if v.trim() == "0" => None,
+        Ok(v) => Some(v.trim().parse().expect("a number of runs")),
+        Err(_) => Some(160),
+    };
+    for n in crash_points(1, total, runs, 0x3713) {
+        let power = SimPower::new(BlockCrashConfig {
+            torn_survival: 0.5,
+            seed: n,
+            ..BlockCrashConfig::default()
+        });
+        let devs = three_tier_devices(
+            &power,
+            CrashSimConfig {
+                crash_after_fences: Some(n),
+                unflushed_survival: 0.5,
+                seed: n,
+                ..CrashSimConfig::default()
+            },
+        );
+        let outcome = script(devs, &power, &nvm_opts());
+        check(outcome, &format!("NVM fence {n} of {total}"), &nvm_opts());
+    }
 }

@@ -33,6 +33,7 @@ use common::scratch_dir;
 use proptest::prelude::*;
 use tierbase::Error;
 use tierbase::btree::{BTreeOptions, BTreeStore, Limits};
+use tierbase::buffer::nvm::Admission;
 use tierbase::device::Durability;
 use tierbase::store::{Change, Store};
 use tierbase::testing::TestRng as Rng;
@@ -284,6 +285,9 @@ struct Run {
     /// durable point (with `Immediate`, every acknowledged write is one).
     since_durable: Vec<Model>,
     evictions: u64,
+    /// Pages written into the NVM tier and DRAM misses it served (three-tier variants).
+    nvm_writes: u64,
+    nvm_hits: u64,
     largest: usize,
 }
 
@@ -327,6 +331,10 @@ impl Run {
     fn reopen(&mut self, clean: bool) -> Result<(), TestCaseError> {
         let s = self.store.take().expect("store open");
         self.evictions += stat(&s, "evictions");
+        if self.opts.nvm_bytes > 0 {
+            self.nvm_writes += stat(&s, "nvm_page_writes");
+            self.nvm_hits += stat(&s, "nvm_hits");
+        }
         if clean {
             s.close()
                 .map_err(|e| TestCaseError::fail(format!("close: {e}")))?;
@@ -622,14 +630,19 @@ impl Run {
 }
 
 fn run(page_size: usize, durability: Durability, ops: &[Op]) -> Result<(), TestCaseError> {
-    run_in(scratch_dir(), page_size, FRAMES, durability, ops)
+    run_in(scratch_dir(), page_size, FRAMES, durability, None, ops)
 }
+
+/// NVM slots of the three-tier variants: fewer than the data's pages, so NVM Clock evicts and
+/// spills too.
+const NVM_SLOTS: u64 = 24;
 
 fn run_in(
     dir: tempfile::TempDir,
     page_size: usize,
     frames: u64,
     durability: Durability,
+    nvm: Option<Admission>,
     ops: &[Op],
 ) -> Result<(), TestCaseError> {
     if std::env::var_os("TIERBASE_MODEL_TRACE").is_some() {
@@ -637,7 +650,12 @@ fn run_in(
         // makes the sequence of cases repeatable.
         eprintln!("case ({page_size}, {durability:?}): {ops:?}");
     }
-    let opts = opts(page_size, durability).dram_bytes(frames * page_size as u64);
+    let mut opts = opts(page_size, durability).dram_bytes(frames * page_size as u64);
+    if let Some(a) = nvm {
+        opts = opts
+            .nvm_bytes(8192 + NVM_SLOTS * (page_size as u64 + 8))
+            .nvm_admission(a);
+    }
     let store = BTreeStore::create(dir.path().join("store"), &opts)
         .map_err(|e| TestCaseError::fail(format!("create: {e}")))?;
     let lim = store.limits();
@@ -650,6 +668,8 @@ fn run_in(
         model: Model::new(),
         since_durable: vec![Model::new()],
         evictions: 0,
+        nvm_writes: 0,
+        nvm_hits: 0,
         largest: 0,
     };
     for (i, op) in ops.iter().enumerate() {
@@ -661,11 +681,24 @@ fn run_in(
     r.reopen(true)?;
     let s = r.store.take().expect("open");
     r.evictions += stat(&s, "evictions");
+    if nvm.is_some() {
+        r.nvm_writes += stat(&s, "nvm_page_writes");
+        r.nvm_hits += stat(&s, "nvm_hits");
+    }
     s.close()
         .map_err(|e| TestCaseError::fail(format!("close: {e}")))?;
     // The pool really was too small for the data: pages were evicted and read back.
     if r.largest > 2 * frames as usize * page_size {
         prop_assert!(r.evictions > 0, "{} bytes of data, no eviction", r.largest);
+        // Pages left DRAM for NVM and came back from it.
+        if nvm == Some(Admission::All) {
+            prop_assert!(
+                r.nvm_writes > 0 && r.nvm_hits > 0,
+                "NVM tier unused: {} writes, {} hits",
+                r.nvm_writes,
+                r.nvm_hits
+            );
+        }
     }
     Ok(())
 }
@@ -698,12 +731,30 @@ proptest! {
     #[test]
     fn page_4k_on_disk_matches_a_btreemap(ops in proptest::collection::vec(op_strategy(), 1..100)) {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temporary directory");
-        run_in(dir, 4096, FRAMES, Durability::Immediate, &ops)?;
+        run_in(dir, 4096, FRAMES, Durability::Immediate, None, &ops)?;
     }
 
     #[test]
     fn page_4k_deferred_loses_at_most_a_suffix(ops in proptest::collection::vec(op_strategy(), 1..120)) {
-        run_in(scratch_dir(), 4096, 64, Durability::None, &ops)?;
+        run_in(scratch_dir(), 4096, 64, Durability::None, None, &ops)?;
+    }
+
+    /// The three-tier design: an NVM tier of 24 slots between the 16 frames and the page
+    /// file, with the admission set (pages enter NVM on their second eviction) and with every
+    /// page admitted (the basic NVM design once the data fits in NVM).
+    #[test]
+    fn page_4k_three_tier_matches_a_btreemap(ops in proptest::collection::vec(op_strategy(), 1..160)) {
+        run_in(scratch_dir(), 4096, FRAMES, Durability::Immediate, Some(Admission::RecentlyRefused(8)), &ops)?;
+    }
+
+    #[test]
+    fn page_16k_nvm_admits_all_matches_a_btreemap(ops in proptest::collection::vec(op_strategy(), 1..160)) {
+        run_in(scratch_dir(), 16384, FRAMES, Durability::Immediate, Some(Admission::All), &ops)?;
+    }
+
+    #[test]
+    fn page_4k_three_tier_deferred_loses_at_most_a_suffix(ops in proptest::collection::vec(op_strategy(), 1..120)) {
+        run_in(scratch_dir(), 4096, 64, Durability::None, Some(Admission::All), &ops)?;
     }
 }
 

@@ -28,9 +28,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::buffer::nvm::{Admission, NvmTier};
 use crate::buffer::{BufferPool, PoolOptions, WalRule};
 use crate::device::{
-    AlignedBuf, BlockDevice, BlockOptions, Counter, Durability, FsKind, SimPower, fs_kind,
+    AlignedBuf, BlockDevice, BlockOptions, Counter, Durability, DurabilityMode, FsKind, PmemRegion,
+    RegionOptions, SimPower, fs_kind,
 };
 use crate::error::{Error, Result};
 use crate::store::{Change, Store, StoreDescription};
@@ -69,6 +71,19 @@ pub struct BTreeOptions {
     /// see [`BufferPool::with_write_back_batch`]). 0 (the default) takes `k_w` of the
     /// emulated device profile when one is set, else 1 (plain Clock).
     pub write_back_batch: usize,
+    /// Bytes of persistent memory for the NVM tier of a new store, or of a store opened
+    /// without one (0, the default: no NVM tier, the DRAM-over-SSD design). A store that has
+    /// an NVM tier (`nvm.tb` in its directory) always opens it: it may hold the newest pages.
+    pub nvm_bytes: u64,
+    /// Where the NVM tier's region file goes when one is made (default `nvm.tb` in the
+    /// store's directory; elsewhere, e.g. on a DAX file system, `nvm.tb` becomes a symbolic
+    /// link to it).
+    pub nvm_path: Option<PathBuf>,
+    /// Which pages leaving DRAM enter NVM (default: the admission set, as many entries as
+    /// the tier has slots).
+    pub nvm_admission: Option<Admission>,
+    /// How the NVM region is mapped and flushed (flush instruction, emulated profile).
+    pub nvm_region: RegionOptions,
 }
 
 impl Default for BTreeOptions {
@@ -80,6 +95,10 @@ impl Default for BTreeOptions {
             checkpoint_bytes: 512 << 20,
             block: BlockOptions::default(),
             write_back_batch: 0,
+            nvm_bytes: 0,
+            nvm_path: None,
+            nvm_admission: None,
+            nvm_region: RegionOptions::default(),
         }
     }
 }
@@ -110,6 +129,16 @@ impl BTreeOptions {
         self.checkpoint_bytes = bytes;
         self
     }
+    /// Gives the store an NVM tier of `bytes` (see [`BTreeOptions::nvm_bytes`]).
+    pub fn nvm_bytes(mut self, bytes: u64) -> Self {
+        self.nvm_bytes = bytes;
+        self
+    }
+    /// Sets the NVM tier's admission rule.
+    pub fn nvm_admission(mut self, admission: Admission) -> Self {
+        self.nvm_admission = Some(admission);
+        self
+    }
 }
 
 /// The three block devices of a store.
@@ -119,6 +148,8 @@ pub struct BTreeDevices {
     pub pages: BlockDevice,
     /// The two log files.
     pub logs: [BlockDevice; 2],
+    /// The NVM tier's region, if the store has one.
+    pub nvm: Option<PmemRegion>,
 }
 
 impl BTreeDevices {
@@ -131,7 +162,16 @@ impl BTreeDevices {
                 BlockDevice::simulated("wal-0", 4096, 4096, power)?,
                 BlockDevice::simulated("wal-1", 4096, 4096, power)?,
             ],
+            nvm: None,
         })
+    }
+
+    /// Adds an NVM tier's region (a crash-simulated one in tests: give it
+    /// [`PmemRegion::share_power`] with the block devices' power source so one power loss
+    /// hits all of them at once).
+    pub fn with_nvm(mut self, region: PmemRegion) -> Self {
+        self.nvm = Some(region);
+        self
     }
 
     /// In-memory devices holding `images` (pages, log 0, log 1), e.g. what media held when a
@@ -144,6 +184,7 @@ impl BTreeDevices {
                 BlockDevice::simulated_from("wal-0", l0, 4096, power)?,
                 BlockDevice::simulated_from("wal-1", l1, 4096, power)?,
             ],
+            nvm: None,
         })
     }
 }
@@ -161,6 +202,10 @@ pub struct RestartReport {
     pub pages_written: u64,
     /// Wall time of the whole open, in microseconds.
     pub micros: u64,
+    /// Pages found in the NVM tier's directory (the NVM scan).
+    pub nvm_pages: u64,
+    /// Wall time of the NVM scan, in microseconds.
+    pub nvm_scan_micros: u64,
 }
 
 /// Store counters beyond the pool's and the log's.
@@ -385,6 +430,7 @@ impl BTreeStore {
         }
         // A create that fails part-way removes the files it made, so that it can be retried.
         let mut made: Vec<&Path> = Vec::new();
+        let mut made_nvm: Vec<PathBuf> = Vec::new();
         let result = (|| {
             let pages =
                 BlockDevice::create(&names[0], 4 * opts.page_size.max(4096) as u64, &opts.block)?;
@@ -394,15 +440,20 @@ impl BTreeStore {
             made.push(&names[1]);
             let log1 = BlockDevice::create(&names[2], 4096, &opts.block)?;
             made.push(&names[2]);
+            let nvm = open_nvm(dir, opts, &mut made_nvm)?;
             let devs = BTreeDevices {
                 pages,
                 logs: [log0, log1],
+                nvm,
             };
             format(&devs, opts.page_size)?;
             Self::open_on(devs, Some(dir), opts)
         })();
         if result.is_err() {
             for f in made {
+                let _ = std::fs::remove_file(f);
+            }
+            for f in made_nvm {
                 let _ = std::fs::remove_file(f);
             }
         }
@@ -422,14 +473,16 @@ impl BTreeStore {
                 ));
             }
         }
+        let pages = BlockDevice::open(&names[0], &opts.block)?;
+        pages.lock_exclusive()?;
         let devs = BTreeDevices {
-            pages: BlockDevice::open(&names[0], &opts.block)?,
+            pages,
             logs: [
                 BlockDevice::open(&names[1], &opts.block)?,
                 BlockDevice::open(&names[2], &opts.block)?,
             ],
+            nvm: open_nvm(dir, opts, &mut Vec::new())?,
         };
-        devs.pages.lock_exclusive()?;
         Self::open_on(devs, Some(dir), opts)
     }
 
@@ -474,7 +527,19 @@ impl BTreeStore {
                 .map_or(1, |e| e.profile().k_w as usize),
             n => n,
         };
-        let pool = pool.with_write_back_batch(n_w);
+        let mut pool = pool.with_write_back_batch(n_w);
+        let mut nvm_report = (0, 0);
+        if let Some(region) = devs.nvm {
+            let scan = Instant::now();
+            let slots_hint = region.len() / page_size as u64;
+            let admission = opts
+                .nvm_admission
+                .unwrap_or(Admission::RecentlyRefused(slots_hint as usize));
+            let tier = NvmTier::open(region, page_size, admission)
+                .map_err(|e| with_path(e, path.as_deref()))?;
+            nvm_report = (tier.found_at_open, scan.elapsed().as_micros() as u64);
+            pool = pool.with_nvm(tier);
+        }
         let placeholder = Meta {
             root: FIRST_ROOT,
             next_pid: FIRST_ROOT + 1,
@@ -483,7 +548,11 @@ impl BTreeStore {
         };
         let tree = Tree::new(pool, placeholder, redo_gen, log.clone());
         let logs = devs.logs;
-        let mut restart = RestartReport::default();
+        let mut restart = RestartReport {
+            nvm_pages: nvm_report.0,
+            nvm_scan_micros: nvm_report.1,
+            ..RestartReport::default()
+        };
         let end = Wal::replay(&logs, redo_gen, redo_lsn, |lsn, payload| {
             restart.frames += 1;
             restart.records += tree.redo(lsn, payload)?;
@@ -681,6 +750,13 @@ impl BTreeStore {
         ])
     }
 
+    /// The NVM tier's region, if the store has one (a crash-simulated region's
+    /// [`PmemRegion::power_loss`] gives what it holds, for a reopen with
+    /// [`BTreeDevices::with_nvm`]).
+    pub fn nvm_region(&self) -> Option<&PmemRegion> {
+        self.inner.tree.pool.nvm().map(NvmTier::region)
+    }
+
     /// Closes the store cleanly: stops the background thread and checkpoints, so the next
     /// open replays nothing. Dropping the last handle does the same, logging any error.
     pub fn close(self) -> Result<()> {
@@ -715,8 +791,8 @@ fn with_path(e: Error, path: Option<&Path>) -> Error {
 }
 
 fn describe_medium(devs: &BTreeDevices, dir: Option<&Path>) -> (String, &'static str) {
-    match dir {
-        None => ("simulated block devices".into(), "power loss"),
+    let (mut medium, mut guarantee) = match dir {
+        None => ("simulated block devices".to_string(), "power loss"),
         Some(d) => {
             let direct = if devs.pages.is_direct() {
                 "O_DIRECT"
@@ -734,7 +810,62 @@ fn describe_medium(devs: &BTreeDevices, dir: Option<&Path>) -> (String, &'static
                 ),
             }
         }
+    };
+    if let Some(r) = &devs.nvm {
+        let info = r.info();
+        let place = info.path.as_ref().map_or_else(
+            || "a simulated region".to_string(),
+            |p| p.display().to_string(),
+        );
+        medium.push_str(&format!(
+            "; NVM tier {} MiB in {place} ({}, flush {}, emulation {})",
+            info.len >> 20,
+            info.durability,
+            info.flush,
+            info.emulation
+        ));
+        // The store survives only what both of its media survive.
+        if matches!(
+            info.durability,
+            DurabilityMode::ProcessCrash | DurabilityMode::None
+        ) {
+            guarantee = "process crash";
+        }
     }
+    (medium, guarantee)
+}
+
+/// The NVM tier's region of the store in `dir`: the one it has (`nvm.tb`, possibly a
+/// link), else a new one if the options ask for it (its paths are pushed to `made`).
+fn open_nvm(
+    dir: &Path,
+    opts: &BTreeOptions,
+    made: &mut Vec<PathBuf>,
+) -> Result<Option<PmemRegion>> {
+    let link = dir.join("nvm.tb");
+    if std::fs::symlink_metadata(&link).is_ok() {
+        if !link.exists() {
+            let target = std::fs::read_link(&link).unwrap_or_else(|_| link.clone());
+            return Err(Error::io(
+                "open the NVM tier (it may hold the newest pages; restore it before opening)",
+                Some(&target),
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
+        }
+        return PmemRegion::open(&link, &opts.nvm_region).map(Some);
+    }
+    if opts.nvm_bytes == 0 {
+        return Ok(None);
+    }
+    let target = opts.nvm_path.clone().unwrap_or_else(|| link.clone());
+    let region = PmemRegion::create(&target, opts.nvm_bytes, &opts.nvm_region)?;
+    made.push(target.clone());
+    if target != link {
+        std::os::unix::fs::symlink(&target, &link)
+            .map_err(|e| Error::io("link the NVM tier", Some(&link), e))?;
+        made.push(link);
+    }
+    Ok(Some(region))
 }
 
 impl Inner {
@@ -857,6 +988,35 @@ impl Inner {
             ("restart_frames".into(), self.restart.frames.to_string()),
             ("restart_micros".into(), self.restart.micros.to_string()),
         ];
+        if let Some(t) = p.nvm() {
+            let c = &t.counters;
+            out.extend([
+                ("nvm_slots".to_string(), t.slots().to_string()),
+                ("nvm_pages_resident".into(), t.resident().to_string()),
+                (
+                    "nvm_admission".into(),
+                    match t.admission() {
+                        Admission::All => "all".to_string(),
+                        Admission::RecentlyRefused(n) => format!("admission set of {n}"),
+                    },
+                ),
+                ("nvm_hits".into(), c.hits.get().to_string()),
+                ("nvm_admissions".into(), c.admissions.get().to_string()),
+                ("nvm_refusals".into(), c.refusals.get().to_string()),
+                ("nvm_page_writes".into(), c.page_writes.get().to_string()),
+                ("nvm_evictions".into(), c.evictions.get().to_string()),
+                ("nvm_spills".into(), c.spills.get().to_string()),
+                ("nvm_spill_syncs".into(), c.spill_syncs.get().to_string()),
+                (
+                    "restart_nvm_pages".into(),
+                    self.restart.nvm_pages.to_string(),
+                ),
+                (
+                    "restart_nvm_scan_micros".into(),
+                    self.restart.nvm_scan_micros.to_string(),
+                ),
+            ]);
+        }
         if let Some(w) = self.log.get() {
             out.extend([
                 ("wal_generation".to_string(), w.generation().to_string()),

@@ -18,14 +18,19 @@
 //!   page.
 //!
 //! This is the SSD buffer manager design of the three-tier paper (DRAM over a block device,
-//! page-grained); with a budget larger than the data it is the main-memory design. The
-//! cache-line-grained NVM tier, mini pages and pointer swizzling are not built yet (page ids
-//! go through the page table on every fix).
+//! page-grained); with a budget larger than the data it is the main-memory design. With an
+//! [`nvm::NvmTier`] ([`BufferPool::with_nvm`]) it is the three-tier design with page-grained
+//! NVM: a DRAM miss is served from NVM when the page has a slot there, a page leaving DRAM
+//! goes to its slot or asks for one (admission), and only NVM victims and refused pages
+//! reach the page file. Cache-line-grained NVM pages, mini pages and pointer swizzling are
+//! not built yet (page ids go through the page table on every fix).
 
 pub mod ace;
+pub mod nvm;
 pub mod policy;
 mod table;
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -146,6 +151,8 @@ pub struct BufferPool {
     write_failed: AtomicBool,
     /// Dirty pages written per eviction of a dirty victim (ACE's `n_w`; 1 = plain Clock).
     write_back_batch: usize,
+    /// The persistent-memory tier between the frames and the page file, if any.
+    nvm: Option<nvm::NvmTier>,
     /// Counters.
     pub counters: PoolCounters,
 }
@@ -268,8 +275,21 @@ impl BufferPool {
             grow: Mutex::new(()),
             write_failed: AtomicBool::new(false),
             write_back_batch: 1,
+            nvm: None,
             counters: PoolCounters::default(),
         })
+    }
+
+    /// Puts `tier` between the frames and the page file (the three-tier design). Give it
+    /// before the first fix: pages in its slots are newer than the page file's copies.
+    pub fn with_nvm(mut self, tier: nvm::NvmTier) -> Self {
+        self.nvm = Some(tier);
+        self
+    }
+
+    /// The NVM tier, if any.
+    pub fn nvm(&self) -> Option<&nvm::NvmTier> {
+        self.nvm.as_ref()
     }
 
     /// ACE write-back (Papon & Athanassoulis, ICDE'23): when Clock's victim is dirty, write
@@ -397,19 +417,38 @@ impl BufferPool {
         guard.torn = false;
         let v = frame.dirty_version.load(Ordering::Acquire);
         frame.clean_version.store(v, Ordering::Release);
-        let read = if fresh || offset + self.page_size as u64 > self.device.len() {
+        let mut from_nvm = false;
+        let read = if fresh {
             guard.buf.fill(0);
             Ok(())
         } else {
-            self.counters.misses.incr();
-            self.device.read_at(offset, &mut guard.buf)
+            // A page with an NVM slot is read there: the slot is never older than the file.
+            match self.nvm.as_ref().map(|t| t.read(pid, &mut guard.buf)) {
+                Some(Ok(true)) => {
+                    from_nvm = true;
+                    Ok(())
+                }
+                Some(Err(e)) => Err(e),
+                _ if offset + self.page_size as u64 > self.device.len() => {
+                    guard.buf.fill(0);
+                    Ok(())
+                }
+                _ => {
+                    self.counters.misses.incr();
+                    self.device.read_at(offset, &mut guard.buf)
+                }
+            }
+        };
+        let source = match (&self.nvm, from_nvm) {
+            (Some(t), true) => t.region().path().map(Path::to_path_buf),
+            _ => Some(self.device.info().path.clone()),
         };
         let bad = match read {
             Err(e) => Some(e),
             Ok(()) if !intact(&guard.buf) => {
                 if verify == Verify::Yes {
                     Some(Error::corrupt(
-                        Some(self.device.info().path.as_path()),
+                        source.as_deref(),
                         format!("page {pid} fails its checksum (torn or damaged on media)"),
                     ))
                 } else {
@@ -420,10 +459,9 @@ impl BufferPool {
             Ok(()) if !fresh && guard.buf.iter().any(|&b| b != 0) => {
                 match (self.check)(&guard.buf, pid) {
                     Ok(()) => None,
-                    Err(detail) if verify == Verify::Yes => Some(Error::corrupt(
-                        Some(self.device.info().path.as_path()),
-                        detail,
-                    )),
+                    Err(detail) if verify == Verify::Yes => {
+                        Some(Error::corrupt(source.as_deref(), detail))
+                    }
                     Err(_) => {
                         guard.torn = true;
                         None
@@ -517,7 +555,7 @@ impl BufferPool {
                         guard.buf[..4].copy_from_slice(&sum);
                         self.wal
                             .flush_to(lsn)
-                            .and_then(|()| self.write_page(pid, &guard.buf))
+                            .and_then(|()| self.write_victim(pid, &guard.buf))
                     };
                     if let Err(e) = written {
                         self.write_failed.store(true, Ordering::Release);
@@ -528,6 +566,21 @@ impl BufferPool {
                     frame.clean_version.store(v, Ordering::Release);
                     self.counters.dirty_evictions.incr();
                     self.counters.write_back_batches.incr();
+                } else if let Some(t) = &self.nvm
+                    && !guard.torn
+                    && write_error.is_none()
+                    && !self.write_failed.load(Ordering::Acquire)
+                    && let Err(e) = {
+                        // A clean frame's checksum is stale if a checkpoint wrote a copy of it
+                        // (a torn frame, whose checksum must keep telling, is never admitted).
+                        let sum = checksum(&guard.buf);
+                        guard.buf[..4].copy_from_slice(&sum);
+                        t.admit(guard.pid, &guard.buf, false, &|p| self.spill(p))
+                    }
+                {
+                    // A clean page needs no write; but a failing NVM tier stops all writes.
+                    self.write_failed.store(true, Ordering::Release);
+                    *write_error = Some(e);
                 }
                 self.table.remove(guard.pid, i as u32);
                 guard.pid = NO_PAGE;
@@ -621,6 +674,36 @@ impl BufferPool {
         )
     }
 
+    /// Writes a dirty victim (sealed, the log flushed to its LSN): to its NVM slot, or to a
+    /// new slot if the tier admits it, else to the page file.
+    fn write_victim(&self, pid: u64, buf: &AlignedBuf) -> Result<()> {
+        if let Some(t) = &self.nvm
+            && (t.write_resident(pid, buf)? || t.admit(pid, buf, true, &|p| self.spill(p))?)
+        {
+            return Ok(());
+        }
+        self.write_page(pid, buf)
+    }
+
+    /// Writes NVM victims to the page file and syncs it (they leave NVM after this).
+    fn spill(&self, pages: &mut [(u64, AlignedBuf)]) -> Result<()> {
+        let mut end = 0;
+        for (pid, _) in pages.iter() {
+            end = end.max((*pid + 1) * self.page_size as u64);
+        }
+        self.ensure_len(end)?;
+        let mut ios: Vec<Io<'_>> = pages
+            .iter()
+            .map(|(pid, buf)| Io::Write {
+                offset: pid * self.page_size as u64,
+                buf,
+            })
+            .collect();
+        self.device.submit(&mut ios)?;
+        self.counters.page_writes.add(pages.len() as u64);
+        self.device.sync()
+    }
+
     fn write_page(&self, pid: u64, buf: &AlignedBuf) -> Result<()> {
         let offset = pid.checked_mul(self.page_size as u64).ok_or_else(|| {
             Error::corrupt(None, format!("page id {pid} is beyond any page file"))
@@ -709,21 +792,33 @@ impl BufferPool {
         }
         self.wal.flush_to(lsn)?;
         let mut end = 0;
-        for (_, pid, _, buf) in copies.iter_mut() {
+        let mut to_file = Vec::with_capacity(copies.len());
+        for (k, (_, pid, _, buf)) in copies.iter_mut().enumerate() {
             let sum = checksum(buf);
             buf[..4].copy_from_slice(&sum);
+            // A page with an NVM slot is written there (the slot must stay the newest copy).
+            if let Some(t) = &self.nvm
+                && t.write_resident(*pid, buf)?
+            {
+                continue;
+            }
+            to_file.push(k);
             end = end.max((*pid + 1) * self.page_size as u64);
         }
+        if to_file.is_empty() {
+            return Ok(());
+        }
         self.ensure_len(end)?;
-        let mut ios: Vec<Io<'_>> = copies
+        let mut ios: Vec<Io<'_>> = to_file
             .iter()
+            .map(|&k| &copies[k])
             .map(|(_, pid, _, buf)| Io::Write {
                 offset: pid * self.page_size as u64,
                 buf,
             })
             .collect();
         self.device.submit(&mut ios)?;
-        self.counters.page_writes.add(copies.len() as u64);
+        self.counters.page_writes.add(to_file.len() as u64);
         Ok(())
     }
 

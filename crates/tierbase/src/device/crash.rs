@@ -12,9 +12,12 @@
 //! seeded per-word survival probability; 8 bytes is the hardware's failure-atomic unit, so words
 //! are never torn.
 
+use std::sync::{Arc, OnceLock};
+
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
+use super::block_sim::SimPower;
 use super::cpu::CACHE_LINE;
 
 /// How the simulated power loss behaves.
@@ -64,6 +67,10 @@ struct SimState {
 pub(crate) struct CrashSim {
     config: CrashSimConfig,
     state: Mutex<SimState>,
+    /// The block devices' power source, when the region shares one with them (a store with
+    /// a page file and a persistent-memory tier): its loss freezes this image at the next
+    /// fence, and this image's configured loss cuts it, so both lose power at one instant.
+    power: OnceLock<Arc<SimPower>>,
 }
 
 impl CrashSim {
@@ -78,7 +85,13 @@ impl CrashSim {
                 fences: 0,
                 frozen,
             }),
+            power: OnceLock::new(),
         }
+    }
+
+    /// Shares `power` with block devices (see [`CrashSim::power`]). Once only.
+    pub(crate) fn link_power(&self, power: Arc<SimPower>) -> bool {
+        self.power.set(power).is_ok()
     }
 
     /// The region grew: new bytes are zero both in the cache and on media.
@@ -117,6 +130,22 @@ impl CrashSim {
         if st.frozen.is_some() {
             return false;
         }
+        if self.power.get().is_some_and(|p| p.crashed()) {
+            // The shared power source failed before this fence: nothing since the last one
+            // reached media.
+            st.pending.clear();
+            st.frozen = Some(st.durable.clone());
+            return false;
+        }
+        let crashes = self.fence_locked(&mut st);
+        drop(st);
+        if crashes && let Some(p) = self.power.get() {
+            p.cut();
+        }
+        crashes
+    }
+
+    fn fence_locked(&self, st: &mut SimState) -> bool {
         let pending = std::mem::take(&mut st.pending);
         if self.config.unflushed_survival > 0.0
             && self.config.crash_after_fences == Some(st.fences + 1)

@@ -38,6 +38,22 @@ impl PmemRegion {
         sim.image()
     }
 
+    /// Crash-simulated regions: shares the power source of simulated block devices, so one
+    /// power loss hits both at the same instant (a loss on `power` freezes this region at its
+    /// next fence; this region's configured loss cuts `power`). Refused on real regions and
+    /// when a source is linked already.
+    pub fn share_power(&self, power: &std::sync::Arc<crate::device::SimPower>) -> Result<()> {
+        match &self.sim {
+            Some(sim) if sim.link_power(power.clone()) => Ok(()),
+            Some(_) => Err(Error::InvalidArgument(
+                "the region shares a power source already".into(),
+            )),
+            None => Err(Error::InvalidArgument(
+                "only a crash-simulated region can share a simulated power source".into(),
+            )),
+        }
+    }
+
     /// Crash-simulated regions: whether the configured power loss has happened.
     pub fn crashed(&self) -> bool {
         self.sim.as_ref().is_some_and(CrashSim::crashed)

@@ -1,0 +1,588 @@
+//! The persistent-memory tier of the buffer manager: whole pages in slots of a
+//! [`PmemRegion`], between the DRAM frames and the page file (the NVM buffer of the
+//! three-tier paper, page-grained; docs/FORMAT-btree.md, "The NVM tier file").
+//!
+//! Owns: the slots and their directory (which page each holds), Clock over the slots, the
+//! admission set, each slot's "newer than the page file" flag, and spilling NVM victims to
+//! the page file (through the writer the pool hands in, which also syncs). Must not touch:
+//! DRAM frames, the page file itself, the write-ahead rule (the pool applies it before any
+//! page reaches this tier) or what is inside a page.
+//!
+//! Rules it keeps:
+//! - **A slot holds the newest durable copy of its page.** Every write-back of a page that
+//!   has a slot goes to the slot ([`NvmTier::write_resident`]), never to the page file, so
+//!   restart may take a slot over the page file's copy unconditionally.
+//! - **Install**: a page's bytes are persisted in a free slot before the directory entry
+//!   naming it is (one 8-byte word, failure-atomic); until then the slot is free to restart.
+//! - **Spill**: an NVM victim newer than the page file is written there and synced before its
+//!   directory entry is cleared.
+//! - An in-place write may be torn by a power loss like a page file write: the page's
+//!   checksum tells, and restart repairs it from the log's page image as for the page file.
+//! - Admission (paper §1.4 E): a page leaving DRAM without a slot gets one only if it was
+//!   refused recently (it is in the bounded admission set), or always with
+//!   [`Admission::All`] (the "basic NVM buffer manager" design, NVM holding everything).
+
+use std::collections::{HashMap, VecDeque};
+
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+
+use crate::device::{AlignedBuf, Counter, PmemRegion};
+use crate::error::{Error, Result};
+
+/// First bytes of a formatted tier.
+pub const NVM_MAGIC: &[u8; 8] = b"TBNVMPG1";
+const NVM_VERSION: u32 = 1;
+/// Header bytes at the start of the region's data area (the directory follows).
+const HEADER_LEN: u64 = 4096;
+/// Bytes per directory entry: page id + 1, 0 for a free slot.
+const ENTRY_LEN: u64 = 8;
+/// NVM victims chosen together when the tier is full (their spills share one sync).
+const EVICT_BATCH: usize = 8;
+const NO_PAGE: u64 = u64::MAX;
+
+/// Which pages leaving DRAM enter the NVM tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Every page (NVM as the pages' home; the page file receives only NVM victims).
+    All,
+    /// Pages refused within the last `n` refusals (the paper's admission set; `n` entries).
+    RecentlyRefused(usize),
+}
+
+/// The tier's counters (always on).
+#[derive(Debug, Default)]
+pub struct NvmCounters {
+    /// DRAM misses served from NVM.
+    pub hits: Counter,
+    /// Pages given a slot when they left DRAM.
+    pub admissions: Counter,
+    /// Pages refused a slot (they went to the page file, or nowhere if clean).
+    pub refusals: Counter,
+    /// Page writes into NVM (admissions and in-place write-backs).
+    pub page_writes: Counter,
+    /// Slots freed by NVM Clock.
+    pub evictions: Counter,
+    /// Victims newer than the page file, written there before their slot was freed.
+    pub spills: Counter,
+    /// Syncs of the page file for spills.
+    pub spill_syncs: Counter,
+}
+
+/// Writes pages `(page id, sealed bytes)` to the page file and makes them durable there.
+pub type SpillFn<'a> = &'a dyn Fn(&mut [(u64, AlignedBuf)]) -> Result<()>;
+
+#[derive(Debug)]
+struct State {
+    map: HashMap<u64, u32>,
+    pid_of: Vec<u64>,
+    newer: Vec<bool>,
+    referenced: Vec<bool>,
+    free: Vec<u32>,
+    hand: usize,
+    /// Admission set: page id → its refusal number; `order` holds (page id, number), oldest
+    /// first, and an entry leaves the set only when its number still matches.
+    refused: HashMap<u64, u64>,
+    order: VecDeque<(u64, u64)>,
+    refusal_seq: u64,
+}
+
+/// The NVM tier. See the module docs.
+pub struct NvmTier {
+    region: PmemRegion,
+    page_size: usize,
+    slots: u32,
+    data_off: u64,
+    admission: Admission,
+    /// Held shared while a slot's bytes are copied out and exclusively while they are
+    /// written or the slot changes hands; taken after `state` (or without it), never before.
+    slot_latches: Box<[RwLock<()>]>,
+    state: Mutex<State>,
+    /// Counters.
+    pub counters: NvmCounters,
+    /// Pages found in the directory when the tier was opened.
+    pub found_at_open: u64,
+}
+
+impl std::fmt::Debug for NvmTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvmTier")
+            .field("slots", &self.slots)
+            .field("page_size", &self.page_size)
+            .finish()
+    }
+}
+
+/// (slots, data offset) of a region of `len` bytes holding pages of `page_size`.
+fn geometry(len: u64, page_size: usize) -> (u32, u64) {
+    let ps = page_size as u64;
+    let mut slots = len.saturating_sub(HEADER_LEN) / (ps + ENTRY_LEN);
+    loop {
+        let data_off = (HEADER_LEN + slots * ENTRY_LEN).next_multiple_of(4096);
+        if slots == 0 || data_off + slots * ps <= len {
+            return (slots.min(u32::MAX as u64) as u32, data_off);
+        }
+        slots -= 1;
+    }
+}
+
+fn header(page_size: usize, slots: u32) -> [u8; 32] {
+    let mut h = [0u8; 32];
+    h[..8].copy_from_slice(NVM_MAGIC);
+    h[8..12].copy_from_slice(&NVM_VERSION.to_le_bytes());
+    h[12..16].copy_from_slice(&(page_size as u32).to_le_bytes());
+    h[16..24].copy_from_slice(&u64::from(slots).to_le_bytes());
+    let c = crc32c::crc32c(&h[..24]);
+    h[24..28].copy_from_slice(&c.to_le_bytes());
+    h
+}
+
+impl NvmTier {
+    /// The tier in `region` for pages of `page_size` bytes: formats an empty (all-zero
+    /// header) region, else validates the header and rebuilds the page → slot map from the
+    /// directory (restart's NVM scan).
+    pub fn open(region: PmemRegion, page_size: usize, admission: Admission) -> Result<Self> {
+        let path = region.path().map(std::path::Path::to_path_buf);
+        let corrupt = |detail: String| Error::corrupt(path.as_deref(), detail);
+        let len = region.len();
+        let mut h = [0u8; 32];
+        if len >= HEADER_LEN {
+            region.read(0, &mut h)?;
+        }
+        let (fit, _) = geometry(len, page_size);
+        let fresh = header(page_size, fit);
+        // Empty, or a format cut short by a crash (each 8-byte word, the unit that reaches
+        // media whole, either still zero or already what this format writes; no page is
+        // installed before the header is durable).
+        let unformatted = len >= HEADER_LEN
+            && h.chunks(8)
+                .zip(fresh.chunks(8))
+                .all(|(w, f)| w.iter().all(|&b| b == 0) || w == f);
+        let slots = if unformatted {
+            let slots = fit;
+            if slots == 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "NVM tier of {len} bytes holds no {page_size}-byte page (needs at least {})",
+                    HEADER_LEN + 4096 + page_size as u64
+                )));
+            }
+            // The directory of a new region is zero already; the header makes it a tier.
+            region.write(0, &fresh)?;
+            region.persist(0, 32)?;
+            slots
+        } else {
+            if len < HEADER_LEN || &h[..8] != NVM_MAGIC {
+                return Err(corrupt("not a tierbase NVM tier (bad magic)".into()));
+            }
+            if crc32c::crc32c(&h[..24]).to_le_bytes() != h[24..28] {
+                return Err(corrupt("NVM tier header fails its checksum".into()));
+            }
+            let version = u32::from_le_bytes(h[8..12].try_into().expect("4"));
+            if version != NVM_VERSION {
+                return Err(Error::UnsupportedVersion {
+                    path: path.clone(),
+                    what: "NVM tier",
+                    found: version,
+                    supported: NVM_VERSION,
+                });
+            }
+            let ps = u32::from_le_bytes(h[12..16].try_into().expect("4")) as usize;
+            if ps != page_size {
+                return Err(corrupt(format!(
+                    "NVM tier holds {ps}-byte pages, the store uses {page_size}"
+                )));
+            }
+            let slots = u64::from_le_bytes(h[16..24].try_into().expect("8"));
+            if slots == 0 || slots > u64::from(fit) {
+                return Err(corrupt(format!(
+                    "NVM tier header claims {slots} slots; {len} bytes hold {fit}"
+                )));
+            }
+            slots as u32
+        };
+        let data_off = (HEADER_LEN + u64::from(slots) * ENTRY_LEN).next_multiple_of(4096);
+        let n = slots as usize;
+        let mut st = State {
+            map: HashMap::new(),
+            pid_of: vec![NO_PAGE; n],
+            newer: vec![false; n],
+            referenced: vec![false; n],
+            free: Vec::new(),
+            hand: 0,
+            refused: HashMap::new(),
+            order: VecDeque::new(),
+            refusal_seq: 0,
+        };
+        let mut dir = vec![0u8; n * ENTRY_LEN as usize];
+        region.read(HEADER_LEN, &mut dir)?;
+        for (slot, e) in dir.chunks_exact(ENTRY_LEN as usize).enumerate() {
+            let word = u64::from_le_bytes(e.try_into().expect("8"));
+            if word == 0 {
+                continue;
+            }
+            let pid = word - 1;
+            if pid >= super::table::MAX_PAGES {
+                return Err(corrupt(format!(
+                    "NVM slot {slot} names page {pid}, beyond any page file"
+                )));
+            }
+            if let Some(other) = st.map.insert(pid, slot as u32) {
+                return Err(corrupt(format!(
+                    "NVM slots {other} and {slot} both claim page {pid}"
+                )));
+            }
+            st.pid_of[slot] = pid;
+            // Whether the page file caught up before the restart is not recorded: assume not.
+            st.newer[slot] = true;
+        }
+        st.free = (0..slots)
+            .rev()
+            .filter(|&s| st.pid_of[s as usize] == NO_PAGE)
+            .collect();
+        let found_at_open = st.map.len() as u64;
+        Ok(NvmTier {
+            region,
+            page_size,
+            slots,
+            data_off,
+            admission,
+            slot_latches: (0..n).map(|_| RwLock::new(())).collect(),
+            state: Mutex::new(st),
+            counters: NvmCounters::default(),
+            found_at_open,
+        })
+    }
+
+    /// Number of slots (the NVM budget in pages).
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// Slots holding a page now.
+    pub fn resident(&self) -> usize {
+        self.state.lock().map.len()
+    }
+
+    /// The region behind the tier.
+    pub fn region(&self) -> &PmemRegion {
+        &self.region
+    }
+
+    /// The admission rule.
+    pub fn admission(&self) -> Admission {
+        self.admission
+    }
+
+    fn slot_off(&self, slot: u32) -> u64 {
+        self.data_off + u64::from(slot) * self.page_size as u64
+    }
+
+    fn dir_off(slot: u32) -> u64 {
+        HEADER_LEN + u64::from(slot) * ENTRY_LEN
+    }
+
+    /// Whether `pid` has a slot.
+    pub fn contains(&self, pid: u64) -> bool {
+        self.state.lock().map.contains_key(&pid)
+    }
+
+    /// Copies page `pid` into `buf` if it has a slot.
+    pub fn read(&self, pid: u64, buf: &mut [u8]) -> Result<bool> {
+        let (slot, latch) = {
+            let mut st = self.state.lock();
+            let Some(&slot) = st.map.get(&pid) else {
+                return Ok(false);
+            };
+            st.referenced[slot as usize] = true;
+            (slot, self.slot_latches[slot as usize].read())
+        };
+        self.region.read(self.slot_off(slot), buf)?;
+        drop(latch);
+        self.counters.hits.incr();
+        Ok(true)
+    }
+
+    /// Writes page `pid` (sealed) over its slot if it has one; `false` if it has none.
+    pub fn write_resident(&self, pid: u64, page: &[u8]) -> Result<bool> {
+        let (slot, latch) = {
+            let mut st = self.state.lock();
+            let Some(&slot) = st.map.get(&pid) else {
+                return Ok(false);
+            };
+            st.newer[slot as usize] = true;
+            (slot, self.slot_latches[slot as usize].write())
+        };
+        let off = self.slot_off(slot);
+        self.region.write(off, page)?;
+        self.region.persist(off, page.len())?;
+        drop(latch);
+        self.counters.page_writes.incr();
+        Ok(true)
+    }
+
+    /// A page without a slot leaves DRAM: gives it a slot if the admission rule says so
+    /// (spilling NVM victims through `spill` when the tier is full). `newer` says whether
+    /// `page` is newer than the page file's copy. `false`: refused, the caller writes the
+    /// page to the page file if it is newer.
+    pub fn admit(&self, pid: u64, page: &[u8], newer: bool, spill: SpillFn<'_>) -> Result<bool> {
+        let mut st = self.state.lock();
+        if st.map.contains_key(&pid) {
+            drop(st);
+            return if newer {
+                self.write_resident(pid, page)
+            } else {
+                Ok(true)
+            };
+        }
+        if let Admission::RecentlyRefused(n) = self.admission
+            && st.refused.remove(&pid).is_none()
+        {
+            st.refusal_seq += 1;
+            let seq = st.refusal_seq;
+            st.refused.insert(pid, seq);
+            st.order.push_back((pid, seq));
+            while st.refused.len() > n {
+                let Some((old, s)) = st.order.pop_front() else {
+                    break;
+                };
+                if st.refused.get(&old) == Some(&s) {
+                    st.refused.remove(&old);
+                }
+            }
+            // Entries of pages admitted meanwhile linger in `order`; keep it bounded.
+            if st.order.len() > 2 * n.max(16) {
+                let refused = &st.refused;
+                let kept: VecDeque<_> = st
+                    .order
+                    .iter()
+                    .copied()
+                    .filter(|(p, s)| refused.get(p) == Some(s))
+                    .collect();
+                st.order = kept;
+            }
+            self.counters.refusals.incr();
+            return Ok(false);
+        }
+        let slot = self.take_slot(&mut st, spill)?;
+        st.map.insert(pid, slot);
+        st.pid_of[slot as usize] = pid;
+        st.newer[slot as usize] = newer;
+        st.referenced[slot as usize] = true;
+        let latch = self.slot_latches[slot as usize].write();
+        drop(st);
+        let off = self.slot_off(slot);
+        let installed = self
+            .region
+            .write(off, page)
+            .and_then(|()| self.region.persist(off, page.len()))
+            .and_then(|()| {
+                self.region
+                    .write(Self::dir_off(slot), &(pid + 1).to_le_bytes())
+            })
+            .and_then(|()| self.region.persist(Self::dir_off(slot), ENTRY_LEN as usize));
+        drop(latch);
+        if let Err(e) = installed {
+            // The directory entry may or may not have reached media; either way it names a
+            // persisted copy or nothing. The slot is not reused in this run.
+            let mut st = self.state.lock();
+            st.map.remove(&pid);
+            st.pid_of[slot as usize] = NO_PAGE;
+            return Err(e);
+        }
+        self.counters.admissions.incr();
+        self.counters.page_writes.incr();
+        Ok(true)
+    }
+
+    /// A free slot: from the free list, or by NVM Clock, spilling victims newer than the
+    /// page file first (one sync for the batch) and clearing their directory entries after.
+    fn take_slot(&self, st: &mut State, spill: SpillFn<'_>) -> Result<u32> {
+        if let Some(s) = st.free.pop() {
+            return Ok(s);
+        }
+        let n = self.slots as usize;
+        let mut victims: Vec<(u32, RwLockWriteGuard<'_, ()>)> = Vec::new();
+        for _ in 0..2 * n {
+            if victims.len() >= EVICT_BATCH.min(n) {
+                break;
+            }
+            let s = st.hand % n;
+            st.hand = st.hand.wrapping_add(1);
+            if st.pid_of[s] == NO_PAGE || victims.iter().any(|(v, _)| *v as usize == s) {
+                continue;
+            }
+            if std::mem::replace(&mut st.referenced[s], false) {
+                continue;
+            }
+            if let Some(g) = self.slot_latches[s].try_write() {
+                victims.push((s as u32, g));
+            }
+        }
+        if victims.is_empty() {
+            return Err(Error::StoreFull {
+                used: u64::from(self.slots) * self.page_size as u64,
+                capacity: u64::from(self.slots) * self.page_size as u64,
+                reason: "NVM tier: every slot is being read or written (raise the NVM budget)"
+                    .into(),
+            });
+        }
+        let mut pages = Vec::new();
+        for (s, _) in &victims {
+            if st.newer[*s as usize] {
+                let mut buf = AlignedBuf::new(self.page_size)?;
+                self.region.read(self.slot_off(*s), &mut buf)?;
+                pages.push((st.pid_of[*s as usize], buf));
+            }
+        }
+        if !pages.is_empty() {
+            spill(&mut pages)?;
+            self.counters.spills.add(pages.len() as u64);
+            self.counters.spill_syncs.incr();
+        }
+        let zero = 0u64.to_le_bytes();
+        let mut ranges = Vec::with_capacity(victims.len());
+        for (s, _) in &victims {
+            self.region.write(Self::dir_off(*s), &zero)?;
+            ranges.push((Self::dir_off(*s), ENTRY_LEN as usize));
+        }
+        self.region.persist_all(&ranges)?;
+        for (s, _) in &victims {
+            let i = *s as usize;
+            st.map.remove(&st.pid_of[i]);
+            st.pid_of[i] = NO_PAGE;
+            st.newer[i] = false;
+            st.free.push(*s);
+        }
+        self.counters.evictions.add(victims.len() as u64);
+        drop(victims);
+        Ok(st.free.pop().expect("victims were freed"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{CrashSimConfig, RegionOptions};
+
+    const PS: usize = 4096;
+
+    fn region(pages: u64) -> PmemRegion {
+        PmemRegion::simulated(
+            HEADER_LEN + 4096 + pages * PS as u64,
+            CrashSimConfig::default(),
+            &RegionOptions::default(),
+        )
+        .unwrap()
+    }
+
+    fn page(pid: u64) -> Vec<u8> {
+        let mut p = vec![(pid % 251) as u8; PS];
+        p[16..24].copy_from_slice(&pid.to_le_bytes());
+        p
+    }
+
+    #[test]
+    fn geometry_fits_the_region() {
+        for len in [8192u64, 12288, 1 << 20, (1 << 20) + 4095, 1 << 30] {
+            for ps in [4096usize, 16384, 65536] {
+                let (slots, off) = geometry(len, ps);
+                assert!(off >= HEADER_LEN + u64::from(slots) * ENTRY_LEN);
+                assert!(
+                    slots == 0 || off + u64::from(slots) * ps as u64 <= len,
+                    "{len} {ps}"
+                );
+                // One more slot would not fit.
+                let more = u64::from(slots) + 1;
+                let off2 = (HEADER_LEN + more * ENTRY_LEN).next_multiple_of(4096);
+                assert!(
+                    off2 + more * ps as u64 > len,
+                    "{len} {ps}: {slots} is not the most"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn admission_set_admits_on_the_second_eviction_and_clock_spills_newer_pages() {
+        let t = NvmTier::open(region(4), PS, Admission::RecentlyRefused(8)).unwrap();
+        assert_eq!(t.slots(), 4);
+        let spilled = Mutex::new(Vec::new());
+        let spill = |pages: &mut [(u64, AlignedBuf)]| -> Result<()> {
+            spilled.lock().extend(pages.iter().map(|(p, _)| *p));
+            Ok(())
+        };
+        // First eviction refused, second admitted.
+        assert!(!t.admit(1, &page(1), true, &spill).unwrap());
+        assert!(t.admit(1, &page(1), true, &spill).unwrap());
+        let mut buf = vec![0u8; PS];
+        assert!(t.read(1, &mut buf).unwrap());
+        assert_eq!(buf, page(1));
+        // Fill the tier (clean pages 2..=4), then one more: Clock frees a batch; page 1 is
+        // the only one newer than the page file, so it is the only one spilled.
+        for pid in 2..=5 {
+            assert!(!t.admit(pid, &page(pid), false, &spill).unwrap());
+            assert!(t.admit(pid, &page(pid), false, &spill).unwrap());
+        }
+        assert_eq!(*spilled.lock(), vec![1]);
+        assert!(t.counters.evictions.get() >= 1);
+        assert!(t.contains(5));
+        assert!(!t.contains(1));
+        assert_eq!(t.counters.spills.get(), 1);
+    }
+
+    #[test]
+    fn reopen_finds_every_installed_page_and_rejects_damage() {
+        let r = region(8);
+        let t = NvmTier::open(r, PS, Admission::All).unwrap();
+        let none = |_: &mut [(u64, AlignedBuf)]| -> Result<()> { Ok(()) };
+        for pid in [3u64, 9, 700] {
+            assert!(t.admit(pid, &page(pid), true, &none).unwrap());
+        }
+        let image = t.region().power_loss().unwrap();
+        let reboot = |img: &[u8]| {
+            PmemRegion::from_image(img, CrashSimConfig::default(), &RegionOptions::default())
+                .unwrap()
+        };
+        let t2 = NvmTier::open(reboot(&image), PS, Admission::All).unwrap();
+        assert_eq!(t2.found_at_open, 3);
+        let mut buf = vec![0u8; PS];
+        assert!(t2.read(700, &mut buf).unwrap());
+        assert_eq!(buf, page(700));
+        // The wrong page size, a damaged header and two slots claiming one page are refused.
+        let e = NvmTier::open(reboot(&image), 8192, Admission::All).unwrap_err();
+        assert!(e.to_string().contains("4096-byte pages"), "{e}");
+        let mut bad = image.clone();
+        bad[13] ^= 1;
+        let e = NvmTier::open(reboot(&bad), PS, Admission::All).unwrap_err();
+        assert!(e.to_string().contains("checksum"), "{e}");
+        let mut dup = image.clone();
+        let first = dup[HEADER_LEN as usize..HEADER_LEN as usize + 8].to_vec();
+        dup[HEADER_LEN as usize + 40..HEADER_LEN as usize + 48].copy_from_slice(&first);
+        let e = NvmTier::open(reboot(&dup), PS, Admission::All).unwrap_err();
+        assert!(e.to_string().contains("both claim"), "{e}");
+    }
+
+    #[test]
+    fn an_install_cut_before_its_directory_entry_leaves_the_slot_free() {
+        // Fence 1 formats the header; fence 2 persists the page; power fails before fence 3
+        // (the directory entry).
+        let r = PmemRegion::simulated(
+            HEADER_LEN + 4096 + 4 * PS as u64,
+            CrashSimConfig {
+                crash_after_fences: Some(2),
+                ..CrashSimConfig::default()
+            },
+            &RegionOptions::default(),
+        )
+        .unwrap();
+        let t = NvmTier::open(r, PS, Admission::All).unwrap();
+        let none = |_: &mut [(u64, AlignedBuf)]| -> Result<()> { Ok(()) };
+        assert!(t.admit(5, &page(5), true, &none).unwrap());
+        let image = t.region().power_loss().unwrap();
+        let r2 =
+            PmemRegion::from_image(&image, CrashSimConfig::default(), &RegionOptions::default())
+                .unwrap();
+        let t2 = NvmTier::open(r2, PS, Admission::All).unwrap();
+        assert_eq!(t2.found_at_open, 0);
+        assert!(!t2.contains(5));
+    }
+}
