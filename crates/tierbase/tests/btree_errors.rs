@@ -16,7 +16,11 @@
 //!   log (the state before that write comes back); a frame with a valid checksum that claims
 //!   the wrong LSN, and a damaged generation header, are `Error::Corrupt`;
 //! - a panic while a store is open ends as an ordinary test failure (not an abort), and the
-//!   store opens afterwards with every acknowledged write.
+//!   store opens afterwards with every acknowledged write;
+//! - the NVM tier: a byte flipped in a page held there (`Error::Corrupt` naming `nvm.tb` on
+//!   the read that touches it), a damaged tier header, two slots claiming one page, a page id
+//!   beyond any file, the tier's file removed (refused: its pages are the newest), and a tier
+//!   kept elsewhere whose link target is gone (an error naming the target).
 
 use std::collections::BTreeMap;
 use std::io::{Seek, SeekFrom, Write};
@@ -398,24 +402,44 @@ fn damaged_superblocks_fall_back_or_are_refused() {
     // A newer format in both copies.
     for at in [newest, other] {
         reseal_superblock(&pages, at, |s| {
-            s[8..12].copy_from_slice(&3u32.to_le_bytes())
+            s[8..12].copy_from_slice(&4u32.to_le_bytes())
         });
     }
     match BTreeStore::open(&path, &opts()) {
         Err(Error::UnsupportedVersion {
-            found: 3,
-            supported: 2,
+            found: 4,
+            supported: 3,
             ..
         }) => {}
-        other => panic!("format version 3: {other:?}"),
+        other => panic!("format version 4: {other:?}"),
     }
     // Only in the newest copy: the older one serves.
     restore();
     reseal_superblock(&pages, newest, |s| {
-        s[8..12].copy_from_slice(&3u32.to_le_bytes())
+        s[8..12].copy_from_slice(&4u32.to_le_bytes())
     });
     let s = BTreeStore::open(&path, &opts()).unwrap();
-    read_all(&s, &model, "version 3 in one copy").unwrap();
+    read_all(&s, &model, "version 4 in one copy").unwrap();
+    drop(s);
+    // Version 3 saying the store has an NVM tier, with no `nvm.tb`: refused, naming it.
+    restore();
+    for at in [newest, other] {
+        reseal_superblock(&pages, at, |s| {
+            s[8..12].copy_from_slice(&3u32.to_le_bytes());
+            s[28..32].copy_from_slice(&1u32.to_le_bytes());
+        });
+    }
+    match BTreeStore::open(&path, &opts()) {
+        Err(e @ Error::Corrupt { .. }) => assert!(e.to_string().contains("nvm.tb"), "{e}"),
+        other => panic!("NVM flag without the tier: {other:?}"),
+    }
+    // The flags word set in a version 2 copy is damage: that copy is passed over.
+    restore();
+    reseal_superblock(&pages, newest, |s| {
+        s[28..32].copy_from_slice(&1u32.to_le_bytes())
+    });
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    read_all(&s, &model, "flags in a version 2 copy").unwrap();
     drop(s);
     // Version 1 (whose log has a subset of version 2's records) still opens.
     restore();
@@ -725,4 +749,138 @@ fn a_panic_with_the_store_open_is_an_ordinary_failure() {
         Some(&b"the panic"[..])
     );
     s.verify().unwrap();
+}
+
+// ----- the NVM tier --------------------------------------------------------------------------
+
+/// A store with an NVM tier that every page leaving DRAM enters, closed cleanly, most pages
+/// in NVM only. Returns the store, its model and the NVM file.
+fn filled_three_tier_store(dir: &Path, nvm_path: Option<PathBuf>) -> (PathBuf, Model, PathBuf) {
+    let path = dir.join("t");
+    let mut o = opts()
+        .nvm_bytes(8192 + 512 * (PAGE as u64 + 8))
+        .nvm_admission(tierbase::buffer::nvm::Admission::All);
+    o.nvm_path = nvm_path.clone();
+    let s = BTreeStore::create(&path, &o).unwrap();
+    let mut model = Model::new();
+    for i in 0..3000u32 {
+        s.put(&key(i), &val(i)).unwrap();
+        model.insert(key(i), val(i));
+    }
+    s.close().unwrap();
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    let stats: std::collections::HashMap<String, String> = s.stats().into_iter().collect();
+    let in_nvm: u64 = stats["restart_nvm_pages"].parse().unwrap();
+    assert!(in_nvm > 64, "{stats:?}");
+    read_all(&s, &model, "three-tier store").unwrap();
+    s.close().unwrap();
+    (
+        path,
+        model,
+        nvm_path.unwrap_or_else(|| dir.join("t/nvm.tb")),
+    )
+}
+
+/// Offset in the NVM file of (directory entry, page) of each occupied slot: the region's
+/// 4 KiB header, the tier's 4 KiB header, the directory, then the slots.
+fn nvm_slots(nvm: &Path) -> Vec<(u64, u64)> {
+    let b = std::fs::read(nvm).unwrap();
+    let data = &b[4096..];
+    assert_eq!(&data[..8], b"TBNVMPG1");
+    let slots = u64::from_le_bytes(data[16..24].try_into().unwrap());
+    let slot_base = (4096 + slots * 8).next_multiple_of(4096);
+    (0..slots)
+        .filter(|s| {
+            let at = (4096 + s * 8) as usize;
+            data[at..at + 8] != [0; 8]
+        })
+        .map(|s| (4096 + 4096 + s * 8, 4096 + slot_base + s * PAGE as u64))
+        .collect()
+}
+
+#[test]
+fn nvm_tier_damage_and_absence_are_clear_errors() {
+    let dir = scratch_dir();
+    let (path, model, nvm) = filled_three_tier_store(dir.path(), None);
+    let original = std::fs::read(&nvm).unwrap();
+    let put_back = || std::fs::write(&nvm, &original).unwrap();
+    let slots = nvm_slots(&nvm);
+    assert!(slots.len() > 64);
+    let snap = Snapshot::take(&path);
+
+    // A byte flipped inside a page in NVM: the read that touches it is corrupt, naming the
+    // NVM file; every other read is right.
+    let (_, page_at) = slots[slots.len() / 2];
+    poke(
+        &nvm,
+        page_at + 100,
+        &[original[(page_at + 100) as usize] ^ 0x40],
+    );
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    let e = read_all(&s, &model, "a flipped byte in NVM").unwrap_err();
+    assert!(e.contains("nvm.tb") && e.contains("checksum"), "{e}");
+    drop(s);
+    snap.restore();
+    put_back();
+
+    // The tier's header damaged; two slots claiming one page; a page id beyond any file.
+    for (what, at, bytes, want) in [
+        ("header", 4096 + 13, vec![0x7f], "NVM tier header"),
+        (
+            "directory",
+            slots[1].0,
+            original[slots[0].0 as usize..slots[0].0 as usize + 8].to_vec(),
+            "both claim",
+        ),
+        (
+            "directory",
+            slots[2].0,
+            u64::MAX.to_le_bytes().to_vec(),
+            "beyond any page file",
+        ),
+    ] {
+        poke(&nvm, at, &bytes);
+        match BTreeStore::open(&path, &opts()) {
+            Err(e @ Error::Corrupt { .. }) => {
+                let t = e.to_string();
+                assert!(t.contains(want) && t.contains("nvm.tb"), "{what}: {t}");
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+        snap.restore();
+        put_back();
+    }
+
+    // The NVM file gone: refused (its pages are the newest), not opened without it.
+    std::fs::remove_file(&nvm).unwrap();
+    match BTreeStore::open(&path, &opts()) {
+        Err(e @ Error::Corrupt { .. }) => assert!(e.to_string().contains("nvm.tb"), "{e}"),
+        other => panic!("NVM file removed: {other:?}"),
+    }
+    put_back();
+    snap.restore();
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    read_all(&s, &model, "NVM file put back").unwrap();
+    drop(s);
+
+    // An NVM file elsewhere (a link in the store's directory): its target gone is an error
+    // naming the target.
+    let elsewhere = scratch_dir();
+    let target = elsewhere.path().join("pmem-tier.tb");
+    let (path2, model2, nvm2) =
+        filled_three_tier_store(dir.path().join("x").as_path(), Some(target.clone()));
+    assert_eq!(nvm2, target);
+    assert!(
+        std::fs::symlink_metadata(path2.join("nvm.tb"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    let kept = std::fs::read(&target).unwrap();
+    std::fs::remove_file(&target).unwrap();
+    let e = BTreeStore::open(&path2, &opts()).unwrap_err();
+    assert!(e.to_string().contains("pmem-tier.tb"), "{e}");
+    std::fs::write(&target, kept).unwrap();
+    let s = BTreeStore::open(&path2, &opts()).unwrap();
+    read_all(&s, &model2, "NVM file elsewhere").unwrap();
 }

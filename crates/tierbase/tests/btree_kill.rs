@@ -258,13 +258,17 @@ fn file_len(dir: &Path, name: &str) -> u64 {
 
 /// `rounds` kill -9 rounds on one store (`test`: the name of the calling test, which the child
 /// re-runs).
-fn kill_loop(test: &str, rounds: u64, seed: u64) {
+fn kill_loop(test: &str, rounds: u64, seed: u64, nvm_bytes: u64) {
     let mut kills = KillLoop::new(test, WRITER_ENV, rounds, seed, 400);
     let dir = store_dir();
     let path = dir.path().join("killed");
     {
         let _fork = fork_guard();
-        BTreeStore::create(&path, &opts()).unwrap().close().unwrap();
+        // With an NVM tier (`nvm.tb`, which every later open finds and opens).
+        BTreeStore::create(&path, &opts().nvm_bytes(nvm_bytes))
+            .unwrap()
+            .close()
+            .unwrap();
     }
     let mut state = TextState::new();
     let mut batches = Batches::default();
@@ -325,6 +329,16 @@ fn kill_loop(test: &str, rounds: u64, seed: u64) {
         replayed > 0,
         "no restart replayed anything: the kills came too late"
     );
+    if nvm_bytes > 0 {
+        let store = BTreeStore::open(&path, &opts()).unwrap();
+        let stats: HashMap<String, String> = store.stats().into_iter().collect();
+        let found: u64 = stats["restart_nvm_pages"].parse().unwrap();
+        assert!(
+            found > 0,
+            "the NVM tier held no page at the last open: {stats:?}"
+        );
+        store.close().unwrap();
+    }
 }
 
 #[test]
@@ -337,6 +351,23 @@ fn acknowledged_writes_and_whole_batches_survive_kill_9() {
         "acknowledged_writes_and_whole_batches_survive_kill_9",
         30,
         0x6b69_6c6c,
+        0,
+    );
+}
+
+/// The same with an NVM tier of 128 pages between the 256 frames and the page file (the
+/// three-tier design; the default admission set).
+#[test]
+fn three_tier_acknowledged_writes_and_whole_batches_survive_kill_9() {
+    if let Ok(spec) = std::env::var(WRITER_ENV) {
+        writer_child(&spec);
+        return;
+    }
+    kill_loop(
+        "three_tier_acknowledged_writes_and_whole_batches_survive_kill_9",
+        20,
+        0x6e76_6d6b,
+        8192 + 128 * (4096 + 8),
     );
 }
 
@@ -349,7 +380,7 @@ fn kill_9_soak() {
         writer_child(&spec);
         return;
     }
-    kill_loop("kill_9_soak", 300, 0x736f_616b);
+    kill_loop("kill_9_soak", 300, 0x736f_616b, 0);
 }
 
 #[test]

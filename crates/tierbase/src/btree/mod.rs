@@ -42,10 +42,18 @@ use tree::{FIRST_ROOT, META_PID, Tree};
 pub use tree::{Limits, Meta};
 
 const SUPER_MAGIC: &[u8; 8] = b"TBBTREE1";
-const FORMAT_VERSION: u32 = 2;
+/// The newest format: version 3 is version 2 with a flags word in the superblock (bit 0: the
+/// store has an NVM tier, whose pages may be newer than the page file's). Only a store with
+/// an NVM tier is written as version 3, so that code which does not know the tier refuses it
+/// instead of reading stale pages; others stay version 2.
+const FORMAT_VERSION: u32 = 3;
+/// The version written for a store without an NVM tier.
+const PLAIN_VERSION: u32 = 2;
 /// The oldest format this code opens (version 1's log lacks `Truncate` and separator `Put`s,
 /// which are all version 2 adds; opening writes version 2, so older code then refuses it).
 const OLDEST_READABLE_VERSION: u32 = 1;
+/// Superblock flag: the store has an NVM tier.
+const FLAG_NVM: u32 = 1;
 /// LSN of the first log frame of a new store.
 const FIRST_LSN: u64 = 4096;
 const SUPER_LEN: usize = 4096;
@@ -305,10 +313,30 @@ fn file_names(dir: &Path) -> [PathBuf; 3] {
     ]
 }
 
-fn superblock(page_size: usize, seq: u64, generation: u32, lsn: u64) -> Result<AlignedBuf> {
+/// Where redo starts and what the store is made of, as the newest superblock says.
+#[derive(Clone, Copy, Debug)]
+struct Super {
+    page_size: usize,
+    seq: u64,
+    generation: u32,
+    lsn: u64,
+    nvm: bool,
+}
+
+fn superblock(
+    page_size: usize,
+    seq: u64,
+    generation: u32,
+    lsn: u64,
+    nvm: bool,
+) -> Result<AlignedBuf> {
     let mut b = AlignedBuf::new(SUPER_LEN)?;
     b[..8].copy_from_slice(SUPER_MAGIC);
-    b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    let version = if nvm { FORMAT_VERSION } else { PLAIN_VERSION };
+    b[8..12].copy_from_slice(&version.to_le_bytes());
+    if nvm {
+        b[28..32].copy_from_slice(&FLAG_NVM.to_le_bytes());
+    }
     b[12..16].copy_from_slice(&(page_size as u32).to_le_bytes());
     b[16..24].copy_from_slice(&seq.to_le_bytes());
     b[24..28].copy_from_slice(&generation.to_le_bytes());
@@ -318,9 +346,9 @@ fn superblock(page_size: usize, seq: u64, generation: u32, lsn: u64) -> Result<A
     Ok(b)
 }
 
-/// The newest valid superblock: (page size, sequence, redo generation, redo LSN).
-fn read_superblock(dev: &BlockDevice, path: Option<&Path>) -> Result<(usize, u64, u32, u64)> {
-    let mut best: Option<(usize, u64, u32, u64)> = None;
+/// The newest valid superblock.
+fn read_superblock(dev: &BlockDevice, path: Option<&Path>) -> Result<Super> {
+    let mut best: Option<Super> = None;
     let mut version = None;
     let mut b = AlignedBuf::new(SUPER_LEN)?;
     for slot in 0..2u64 {
@@ -352,8 +380,18 @@ fn read_superblock(dev: &BlockDevice, path: Option<&Path>) -> Result<(usize, u64
             let seq = u64::from_le_bytes(b[16..24].try_into().expect("8"));
             let g = u32::from_le_bytes(b[24..28].try_into().expect("4"));
             let lsn = u64::from_le_bytes(b[32..40].try_into().expect("8"));
-            if best.is_none_or(|(_, s, _, _)| seq > s) {
-                best = Some((ps, seq, g, lsn));
+            let flags = u32::from_le_bytes(b[28..32].try_into().expect("4"));
+            if v < FORMAT_VERSION && flags != 0 {
+                continue; // bytes a version before 3 never sets
+            }
+            if best.is_none_or(|b| seq > b.seq) {
+                best = Some(Super {
+                    page_size: ps,
+                    seq,
+                    generation: g,
+                    lsn,
+                    nvm: flags & FLAG_NVM != 0,
+                });
             }
         }
     }
@@ -375,11 +413,17 @@ fn read_superblock(dev: &BlockDevice, path: Option<&Path>) -> Result<(usize, u64
     })
 }
 
-fn write_superblock(dev: &BlockDevice, page_size: usize, seq: u64, g: u32, lsn: u64) -> Result<()> {
+fn write_superblock(
+    dev: &BlockDevice,
+    page_size: usize,
+    seq: u64,
+    (g, lsn): (u32, u64),
+    nvm: bool,
+) -> Result<()> {
     let slot = seq % 2;
     dev.write_at(
         slot * page_size as u64,
-        &superblock(page_size, seq, g, lsn)?,
+        &superblock(page_size, seq, g, lsn, nvm)?,
     )?;
     dev.sync()
 }
@@ -413,7 +457,13 @@ fn format(devs: &BTreeDevices, page_size: usize) -> Result<()> {
     devs.pages.write_at(FIRST_ROOT * page_size as u64, &root)?;
     devs.pages.sync()?;
     Wal::format(&devs.logs, FIRST_LSN)?;
-    write_superblock(&devs.pages, page_size, 1, 1, FIRST_LSN)
+    write_superblock(
+        &devs.pages,
+        page_size,
+        1,
+        (1, FIRST_LSN),
+        devs.nvm.is_some(),
+    )
 }
 
 impl BTreeStore {
@@ -505,10 +555,19 @@ impl BTreeStore {
     pub fn open_on(devs: BTreeDevices, dir: Option<&Path>, opts: &BTreeOptions) -> Result<Self> {
         let started = Instant::now();
         let path = dir.map(Path::to_path_buf);
-        let (page_size, seq, redo_gen, redo_lsn) = read_superblock(
+        let sb = read_superblock(
             &devs.pages,
             path.as_deref().map(|d| d.join("pages.tb")).as_deref(),
         )?;
+        let (page_size, seq, redo_gen, redo_lsn) = (sb.page_size, sb.seq, sb.generation, sb.lsn);
+        if sb.nvm && devs.nvm.is_none() {
+            return Err(Error::corrupt(
+                path.as_deref().map(|d| d.join("nvm.tb")).as_deref(),
+                "the store has an NVM tier holding its newest pages, and it is missing \
+                 (restore nvm.tb, or its link's target, before opening)",
+            ));
+        }
+        let has_nvm = devs.nvm.is_some();
         let log = Arc::new(LogLink::default());
         let (medium, guarantee) = describe_medium(&devs, dir);
         let pool = BufferPool::new(
@@ -593,11 +652,17 @@ impl BTreeStore {
             pages,
             page_size,
             seq + 1,
-            end.generation,
-            end.generation_start,
+            (end.generation, end.generation_start),
+            has_nvm,
         )?;
         let wal = Arc::new(Wal::resume(logs, end)?);
-        write_superblock(pages, page_size, seq + 2, end.generation + 1, end.lsn)?;
+        write_superblock(
+            pages,
+            page_size,
+            seq + 2,
+            (end.generation + 1, end.lsn),
+            has_nvm,
+        )?;
         tree.writer.lock().generation = end.generation + 1;
         log.0.set(wal).expect("log set once");
         restart.micros = started.elapsed().as_micros() as u64;
@@ -925,8 +990,8 @@ impl Inner {
                 self.tree.pool.device(),
                 self.tree.pool.page_size(),
                 *seq + 1,
-                generation,
-                start,
+                (generation, start),
+                self.tree.pool.nvm().is_some(),
             )
         });
         if let Err(e) = result {
