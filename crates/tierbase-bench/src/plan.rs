@@ -171,6 +171,10 @@ pub struct BenchPlan {
     /// ACE write-back batch of stores with a buffer pool (see
     /// [`StoreOptions::write_back_batch`]).
     pub write_back_batch: Option<usize>,
+    /// NVM budget of stores with an NVM tier (see [`StoreOptions::nvm_budget`]).
+    pub nvm_budget: Option<u64>,
+    /// Where their NVM region file goes (see [`StoreOptions::nvm_dir`]).
+    pub nvm_dir: Option<std::path::PathBuf>,
 }
 
 impl BenchPlan {
@@ -197,6 +201,8 @@ impl BenchPlan {
             durability: tierbase::device::Durability::Immediate,
             dram_budget: None,
             write_back_batch: None,
+            nvm_budget: None,
+            nvm_dir: None,
         }
     }
 
@@ -321,6 +327,8 @@ fn run_repetition(
     opts.durability = plan.durability;
     opts.dram_budget = plan.dram_budget;
     opts.write_back_batch = plan.write_back_batch;
+    opts.nvm_budget = plan.nvm_budget;
+    opts.nvm_dir = plan.nvm_dir.clone();
     let store = open_store(&plan.store, &opts)?;
     let info = store.info();
     if spec.has_scans() && !info.capabilities.ordered_scan {

@@ -16,6 +16,10 @@
 //!   source verifies clean and holds exactly the acknowledged state, or that state plus the
 //!   failed step (a batch all or nothing); the reopened store takes writes.
 //!
+//! The three-tier design runs the same script with an NVM tier whose flushes fail at every
+//! persist point (`tierbase::testing::crash::FaultInjection`), the block devices healthy: the
+//! same rules, reopening from the tier's durable image and from its working bytes.
+//!
 //! Replay one point with `TIERBASE_CRASH_POINT=n`.
 
 use std::collections::BTreeMap;
@@ -24,9 +28,12 @@ use std::sync::Arc;
 
 use tierbase::Error;
 use tierbase::btree::{BTreeDevices, BTreeOptions, BTreeStore};
-use tierbase::device::{BlockCrashConfig, Durability, SimPower};
+use tierbase::buffer::nvm::Admission;
+use tierbase::device::{
+    BlockCrashConfig, CrashSimConfig, Durability, PmemRegion, RegionOptions, SimPower,
+};
 use tierbase::store::{Change, Store};
-use tierbase::testing::crash::{BlockFaultInjection, FaultLog, Schedule};
+use tierbase::testing::crash::{BlockFaultInjection, FaultInjection, FaultLog, Faulted, Schedule};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -190,11 +197,33 @@ fn probes() -> Vec<Step> {
     ]
 }
 
+/// Slots of the three-tier runs' NVM tier (fewer than the script's pages).
+const NVM_SLOTS: u64 = 24;
+
+/// The three-tier runs: every page leaving the 32 frames enters NVM.
+fn nvm_opts() -> BTreeOptions {
+    opts().nvm_admission(Admission::All)
+}
+
 fn script_run(power: &Arc<SimPower>, log: &mut FaultLog) -> Run {
-    let mut run = Run::default();
     let devs = BTreeDevices::simulated(power).unwrap();
-    let Some(s) = log.open(BTreeStore::create_on(devs, &opts())) else {
-        return run;
+    let (run, s) = script_run_on(devs, &opts(), log);
+    if let Some(s) = s {
+        s.abandon();
+    }
+    run
+}
+
+/// The script on `devs`; returns the run and the store (still open, unless its creation
+/// failed) with its durable images taken.
+fn script_run_on(
+    devs: BTreeDevices,
+    opts: &BTreeOptions,
+    log: &mut FaultLog,
+) -> (Run, Option<BTreeStore>) {
+    let mut run = Run::default();
+    let Some(s) = log.open(BTreeStore::create_on(devs, opts)) else {
+        return (run, None);
     };
     run.created = true;
     for step in script() {
@@ -275,39 +304,47 @@ fn script_run(power: &Arc<SimPower>, log: &mut FaultLog) -> Run {
         );
     }
     run.images = s.durable_images();
-    s.abandon();
-    run
+    (run, Some(s))
 }
 
 fn check(run: Run, point: Option<u64>) {
+    check_on(run, &format!("{point:?}"), None, &opts());
+}
+
+/// Reopens the run's block images (with an NVM tier of `nvm` bytes, if given) and checks the
+/// store against what the run acknowledged.
+fn check_on(run: Run, point: &str, nvm: Option<&[u8]>, opts: &BTreeOptions) {
     READS_FAILED.fetch_add(run.reads_failed, std::sync::atomic::Ordering::Relaxed);
     let Some(images) = run.images.clone() else {
-        assert!(
-            !run.created,
-            "point {point:?}: no images of a created store"
-        );
+        assert!(!run.created, "point {point}: no images of a created store");
         return;
     };
     // The device is replaced: a fresh power source, media as the dying one left them.
     let power = SimPower::new(BlockCrashConfig::default());
-    let devs = BTreeDevices::simulated_from(images, &power).unwrap();
-    let s = match BTreeStore::open_on(devs, None, &opts()) {
+    let mut devs = BTreeDevices::simulated_from(images, &power).unwrap();
+    if let Some(bytes) = nvm {
+        let region =
+            PmemRegion::from_image(bytes, CrashSimConfig::default(), &RegionOptions::default())
+                .unwrap();
+        devs = devs.with_nvm(region);
+    }
+    let s = match BTreeStore::open_on(devs, None, opts) {
         Ok(s) => s,
-        Err(e) => panic!("point {point:?}: reopen: {e}"),
+        Err(e) => panic!("point {point}: reopen: {e}"),
     };
     s.verify()
-        .unwrap_or_else(|e| panic!("point {point:?}: verify: {e}"));
+        .unwrap_or_else(|e| panic!("point {point}: verify: {e}"));
     let got = contents(&s).unwrap();
     assert!(
         got == run.model || got == run.with_failed(),
-        "point {point:?}: the store holds {} keys; acknowledged {} (failed step {:?})",
+        "point {point}: the store holds {} keys; acknowledged {} (failed step {:?})",
         got.len(),
         run.model.len(),
         run.failed_step
             .as_ref()
             .map(|s| format!("{s:?}").chars().take(80).collect::<String>())
     );
-    assert_eq!(s.len(), got.len() as u64, "point {point:?}");
+    assert_eq!(s.len(), got.len() as u64, "point {point}");
     // A healthy device again: the store takes writes and keeps them.
     s.put(b"after", b"the fault").unwrap();
     assert!(Store::scan(&s, 0, 10, &mut Vec::new()).is_ok());
@@ -332,6 +369,62 @@ fn every_sync_point_fails_cleanly_and_loses_nothing_acknowledged() {
         assert!(report.total_points > 100, "{report:?}");
         assert_eq!(report.failed_runs as u64, report.total_points, "{report:?}");
     }
+}
+
+#[test]
+fn three_tier_nvm_persist_failures_fail_cleanly_and_lose_nothing_acknowledged() {
+    let report = FaultInjection::new(RegionOptions::default())
+        .region_len(8192 + NVM_SLOTS * (4096 + 8))
+        .every_point_fails(true)
+        .run(
+            |region, log| {
+                let power = SimPower::new(BlockCrashConfig::default());
+                let devs = BTreeDevices::simulated(&power).unwrap().with_nvm(region);
+                let (run, s) = script_run_on(devs, &nvm_opts(), log);
+                if let Some(s) = s {
+                    let stats: std::collections::HashMap<String, String> =
+                        s.stats().into_iter().collect();
+                    run_nvm_writes(&stats);
+                    log.capture(s.nvm_region().expect("the store has its NVM tier"));
+                    s.abandon();
+                }
+                run
+            },
+            |f: &Faulted<'_, Run>| {
+                let run = Run {
+                    created: f.acked.created,
+                    model: f.acked.model.clone(),
+                    failed_step: f.acked.failed_step.clone(),
+                    images: f.acked.images.clone(),
+                    reads_failed: 0,
+                };
+                check_on(
+                    run,
+                    &format!("{} ({:?})", f.point, f.media),
+                    Some(f.bytes),
+                    &nvm_opts(),
+                );
+            },
+        );
+    eprintln!(
+        "NVM flushes failing at each of {} persist points ({} runs, {} failed a call)",
+        report.total_points, report.runs, report.failed_runs
+    );
+    if std::env::var_os("TIERBASE_CRASH_POINT").is_none() {
+        assert!(report.total_points > 50, "{report:?}");
+    }
+    assert!(
+        NVM_WRITES.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "the script never wrote a page into NVM"
+    );
+}
+
+/// Pages written into NVM over all runs (the three-tier script must really use the tier).
+static NVM_WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn run_nvm_writes(stats: &std::collections::HashMap<String, String>) {
+    let n: u64 = stats["nvm_page_writes"].parse().unwrap();
+    NVM_WRITES.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Once a write failed, reads must go on: a read that needs a frame takes a clean one instead

@@ -26,6 +26,7 @@ use std::sync::{Arc, Barrier, Mutex};
 
 use common::scratch_dir;
 use tierbase::btree::{BTreeOptions, BTreeStore};
+use tierbase::buffer::nvm::Admission;
 use tierbase::buffer::{BufferPool, PoolOptions, WalRule};
 use tierbase::device::{BlockCrashConfig, BlockDevice, Durability, SimPower};
 use tierbase::testing::TestRng as Rng;
@@ -61,6 +62,8 @@ struct Variant {
     ops_per_thread: usize,
     /// ACE write-back batch of the pool (1: plain Clock).
     write_back_batch: usize,
+    /// Slots of an NVM tier that admits every page (0: no NVM tier).
+    nvm_slots: u64,
     rounds: u64,
 }
 
@@ -76,6 +79,7 @@ const BASE: Variant = Variant {
     prefix: 0,
     ops_per_thread: 2500,
     write_back_batch: 1,
+    nvm_slots: 0,
     rounds: 16,
 };
 
@@ -337,6 +341,8 @@ struct Figures {
     checkpoints: u64,
     evictions: u64,
     height: u64,
+    nvm_hits: u64,
+    nvm_spills: u64,
 }
 
 /// One round on a fresh store: the workers' history plus a final read of every key.
@@ -347,6 +353,12 @@ fn round(v: &Variant, seed: u64) -> (Outcome, Figures) {
         .dram_bytes(v.frames * v.page_size as u64)
         .durability(Durability::Immediate)
         .write_back_batch(v.write_back_batch);
+    let opts = if v.nvm_slots > 0 {
+        opts.nvm_bytes(8192 + v.nvm_slots * (v.page_size as u64 + 8))
+            .nvm_admission(Admission::All)
+    } else {
+        opts
+    };
     let store = BTreeStore::create(dir.path().join("lin"), &opts).unwrap();
     let keys = keys(v);
     for (i, k) in keys.stable.iter().enumerate() {
@@ -408,6 +420,10 @@ fn round(v: &Variant, seed: u64) -> (Outcome, Figures) {
     }
     figures.evictions = stat(&store, "evictions");
     figures.height = stat(&store, "height");
+    if v.nvm_slots > 0 {
+        figures.nvm_hits = stat(&store, "nvm_hits");
+        figures.nvm_spills = stat(&store, "nvm_spills");
+    }
     store.close().unwrap();
     (check(&history), figures)
 }
@@ -472,6 +488,33 @@ fn small_pool_evicts_constantly() {
         assert!(f.evictions > 0, "no eviction: {f:?}");
         assert!(f.height >= 3, "inner pages never split: {f:?}");
     }
+}
+
+/// The same small pool over an NVM tier of 48 slots that admits every page: misses are served
+/// from NVM while other threads write pages back into it, and NVM Clock spills to the page
+/// file, all under the workers, the scanner and the checkpointer.
+#[test]
+fn small_pool_over_an_nvm_tier() {
+    let v = Variant {
+        frames: 64,
+        write_back_batch: 4,
+        filler_percent: 20,
+        large_values: true,
+        checkpointer: true,
+        prefix: 100,
+        nvm_slots: 48,
+        rounds: 8,
+        ..BASE
+    };
+    let figures = run("64-frame pool over 48 NVM slots", v);
+    assert!(
+        figures.iter().any(|f| f.nvm_hits > 0),
+        "no NVM hit: {figures:?}"
+    );
+    assert!(
+        figures.iter().any(|f| f.nvm_spills > 0),
+        "no NVM spill: {figures:?}"
+    );
 }
 
 #[test]

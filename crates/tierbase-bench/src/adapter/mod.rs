@@ -60,7 +60,7 @@ pub use self::lmdb::LmdbStore;
 #[cfg(feature = "redb")]
 pub use self::redb::RedbStore;
 pub use crate::error::{BenchError, Result};
-pub use btree::BTreeBenchStore;
+pub use btree::{BTreeBenchStore, Tiers};
 pub use kv::KvBenchStore;
 pub use memory::{MemoryBTreeStore, MemoryStore};
 pub use null::NullStore;
@@ -213,6 +213,12 @@ pub struct StoreOptions {
     /// (`btree`: ACE's `n_w`); `None`: the store's default (`k_w` of an emulated profile,
     /// else 1).
     pub write_back_batch: Option<usize>,
+    /// NVM budget in bytes of stores with an NVM tier (`btree-3tier`, `btree-nvm`); `None`:
+    /// the store's default.
+    pub nvm_budget: Option<u64>,
+    /// Directory of the NVM tier's region file (e.g. a DAX mount); `None`: the run's
+    /// directory.
+    pub nvm_dir: Option<PathBuf>,
 }
 
 impl StoreOptions {
@@ -231,6 +237,8 @@ impl StoreOptions {
             durability: tierbase::device::Durability::Immediate,
             dram_budget: None,
             write_back_batch: None,
+            nvm_budget: None,
+            nvm_dir: None,
         }
     }
 }
@@ -279,7 +287,25 @@ pub const STORES: &[StoreEntry] = &[
                   commit; ordered scans; durable per --durability (fdatasync of the log)",
         feature: None,
         built: true,
-        open: |o| Ok(Box::new(BTreeBenchStore::open(o)?)),
+        open: |o| Ok(Box::new(BTreeBenchStore::open(o, Tiers::DramSsd)?)),
+    },
+    StoreEntry {
+        name: "btree-3tier",
+        summary: "tierbase B+-tree, three tiers: DRAM pool (--dram) over an NVM tier (--nvm, a \
+                  region file in --nvm-dir; default 4x the DRAM budget) over the page file; \
+                  pages enter NVM through the admission set",
+        feature: None,
+        built: true,
+        open: |o| Ok(Box::new(BTreeBenchStore::open(o, Tiers::ThreeTier)?)),
+    },
+    StoreEntry {
+        name: "btree-nvm",
+        summary: "tierbase B+-tree, DRAM pool over NVM holding every page (the basic NVM buffer \
+                  manager; --nvm default: room for the records); the page file takes only NVM \
+                  victims",
+        feature: None,
+        built: true,
+        open: |o| Ok(Box::new(BTreeBenchStore::open(o, Tiers::DramNvm)?)),
     },
     StoreEntry {
         name: "plush",

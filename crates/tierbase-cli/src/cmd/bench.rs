@@ -142,6 +142,14 @@ struct YcsbArgs {
     /// victim (ACE's n_w; 1 = plain Clock) [default: k_w of the --emulate profile, else 1].
     #[arg(long = "n-w", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     n_w: Option<u16>,
+    /// NVM budget of `btree-3tier` [default: 4x --dram] and `btree-nvm` [default: room for
+    /// the records], e.g. 1G.
+    #[arg(long, value_name = "SIZE", value_parser = crate::util::parse_size)]
+    nvm: Option<u64>,
+    /// Directory for the NVM tier's region file (a DAX mount on persistent memory)
+    /// [default: --dir].
+    #[arg(long, value_name = "DIR")]
+    nvm_dir: Option<PathBuf>,
 
     /// No progress output.
     #[arg(long, short)]
@@ -619,6 +627,8 @@ fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
     plan.durability = a.durability;
     plan.dram_budget = a.dram;
     plan.write_back_batch = a.n_w.map(usize::from);
+    plan.nvm_budget = a.nvm;
+    plan.nvm_dir = a.nvm_dir.clone();
     if let Some(name) = &a.emulate {
         let catalogue = ctx.catalogue()?;
         plan.emulate = Some(catalogue.require(name)?.clone());

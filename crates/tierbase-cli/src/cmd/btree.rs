@@ -1,5 +1,5 @@
-//! `tierbase btree`: operator commands for the B+-tree store (a directory with a page file
-//! and two log files).
+//! `tierbase btree`: operator commands for the B+-tree store (a directory with a page file,
+//! two log files and, if it has an NVM tier, `nvm.tb` or a link to it).
 
 use std::ops::Bound;
 use std::path::PathBuf;
@@ -35,6 +35,14 @@ enum BTreeCommand {
         /// Page size, a power of two from 4K to 64K.
         #[arg(long, default_value = "16K", value_parser = parse_size)]
         page_size: u64,
+        /// Give the store an NVM tier of this size between the DRAM pool and the page file,
+        /// e.g. 1G (later opens find it by themselves).
+        #[arg(long, value_parser = parse_size)]
+        nvm: Option<u64>,
+        /// The NVM tier's region file, e.g. on a DAX mount [default: nvm.tb in the store's
+        /// directory].
+        #[arg(long, value_name = "FILE", requires = "nvm")]
+        nvm_file: Option<PathBuf>,
     },
     // put, get, delete: the same for every store.
     #[command(flatten)]
@@ -75,8 +83,16 @@ pub fn run(args: BTreeArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         .context("--path <DIR> is required: the store's directory")?;
     let hex = args.hex;
     let opts = BTreeOptions::default().dram_bytes(args.dram);
-    if let BTreeCommand::Create { page_size } = args.command {
-        let opts = opts.page_size(usize::try_from(page_size).unwrap_or(usize::MAX));
+    if let BTreeCommand::Create {
+        page_size,
+        nvm,
+        nvm_file,
+    } = args.command
+    {
+        let mut opts = opts
+            .page_size(usize::try_from(page_size).unwrap_or(usize::MAX))
+            .nvm_bytes(nvm.unwrap_or(0));
+        opts.nvm_path = nvm_file;
         let store = naming_path(BTreeStore::create(&path, &opts), "creating", &path)?;
         let medium = tierbase::store::Store::describe(&store).medium;
         println!(
@@ -126,8 +142,9 @@ pub fn run(args: BTreeArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&map)?);
             } else {
+                let width = stats.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 2;
                 for (k, v) in stats {
-                    println!("{k:<20}{v}");
+                    println!("{k:<width$}{v}");
                 }
             }
             true

@@ -590,11 +590,7 @@ impl BTreeStore {
         let mut nvm_report = (0, 0);
         if let Some(region) = devs.nvm {
             let scan = Instant::now();
-            let slots_hint = region.len() / page_size as u64;
-            let admission = opts
-                .nvm_admission
-                .unwrap_or(Admission::RecentlyRefused(slots_hint as usize));
-            let tier = NvmTier::open(region, page_size, admission)
+            let tier = NvmTier::open(region, page_size, opts.nvm_admission)
                 .map_err(|e| with_path(e, path.as_deref()))?;
             nvm_report = (tier.found_at_open, scan.elapsed().as_micros() as u64);
             pool = pool.with_nvm(tier);

@@ -711,7 +711,11 @@ impl Tree {
 
     fn begin(&self, w: &mut Writer) -> Result<()> {
         if w.failed.is_none() && self.pool.frozen() {
-            w.failed = Some("a change failed half-way (panic)".into());
+            w.failed = Some(
+                self.pool
+                    .write_failure()
+                    .unwrap_or_else(|| "a change failed half-way (panic)".into()),
+            );
         }
         if let Some(reason) = &w.failed {
             return Err(Error::ReadOnly {

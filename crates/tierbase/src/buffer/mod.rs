@@ -149,6 +149,8 @@ pub struct BufferPool {
     grow: Mutex<()>,
     /// A page write failed: dirty frames are no longer chosen as victims.
     write_failed: AtomicBool,
+    /// What made a write-back fail first (for the read-only errors that follow).
+    write_failure: Mutex<Option<String>>,
     /// Dirty pages written per eviction of a dirty victim (ACE's `n_w`; 1 = plain Clock).
     write_back_batch: usize,
     /// The persistent-memory tier between the frames and the page file, if any.
@@ -274,6 +276,7 @@ impl BufferPool {
             check: opts.check,
             grow: Mutex::new(()),
             write_failed: AtomicBool::new(false),
+            write_failure: Mutex::new(None),
             write_back_batch: 1,
             nvm: None,
             counters: PoolCounters::default(),
@@ -558,7 +561,7 @@ impl BufferPool {
                             .and_then(|()| self.write_victim(pid, &guard.buf))
                     };
                     if let Err(e) = written {
-                        self.write_failed.store(true, Ordering::Release);
+                        self.write_failed_with(&e);
                         *write_error = Some(e);
                         continue;
                     }
@@ -579,7 +582,7 @@ impl BufferPool {
                     }
                 {
                     // A clean page needs no write; but a failing NVM tier stops all writes.
-                    self.write_failed.store(true, Ordering::Release);
+                    self.write_failed_with(&e);
                     *write_error = Some(e);
                 }
                 self.table.remove(guard.pid, i as u32);
@@ -729,8 +732,9 @@ impl BufferPool {
             if self.frozen() {
                 return Err(Error::ReadOnly {
                     path: None,
-                    reason: "an earlier change or page write failed; pages are no longer written"
-                        .into(),
+                    reason: self.write_failure().unwrap_or_else(|| {
+                        "an earlier change or page write failed; pages are no longer written".into()
+                    }),
                 });
             }
             let mut retry = Vec::new();
@@ -827,6 +831,20 @@ impl BufferPool {
     /// checkpoints fail. Reads go on.
     pub fn freeze(&self) {
         self.write_failed.store(true, Ordering::Release);
+    }
+
+    /// A page write failed: no more write-backs, and `e` is why.
+    fn write_failed_with(&self, e: &Error) {
+        self.write_failure
+            .lock()
+            .get_or_insert_with(|| e.to_string());
+        self.write_failed.store(true, Ordering::Release);
+    }
+
+    /// What made a write-back fail first, if one did (a [`BufferPool::freeze`] has no
+    /// reason of its own).
+    pub fn write_failure(&self) -> Option<String> {
+        self.write_failure.lock().clone()
     }
 
     /// Whether [`BufferPool::freeze`] was called (or a write-back failed).

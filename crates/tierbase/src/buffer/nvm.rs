@@ -139,8 +139,13 @@ fn header(page_size: usize, slots: u32) -> [u8; 32] {
 impl NvmTier {
     /// The tier in `region` for pages of `page_size` bytes: formats an empty (all-zero
     /// header) region, else validates the header and rebuilds the page → slot map from the
-    /// directory (restart's NVM scan).
-    pub fn open(region: PmemRegion, page_size: usize, admission: Admission) -> Result<Self> {
+    /// directory (restart's NVM scan). `admission` `None`: an admission set of as many
+    /// entries as the tier has slots (ARC's ghost list B1 is as long as the cache).
+    pub fn open(
+        region: PmemRegion,
+        page_size: usize,
+        admission: Option<Admission>,
+    ) -> Result<Self> {
         let path = region.path().map(std::path::Path::to_path_buf);
         let corrupt = |detail: String| Error::corrupt(path.as_deref(), detail);
         let len = region.len();
@@ -239,6 +244,7 @@ impl NvmTier {
             .filter(|&s| st.pid_of[s as usize] == NO_PAGE)
             .collect();
         let found_at_open = st.map.len() as u64;
+        let admission = admission.unwrap_or(Admission::RecentlyRefused(n));
         Ok(NvmTier {
             region,
             page_size,
@@ -503,7 +509,7 @@ mod tests {
 
     #[test]
     fn admission_set_admits_on_the_second_eviction_and_clock_spills_newer_pages() {
-        let t = NvmTier::open(region(4), PS, Admission::RecentlyRefused(8)).unwrap();
+        let t = NvmTier::open(region(4), PS, Some(Admission::RecentlyRefused(8))).unwrap();
         assert_eq!(t.slots(), 4);
         let spilled = Mutex::new(Vec::new());
         let spill = |pages: &mut [(u64, AlignedBuf)]| -> Result<()> {
@@ -532,7 +538,7 @@ mod tests {
     #[test]
     fn reopen_finds_every_installed_page_and_rejects_damage() {
         let r = region(8);
-        let t = NvmTier::open(r, PS, Admission::All).unwrap();
+        let t = NvmTier::open(r, PS, Some(Admission::All)).unwrap();
         let none = |_: &mut [(u64, AlignedBuf)]| -> Result<()> { Ok(()) };
         for pid in [3u64, 9, 700] {
             assert!(t.admit(pid, &page(pid), true, &none).unwrap());
@@ -542,22 +548,22 @@ mod tests {
             PmemRegion::from_image(img, CrashSimConfig::default(), &RegionOptions::default())
                 .unwrap()
         };
-        let t2 = NvmTier::open(reboot(&image), PS, Admission::All).unwrap();
+        let t2 = NvmTier::open(reboot(&image), PS, Some(Admission::All)).unwrap();
         assert_eq!(t2.found_at_open, 3);
         let mut buf = vec![0u8; PS];
         assert!(t2.read(700, &mut buf).unwrap());
         assert_eq!(buf, page(700));
         // The wrong page size, a damaged header and two slots claiming one page are refused.
-        let e = NvmTier::open(reboot(&image), 8192, Admission::All).unwrap_err();
+        let e = NvmTier::open(reboot(&image), 8192, Some(Admission::All)).unwrap_err();
         assert!(e.to_string().contains("4096-byte pages"), "{e}");
         let mut bad = image.clone();
         bad[13] ^= 1;
-        let e = NvmTier::open(reboot(&bad), PS, Admission::All).unwrap_err();
+        let e = NvmTier::open(reboot(&bad), PS, Some(Admission::All)).unwrap_err();
         assert!(e.to_string().contains("checksum"), "{e}");
         let mut dup = image.clone();
         let first = dup[HEADER_LEN as usize..HEADER_LEN as usize + 8].to_vec();
         dup[HEADER_LEN as usize + 40..HEADER_LEN as usize + 48].copy_from_slice(&first);
-        let e = NvmTier::open(reboot(&dup), PS, Admission::All).unwrap_err();
+        let e = NvmTier::open(reboot(&dup), PS, Some(Admission::All)).unwrap_err();
         assert!(e.to_string().contains("both claim"), "{e}");
     }
 
@@ -574,14 +580,14 @@ mod tests {
             &RegionOptions::default(),
         )
         .unwrap();
-        let t = NvmTier::open(r, PS, Admission::All).unwrap();
+        let t = NvmTier::open(r, PS, Some(Admission::All)).unwrap();
         let none = |_: &mut [(u64, AlignedBuf)]| -> Result<()> { Ok(()) };
         assert!(t.admit(5, &page(5), true, &none).unwrap());
         let image = t.region().power_loss().unwrap();
         let r2 =
             PmemRegion::from_image(&image, CrashSimConfig::default(), &RegionOptions::default())
                 .unwrap();
-        let t2 = NvmTier::open(r2, PS, Admission::All).unwrap();
+        let t2 = NvmTier::open(r2, PS, Some(Admission::All)).unwrap();
         assert_eq!(t2.found_at_open, 0);
         assert!(!t2.contains(5));
     }
