@@ -800,9 +800,12 @@ impl BufferPool {
         for (k, (_, pid, _, buf)) in copies.iter_mut().enumerate() {
             let sum = checksum(buf);
             buf[..4].copy_from_slice(&sum);
-            // A page with an NVM slot is written there (the slot must stay the newest copy).
+            // A page with an NVM slot is written there (the slot must stay the newest copy);
+            // with NVM as the pages' home (admit all), one without a slot gets one.
             if let Some(t) = &self.nvm
-                && t.write_resident(*pid, buf)?
+                && (t.write_resident(*pid, buf)?
+                    || (t.admission() == nvm::Admission::All
+                        && t.admit(*pid, buf, true, &|p| self.spill(p))?))
             {
                 continue;
             }

@@ -209,20 +209,21 @@ impl Wal {
                     ));
                 }
             }
-            let bytes = read_all(file)?;
+            let mut bytes = FrameReader::new(file);
             let mut at = BLOCK as usize;
             let gen_start = end.lsn;
             end.generation = expect_gen;
             end.generation_start = gen_start;
-            while let Some(h) = bytes.get(at..at + FRAME_HEADER as usize) {
+            while let Some(h) = bytes.get(at, FRAME_HEADER as usize)? {
                 let len = u32::from_le_bytes(h[0..4].try_into().expect("4")) as usize;
                 let sum = u32::from_le_bytes(h[4..8].try_into().expect("4"));
                 let g = u32::from_le_bytes(h[8..12].try_into().expect("4"));
+                let plen = u32::from_le_bytes(h[12..16].try_into().expect("4")) as usize;
                 let lsn = u64::from_le_bytes(h[16..24].try_into().expect("8"));
                 if len < FRAME_HEADER as usize || !len.is_multiple_of(8) || g != expect_gen {
                     break;
                 }
-                let Some(body) = bytes.get(at + 8..at + len) else {
+                let Some(body) = bytes.get(at + 8, len - 8)? else {
                     break;
                 };
                 if crc(body) != sum {
@@ -235,7 +236,6 @@ impl Wal {
                         format!("log frame at LSN {here} claims LSN {lsn}"),
                     ));
                 }
-                let plen = u32::from_le_bytes(h[12..16].try_into().expect("4")) as usize;
                 let payload = body
                     .get(FRAME_HEADER as usize - 8..FRAME_HEADER as usize - 8 + plen)
                     .ok_or_else(|| Error::corrupt(None, format!("log frame {lsn}: bad length")))?;
@@ -418,22 +418,57 @@ impl Wal {
     }
 }
 
-fn read_all(file: &BlockDevice) -> Result<Vec<u8>> {
-    const CHUNK: u64 = 1 << 20;
-    let len = file.len() / BLOCK * BLOCK;
-    let mut out = Vec::with_capacity(len as usize);
-    let mut buf = AlignedBuf::new(CHUNK as usize)?;
-    let mut at = 0;
-    while at < len {
-        let n = CHUNK.min(len - at);
-        if n < CHUNK {
-            buf = AlignedBuf::new(n as usize)?;
+/// Reads a log file front to back in 1 MiB chunks, keeping only what the frame being parsed
+/// needs: a restart reads up to the log's end, not the whole (possibly much longer, recycled)
+/// file into memory.
+struct FrameReader<'a> {
+    file: &'a BlockDevice,
+    len: usize,
+    /// Bytes of the file from offset `base`.
+    buf: Vec<u8>,
+    base: usize,
+    chunk: Option<AlignedBuf>,
+}
+
+impl<'a> FrameReader<'a> {
+    const CHUNK: usize = 1 << 20;
+
+    fn new(file: &'a BlockDevice) -> Self {
+        FrameReader {
+            file,
+            len: (file.len() / BLOCK * BLOCK) as usize,
+            buf: Vec::new(),
+            base: 0,
+            chunk: None,
         }
-        file.read_at(at, &mut buf)?;
-        out.extend_from_slice(&buf[..n as usize]);
-        at += n;
     }
-    Ok(out)
+
+    /// Bytes `[at, at + n)` of the file, or `None` past its end. Offsets must not go back
+    /// before an earlier call's `at`.
+    fn get(&mut self, at: usize, n: usize) -> Result<Option<&[u8]>> {
+        let Some(end) = at.checked_add(n).filter(|&e| e <= self.len) else {
+            return Ok(None);
+        };
+        if at > self.base {
+            // Drop what earlier frames used.
+            let used = (at - self.base).min(self.buf.len());
+            self.buf.drain(..used);
+            self.base += used;
+        }
+        // Reads stay block-aligned (`O_DIRECT`): `base + buf.len()` only ever grows by whole
+        // chunks of a block-multiple file, and dropping a prefix moves `base` by as much.
+        while self.base + self.buf.len() < end {
+            let from = self.base + self.buf.len();
+            let step = Self::CHUNK.min(self.len - from);
+            let chunk = match &mut self.chunk {
+                Some(c) if c.len() == step => c,
+                slot => slot.insert(AlignedBuf::new(step)?),
+            };
+            self.file.read_at(from as u64, chunk)?;
+            self.buf.extend_from_slice(chunk);
+        }
+        Ok(self.buf.get(at - self.base..end - self.base))
+    }
 }
 
 #[cfg(test)]
@@ -505,6 +540,49 @@ mod tests {
         })
         .unwrap();
         assert_eq!(frames, 400);
+        assert_eq!(replayed.lsn, end.lsn + appended);
+    }
+
+    /// Replay reads the file in 1 MiB chunks: frames larger than a chunk and frames that
+    /// straddle chunk boundaries come back whole and in order, and the end is found after them.
+    #[test]
+    fn replay_streams_frames_across_chunk_boundaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = files(dir.path());
+        Wal::format(&f, 0).unwrap();
+        let end = Wal::replay(&f, 1, 0, |_, _| Ok(())).unwrap();
+        let wal = Wal::resume(f, end).unwrap();
+        // Sizes from a few bytes to 2.5 MiB, so that boundaries fall at every offset mod 8.
+        let sizes: Vec<usize> = (0..40usize)
+            .map(|i| match i % 7 {
+                0 => 2_600_000 + i,
+                1 => 700_000 + 8 * i,
+                _ => 1 + i * 13_001,
+            })
+            .collect();
+        let payload =
+            |i: usize| -> Vec<u8> { (0..sizes[i]).map(|j| (i * 31 + j * 7) as u8).collect() };
+        for i in 0..sizes.len() {
+            wal.append(&payload(i)).unwrap();
+        }
+        wal.flush().unwrap();
+        let (generation, appended) = (wal.generation(), wal.next_lsn() - end.lsn);
+        drop(wal);
+        let files = [0, 1].map(|i| {
+            BlockDevice::open(
+                &dir.path().join(format!("log{i}")),
+                &crate::device::BlockOptions::default(),
+            )
+            .unwrap()
+        });
+        let mut next = 0;
+        let replayed = Wal::replay(&files, generation, end.lsn, |_, p| {
+            assert_eq!(p, &payload(next)[..], "frame {next}");
+            next += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(next, sizes.len());
         assert_eq!(replayed.lsn, end.lsn + appended);
     }
 }
