@@ -421,14 +421,16 @@ impl BufferPool {
         let v = frame.dirty_version.load(Ordering::Acquire);
         frame.clean_version.store(v, Ordering::Release);
         let mut from_nvm = false;
+        let mut trusted = false;
         let read = if fresh {
             guard.buf.fill(0);
             Ok(())
         } else {
             // A page with an NVM slot is read there: the slot is never older than the file.
             match self.nvm.as_ref().map(|t| t.read(pid, &mut guard.buf)) {
-                Some(Ok(true)) => {
+                Some(Ok(Some(t))) => {
                     from_nvm = true;
+                    trusted = t;
                     Ok(())
                 }
                 Some(Err(e)) => Err(e),
@@ -448,6 +450,8 @@ impl BufferPool {
         };
         let bad = match read {
             Err(e) => Some(e),
+            // Written whole by this run (or checked since): only a crash tears a slot.
+            Ok(()) if trusted => None,
             Ok(()) if !intact(&guard.buf) => {
                 if verify == Verify::Yes {
                     Some(Error::corrupt(
@@ -479,6 +483,13 @@ impl BufferPool {
             drop(guard);
             self.free.lock().push(i);
             return Err(e);
+        }
+        if from_nvm
+            && !trusted
+            && !guard.torn
+            && let Some(t) = &self.nvm
+        {
+            t.trust(pid);
         }
         if fresh {
             frame.dirty_version.fetch_add(1, Ordering::AcqRel);
@@ -573,6 +584,7 @@ impl BufferPool {
                     && !guard.torn
                     && write_error.is_none()
                     && !self.write_failed.load(Ordering::Acquire)
+                    && !t.contains(guard.pid)
                     && let Err(e) = {
                         // A clean frame's checksum is stale if a checkpoint wrote a copy of it
                         // (a torn frame, whose checksum must keep telling, is never admitted).

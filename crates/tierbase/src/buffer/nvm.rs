@@ -76,6 +76,9 @@ struct State {
     map: HashMap<u64, u32>,
     pid_of: Vec<u64>,
     newer: Vec<bool>,
+    /// The slot's bytes were written in this run, or passed the pool's checks since: loads
+    /// need not verify them again (only a crash tears a slot).
+    trusted: Vec<bool>,
     referenced: Vec<bool>,
     free: Vec<u32>,
     hand: usize,
@@ -210,6 +213,7 @@ impl NvmTier {
             map: HashMap::new(),
             pid_of: vec![NO_PAGE; n],
             newer: vec![false; n],
+            trusted: vec![false; n],
             referenced: vec![false; n],
             free: Vec::new(),
             hand: 0,
@@ -291,20 +295,33 @@ impl NvmTier {
         self.state.lock().map.contains_key(&pid)
     }
 
-    /// Copies page `pid` into `buf` if it has a slot.
-    pub fn read(&self, pid: u64, buf: &mut [u8]) -> Result<bool> {
-        let (slot, latch) = {
+    /// Copies page `pid` into `buf` if it has a slot: `Some(trusted)`, where `trusted` says
+    /// that this run wrote the slot or [`NvmTier::trust`] was called for it since (its checksum
+    /// and structure need no second check); `None` if it has no slot.
+    pub fn read(&self, pid: u64, buf: &mut [u8]) -> Result<Option<bool>> {
+        let (slot, trusted, latch) = {
             let mut st = self.state.lock();
             let Some(&slot) = st.map.get(&pid) else {
-                return Ok(false);
+                return Ok(None);
             };
             st.referenced[slot as usize] = true;
-            (slot, self.slot_latches[slot as usize].read())
+            let trusted = st.trusted[slot as usize];
+            (slot, trusted, self.slot_latches[slot as usize].read())
         };
         self.region.read(self.slot_off(slot), buf)?;
         drop(latch);
         self.counters.hits.incr();
-        Ok(true)
+        Ok(Some(trusted))
+    }
+
+    /// Page `pid`'s slot passed the pool's checks, or this run wrote it whole: later loads
+    /// may skip the checks. (By page id: if the page moved to another slot meanwhile, that
+    /// slot was written in this run too, and readers wait for its write on its latch.)
+    pub fn trust(&self, pid: u64) {
+        let mut st = self.state.lock();
+        if let Some(&slot) = st.map.get(&pid) {
+            st.trusted[slot as usize] = true;
+        }
     }
 
     /// Writes page `pid` (sealed) over its slot if it has one; `false` if it has none.
@@ -321,6 +338,8 @@ impl NvmTier {
         self.region.write(off, page)?;
         self.region.persist(off, page.len())?;
         drop(latch);
+        // By page, not slot: the slot may have changed hands since the latch was dropped.
+        self.trust(pid);
         self.counters.page_writes.incr();
         Ok(true)
     }
@@ -372,6 +391,7 @@ impl NvmTier {
         st.map.insert(pid, slot);
         st.pid_of[slot as usize] = pid;
         st.newer[slot as usize] = newer;
+        st.trusted[slot as usize] = false;
         st.referenced[slot as usize] = true;
         let latch = self.slot_latches[slot as usize].write();
         drop(st);
@@ -394,6 +414,7 @@ impl NvmTier {
             st.pid_of[slot as usize] = NO_PAGE;
             return Err(e);
         }
+        self.trust(pid);
         self.counters.admissions.incr();
         self.counters.page_writes.incr();
         Ok(true)
@@ -456,6 +477,7 @@ impl NvmTier {
             st.map.remove(&st.pid_of[i]);
             st.pid_of[i] = NO_PAGE;
             st.newer[i] = false;
+            st.trusted[i] = false;
             st.free.push(*s);
         }
         self.counters.evictions.add(victims.len() as u64);
@@ -520,7 +542,8 @@ mod tests {
         assert!(!t.admit(1, &page(1), true, &spill).unwrap());
         assert!(t.admit(1, &page(1), true, &spill).unwrap());
         let mut buf = vec![0u8; PS];
-        assert!(t.read(1, &mut buf).unwrap());
+        // Written by this run: trusted (the pool skips its checks).
+        assert_eq!(t.read(1, &mut buf).unwrap(), Some(true));
         assert_eq!(buf, page(1));
         // Fill the tier (clean pages 2..=4), then one more: Clock frees a batch; page 1 is
         // the only one newer than the page file, so it is the only one spilled.
@@ -551,8 +574,12 @@ mod tests {
         let t2 = NvmTier::open(reboot(&image), PS, Some(Admission::All)).unwrap();
         assert_eq!(t2.found_at_open, 3);
         let mut buf = vec![0u8; PS];
-        assert!(t2.read(700, &mut buf).unwrap());
+        // Found at open: checked on its first load, trusted once the pool says it passed.
+        assert_eq!(t2.read(700, &mut buf).unwrap(), Some(false));
         assert_eq!(buf, page(700));
+        t2.trust(700);
+        assert_eq!(t2.read(700, &mut buf).unwrap(), Some(true));
+        assert_eq!(t2.read(701, &mut buf).unwrap(), None);
         // The wrong page size, a damaged header and two slots claiming one page are refused.
         let e = NvmTier::open(reboot(&image), 8192, Some(Admission::All)).unwrap_err();
         assert!(e.to_string().contains("4096-byte pages"), "{e}");
