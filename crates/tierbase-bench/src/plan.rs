@@ -175,6 +175,8 @@ pub struct BenchPlan {
     pub nvm_budget: Option<u64>,
     /// Where their NVM region file goes (see [`StoreOptions::nvm_dir`]).
     pub nvm_dir: Option<std::path::PathBuf>,
+    /// Memory profile their NVM tier emulates (see [`StoreOptions::nvm_emulate`]).
+    pub nvm_emulate: Option<DeviceProfile>,
 }
 
 impl BenchPlan {
@@ -203,6 +205,7 @@ impl BenchPlan {
             write_back_batch: None,
             nvm_budget: None,
             nvm_dir: None,
+            nvm_emulate: None,
         }
     }
 
@@ -329,6 +332,7 @@ fn run_repetition(
     opts.write_back_batch = plan.write_back_batch;
     opts.nvm_budget = plan.nvm_budget;
     opts.nvm_dir = plan.nvm_dir.clone();
+    opts.nvm_emulate = plan.nvm_emulate.clone();
     let store = open_store(&plan.store, &opts)?;
     let info = store.info();
     if spec.has_scans() && !info.capabilities.ordered_scan {

@@ -92,6 +92,7 @@ impl BTreeBenchStore {
             opts.nvm_region = RegionOptions {
                 flush: o.flush,
                 prefault: true,
+                emulate: o.nvm_emulate.clone(),
                 ..RegionOptions::default()
             };
         }
@@ -134,6 +135,17 @@ impl BTreeBenchStore {
             o.emulate.as_ref(),
             "page and log I/O charged to the profile",
         );
+        if let Some(p) = o.nvm_emulate.as_ref().filter(|_| tiers != Tiers::DramSsd) {
+            let both = match info.emulated.take() {
+                Some(block) => format!("{block}; NVM tier {}", p.name),
+                None => format!("NVM tier {}", p.name),
+            };
+            info.emulated = Some(both);
+            info.notes.push(format!(
+                "NVM tier emulates {}: its loads and persists charged to the profile",
+                p.name
+            ));
+        }
         Ok(BTreeBenchStore { store, info })
     }
 

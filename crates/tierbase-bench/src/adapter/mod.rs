@@ -219,6 +219,9 @@ pub struct StoreOptions {
     /// Directory of the NVM tier's region file (e.g. a DAX mount); `None`: the run's
     /// directory.
     pub nvm_dir: Option<PathBuf>,
+    /// Make the NVM tier behave like this memory profile (latency and bandwidth charged to
+    /// its loads and persists).
+    pub nvm_emulate: Option<DeviceProfile>,
 }
 
 impl StoreOptions {
@@ -239,6 +242,7 @@ impl StoreOptions {
             write_back_batch: None,
             nvm_budget: None,
             nvm_dir: None,
+            nvm_emulate: None,
         }
     }
 }

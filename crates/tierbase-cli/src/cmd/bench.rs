@@ -150,6 +150,10 @@ struct YcsbArgs {
     /// [default: --dir].
     #[arg(long, value_name = "DIR")]
     nvm_dir: Option<PathBuf>,
+    /// Make the NVM tier of `btree-3tier` and `btree-nvm` behave like this memory profile,
+    /// e.g. optane-pmem-100 (`tierbase devices` lists them).
+    #[arg(long, value_name = "PROFILE")]
+    nvm_emulate: Option<String>,
 
     /// No progress output.
     #[arg(long, short)]
@@ -632,6 +636,10 @@ fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
     if let Some(name) = &a.emulate {
         let catalogue = ctx.catalogue()?;
         plan.emulate = Some(catalogue.require(name)?.clone());
+    }
+    if let Some(name) = &a.nvm_emulate {
+        let catalogue = ctx.catalogue()?;
+        plan.nvm_emulate = Some(catalogue.require(name)?.clone());
     }
     plan.validate()?;
     Ok(plan)
