@@ -20,7 +20,8 @@
 //! - the NVM tier: a byte flipped in a page held there (`Error::Corrupt` naming `nvm.tb` on
 //!   the read that touches it), a damaged tier header, two slots claiming one page, a page id
 //!   beyond any file, the tier's file removed (refused: its pages are the newest), and a tier
-//!   kept elsewhere whose link target is gone (an error naming the target).
+//!   kept elsewhere whose link target is gone (an error naming the target), and a create over
+//!   a leftover tier (refused).
 
 use std::collections::BTreeMap;
 use std::io::{Seek, SeekFrom, Write};
@@ -883,4 +884,16 @@ fn nvm_tier_damage_and_absence_are_clear_errors() {
     std::fs::write(&target, kept).unwrap();
     let s = BTreeStore::open(&path2, &opts()).unwrap();
     read_all(&s, &model2, "NVM file elsewhere").unwrap();
+    drop(s);
+
+    // A leftover tier without its page file: a new store there would read its pages, so
+    // create refuses.
+    let leftover = dir.path().join("leftover");
+    std::fs::create_dir_all(&leftover).unwrap();
+    std::fs::copy(&nvm, leftover.join("nvm.tb")).unwrap();
+    match BTreeStore::create(&leftover, &opts()) {
+        Err(e @ Error::InvalidArgument(_)) => assert!(e.to_string().contains("nvm.tb"), "{e}"),
+        other => panic!("create over a leftover NVM tier: {other:?}"),
+    }
+    assert!(!leftover.join("pages.tb").exists());
 }

@@ -478,6 +478,14 @@ impl BTreeStore {
                 dir.display()
             )));
         }
+        // A leftover NVM tier would lend its pages (newer than any page file) to the new store.
+        if std::fs::symlink_metadata(dir.join("nvm.tb")).is_ok() {
+            return Err(Error::InvalidArgument(format!(
+                "{}: holds an NVM tier (nvm.tb) but no page file: remove it, or restore the \
+                 store it belongs to",
+                dir.display()
+            )));
+        }
         // A create that fails part-way removes the files it made, so that it can be retried.
         let mut made: Vec<&Path> = Vec::new();
         let mut made_nvm: Vec<PathBuf> = Vec::new();

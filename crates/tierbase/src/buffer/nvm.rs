@@ -387,7 +387,16 @@ impl NvmTier {
             self.counters.refusals.incr();
             return Ok(false);
         }
-        let slot = self.take_slot(&mut st, spill)?;
+        let slot = match self.take_slot(&mut st, spill) {
+            Ok(slot) => slot,
+            // Every candidate slot is being read or written: refuse this page (the caller
+            // writes it to the page file if it is newer) rather than fail the store.
+            Err(Error::StoreFull { .. }) => {
+                self.counters.refusals.incr();
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        };
         st.map.insert(pid, slot);
         st.pid_of[slot as usize] = pid;
         st.newer[slot as usize] = newer;
@@ -408,10 +417,14 @@ impl NvmTier {
         drop(latch);
         if let Err(e) = installed {
             // The directory entry may or may not have reached media; either way it names a
-            // persisted copy or nothing. The slot is not reused in this run.
+            // persisted copy or nothing (the store stops writing now). Undo the mapping only
+            // if the slot was not evicted and handed on since the latch was dropped; the slot
+            // is not reused in this run.
             let mut st = self.state.lock();
-            st.map.remove(&pid);
-            st.pid_of[slot as usize] = NO_PAGE;
+            if st.map.get(&pid) == Some(&slot) && st.pid_of[slot as usize] == pid {
+                st.map.remove(&pid);
+                st.pid_of[slot as usize] = NO_PAGE;
+            }
             return Err(e);
         }
         self.trust(pid);
@@ -428,9 +441,17 @@ impl NvmTier {
         }
         let n = self.slots as usize;
         let mut victims: Vec<(u32, RwLockWriteGuard<'_, ()>)> = Vec::new();
-        for _ in 0..2 * n {
+        // Slot latches are held only for one copy, by threads that need no `state`: a few
+        // sweeps (yielding between them) find victims unless the tier is tiny and busy.
+        for step in 0..8 * n {
             if victims.len() >= EVICT_BATCH.min(n) {
                 break;
+            }
+            if step > 0 && step % (2 * n) == 0 {
+                if !victims.is_empty() {
+                    break;
+                }
+                std::thread::yield_now();
             }
             let s = st.hand % n;
             st.hand = st.hand.wrapping_add(1);

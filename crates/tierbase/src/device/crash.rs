@@ -138,10 +138,13 @@ impl CrashSim {
             return false;
         }
         let crashes = self.fence_locked(&mut st);
-        drop(st);
+        // Cut the shared power under this simulator's lock: no fence of this region can
+        // take effect between its loss and the block devices' (a sync that completes in
+        // between depends only on fences before the loss).
         if crashes && let Some(p) = self.power.get() {
             p.cut();
         }
+        drop(st);
         crashes
     }
 

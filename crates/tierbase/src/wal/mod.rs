@@ -449,15 +449,16 @@ impl<'a> FrameReader<'a> {
         let Some(end) = at.checked_add(n).filter(|&e| e <= self.len) else {
             return Ok(None);
         };
-        if at > self.base {
-            // Drop what earlier frames used.
-            let used = (at - self.base).min(self.buf.len());
-            self.buf.drain(..used);
-            self.base += used;
-        }
         // Reads stay block-aligned (`O_DIRECT`): `base + buf.len()` only ever grows by whole
         // chunks of a block-multiple file, and dropping a prefix moves `base` by as much.
         while self.base + self.buf.len() < end {
+            if at > self.base {
+                // Drop what earlier frames used, once per refill (not per frame: the shift
+                // costs up to a chunk).
+                let used = (at - self.base).min(self.buf.len());
+                self.buf.drain(..used);
+                self.base += used;
+            }
             let from = self.base + self.buf.len();
             let step = Self::CHUNK.min(self.len - from);
             let chunk = match &mut self.chunk {
