@@ -702,21 +702,31 @@ impl BufferPool {
 
     /// Writes NVM victims to the page file and syncs it (they leave NVM after this).
     fn spill(&self, pages: &mut [(u64, AlignedBuf)]) -> Result<()> {
-        let mut end = 0;
-        for (pid, _) in pages.iter() {
-            end = end.max((*pid + 1) * self.page_size as u64);
+        self.write_pages(pages.iter().map(|(pid, buf)| (*pid, buf)).collect())?;
+        self.device.sync()
+    }
+
+    /// Writes sealed pages `(page id, bytes)` to the page file in one batch, growing it first.
+    fn write_pages(&self, pages: Vec<(u64, &AlignedBuf)>) -> Result<()> {
+        if pages.is_empty() {
+            return Ok(());
         }
+        let end = pages
+            .iter()
+            .map(|(pid, _)| (pid + 1) * self.page_size as u64)
+            .max()
+            .unwrap_or(0);
         self.ensure_len(end)?;
         let mut ios: Vec<Io<'_>> = pages
             .iter()
-            .map(|(pid, buf)| Io::Write {
+            .map(|&(pid, buf)| Io::Write {
                 offset: pid * self.page_size as u64,
                 buf,
             })
             .collect();
         self.device.submit(&mut ios)?;
         self.counters.page_writes.add(pages.len() as u64);
-        self.device.sync()
+        Ok(())
     }
 
     fn write_page(&self, pid: u64, buf: &AlignedBuf) -> Result<()> {
@@ -807,7 +817,6 @@ impl BufferPool {
             return Ok(());
         }
         self.wal.flush_to(lsn)?;
-        let mut end = 0;
         let mut to_file = Vec::with_capacity(copies.len());
         for (k, (_, pid, _, buf)) in copies.iter_mut().enumerate() {
             let sum = checksum(buf);
@@ -822,23 +831,13 @@ impl BufferPool {
                 continue;
             }
             to_file.push(k);
-            end = end.max((*pid + 1) * self.page_size as u64);
         }
-        if to_file.is_empty() {
-            return Ok(());
-        }
-        self.ensure_len(end)?;
-        let mut ios: Vec<Io<'_>> = to_file
-            .iter()
-            .map(|&k| &copies[k])
-            .map(|(_, pid, _, buf)| Io::Write {
-                offset: pid * self.page_size as u64,
-                buf,
-            })
-            .collect();
-        self.device.submit(&mut ios)?;
-        self.counters.page_writes.add(to_file.len() as u64);
-        Ok(())
+        self.write_pages(
+            to_file
+                .iter()
+                .map(|&k| (copies[k].1, &copies[k].3))
+                .collect(),
+        )
     }
 
     /// Stops all write-back of dirty pages for good (an error or panic left pages holding
