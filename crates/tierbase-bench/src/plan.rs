@@ -177,6 +177,8 @@ pub struct BenchPlan {
     pub nvm_dir: Option<std::path::PathBuf>,
     /// Memory profile their NVM tier emulates (see [`StoreOptions::nvm_emulate`]).
     pub nvm_emulate: Option<DeviceProfile>,
+    /// Keep their log in files (see [`StoreOptions::wal_files`]).
+    pub wal_files: bool,
 }
 
 impl BenchPlan {
@@ -206,6 +208,7 @@ impl BenchPlan {
             nvm_budget: None,
             nvm_dir: None,
             nvm_emulate: None,
+            wal_files: false,
         }
     }
 
@@ -333,6 +336,7 @@ fn run_repetition(
     opts.nvm_budget = plan.nvm_budget;
     opts.nvm_dir = plan.nvm_dir.clone();
     opts.nvm_emulate = plan.nvm_emulate.clone();
+    opts.wal_files = plan.wal_files;
     let store = open_store(&plan.store, &opts)?;
     let info = store.info();
     if spec.has_scans() && !info.capabilities.ordered_scan {

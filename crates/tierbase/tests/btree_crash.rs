@@ -7,6 +7,10 @@
 //! power source: power lost at every sync point of the block devices, and at every persist
 //! point (fence) of the NVM region with its unfenced words surviving at random (in-place page
 //! writes torn, installs cut between the page and its directory entry).
+//!
+//! With the log on NVM too (two more crash-simulated regions on the same power source), power
+//! is lost at every persist point of each log region: a commit is acknowledged only after its
+//! frame's lines are persisted, so a cut there loses at most the batch in flight.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -70,13 +74,15 @@ fn apply(model: &mut Model, ops: &[(Vec<u8>, Option<Vec<u8>>)]) {
 }
 
 /// What a run of the script leaves: whether the store was created before power failed, the
-/// acknowledged contents, the batch in flight, and the media images (pages, logs, NVM).
+/// acknowledged contents, the batch in flight, and the media images (pages, logs, NVM tier,
+/// NVM log regions).
 type Outcome = (
     bool,
     Model,
     Option<Vec<(Vec<u8>, Option<Vec<u8>>)>>,
     [Vec<u8>; 3],
     Option<Vec<u8>>,
+    Option<[Vec<u8>; 2]>,
 );
 
 const STEPS: u64 = 220;
@@ -146,23 +152,45 @@ fn script_with_stats(
     if let Some(r) = s.nvm_region() {
         stats.insert("nvm_persist_points".into(), r.persist_points().to_string());
     }
+    if let Some(logs) = s.log_regions() {
+        for (i, r) in logs.iter().enumerate() {
+            stats.insert(
+                format!("log{i}_persist_points"),
+                r.persist_points().to_string(),
+            );
+        }
+    }
     power.cut();
     let images = s.durable_images().unwrap();
     let nvm = s.nvm_region().and_then(PmemRegion::power_loss);
+    let logs = s
+        .log_regions()
+        .map(|l| l.map(|r| r.power_loss().expect("a simulated region")));
     s.abandon();
-    ((created, acked, in_flight, images, nvm), stats)
+    ((created, acked, in_flight, images, nvm, logs), stats)
 }
 
 /// Reopens what media hold and checks it against the script's acknowledgements.
 fn check(outcome: Outcome, point: &str, opts: &BTreeOptions) {
-    let (created, acked, in_flight, images, nvm) = outcome;
+    let (created, acked, in_flight, images, nvm, logs) = outcome;
     let power = SimPower::new(BlockCrashConfig::default());
+    let reboot = |img: &[u8]| {
+        PmemRegion::from_image(img, CrashSimConfig::default(), &RegionOptions::default()).unwrap()
+    };
+    let images = match logs {
+        // A log on NVM has no block images (its regions replace the placeholders below).
+        Some(_) => {
+            let [pages, _, _] = images;
+            [pages, vec![0; 4096], vec![0; 4096]]
+        }
+        None => images,
+    };
     let mut devs = BTreeDevices::simulated_from(images, &power).unwrap();
     if let Some(img) = nvm {
-        let region =
-            PmemRegion::from_image(&img, CrashSimConfig::default(), &RegionOptions::default())
-                .unwrap();
-        devs = devs.with_nvm(region);
+        devs = devs.with_nvm(reboot(&img));
+    }
+    if let Some(logs) = logs {
+        devs = devs.with_nvm_log(logs.map(|img| reboot(&img)));
     }
     let s = match BTreeStore::open_on(devs, None, opts) {
         Ok(s) => s,
@@ -211,6 +239,66 @@ fn three_tier_devices(power: &Arc<SimPower>, nvm: CrashSimConfig) -> BTreeDevice
     let region = PmemRegion::simulated(nvm_len(), nvm, &RegionOptions::default()).unwrap();
     region.share_power(power).unwrap();
     BTreeDevices::simulated(power).unwrap().with_nvm(region)
+}
+
+/// [`three_tier_devices`] with the log on NVM: two more regions on the same power source,
+/// each with its own power loss (if any) at `logs[i]`.
+fn nvm_log_devices(power: &Arc<SimPower>, logs: [CrashSimConfig; 2]) -> BTreeDevices {
+    let regions = logs.map(|config| {
+        let r = PmemRegion::simulated(4096, config, &RegionOptions::default()).unwrap();
+        r.share_power(power).unwrap();
+        r
+    });
+    three_tier_devices(power, CrashSimConfig::default()).with_nvm_log(regions)
+}
+
+#[test]
+fn nvm_log_power_loss_at_every_log_persist_point_keeps_acknowledged_batches_whole() {
+    // The reference run: both log regions take frames (checkpoints alternate them), and
+    // every commit is one persist, no file sync of the log.
+    let power = SimPower::new(BlockCrashConfig::default());
+    let devs = nvm_log_devices(
+        &power,
+        [CrashSimConfig::default(), CrashSimConfig::default()],
+    );
+    let (outcome, stats) = script_with_stats(devs, &power, &nvm_opts());
+    let n = |k: &str| stats[k].parse::<u64>().unwrap();
+    assert_eq!(stats["wal_medium"], "nvm", "{stats:?}");
+    assert_eq!(n("wal_fsyncs"), 0, "{stats:?}");
+    // One persist per commit (and per generation header), no batching behind a sync.
+    assert!(n("wal_nvm_persists") >= n("wal_frames"), "{stats:?}");
+    assert!(n("wal_frames") > PRELOAD + STEPS / 2, "{stats:?}");
+    let totals = [n("log0_persist_points"), n("log1_persist_points")];
+    assert!(totals.iter().all(|&t| t > 20), "{stats:?}");
+    check(outcome, "the reference run", &nvm_opts());
+    // Every point takes ~10 ms here; TIERBASE_NVM_CRASH_RUNS=0 visits all of them.
+    let runs = match std::env::var("TIERBASE_NVM_CRASH_RUNS") {
+        Ok(v) if v.trim() == "0" => None,
+        Ok(v) => Some(v.trim().parse().expect("a number of runs")),
+        Err(_) => Some(100),
+    };
+    for (log, &total) in totals.iter().enumerate() {
+        for n in crash_points(1, total, runs, 0x109 + log as u64) {
+            let power = SimPower::new(BlockCrashConfig {
+                torn_survival: 0.5,
+                seed: n,
+                ..BlockCrashConfig::default()
+            });
+            let mut configs = [CrashSimConfig::default(), CrashSimConfig::default()];
+            configs[log] = CrashSimConfig {
+                crash_after_fences: Some(n),
+                unflushed_survival: 0.5,
+                seed: n,
+                ..CrashSimConfig::default()
+            };
+            let outcome = script(nvm_log_devices(&power, configs), &power, &nvm_opts());
+            check(
+                outcome,
+                &format!("log {log} fence {n} of {total}"),
+                &nvm_opts(),
+            );
+        }
+    }
 }
 
 #[test]

@@ -403,24 +403,45 @@ fn damaged_superblocks_fall_back_or_are_refused() {
     // A newer format in both copies.
     for at in [newest, other] {
         reseal_superblock(&pages, at, |s| {
-            s[8..12].copy_from_slice(&4u32.to_le_bytes())
+            s[8..12].copy_from_slice(&5u32.to_le_bytes())
         });
     }
     match BTreeStore::open(&path, &opts()) {
         Err(Error::UnsupportedVersion {
-            found: 4,
-            supported: 3,
+            found: 5,
+            supported: 4,
             ..
         }) => {}
-        other => panic!("format version 4: {other:?}"),
+        other => panic!("format version 5: {other:?}"),
     }
     // Only in the newest copy: the older one serves.
     restore();
     reseal_superblock(&pages, newest, |s| {
-        s[8..12].copy_from_slice(&4u32.to_le_bytes())
+        s[8..12].copy_from_slice(&5u32.to_le_bytes())
     });
     let s = BTreeStore::open(&path, &opts()).unwrap();
-    read_all(&s, &model, "version 4 in one copy").unwrap();
+    read_all(&s, &model, "version 5 in one copy").unwrap();
+    drop(s);
+    // Version 4 saying the log is on NVM, with plain log files: refused, naming them.
+    restore();
+    for at in [newest, other] {
+        reseal_superblock(&pages, at, |s| {
+            s[8..12].copy_from_slice(&4u32.to_le_bytes());
+            s[28..32].copy_from_slice(&2u32.to_le_bytes());
+        });
+    }
+    match BTreeStore::open(&path, &opts()) {
+        Err(e @ Error::Corrupt { .. }) => assert!(e.to_string().contains("wal-0.tb"), "{e}"),
+        other => panic!("NVM-log flag with log files: {other:?}"),
+    }
+    // The NVM-log bit in a version 3 copy (which never sets it) is damage: passed over.
+    restore();
+    reseal_superblock(&pages, newest, |s| {
+        s[8..12].copy_from_slice(&3u32.to_le_bytes());
+        s[28..32].copy_from_slice(&3u32.to_le_bytes());
+    });
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    read_all(&s, &model, "NVM-log bit in a version 3 copy").unwrap();
     drop(s);
     // Version 3 saying the store has an NVM tier, with no `nvm.tb`: refused, naming it.
     restore();
@@ -568,6 +589,106 @@ fn structural_damage_with_a_valid_checksum_never_panics() {
     assert!(errors > 0);
 }
 
+// ----- the log on NVM ----------------------------------------------------------------------
+
+/// A store with an NVM tier keeps its log on NVM (region files): a torn last frame there is
+/// the end of the log; a log region missing, or swapped for a plain log file, is a clear error
+/// naming it; an NVM log elsewhere is reached through links, and its target gone is an error
+/// naming the target.
+#[test]
+fn nvm_log_damage_absence_and_mismatch_are_clear_errors() {
+    let dir = scratch_dir();
+    let path = dir.path().join("n");
+    let o = opts().nvm_bytes(8192 + 64 * (PAGE as u64 + 8));
+    let s = BTreeStore::create(&path, &o).unwrap();
+    let mut states = vec![Model::new()];
+    for i in 0..40u32 {
+        s.put(&key(i), &val(i)).unwrap();
+        let mut m = states.last().unwrap().clone();
+        m.insert(key(i), val(i));
+        states.push(m);
+    }
+    let stats: std::collections::HashMap<String, String> = s.stats().into_iter().collect();
+    assert_eq!(stats["wal_medium"], "nvm", "{stats:?}");
+    assert_eq!(stats["wal_fsyncs"], "0", "{stats:?}");
+    s.abandon();
+    let (log, frames) = newest_log(&path);
+    assert_eq!(frames.len(), 40, "one frame per put");
+    let original = std::fs::read(&log).unwrap();
+    assert_eq!(&original[..8], b"TBREGION");
+    let snap = Snapshot::take(&path);
+    // A torn last frame (its second half never persisted): the log ends before it.
+    let (last_at, last_len) = *frames.last().unwrap();
+    let mut torn = original.clone();
+    torn[last_at + last_len / 2..last_at + last_len].fill(0);
+    std::fs::write(&log, &torn).unwrap();
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    assert_eq!(s.restart_report().frames, 39);
+    assert_eq!(contents(&s), states[39], "torn NVM log tail");
+    s.abandon();
+    snap.restore();
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    assert_eq!(contents(&s), states[40], "the whole NVM log");
+    s.abandon();
+    snap.restore();
+    // A log region missing.
+    std::fs::remove_file(&log).unwrap();
+    let e = BTreeStore::open(&path, &opts()).unwrap_err();
+    let name = log.file_name().unwrap().to_str().unwrap();
+    assert!(e.to_string().contains(name), "{e}");
+    snap.restore();
+    // A log region replaced by a plain log file: the superblock says NVM, refused.
+    std::fs::write(&log, vec![0u8; 8192]).unwrap();
+    match BTreeStore::open(&path, &opts()) {
+        Err(e @ Error::Corrupt { .. }) => assert!(e.to_string().contains("wal-0.tb"), "{e}"),
+        other => panic!("plain file for an NVM log: {other:?}"),
+    }
+    snap.restore();
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    assert_eq!(contents(&s), states[40], "log put back");
+    s.close().unwrap();
+
+    // The tier and its log elsewhere: links in the store's directory.
+    let elsewhere = scratch_dir();
+    let target = elsewhere.path().join("pmem.tb");
+    let mut o = opts().nvm_bytes(8192 + 64 * (PAGE as u64 + 8));
+    o.nvm_path = Some(target.clone());
+    let path2 = dir.path().join("x");
+    let s = BTreeStore::create(&path2, &o).unwrap();
+    s.put(b"k", b"v").unwrap();
+    s.abandon();
+    for i in 0..2 {
+        let link = path2.join(format!("wal-{i}.tb"));
+        assert_eq!(
+            std::fs::read_link(&link).unwrap(),
+            elsewhere.path().join(format!("pmem.tb.wal-{i}"))
+        );
+    }
+    let moved = elsewhere.path().join("moved");
+    std::fs::rename(elsewhere.path().join("pmem.tb.wal-1"), &moved).unwrap();
+    let e = BTreeStore::open(&path2, &opts()).unwrap_err();
+    assert!(e.to_string().contains("wal-1.tb"), "{e}");
+    std::fs::rename(&moved, elsewhere.path().join("pmem.tb.wal-1")).unwrap();
+    let s = BTreeStore::open(&path2, &opts()).unwrap();
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    s.close().unwrap();
+
+    // A store with an NVM tier may keep its log in files (nvm_log false).
+    let path3 = dir.path().join("f");
+    let o = opts()
+        .nvm_bytes(8192 + 64 * (PAGE as u64 + 8))
+        .nvm_log(false);
+    let s = BTreeStore::create(&path3, &o).unwrap();
+    s.put(b"k", b"v").unwrap();
+    let stats: std::collections::HashMap<String, String> = s.stats().into_iter().collect();
+    assert_eq!(stats["wal_medium"], "file", "{stats:?}");
+    s.close().unwrap();
+    assert_ne!(
+        &std::fs::read(path3.join("wal-0.tb")).unwrap()[..8],
+        b"TBREGION"
+    );
+}
+
 // ----- the log -----------------------------------------------------------------------------
 
 const BLOCK: usize = 4096;
@@ -578,7 +699,8 @@ fn newest_log(dir: &Path) -> (PathBuf, Vec<(usize, usize)>) {
     let mut best: Option<(u32, PathBuf)> = None;
     for name in ["wal-0.tb", "wal-1.tb"] {
         let p = dir.join(name);
-        let b = std::fs::read(&p).unwrap();
+        let raw = std::fs::read(&p).unwrap();
+        let b = log_bytes(&raw);
         if b.len() >= BLOCK && &b[..8] == b"TBWAL001" {
             let g = u32::from_le_bytes(b[8..12].try_into().unwrap());
             if best.as_ref().is_none_or(|(bg, _)| g > *bg) {
@@ -587,7 +709,9 @@ fn newest_log(dir: &Path) -> (PathBuf, Vec<(usize, usize)>) {
         }
     }
     let (generation, p) = best.expect("a log file with a header");
-    let b = std::fs::read(&p).unwrap();
+    let raw = std::fs::read(&p).unwrap();
+    let base = raw.len() - log_bytes(&raw).len();
+    let b = log_bytes(&raw);
     let mut frames = Vec::new();
     let mut at = BLOCK;
     while at + FRAME_HEADER <= b.len() {
@@ -596,10 +720,20 @@ fn newest_log(dir: &Path) -> (PathBuf, Vec<(usize, usize)>) {
         if len < FRAME_HEADER || g != generation || at + len > b.len() {
             break;
         }
-        frames.push((at, len));
+        frames.push((base + at, len));
         at += len;
     }
     (p, frames)
+}
+
+/// The log's bytes in a log file: all of it, or a region file's data area (after its 4 KiB
+/// header) when the log is on NVM.
+fn log_bytes(file: &[u8]) -> &[u8] {
+    if file.starts_with(b"TBREGION") {
+        &file[4096..]
+    } else {
+        file
+    }
 }
 
 /// A store abandoned after `n` acknowledged puts (no closing checkpoint): its log holds them

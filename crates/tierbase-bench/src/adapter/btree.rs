@@ -85,10 +85,14 @@ impl BTreeBenchStore {
             if let Some(d) = &o.nvm_dir {
                 create_dir(d)?;
                 let file = d.join(format!("{name}-nvm.tb"));
-                // A region file left by an earlier run (the store's directory is new).
+                // Region files left by an earlier run (the store's directory is new).
                 let _ = std::fs::remove_file(&file);
+                for i in 0..2 {
+                    let _ = std::fs::remove_file(d.join(format!("{name}-nvm.tb.wal-{i}")));
+                }
                 opts.nvm_path = Some(file);
             }
+            opts.nvm_log = !o.wal_files;
             opts.nvm_region = RegionOptions {
                 flush: o.flush,
                 prefault: true,
@@ -99,7 +103,12 @@ impl BTreeBenchStore {
         let store = BTreeStore::create(o.dir.join("btree"), &opts)?;
         let medium = file_medium(&o.dir);
         let d = store.describe();
+        let wal_on_nvm = tiers != Tiers::DramSsd && !o.wal_files;
         let durability = match o.durability {
+            Durability::Immediate if wal_on_nvm => synced_durability(
+                "wal on NVM, persisted per commit",
+                file_medium(o.nvm_dir.as_deref().unwrap_or(&o.dir)),
+            ),
             Durability::Immediate => synced_durability("wal+fdatasync", medium),
             Durability::Eventual(_) => "wal, background flush".into(),
             Durability::None => "wal, flushed at close".into(),
@@ -173,7 +182,13 @@ impl Store for BTreeBenchStore {
                             | "nvm_hits"
                             | "nvm_admissions"
                             | "nvm_spills"
+                            | "nvm_lines_loaded"
+                            | "nvm_slot_lines_written"
+                            | "nvm_hottest_slot_line_writes"
+                            | "nvm_hottest_directory_line_writes"
+                            | "wal_nvm_persists"
                             | "ssd_page_reads"
+                            | "ssd_page_writes"
                     )
                 })
                 .map(|(k, v)| format!("{k}={v}"))

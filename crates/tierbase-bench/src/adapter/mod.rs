@@ -222,6 +222,9 @@ pub struct StoreOptions {
     /// Make the NVM tier behave like this memory profile (latency and bandwidth charged to
     /// its loads and persists).
     pub nvm_emulate: Option<DeviceProfile>,
+    /// Keep the log of stores with an NVM tier in files (group commit with `fdatasync`)
+    /// instead of on NVM (a persist per commit, the default).
+    pub wal_files: bool,
 }
 
 impl StoreOptions {
@@ -243,6 +246,7 @@ impl StoreOptions {
             nvm_budget: None,
             nvm_dir: None,
             nvm_emulate: None,
+            wal_files: false,
         }
     }
 }

@@ -154,6 +154,10 @@ struct YcsbArgs {
     /// e.g. optane-pmem-100 (`tierbase devices` lists them).
     #[arg(long, value_name = "PROFILE")]
     nvm_emulate: Option<String>,
+    /// Keep the log of `btree-3tier` and `btree-nvm` in files (group commit, fdatasync)
+    /// instead of on NVM next to the tier (a persist per commit, no sync).
+    #[arg(long)]
+    wal_files: bool,
 
     /// No progress output.
     #[arg(long, short)]
@@ -633,6 +637,7 @@ fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
     plan.write_back_batch = a.n_w.map(usize::from);
     plan.nvm_budget = a.nvm;
     plan.nvm_dir = a.nvm_dir.clone();
+    plan.wal_files = a.wal_files;
     if let Some(name) = &a.emulate {
         let catalogue = ctx.catalogue()?;
         plan.emulate = Some(catalogue.require(name)?.clone());

@@ -37,16 +37,19 @@ use crate::device::{
 use crate::error::{Error, Result};
 use crate::store::{Change, Store, StoreDescription};
 use crate::sync::Background;
-use crate::wal::Wal;
+use crate::wal::{LogFile, Wal};
 use tree::{FIRST_ROOT, META_PID, Tree};
 pub use tree::{Limits, Meta};
 
 const SUPER_MAGIC: &[u8; 8] = b"TBBTREE1";
 /// The newest format: version 3 is version 2 with a flags word in the superblock (bit 0: the
-/// store has an NVM tier, whose pages may be newer than the page file's). Only a store with
-/// an NVM tier is written as version 3, so that code which does not know the tier refuses it
-/// instead of reading stale pages; others stay version 2.
-const FORMAT_VERSION: u32 = 3;
+/// store has an NVM tier, whose pages may be newer than the page file's); version 4 adds
+/// bit 1: the log files are NVM regions. Each store is written in the oldest version that
+/// describes it — version 4 only with its log on NVM, 3 only with an NVM tier, else 2 — so
+/// that code which does not know a feature refuses the store instead of misreading it.
+const FORMAT_VERSION: u32 = 4;
+/// The version written for a store with an NVM tier and its log in files.
+const NVM_TIER_VERSION: u32 = 3;
 /// The version written for a store without an NVM tier.
 const PLAIN_VERSION: u32 = 2;
 /// The oldest format this code opens (version 1's log lacks `Truncate` and separator `Put`s,
@@ -54,6 +57,8 @@ const PLAIN_VERSION: u32 = 2;
 const OLDEST_READABLE_VERSION: u32 = 1;
 /// Superblock flag: the store has an NVM tier.
 const FLAG_NVM: u32 = 1;
+/// Superblock flag (version 4): the log's two files are NVM regions.
+const FLAG_NVM_LOG: u32 = 2;
 /// LSN of the first log frame of a new store.
 const FIRST_LSN: u64 = 4096;
 const SUPER_LEN: usize = 4096;
@@ -90,8 +95,14 @@ pub struct BTreeOptions {
     /// Which pages leaving DRAM enter NVM (default: the admission set, as many entries as
     /// the tier has slots).
     pub nvm_admission: Option<Admission>,
-    /// How the NVM region is mapped and flushed (flush instruction, emulated profile).
+    /// How the NVM region is mapped and flushed (flush instruction, emulated profile); the
+    /// log's regions too when it is on NVM.
     pub nvm_region: RegionOptions,
+    /// Whether a new store with an NVM tier keeps its log on NVM too (default true): each
+    /// commit persists its frame's cache lines, with no file sync. The log's two region files
+    /// go next to the tier's (`wal-0.tb` and `wal-1.tb`, or links to `<tier file>.wal-0` and
+    /// `.wal-1` when the tier is elsewhere). An existing store keeps where its log is.
+    pub nvm_log: bool,
 }
 
 impl Default for BTreeOptions {
@@ -107,6 +118,7 @@ impl Default for BTreeOptions {
             nvm_path: None,
             nvm_admission: None,
             nvm_region: RegionOptions::default(),
+            nvm_log: true,
         }
     }
 }
@@ -147,6 +159,12 @@ impl BTreeOptions {
         self.nvm_admission = Some(admission);
         self
     }
+    /// Sets whether a new store with an NVM tier keeps its log on NVM (see
+    /// [`BTreeOptions::nvm_log`]).
+    pub fn nvm_log(mut self, on_nvm: bool) -> Self {
+        self.nvm_log = on_nvm;
+        self
+    }
 }
 
 /// The three block devices of a store.
@@ -154,8 +172,8 @@ impl BTreeOptions {
 pub struct BTreeDevices {
     /// Superblocks, the meta page and the tree's pages.
     pub pages: BlockDevice,
-    /// The two log files.
-    pub logs: [BlockDevice; 2],
+    /// The two log files: on block devices, or NVM regions (the log on NVM).
+    pub logs: [LogFile; 2],
     /// The NVM tier's region, if the store has one.
     pub nvm: Option<PmemRegion>,
 }
@@ -167,8 +185,8 @@ impl BTreeDevices {
         Ok(BTreeDevices {
             pages: BlockDevice::simulated("pages", 64 * 1024, 4096, power)?,
             logs: [
-                BlockDevice::simulated("wal-0", 4096, 4096, power)?,
-                BlockDevice::simulated("wal-1", 4096, 4096, power)?,
+                BlockDevice::simulated("wal-0", 4096, 4096, power)?.into(),
+                BlockDevice::simulated("wal-1", 4096, 4096, power)?.into(),
             ],
             nvm: None,
         })
@@ -182,6 +200,30 @@ impl BTreeDevices {
         self
     }
 
+    /// Puts the log on NVM: `regions` replace the log files (crash-simulated ones in tests,
+    /// sharing the block devices' power source like the tier's region).
+    pub fn with_nvm_log(mut self, regions: [PmemRegion; 2]) -> Self {
+        self.logs = regions.map(LogFile::Pmem);
+        self
+    }
+
+    /// Whether the log's files are NVM regions.
+    fn log_on_nvm(&self) -> bool {
+        self.logs.iter().all(|l| l.region().is_some())
+    }
+
+    /// The superblock's flags for these devices.
+    fn flags(&self) -> u32 {
+        let mut flags = 0;
+        if self.nvm.is_some() {
+            flags |= FLAG_NVM;
+        }
+        if self.log_on_nvm() {
+            flags |= FLAG_NVM_LOG;
+        }
+        flags
+    }
+
     /// In-memory devices holding `images` (pages, log 0, log 1), e.g. what media held when a
     /// simulated power loss struck.
     pub fn simulated_from(images: [Vec<u8>; 3], power: &Arc<SimPower>) -> Result<Self> {
@@ -189,8 +231,8 @@ impl BTreeDevices {
         Ok(BTreeDevices {
             pages: BlockDevice::simulated_from("pages", p, 4096, power)?,
             logs: [
-                BlockDevice::simulated_from("wal-0", l0, 4096, power)?,
-                BlockDevice::simulated_from("wal-1", l1, 4096, power)?,
+                BlockDevice::simulated_from("wal-0", l0, 4096, power)?.into(),
+                BlockDevice::simulated_from("wal-1", l1, 4096, power)?.into(),
             ],
             nvm: None,
         })
@@ -254,6 +296,8 @@ struct Inner {
     checkpoint_bytes: u64,
     /// Serialises checkpoints; holds the superblock sequence number.
     superblock: Mutex<u64>,
+    /// The superblock's flags (what the store's media are).
+    flags: u32,
     restart: RestartReport,
     counters: StoreCounters,
     cursors: Mutex<Cursors>,
@@ -320,7 +364,7 @@ struct Super {
     seq: u64,
     generation: u32,
     lsn: u64,
-    nvm: bool,
+    flags: u32,
 }
 
 fn superblock(
@@ -328,15 +372,19 @@ fn superblock(
     seq: u64,
     generation: u32,
     lsn: u64,
-    nvm: bool,
+    flags: u32,
 ) -> Result<AlignedBuf> {
     let mut b = AlignedBuf::new(SUPER_LEN)?;
     b[..8].copy_from_slice(SUPER_MAGIC);
-    let version = if nvm { FORMAT_VERSION } else { PLAIN_VERSION };
+    let version = if flags & FLAG_NVM_LOG != 0 {
+        FORMAT_VERSION
+    } else if flags != 0 {
+        NVM_TIER_VERSION
+    } else {
+        PLAIN_VERSION
+    };
     b[8..12].copy_from_slice(&version.to_le_bytes());
-    if nvm {
-        b[28..32].copy_from_slice(&FLAG_NVM.to_le_bytes());
-    }
+    b[28..32].copy_from_slice(&flags.to_le_bytes());
     b[12..16].copy_from_slice(&(page_size as u32).to_le_bytes());
     b[16..24].copy_from_slice(&seq.to_le_bytes());
     b[24..28].copy_from_slice(&generation.to_le_bytes());
@@ -381,8 +429,13 @@ fn read_superblock(dev: &BlockDevice, path: Option<&Path>) -> Result<Super> {
             let g = u32::from_le_bytes(b[24..28].try_into().expect("4"));
             let lsn = u64::from_le_bytes(b[32..40].try_into().expect("8"));
             let flags = u32::from_le_bytes(b[28..32].try_into().expect("4"));
-            if v < FORMAT_VERSION && flags != 0 {
-                continue; // bytes a version before 3 never sets
+            let known = match v {
+                ..NVM_TIER_VERSION => 0,
+                NVM_TIER_VERSION => FLAG_NVM,
+                _ => FLAG_NVM | FLAG_NVM_LOG,
+            };
+            if flags & !known != 0 {
+                continue; // bits its version never sets
             }
             if best.is_none_or(|b| seq > b.seq) {
                 best = Some(Super {
@@ -390,7 +443,7 @@ fn read_superblock(dev: &BlockDevice, path: Option<&Path>) -> Result<Super> {
                     seq,
                     generation: g,
                     lsn,
-                    nvm: flags & FLAG_NVM != 0,
+                    flags,
                 });
             }
         }
@@ -418,12 +471,12 @@ fn write_superblock(
     page_size: usize,
     seq: u64,
     (g, lsn): (u32, u64),
-    nvm: bool,
+    flags: u32,
 ) -> Result<()> {
     let slot = seq % 2;
     dev.write_at(
         slot * page_size as u64,
-        &superblock(page_size, seq, g, lsn, nvm)?,
+        &superblock(page_size, seq, g, lsn, flags)?,
     )?;
     dev.sync()
 }
@@ -457,13 +510,7 @@ fn format(devs: &BTreeDevices, page_size: usize) -> Result<()> {
     devs.pages.write_at(FIRST_ROOT * page_size as u64, &root)?;
     devs.pages.sync()?;
     Wal::format(&devs.logs, FIRST_LSN)?;
-    write_superblock(
-        &devs.pages,
-        page_size,
-        1,
-        (1, FIRST_LSN),
-        devs.nvm.is_some(),
-    )
+    write_superblock(&devs.pages, page_size, 1, (1, FIRST_LSN), devs.flags())
 }
 
 impl BTreeStore {
@@ -494,16 +541,17 @@ impl BTreeStore {
                 BlockDevice::create(&names[0], 4 * opts.page_size.max(4096) as u64, &opts.block)?;
             made.push(&names[0]);
             pages.lock_exclusive()?;
-            let log0 = BlockDevice::create(&names[1], 4096, &opts.block)?;
-            made.push(&names[1]);
-            let log1 = BlockDevice::create(&names[2], 4096, &opts.block)?;
-            made.push(&names[2]);
             let nvm = open_nvm(dir, opts, &mut made_nvm)?;
-            let devs = BTreeDevices {
-                pages,
-                logs: [log0, log1],
-                nvm,
+            let logs = if nvm.is_some() && opts.nvm_log {
+                create_nvm_logs(dir, opts, &mut made_nvm)?
+            } else {
+                let log0 = BlockDevice::create(&names[1], 4096, &opts.block)?;
+                made.push(&names[1]);
+                let log1 = BlockDevice::create(&names[2], 4096, &opts.block)?;
+                made.push(&names[2]);
+                [log0.into(), log1.into()]
             };
+            let devs = BTreeDevices { pages, logs, nvm };
             format(&devs, opts.page_size)?;
             Self::open_on(devs, Some(dir), opts)
         })();
@@ -535,10 +583,7 @@ impl BTreeStore {
         pages.lock_exclusive()?;
         let devs = BTreeDevices {
             pages,
-            logs: [
-                BlockDevice::open(&names[1], &opts.block)?,
-                BlockDevice::open(&names[2], &opts.block)?,
-            ],
+            logs: [open_log(&names[1], opts)?, open_log(&names[2], opts)?],
             nvm: open_nvm(dir, opts, &mut Vec::new())?,
         };
         Self::open_on(devs, Some(dir), opts)
@@ -568,14 +613,29 @@ impl BTreeStore {
             path.as_deref().map(|d| d.join("pages.tb")).as_deref(),
         )?;
         let (page_size, seq, redo_gen, redo_lsn) = (sb.page_size, sb.seq, sb.generation, sb.lsn);
-        if sb.nvm && devs.nvm.is_none() {
+        let log_on_nvm = devs.log_on_nvm();
+        if (sb.flags & FLAG_NVM_LOG != 0) != log_on_nvm
+            || devs.logs.iter().any(|l| l.region().is_some() != log_on_nvm)
+        {
+            return Err(Error::corrupt(
+                path.as_deref().map(|d| d.join("wal-0.tb")).as_deref(),
+                if sb.flags & FLAG_NVM_LOG != 0 {
+                    "the store keeps its log on NVM, and wal-0.tb and wal-1.tb are not both NVM \
+                     region files (restore them, or their links' targets, before opening)"
+                } else {
+                    "the store keeps its log in files, and wal-0.tb or wal-1.tb is an NVM \
+                     region file"
+                },
+            ));
+        }
+        if sb.flags & FLAG_NVM != 0 && devs.nvm.is_none() {
             return Err(Error::corrupt(
                 path.as_deref().map(|d| d.join("nvm.tb")).as_deref(),
                 "the store has an NVM tier holding its newest pages, and it is missing \
                  (restore nvm.tb, or its link's target, before opening)",
             ));
         }
-        let has_nvm = devs.nvm.is_some();
+        let flags = devs.flags();
         let log = Arc::new(LogLink::default());
         let (medium, guarantee) = describe_medium(&devs, dir);
         let pool = BufferPool::new(
@@ -657,7 +717,7 @@ impl BTreeStore {
             page_size,
             seq + 1,
             (end.generation, end.generation_start),
-            has_nvm,
+            flags,
         )?;
         let wal = Arc::new(Wal::resume(logs, end)?);
         write_superblock(
@@ -665,7 +725,7 @@ impl BTreeStore {
             page_size,
             seq + 2,
             (end.generation + 1, end.lsn),
-            has_nvm,
+            flags,
         )?;
         tree.writer.lock().generation = end.generation + 1;
         log.0.set(wal).expect("log set once");
@@ -679,6 +739,7 @@ impl BTreeStore {
             durability: opts.durability,
             checkpoint_bytes: opts.checkpoint_bytes.max(1 << 20),
             superblock: Mutex::new(seq + 2),
+            flags,
             restart,
             counters: StoreCounters::default(),
             cursors: Mutex::new(Cursors::default()),
@@ -808,15 +869,28 @@ impl BTreeStore {
         self.inner.stats()
     }
 
-    /// What media hold now: (pages, log 0, log 1), for simulated devices.
+    /// What media hold now: (pages, log 0, log 1), for simulated devices. A log on NVM
+    /// gives empty images here: its regions' [`PmemRegion::power_loss`] gives what they hold
+    /// (see [`BTreeStore::log_regions`]).
     pub fn durable_images(&self) -> Option<[Vec<u8>; 3]> {
         let t = &self.inner.tree;
         let wal = self.inner.log.get()?;
+        let log = |f: &LogFile| match f.block() {
+            Some(d) => d.durable_image(),
+            None => Some(Vec::new()),
+        };
         Some([
             t.pool.device().durable_image()?,
-            wal.files()[0].durable_image()?,
-            wal.files()[1].durable_image()?,
+            log(&wal.files()[0])?,
+            log(&wal.files()[1])?,
         ])
+    }
+
+    /// The log's two regions, if the log is on NVM (for [`BTreeDevices::with_nvm_log`] after
+    /// a simulated power loss).
+    pub fn log_regions(&self) -> Option<[&PmemRegion; 2]> {
+        let files = self.inner.log.get()?.files();
+        Some([files[0].region()?, files[1].region()?])
     }
 
     /// The NVM tier's region, if the store has one (a crash-simulated region's
@@ -901,7 +975,69 @@ fn describe_medium(devs: &BTreeDevices, dir: Option<&Path>) -> (String, &'static
             guarantee = "process crash";
         }
     }
+    if let Some(r) = devs.logs[0].region() {
+        let info = r.info();
+        medium.push_str(&format!(
+            "; log on NVM ({}, flush {}, emulation {})",
+            info.durability, info.flush, info.emulation
+        ));
+        if matches!(
+            info.durability,
+            DurabilityMode::ProcessCrash | DurabilityMode::None
+        ) {
+            guarantee = "process crash";
+        }
+    }
     (medium, guarantee)
+}
+
+/// Initial data bytes of a log region on NVM (it grows like a log file).
+const NVM_LOG_START: u64 = 1 << 20;
+
+/// Makes the two log regions of a new store whose log goes on NVM: next to the tier's file
+/// (`<tier file>.wal-0` and `.wal-1`, linked from `wal-0.tb` and `wal-1.tb` when the tier is
+/// elsewhere). Paths made are pushed to `made`.
+fn create_nvm_logs(
+    dir: &Path,
+    opts: &BTreeOptions,
+    made: &mut Vec<PathBuf>,
+) -> Result<[LogFile; 2]> {
+    let mut logs = Vec::with_capacity(2);
+    for i in 0..2 {
+        let link = dir.join(format!("wal-{i}.tb"));
+        let target = match &opts.nvm_path {
+            Some(tier) => {
+                let mut name = tier.clone().into_os_string();
+                name.push(format!(".wal-{i}"));
+                PathBuf::from(name)
+            }
+            None => link.clone(),
+        };
+        let region = PmemRegion::create(&target, NVM_LOG_START, &opts.nvm_region)?;
+        made.push(target.clone());
+        if target != link {
+            std::os::unix::fs::symlink(&target, &link)
+                .map_err(|e| Error::io("link the NVM log", Some(&link), e))?;
+            made.push(link);
+        }
+        logs.push(LogFile::Pmem(region));
+    }
+    Ok(logs.try_into().expect("two log files"))
+}
+
+/// Opens log file `path`: an NVM region if it is one (a region file's magic), else a file
+/// on the block device.
+fn open_log(path: &Path, opts: &BTreeOptions) -> Result<LogFile> {
+    let mut magic = [0u8; 8];
+    let is_region = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok()
+        && &magic == crate::device::REGION_MAGIC;
+    if is_region {
+        PmemRegion::open(path, &opts.nvm_region).map(LogFile::Pmem)
+    } else {
+        BlockDevice::open(path, &opts.block).map(LogFile::Block)
+    }
 }
 
 /// The NVM tier's region of the store in `dir`: the one it has (`nvm.tb`, possibly a
@@ -995,7 +1131,7 @@ impl Inner {
                 self.tree.pool.page_size(),
                 *seq + 1,
                 (generation, start),
-                self.tree.pool.nvm().is_some(),
+                self.flags,
             )
         });
         if let Err(e) = result {
@@ -1059,6 +1195,8 @@ impl Inner {
         ];
         if let Some(t) = p.nvm() {
             let c = &t.counters;
+            // Page-grained: a hit loads every line of the page, a write writes every line.
+            let lines_per_page = (p.page_size() / 64) as u64;
             out.extend([
                 ("nvm_slots".to_string(), t.slots().to_string()),
                 ("nvm_pages_resident".into(), t.resident().to_string()),
@@ -1070,6 +1208,22 @@ impl Inner {
                     },
                 ),
                 ("nvm_hits".into(), c.hits.get().to_string()),
+                (
+                    "nvm_lines_loaded".into(),
+                    (c.hits.get() * lines_per_page).to_string(),
+                ),
+                (
+                    "nvm_slot_lines_written".into(),
+                    (c.page_writes.get() * lines_per_page).to_string(),
+                ),
+                (
+                    "nvm_hottest_slot_line_writes".into(),
+                    t.hottest_line_writes().0.to_string(),
+                ),
+                (
+                    "nvm_hottest_directory_line_writes".into(),
+                    t.hottest_line_writes().1.to_string(),
+                ),
                 ("nvm_admissions".into(), c.admissions.get().to_string()),
                 ("nvm_refusals".into(), c.refusals.get().to_string()),
                 ("nvm_page_writes".into(), c.page_writes.get().to_string()),
@@ -1095,7 +1249,20 @@ impl Inner {
                     "wal_bytes_written".into(),
                     w.counters.bytes_written.get().to_string(),
                 ),
+                (
+                    "wal_medium".into(),
+                    if w.files()[0].region().is_some() {
+                        "nvm"
+                    } else {
+                        "file"
+                    }
+                    .to_string(),
+                ),
                 ("wal_fsyncs".into(), w.counters.syncs.get().to_string()),
+                (
+                    "wal_nvm_persists".into(),
+                    w.counters.persists.get().to_string(),
+                ),
                 ("wal_durable_lsn".into(), w.durable_lsn().to_string()),
             ]);
         }

@@ -23,6 +23,7 @@
 //!   [`Admission::All`] (the "basic NVM buffer manager" design, NVM holding everything).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 
@@ -99,6 +100,10 @@ pub struct NvmTier {
     /// Held shared while a slot's bytes are copied out and exclusively while they are
     /// written or the slot changes hands; taken after `state` (or without it), never before.
     slot_latches: Box<[RwLock<()>]>,
+    /// Wear: whole-page writes into each slot, and writes of each 64-byte directory line (8
+    /// entries), in this run (every line of a slot is written by each page write).
+    slot_writes: Box<[AtomicU64]>,
+    dir_line_writes: Box<[AtomicU64]>,
     state: Mutex<State>,
     /// Counters.
     pub counters: NvmCounters,
@@ -256,6 +261,8 @@ impl NvmTier {
             data_off,
             admission,
             slot_latches: (0..n).map(|_| RwLock::new(())).collect(),
+            slot_writes: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            dir_line_writes: (0..n.div_ceil(8)).map(|_| AtomicU64::new(0)).collect(),
             state: Mutex::new(st),
             counters: NvmCounters::default(),
             found_at_open,
@@ -324,6 +331,16 @@ impl NvmTier {
         }
     }
 
+    /// NVM wear in this run: (writes of the most written cache line of any slot, writes of
+    /// the most written directory line). A page write writes every line of its slot once.
+    pub fn hottest_line_writes(&self) -> (u64, u64) {
+        let max = |v: &[AtomicU64]| v.iter().map(|c| c.load(Ordering::Relaxed)).max();
+        (
+            max(&self.slot_writes).unwrap_or(0),
+            max(&self.dir_line_writes).unwrap_or(0),
+        )
+    }
+
     /// Writes page `pid` (sealed) over its slot if it has one; `false` if it has none.
     pub fn write_resident(&self, pid: u64, page: &[u8]) -> Result<bool> {
         let (slot, latch) = {
@@ -337,6 +354,7 @@ impl NvmTier {
         let off = self.slot_off(slot);
         self.region.write(off, page)?;
         self.region.persist(off, page.len())?;
+        self.slot_writes[slot as usize].fetch_add(1, Ordering::Relaxed);
         drop(latch);
         // By page, not slot: the slot may have changed hands since the latch was dropped.
         self.trust(pid);
@@ -414,6 +432,8 @@ impl NvmTier {
                     .write(Self::dir_off(slot), &(pid + 1).to_le_bytes())
             })
             .and_then(|()| self.region.persist(Self::dir_off(slot), ENTRY_LEN as usize));
+        self.slot_writes[slot as usize].fetch_add(1, Ordering::Relaxed);
+        self.dir_line_writes[slot as usize / 8].fetch_add(1, Ordering::Relaxed);
         drop(latch);
         if let Err(e) = installed {
             // The directory entry may or may not have reached media; either way it names a
@@ -490,6 +510,7 @@ impl NvmTier {
         let mut ranges = Vec::with_capacity(victims.len());
         for (s, _) in &victims {
             self.region.write(Self::dir_off(*s), &zero)?;
+            self.dir_line_writes[*s as usize / 8].fetch_add(1, Ordering::Relaxed);
             ranges.push((Self::dir_off(*s), ENTRY_LEN as usize));
         }
         self.region.persist_all(&ranges)?;
@@ -577,6 +598,24 @@ mod tests {
         assert!(t.contains(5));
         assert!(!t.contains(1));
         assert_eq!(t.counters.spills.get(), 1);
+    }
+
+    /// Wear: each page write counts once on its slot's lines, each install and clear once on
+    /// the directory line the slot's entry shares with seven others.
+    #[test]
+    fn wear_counts_the_most_written_slot_and_directory_line() {
+        let t = NvmTier::open(region(4), PS, Some(Admission::All)).unwrap();
+        let none = |_: &mut [(u64, AlignedBuf)]| -> Result<()> { Ok(()) };
+        assert_eq!(t.hottest_line_writes(), (0, 0));
+        for pid in 1..=3 {
+            assert!(t.admit(pid, &page(pid), true, &none).unwrap());
+        }
+        for _ in 0..5 {
+            assert!(t.write_resident(2, &page(2)).unwrap());
+        }
+        assert!(!t.write_resident(9, &page(9)).unwrap());
+        // Slot of page 2: its install and five rewrites; one directory line, three installs.
+        assert_eq!(t.hottest_line_writes(), (6, 3));
     }
 
     #[test]

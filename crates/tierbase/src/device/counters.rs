@@ -77,15 +77,19 @@ fn shard_index() -> usize {
 }
 
 /// A monotonically increasing event counter, sharded per thread.
+///
+/// The shards (a cache line pair each, 4 KiB in all) live on the heap: structures holding a
+/// dozen counters are moved by value (devices, pools, stores being opened), and inline shards
+/// made their stack frames hundreds of KiB deep.
 #[derive(Debug)]
 pub struct Counter {
-    shards: [CachePadded<AtomicU64>; SHARDS],
+    shards: Box<[CachePadded<AtomicU64>; SHARDS]>,
 }
 
 impl Default for Counter {
     fn default() -> Self {
         Counter {
-            shards: std::array::from_fn(|_| CachePadded::new(AtomicU64::new(0))),
+            shards: Box::new(std::array::from_fn(|_| CachePadded::new(AtomicU64::new(0)))),
         }
     }
 }

@@ -74,7 +74,9 @@ use crate::error::{Error, Result};
 pub const REGION_HEADER_LEN: usize = 4096;
 /// Optane's media access granularity, used for the write-amplification counter.
 pub const MEDIA_LINE: usize = 256;
-const MAGIC: &[u8; 8] = b"TBREGION";
+/// The first bytes of every region file.
+pub const REGION_MAGIC: &[u8; 8] = b"TBREGION";
+const MAGIC: &[u8; 8] = REGION_MAGIC;
 const FORMAT_VERSION: u32 = 1;
 const PAGE: usize = 4096;
 const DATA_LEN_OFFSET: usize = 24;
