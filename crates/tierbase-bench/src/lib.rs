@@ -51,6 +51,7 @@ pub mod measure;
 pub mod micro;
 pub mod plan;
 pub mod progress;
+pub mod ramp;
 pub mod report;
 pub mod results;
 pub mod rng;

@@ -391,6 +391,8 @@ fn run_repetition(
             progress,
         )?)
     };
+    // The notes again after the run: stores report their counters there (load and run).
+    let info = store.info();
     store.close()?;
     if plan.keep_data {
         let kept = dir.keep();

@@ -42,11 +42,73 @@ pub enum Tiers {
     DramNvm,
 }
 
+impl Tiers {
+    /// The store's name in the benchmark's list.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tiers::DramSsd => "btree",
+            Tiers::ThreeTier => "btree-3tier",
+            Tiers::DramNvm => "btree-nvm",
+        }
+    }
+
+    /// The design a store name stands for.
+    pub fn from_name(name: &str) -> Option<Tiers> {
+        [Tiers::DramSsd, Tiers::ThreeTier, Tiers::DramNvm]
+            .into_iter()
+            .find(|t| t.name() == name)
+    }
+}
+
 /// NVM budget of `btree-nvm` when the plan names none: room for the records in pages two
 /// thirds full, with a floor.
 fn nvm_for_records(o: &StoreOptions) -> u64 {
     let per = (o.key_size + o.value_size + 16) as u64;
     (o.records.saturating_mul(per) / 2 * 3).max(64 << 20)
+}
+
+/// The store's options for `tiers` under `o` (DRAM and NVM budgets, durability, emulation,
+/// where the NVM files go; region files an earlier run left there are removed). Creates the
+/// run's directory.
+pub fn options(o: &StoreOptions, tiers: Tiers) -> Result<BTreeOptions> {
+    create_dir(&o.dir)?;
+    let dram = o.dram_budget.unwrap_or(DEFAULT_DRAM);
+    let mut opts = BTreeOptions::default()
+        .dram_bytes(dram)
+        .durability(o.durability);
+    opts.block = BlockOptions {
+        emulate: o.emulate.clone(),
+        ..BlockOptions::default()
+    };
+    opts.write_back_batch = o.write_back_batch.unwrap_or(0);
+    let name = tiers.name();
+    if tiers != Tiers::DramSsd {
+        opts.nvm_bytes = o.nvm_budget.unwrap_or(match tiers {
+            Tiers::DramNvm => nvm_for_records(o),
+            _ => 4 * dram,
+        });
+        if tiers == Tiers::DramNvm {
+            opts.nvm_admission = Some(Admission::All);
+        }
+        if let Some(d) = &o.nvm_dir {
+            create_dir(d)?;
+            let file = d.join(format!("{name}-nvm.tb"));
+            // Region files left by an earlier run (the store's directory is new).
+            let _ = std::fs::remove_file(&file);
+            for i in 0..2 {
+                let _ = std::fs::remove_file(d.join(format!("{name}-nvm.tb.wal-{i}")));
+            }
+            opts.nvm_path = Some(file);
+        }
+        opts.nvm_log = !o.wal_files;
+        opts.nvm_region = RegionOptions {
+            flush: o.flush,
+            prefault: true,
+            emulate: o.nvm_emulate.clone(),
+            ..RegionOptions::default()
+        };
+    }
+    Ok(opts)
 }
 
 /// The B+-tree store under benchmark.
@@ -59,47 +121,9 @@ pub struct BTreeBenchStore {
 impl BTreeBenchStore {
     /// Creates a fresh store in `o.dir`.
     pub fn open(o: &StoreOptions, tiers: Tiers) -> Result<Self> {
-        create_dir(&o.dir)?;
-        let dram = o.dram_budget.unwrap_or(DEFAULT_DRAM);
-        let mut opts = BTreeOptions::default()
-            .dram_bytes(dram)
-            .durability(o.durability);
-        opts.block = BlockOptions {
-            emulate: o.emulate.clone(),
-            ..BlockOptions::default()
-        };
-        opts.write_back_batch = o.write_back_batch.unwrap_or(0);
-        let name = match tiers {
-            Tiers::DramSsd => "btree",
-            Tiers::ThreeTier => "btree-3tier",
-            Tiers::DramNvm => "btree-nvm",
-        };
-        if tiers != Tiers::DramSsd {
-            opts.nvm_bytes = o.nvm_budget.unwrap_or(match tiers {
-                Tiers::DramNvm => nvm_for_records(o),
-                _ => 4 * dram,
-            });
-            if tiers == Tiers::DramNvm {
-                opts.nvm_admission = Some(Admission::All);
-            }
-            if let Some(d) = &o.nvm_dir {
-                create_dir(d)?;
-                let file = d.join(format!("{name}-nvm.tb"));
-                // Region files left by an earlier run (the store's directory is new).
-                let _ = std::fs::remove_file(&file);
-                for i in 0..2 {
-                    let _ = std::fs::remove_file(d.join(format!("{name}-nvm.tb.wal-{i}")));
-                }
-                opts.nvm_path = Some(file);
-            }
-            opts.nvm_log = !o.wal_files;
-            opts.nvm_region = RegionOptions {
-                flush: o.flush,
-                prefault: true,
-                emulate: o.nvm_emulate.clone(),
-                ..RegionOptions::default()
-            };
-        }
+        let opts = options(o, tiers)?;
+        let dram = opts.dram_bytes;
+        let name = tiers.name();
         let store = BTreeStore::create(o.dir.join("btree"), &opts)?;
         let medium = file_medium(&o.dir);
         let d = store.describe();

@@ -60,7 +60,7 @@ pub use self::lmdb::LmdbStore;
 #[cfg(feature = "redb")]
 pub use self::redb::RedbStore;
 pub use crate::error::{BenchError, Result};
-pub use btree::{BTreeBenchStore, Tiers};
+pub use btree::{BTreeBenchStore, Tiers, options as btree_options};
 pub use kv::KvBenchStore;
 pub use memory::{MemoryBTreeStore, MemoryStore};
 pub use null::NullStore;

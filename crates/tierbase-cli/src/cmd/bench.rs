@@ -46,6 +46,9 @@ enum BenchCommand {
     /// recorded), in virtual time on a device profile or on a real page file; print a table,
     /// write JSON and an HTML report.
     Ace(Box<AceArgs>),
+    /// The restart ramp of a B+-tree design (the three-tier paper's Fig. 17): load, measure
+    /// the warm read rate, close, time the reopen, then sample the read rate per interval.
+    Ramp(Box<RampArgs>),
     /// List the stores that can be benchmarked.
     Stores,
 }
@@ -253,6 +256,48 @@ struct RecoveryArgs {
     after_crash: bool,
 }
 
+/// Arguments of `tierbase bench ramp`.
+#[derive(clap::Args, Debug)]
+struct RampArgs {
+    /// Design: btree (SSD BM, or main memory when --dram holds the data), btree-3tier or
+    /// btree-nvm.
+    #[arg(long, default_value = "btree-3tier", value_name = "NAME")]
+    store: String,
+    /// Records loaded (16-byte keys, uniform reads).
+    #[arg(long, default_value_t = 1_000_000, value_name = "N")]
+    records: u64,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 100, value_name = "BYTES")]
+    value_size: usize,
+    /// DRAM budget, e.g. 256M [default: 64 MiB].
+    #[arg(long, value_name = "SIZE", value_parser = crate::util::parse_size)]
+    dram: Option<u64>,
+    /// NVM budget of btree-3tier and btree-nvm, e.g. 1G [default: as bench ycsb].
+    #[arg(long, value_name = "SIZE", value_parser = crate::util::parse_size)]
+    nvm: Option<u64>,
+    /// Directory for the NVM files [default: --dir].
+    #[arg(long, value_name = "DIR")]
+    nvm_dir: Option<PathBuf>,
+    /// Cache-line flush instruction for the NVM tier (clwb, clflushopt, clflush, none).
+    #[arg(long, value_name = "NAME", value_parser = parse_flush)]
+    flush: Option<tierbase::device::FlushInstruction>,
+    /// Seconds of reads before the close (the warm rate) and after the reopen.
+    #[arg(long, default_value_t = 3.0, value_name = "S")]
+    seconds: f64,
+    /// Length of one sample in milliseconds.
+    #[arg(long, default_value_t = 100, value_name = "MS")]
+    interval_ms: u64,
+    /// Directory for the store (must not exist; removed afterwards unless --keep-data).
+    #[arg(long, value_name = "DIR")]
+    dir: PathBuf,
+    /// Keep the store after the run.
+    #[arg(long)]
+    keep_data: bool,
+    /// JSON file for the samples.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
 /// Arguments of `tierbase bench ace`.
 #[derive(clap::Args, Debug)]
 struct AceArgs {
@@ -337,6 +382,7 @@ pub fn run(args: BenchArgs, ctx: &Ctx) -> anyhow::Result<()> {
         BenchCommand::Micro(a) => micro(*a, ctx),
         BenchCommand::Recovery(a) => recovery(a),
         BenchCommand::Ace(a) => ace(*a, ctx),
+        BenchCommand::Ramp(a) => ramp(*a),
         BenchCommand::Stores => {
             stores();
             Ok(())
@@ -609,6 +655,64 @@ fn recovery(a: RecoveryArgs) -> anyhow::Result<()> {
             r.median_s,
             format_rate(report.records as f64 / r.median_s.max(1e-9))
         );
+    }
+    Ok(())
+}
+
+fn ramp(a: RampArgs) -> anyhow::Result<()> {
+    if a.dir.exists() {
+        anyhow::bail!("{}: exists already (give a new directory)", a.dir.display());
+    }
+    if !(a.seconds.is_finite() && a.seconds > 0.0 && a.seconds <= 3600.0) {
+        anyhow::bail!("--seconds must be above 0 and at most 3600");
+    }
+    let mut o = tierbase_bench::adapter::StoreOptions::new(&a.dir);
+    o.durability = tierbase::device::Durability::None;
+    o.dram_budget = a.dram;
+    o.nvm_budget = a.nvm;
+    o.nvm_dir = a.nvm_dir.clone();
+    o.flush = a.flush;
+    let plan = tierbase_bench::ramp::RampPlan {
+        store: a.store.clone(),
+        records: a.records,
+        value_size: a.value_size,
+        duration: std::time::Duration::from_secs_f64(a.seconds),
+        interval: std::time::Duration::from_millis(a.interval_ms),
+        seed: 42,
+    };
+    let result = tierbase_bench::ramp::ramp(&o, &plan, &mut |line| eprintln!("{line}"));
+    if !a.keep_data {
+        let _ = std::fs::remove_dir_all(&a.dir);
+    }
+    let r = result?;
+    println!(
+        "\n{} restart ramp: {} records ({} B keys, {} B values, uniform reads, 1 thread); {}",
+        r.store,
+        r.records,
+        tierbase_bench::ramp::RAMP_KEY_SIZE,
+        a.value_size,
+        r.medium
+    );
+    println!(
+        "warm before the close: {}; reopen {:.1} ms (NVM scan {:.1} ms); 90 % of warm after {}",
+        format_rate(r.warm_ops_per_sec),
+        r.restart_ms,
+        r.nvm_scan_ms,
+        r.ms_to_90_percent
+            .map_or_else(|| "not reached".to_string(), |ms| format!("{ms:.0} ms"))
+    );
+    println!("{:>10} {:>12} {:>8}", "ms", "reads/s", "of warm");
+    for s in &r.samples {
+        println!(
+            "{:>10.0} {:>12} {:>7.0}%",
+            s.at_ms,
+            format_rate(s.ops_per_sec),
+            100.0 * s.ops_per_sec / r.warm_ops_per_sec.max(1e-9)
+        );
+    }
+    if let Some(out) = &a.out {
+        std::fs::write(out, serde_json::to_string_pretty(&r)?)
+            .with_context(|| format!("writing {}", out.display()))?;
     }
     Ok(())
 }
