@@ -253,6 +253,23 @@ fn nvm_log_devices(power: &Arc<SimPower>, logs: [CrashSimConfig; 2]) -> BTreeDev
 }
 
 #[test]
+fn nvm_log_power_loss_at_every_page_file_sync_keeps_acknowledged_batches_whole() {
+    // With the log on NVM the block syncs are the page file's: checkpoints (between a
+    // generation's header and the superblock naming it), spills and restart.
+    let report = BlockPowerLoss::new().survival(&[0.5]).run(
+        |power: &Arc<SimPower>, _point| {
+            let devs = nvm_log_devices(
+                power,
+                [CrashSimConfig::default(), CrashSimConfig::default()],
+            );
+            script(devs, power, &nvm_opts())
+        },
+        |outcome, point| check(outcome, &format!("sync {point:?}"), &nvm_opts()),
+    );
+    assert!(report.total_points > 10, "{report:?}");
+}
+
+#[test]
 fn nvm_log_power_loss_at_every_log_persist_point_keeps_acknowledged_batches_whole() {
     // The reference run: both log regions take frames (checkpoints alternate them), and
     // every commit is one persist, no file sync of the log.

@@ -552,6 +552,8 @@ impl BTreeStore {
                 [log0.into(), log1.into()]
             };
             let devs = BTreeDevices { pages, logs, nvm };
+            // The links to files elsewhere (NVM tier, NVM log) are names in this directory.
+            sync_dir(dir)?;
             format(&devs, opts.page_size)?;
             Self::open_on(devs, Some(dir), opts)
         })();
@@ -572,9 +574,11 @@ impl BTreeStore {
         let names = file_names(dir);
         for n in &names {
             if !n.exists() {
+                // A link whose target is gone: name the target, which is what to restore.
+                let missing = std::fs::read_link(n).map_or_else(|_| n.clone(), |t| t);
                 return Err(Error::io(
                     "open",
-                    Some(n),
+                    Some(&missing),
                     std::io::Error::from(std::io::ErrorKind::NotFound),
                 ));
             }
@@ -991,6 +995,19 @@ fn describe_medium(devs: &BTreeDevices, dir: Option<&Path>) -> (String, &'static
     (medium, guarantee)
 }
 
+/// `path` made absolute: a link's relative target would resolve against the link's
+/// directory, not the directory the path was given in.
+fn absolute(path: &Path) -> Result<PathBuf> {
+    std::path::absolute(path).map_err(|e| Error::io("resolve", Some(path), e))
+}
+
+/// `fsync` of directory `dir`, so that the names (and links) made in it are durable.
+fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io("fsync directory", Some(dir), e))
+}
+
 /// Initial data bytes of a log region on NVM (it grows like a log file).
 const NVM_LOG_START: u64 = 1 << 20;
 
@@ -1007,7 +1024,7 @@ fn create_nvm_logs(
         let link = dir.join(format!("wal-{i}.tb"));
         let target = match &opts.nvm_path {
             Some(tier) => {
-                let mut name = tier.clone().into_os_string();
+                let mut name = absolute(tier)?.into_os_string();
                 name.push(format!(".wal-{i}"));
                 PathBuf::from(name)
             }
@@ -1062,7 +1079,10 @@ fn open_nvm(
     if opts.nvm_bytes == 0 {
         return Ok(None);
     }
-    let target = opts.nvm_path.clone().unwrap_or_else(|| link.clone());
+    let target = match &opts.nvm_path {
+        Some(p) => absolute(p)?,
+        None => link.clone(),
+    };
     let region = PmemRegion::create(&target, opts.nvm_bytes, &opts.nvm_region)?;
     made.push(target.clone());
     if target != link {
