@@ -575,7 +575,7 @@ impl BTreeStore {
         for n in &names {
             if !n.exists() {
                 // A link whose target is gone: name the target, which is what to restore.
-                let missing = std::fs::read_link(n).map_or_else(|_| n.clone(), |t| t);
+                let missing = std::fs::read_link(n).unwrap_or_else(|_| n.clone());
                 return Err(Error::io(
                     "open",
                     Some(&missing),
