@@ -736,6 +736,17 @@ mod tests {
         assert_eq!(replayed.lsn, end.lsn + appended);
     }
 
+    /// Crash-simulated log regions as a reboot after a power loss finds them.
+    fn after_power_loss(files: &[LogFile; 2]) -> [LogFile; 2] {
+        use crate::device::{CrashSimConfig, RegionOptions};
+        files.each_ref().map(|f| {
+            let image = f.region().unwrap().power_loss().unwrap();
+            PmemRegion::from_image(&image, CrashSimConfig::default(), &RegionOptions::default())
+                .unwrap()
+                .into()
+        })
+    }
+
     fn payload_of(i: usize) -> Vec<u8> {
         (0..(i * 37) % 700 + 1)
             .map(|j| (i * 13 + j) as u8)
@@ -833,20 +844,7 @@ mod tests {
                     }
                 }
                 points = wal.files()[0].region().unwrap().persist_points();
-                let images = wal
-                    .files()
-                    .each_ref()
-                    .map(|f| f.region().unwrap().power_loss().unwrap());
-                let files = images.map(|img| {
-                    LogFile::from(
-                        PmemRegion::from_image(
-                            &img,
-                            CrashSimConfig::default(),
-                            &RegionOptions::default(),
-                        )
-                        .unwrap(),
-                    )
-                });
+                let files = after_power_loss(wal.files());
                 let mut got = 0;
                 Wal::replay(&files, 1, 0, |_, p| {
                     assert_eq!(p, &payload_of(got)[..], "crash {crash:?}: frame {got}");
@@ -899,16 +897,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(seen, 30);
-        let images = wal
-            .files()
-            .each_ref()
-            .map(|f| f.region().unwrap().power_loss().unwrap());
-        let files = images.map(|img| {
-            LogFile::from(
-                PmemRegion::from_image(&img, CrashSimConfig::default(), &RegionOptions::default())
-                    .unwrap(),
-            )
-        });
+        let files = after_power_loss(wal.files());
         let mut after = 0;
         Wal::replay(&files, 1, 0, |_, p| {
             assert_eq!(p, &payload_of(after)[..]);
