@@ -76,37 +76,37 @@ fn key(i: u64) -> [u8; RAMP_KEY_SIZE] {
     k
 }
 
-/// Reads uniform random keys for `duration`, calling `sample(elapsed, reads since the last
-/// sample)` at the end of every `interval`. Every key must be found.
+/// Reads uniform random keys for `duration`; returns, per `interval`, (time since the start
+/// at its end, reads in it). Every key must be found.
 fn read_for(
     store: &BTreeStore,
     records: u64,
     rng: &mut Rng,
     duration: Duration,
     interval: Duration,
-    mut sample: impl FnMut(Duration, u64),
-) -> Result<()> {
+) -> Result<Vec<(Duration, u64)>> {
     let start = Instant::now();
     let mut next = interval;
     let mut reads = 0u64;
+    let mut samples = Vec::new();
     loop {
         // Check the clock every 64 reads: a read takes well under a millisecond.
         for _ in 0..64 {
             let i = rng.below(records);
             if store.get(&key(i))?.is_none() {
                 return Err(BenchError::invalid(format!(
-                    "restart ramp: record {i} is missing after the reopen"
+                    "restart ramp: record {i} is missing"
                 )));
             }
             reads += 1;
         }
         let elapsed = start.elapsed();
         if elapsed >= next {
-            sample(elapsed, reads);
+            samples.push((elapsed, reads));
             reads = 0;
             next += interval;
             if elapsed >= duration {
-                return Ok(());
+                return Ok(samples);
             }
         }
     }
@@ -153,25 +153,13 @@ pub fn ramp(o: &StoreOptions, plan: &RampPlan, log: &mut dyn FnMut(&str)) -> Res
     }
     let mut rng = Rng::from_seed(plan.seed);
     log("measuring the warm read rate");
-    let mut warm = Vec::new();
-    read_for(
-        &store,
-        plan.records,
-        &mut rng,
-        plan.duration,
-        plan.interval,
-        |t, n| warm.push((t, n)),
-    )?;
+    let warm = read_for(&store, plan.records, &mut rng, plan.duration, plan.interval)?;
+    // The second half of the samples: from the end of the first half to the end.
     let half = warm.len() / 2;
-    let (reads, secs) = warm[half..]
-        .iter()
-        .fold((0u64, 0.0), |(r, _), &(t, n)| (r + n, t.as_secs_f64()));
-    let from = if half == 0 {
-        0.0
-    } else {
-        warm[half - 1].0.as_secs_f64()
-    };
-    let warm_ops_per_sec = reads as f64 / (secs - from).max(1e-9);
+    let reads: u64 = warm[half..].iter().map(|&(_, n)| n).sum();
+    let from = half.checked_sub(1).map_or(Duration::ZERO, |i| warm[i].0);
+    let to = warm.last().map_or(Duration::ZERO, |&(t, _)| t);
+    let warm_ops_per_sec = reads as f64 / (to - from).as_secs_f64().max(1e-9);
     store.close()?;
     log("reopening");
     // The reopen maps the regions as a user's open does: without touching every page first
@@ -182,22 +170,16 @@ pub fn ramp(o: &StoreOptions, plan: &RampPlan, log: &mut dyn FnMut(&str)) -> Res
     let restart_ms = opened.elapsed().as_secs_f64() * 1e3;
     let nvm_scan_ms = store.restart_report().nvm_scan_micros as f64 / 1e3;
     let medium = tierbase::store::Store::describe(&store).medium;
-    let mut samples = Vec::new();
-    let mut last = Duration::ZERO;
-    read_for(
-        &store,
-        plan.records,
-        &mut rng,
-        plan.duration,
-        plan.interval,
-        |t, n| {
-            samples.push(RampSample {
-                at_ms: t.as_secs_f64() * 1e3,
-                ops_per_sec: n as f64 / (t - last).as_secs_f64().max(1e-9),
-            });
-            last = t;
-        },
-    )?;
+    let after = read_for(&store, plan.records, &mut rng, plan.duration, plan.interval)?;
+    let starts = std::iter::once(Duration::ZERO).chain(after.iter().map(|&(t, _)| t));
+    let samples: Vec<RampSample> = after
+        .iter()
+        .zip(starts)
+        .map(|(&(t, n), from)| RampSample {
+            at_ms: t.as_secs_f64() * 1e3,
+            ops_per_sec: n as f64 / (t - from).as_secs_f64().max(1e-9),
+        })
+        .collect();
     store.close()?;
     let ms_to_90_percent = samples
         .iter()

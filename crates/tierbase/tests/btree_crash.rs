@@ -233,6 +233,16 @@ fn power_loss_at_every_sync_keeps_acknowledged_batches_whole() {
     assert!(report.total_points > STEPS / 2, "{report:?}");
 }
 
+/// How many NVM persist points a sweep visits: `default` sampled, or what
+/// `TIERBASE_NVM_CRASH_RUNS` says (`0`: all of them; every point takes ~10 ms here).
+fn nvm_crash_runs(default: usize) -> Option<usize> {
+    match std::env::var("TIERBASE_NVM_CRASH_RUNS") {
+        Ok(v) if v.trim() == "0" => None,
+        Ok(v) => Some(v.trim().parse().expect("a number of runs")),
+        Err(_) => Some(default),
+    }
+}
+
 /// Simulated block devices and an NVM tier on one power source; the tier's own power loss
 /// (if any) at `fences`.
 fn three_tier_devices(power: &Arc<SimPower>, nvm: CrashSimConfig) -> BTreeDevices {
@@ -288,12 +298,7 @@ fn nvm_log_power_loss_at_every_log_persist_point_keeps_acknowledged_batches_whol
     let totals = [n("log0_persist_points"), n("log1_persist_points")];
     assert!(totals.iter().all(|&t| t > 20), "{stats:?}");
     check(outcome, "the reference run", &nvm_opts());
-    // Every point takes ~10 ms here; TIERBASE_NVM_CRASH_RUNS=0 visits all of them.
-    let runs = match std::env::var("TIERBASE_NVM_CRASH_RUNS") {
-        Ok(v) if v.trim() == "0" => None,
-        Ok(v) => Some(v.trim().parse().expect("a number of runs")),
-        Err(_) => Some(100),
-    };
+    let runs = nvm_crash_runs(100);
     for (log, &total) in totals.iter().enumerate() {
         for n in crash_points(1, total, runs, 0x109 + log as u64) {
             let power = SimPower::new(BlockCrashConfig {
@@ -347,12 +352,7 @@ fn three_tier_power_loss_at_nvm_persist_points_keeps_acknowledged_batches_whole(
     assert!(n("nvm_spills") > 0 && n("nvm_hits") > 0, "{stats:?}");
     let total = n("nvm_persist_points");
     check(outcome, "the reference run", &nvm_opts());
-    // Every point takes ~10 ms here; TIERBASE_NVM_CRASH_RUNS=0 visits all of them.
-    let runs = match std::env::var("TIERBASE_NVM_CRASH_RUNS") {
-        Ok(v) if v.trim() == "0" => None,
-        Ok(v) => Some(v.trim().parse().expect("a number of runs")),
-        Err(_) => Some(160),
-    };
+    let runs = nvm_crash_runs(160);
     for n in crash_points(1, total, runs, 0x3713) {
         let power = SimPower::new(BlockCrashConfig {
             torn_survival: 0.5,

@@ -306,6 +306,18 @@ fn reseal_superblock(pages: &Path, at: u64, edit: impl FnOnce(&mut [u8])) {
     std::fs::write(pages, b).unwrap();
 }
 
+/// Reseals the superblock copies at `copies` as format `version`, with `flags` if given.
+fn set_version(pages: &Path, copies: &[u64], version: u32, flags: Option<u32>) {
+    for &at in copies {
+        reseal_superblock(pages, at, |s| {
+            s[8..12].copy_from_slice(&version.to_le_bytes());
+            if let Some(f) = flags {
+                s[28..32].copy_from_slice(&f.to_le_bytes());
+            }
+        });
+    }
+}
+
 #[test]
 fn damaged_superblocks_fall_back_or_are_refused() {
     let dir = scratch_dir();
@@ -401,11 +413,7 @@ fn damaged_superblocks_fall_back_or_are_refused() {
         restore();
     }
     // A newer format in both copies.
-    for at in [newest, other] {
-        reseal_superblock(&pages, at, |s| {
-            s[8..12].copy_from_slice(&5u32.to_le_bytes())
-        });
-    }
+    set_version(&pages, &[newest, other], 5, None);
     match BTreeStore::open(&path, &opts()) {
         Err(Error::UnsupportedVersion {
             found: 5,
@@ -416,41 +424,26 @@ fn damaged_superblocks_fall_back_or_are_refused() {
     }
     // Only in the newest copy: the older one serves.
     restore();
-    reseal_superblock(&pages, newest, |s| {
-        s[8..12].copy_from_slice(&5u32.to_le_bytes())
-    });
+    set_version(&pages, &[newest], 5, None);
     let s = BTreeStore::open(&path, &opts()).unwrap();
     read_all(&s, &model, "version 5 in one copy").unwrap();
     drop(s);
     // Version 4 saying the log is on NVM, with plain log files: refused, naming them.
     restore();
-    for at in [newest, other] {
-        reseal_superblock(&pages, at, |s| {
-            s[8..12].copy_from_slice(&4u32.to_le_bytes());
-            s[28..32].copy_from_slice(&2u32.to_le_bytes());
-        });
-    }
+    set_version(&pages, &[newest, other], 4, Some(2));
     match BTreeStore::open(&path, &opts()) {
         Err(e @ Error::Corrupt { .. }) => assert!(e.to_string().contains("wal-0.tb"), "{e}"),
         other => panic!("NVM-log flag with log files: {other:?}"),
     }
     // The NVM-log bit in a version 3 copy (which never sets it) is damage: passed over.
     restore();
-    reseal_superblock(&pages, newest, |s| {
-        s[8..12].copy_from_slice(&3u32.to_le_bytes());
-        s[28..32].copy_from_slice(&3u32.to_le_bytes());
-    });
+    set_version(&pages, &[newest], 3, Some(3));
     let s = BTreeStore::open(&path, &opts()).unwrap();
     read_all(&s, &model, "NVM-log bit in a version 3 copy").unwrap();
     drop(s);
     // Version 3 saying the store has an NVM tier, with no `nvm.tb`: refused, naming it.
     restore();
-    for at in [newest, other] {
-        reseal_superblock(&pages, at, |s| {
-            s[8..12].copy_from_slice(&3u32.to_le_bytes());
-            s[28..32].copy_from_slice(&1u32.to_le_bytes());
-        });
-    }
+    set_version(&pages, &[newest, other], 3, Some(1));
     match BTreeStore::open(&path, &opts()) {
         Err(e @ Error::Corrupt { .. }) => assert!(e.to_string().contains("nvm.tb"), "{e}"),
         other => panic!("NVM flag without the tier: {other:?}"),
@@ -465,11 +458,7 @@ fn damaged_superblocks_fall_back_or_are_refused() {
     drop(s);
     // Version 1 (whose log has a subset of version 2's records) still opens.
     restore();
-    for at in [newest, other] {
-        reseal_superblock(&pages, at, |s| {
-            s[8..12].copy_from_slice(&1u32.to_le_bytes())
-        });
-    }
+    set_version(&pages, &[newest, other], 1, None);
     let s = BTreeStore::open(&path, &opts()).unwrap();
     read_all(&s, &model, "version 1").unwrap();
 }

@@ -643,6 +643,14 @@ mod tests {
         })
     }
 
+    /// A new log in `files` (generation 1 from LSN `start`, replayed: no frames) continued in
+    /// generation 2, as a store's create and open leave it; and where generation 1 ended.
+    fn started(files: [LogFile; 2], start: u64) -> (Wal, LogEnd) {
+        Wal::format(&files, start).unwrap();
+        let end = Wal::replay(&files, 1, start, |_, _| panic!("no frames yet")).unwrap();
+        (Wal::resume(files, end).unwrap(), end)
+    }
+
     /// The log file grows zero-filled ahead of an active log (twice what was appended since
     /// the last call), not at all while idle; replay still ends at the last frame, and a
     /// concurrent-looking smaller grow is a no-op rather than an error.
@@ -650,9 +658,7 @@ mod tests {
     fn prepare_ahead_grows_an_active_log_only_and_replay_ends_at_the_last_frame() {
         let dir = tempfile::tempdir().unwrap();
         let f = files(dir.path());
-        Wal::format(&f, 0).unwrap();
-        let end = Wal::replay(&f, 1, 0, |_, _| Ok(())).unwrap();
-        let wal = Wal::resume(f, end).unwrap();
+        let (wal, end) = started(f, 0);
         assert_eq!(
             wal.prepare_ahead().unwrap(),
             0,
@@ -705,9 +711,7 @@ mod tests {
     fn replay_streams_frames_across_chunk_boundaries() {
         let dir = tempfile::tempdir().unwrap();
         let f = files(dir.path());
-        Wal::format(&f, 0).unwrap();
-        let end = Wal::replay(&f, 1, 0, |_, _| Ok(())).unwrap();
-        let wal = Wal::resume(f, end).unwrap();
+        let (wal, end) = started(f, 0);
         // Sizes from a few bytes to 2.5 MiB, so that boundaries fall at every offset mod 8.
         let sizes: Vec<usize> = (0..40usize)
             .map(|i| match i % 7 {
@@ -764,9 +768,7 @@ mod tests {
         let opts = RegionOptions::default();
         let files: [LogFile; 2] =
             [0, 1].map(|i| PmemRegion::create(&path(i), 4096, &opts).unwrap().into());
-        Wal::format(&files, 4096).unwrap();
-        let end = Wal::replay(&files, 1, 4096, |_, _| panic!("no frames yet")).unwrap();
-        let wal = Wal::resume(files, end).unwrap();
+        let (wal, end) = started(files, 4096);
         for i in 0..300 {
             wal.append(&payload_of(i)).unwrap();
             if i % 3 == 0 {
@@ -880,9 +882,7 @@ mod tests {
                 .into()
         };
         let files = [region(), region()];
-        Wal::format(&files, 0).unwrap();
-        let end = Wal::replay(&files, 1, 0, |_, _| Ok(())).unwrap();
-        let wal = Wal::resume(files, end).unwrap();
+        let (wal, _) = started(files, 0);
         for i in 0..30 {
             wal.append(&payload_of(i)).unwrap();
             if i == 9 {
