@@ -179,6 +179,8 @@ pub struct BenchPlan {
     pub nvm_emulate: Option<DeviceProfile>,
     /// Keep their log in files (see [`StoreOptions::wal_files`]).
     pub wal_files: bool,
+    /// Load NVM pages whole (see [`StoreOptions::nvm_pages`]).
+    pub nvm_pages: bool,
 }
 
 impl BenchPlan {
@@ -209,6 +211,7 @@ impl BenchPlan {
             nvm_dir: None,
             nvm_emulate: None,
             wal_files: false,
+            nvm_pages: false,
         }
     }
 
@@ -337,6 +340,7 @@ fn run_repetition(
     opts.nvm_dir = plan.nvm_dir.clone();
     opts.nvm_emulate = plan.nvm_emulate.clone();
     opts.wal_files = plan.wal_files;
+    opts.nvm_pages = plan.nvm_pages;
     let store = open_store(&plan.store, &opts)?;
     let info = store.info();
     if spec.has_scans() && !info.capabilities.ordered_scan {
@@ -369,6 +373,8 @@ fn run_repetition(
         verify: plan.verify,
     };
     let load = run_load(store.as_ref(), spec, &keyspace, &load_cfg, progress)?;
+    // Counters after the load, so that the run's own can be told apart from the load's.
+    let load_notes = store.info().notes;
     let warmup_ops = if spec.load_only {
         0
     } else {
@@ -391,8 +397,17 @@ fn run_repetition(
             progress,
         )?)
     };
-    // The notes again after the run: stores report their counters there (load and run).
-    let info = store.info();
+    // The notes again after the run: stores report their counters there (load and run);
+    // the load's counters follow, where they differ.
+    let mut info = store.info();
+    if run.is_some() {
+        let changed: Vec<String> = load_notes
+            .into_iter()
+            .filter(|n| !info.notes.contains(n))
+            .map(|n| format!("after the load: {n}"))
+            .collect();
+        info.notes.extend(changed);
+    }
     store.close()?;
     if plan.keep_data {
         let kept = dir.keep();

@@ -343,6 +343,7 @@ struct Figures {
     height: u64,
     nvm_hits: u64,
     nvm_spills: u64,
+    nvm_line_loads: u64,
 }
 
 /// One round on a fresh store: the workers' history plus a final read of every key.
@@ -356,6 +357,7 @@ fn round(v: &Variant, seed: u64) -> (Outcome, Figures) {
     let opts = if v.nvm_slots > 0 {
         opts.nvm_bytes(8192 + v.nvm_slots * (v.page_size as u64 + 8))
             .nvm_admission(Admission::All)
+            .poison_lines(true)
     } else {
         opts
     };
@@ -423,6 +425,7 @@ fn round(v: &Variant, seed: u64) -> (Outcome, Figures) {
     if v.nvm_slots > 0 {
         figures.nvm_hits = stat(&store, "nvm_hits");
         figures.nvm_spills = stat(&store, "nvm_spills");
+        figures.nvm_line_loads = stat(&store, "nvm_line_loads");
     }
     store.close().unwrap();
     (check(&history), figures)
@@ -514,6 +517,12 @@ fn small_pool_over_an_nvm_tier() {
     assert!(
         figures.iter().any(|f| f.nvm_spills > 0),
         "no NVM spill: {figures:?}"
+    );
+    // Leaves came back from NVM a cache line at a time (poisoned until loaded), racing the
+    // writers that make them whole.
+    assert!(
+        figures.iter().any(|f| f.nvm_line_loads > 0),
+        "no leaf was loaded by lines: {figures:?}"
     );
 }
 

@@ -654,7 +654,8 @@ fn run_in(
     if let Some(a) = nvm {
         opts = opts
             .nvm_bytes(8192 + NVM_SLOTS * (page_size as u64 + 8))
-            .nvm_admission(a);
+            .nvm_admission(a)
+            .poison_lines(true);
     }
     let store = BTreeStore::create(dir.path().join("store"), &opts)
         .map_err(|e| TestCaseError::fail(format!("create: {e}")))?;

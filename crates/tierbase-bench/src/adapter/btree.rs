@@ -101,6 +101,7 @@ pub fn options(o: &StoreOptions, tiers: Tiers) -> Result<BTreeOptions> {
             opts.nvm_path = Some(file);
         }
         opts.nvm_log = !o.wal_files;
+        opts.nvm_lines = tiers == Tiers::ThreeTier && !o.nvm_pages;
         opts.nvm_region = RegionOptions {
             flush: o.flush,
             prefault: true,
@@ -207,6 +208,7 @@ impl Store for BTreeBenchStore {
                             | "nvm_admissions"
                             | "nvm_spills"
                             | "nvm_lines_loaded"
+                            | "nvm_line_loads"
                             | "nvm_slot_lines_written"
                             | "nvm_hottest_slot_line_writes"
                             | "nvm_hottest_directory_line_writes"

@@ -225,6 +225,9 @@ pub struct StoreOptions {
     /// Keep the log of stores with an NVM tier in files (group commit with `fdatasync`)
     /// instead of on NVM (a persist per commit, the default).
     pub wal_files: bool,
+    /// Load NVM pages of `btree-3tier` whole on every DRAM miss instead of a cache line at
+    /// a time on point reads (`btree-nvm`, the basic NVM buffer manager, always does).
+    pub nvm_pages: bool,
 }
 
 impl StoreOptions {
@@ -247,6 +250,7 @@ impl StoreOptions {
             nvm_dir: None,
             nvm_emulate: None,
             wal_files: false,
+            nvm_pages: false,
         }
     }
 }

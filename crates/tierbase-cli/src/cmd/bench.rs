@@ -161,6 +161,10 @@ struct YcsbArgs {
     /// instead of on NVM next to the tier (a persist per commit, no sync).
     #[arg(long)]
     wal_files: bool,
+    /// Load NVM pages of `btree-3tier` whole on every DRAM miss, as `btree-nvm` does,
+    /// instead of a cache line at a time on point reads.
+    #[arg(long)]
+    nvm_pages: bool,
 
     /// No progress output.
     #[arg(long, short)]
@@ -742,6 +746,7 @@ fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
     plan.nvm_budget = a.nvm;
     plan.nvm_dir = a.nvm_dir.clone();
     plan.wal_files = a.wal_files;
+    plan.nvm_pages = a.nvm_pages;
     if let Some(name) = &a.emulate {
         let catalogue = ctx.catalogue()?;
         plan.emulate = Some(catalogue.require(name)?.clone());

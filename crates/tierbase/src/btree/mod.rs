@@ -103,6 +103,13 @@ pub struct BTreeOptions {
     /// go next to the tier's (`wal-0.tb` and `wal-1.tb`, or links to `<tier file>.wal-0` and
     /// `.wal-1` when the tier is elsewhere). An existing store keeps where its log is.
     pub nvm_log: bool,
+    /// Whether point reads load a leaf from the NVM tier a cache line at a time, copying
+    /// only the lines the lookup touches (default true, the three-tier design; false loads
+    /// every page whole, the basic NVM buffer manager). See `buffer::lines`.
+    pub nvm_lines: bool,
+    /// Debug mode: lines of a leaf not loaded yet hold `0xA5` bytes, so that code reading
+    /// them without loading them reads garbage (default false; for tests).
+    pub poison_lines: bool,
 }
 
 impl Default for BTreeOptions {
@@ -119,6 +126,8 @@ impl Default for BTreeOptions {
             nvm_admission: None,
             nvm_region: RegionOptions::default(),
             nvm_log: true,
+            nvm_lines: true,
+            poison_lines: false,
         }
     }
 }
@@ -163,6 +172,19 @@ impl BTreeOptions {
     /// [`BTreeOptions::nvm_log`]).
     pub fn nvm_log(mut self, on_nvm: bool) -> Self {
         self.nvm_log = on_nvm;
+        self
+    }
+
+    /// Whether point reads load NVM leaves a cache line at a time (see
+    /// [`BTreeOptions::nvm_lines`]).
+    pub fn nvm_lines(mut self, by_line: bool) -> Self {
+        self.nvm_lines = by_line;
+        self
+    }
+
+    /// Poisons lines not loaded yet (see [`BTreeOptions::poison_lines`]).
+    pub fn poison_lines(mut self, on: bool) -> Self {
+        self.poison_lines = on;
         self
     }
 }
@@ -665,7 +687,10 @@ impl BTreeStore {
             let tier = NvmTier::open(region, page_size, opts.nvm_admission)
                 .map_err(|e| with_path(e, path.as_deref()))?;
             nvm_report = (tier.found_at_open, scan.elapsed().as_micros() as u64);
-            pool = pool.with_nvm(tier);
+            pool = pool
+                .with_nvm(tier)
+                .with_line_grained_nvm(opts.nvm_lines)
+                .with_line_poison(opts.poison_lines);
         }
         let placeholder = Meta {
             root: FIRST_ROOT,
@@ -1215,7 +1240,7 @@ impl Inner {
         ];
         if let Some(t) = p.nvm() {
             let c = &t.counters;
-            // Page-grained: a hit loads every line of the page, a write writes every line.
+            // A page write writes every line of its slot.
             let lines_per_page = (p.page_size() / 64) as u64;
             out.extend([
                 ("nvm_slots".to_string(), t.slots().to_string()),
@@ -1228,9 +1253,15 @@ impl Inner {
                     },
                 ),
                 ("nvm_hits".into(), c.hits.get().to_string()),
+                ("nvm_lines_loaded".into(), c.lines_loaded.get().to_string()),
+                ("nvm_line_loads".into(), c.line_loads.get().to_string()),
                 (
-                    "nvm_lines_loaded".into(),
-                    (c.hits.get() * lines_per_page).to_string(),
+                    "nvm_loads".into(),
+                    if p.line_grained() {
+                        "a cache line at a time on point reads of leaves".into()
+                    } else {
+                        "whole pages".to_string()
+                    },
                 ),
                 (
                     "nvm_slot_lines_written".into(),

@@ -34,6 +34,7 @@
 
 use std::cmp::Ordering;
 
+use crate::buffer::PageBytes;
 use crate::device::cpu::prefetch;
 use crate::error::{Error, Result};
 
@@ -201,64 +202,14 @@ impl<'a> Node<'a> {
         let v = self.value(i);
         u64::from_le_bytes(v.try_into().unwrap_or([0; 8]))
     }
-    /// `Ok(i)`: entry `i` has `key`; `Err(i)`: `key` would go at `i`.
-    ///
-    /// Compares the 4-byte heads in the slots first: no cell is touched unless two heads are
-    /// equal. Whether `key` shares the page's prefix (which the heads assume) is checked on the
-    /// first cell the search reads anyway (a lookup that finds its key reads one), else on
-    /// entry 0 at the end — not on a cell read up front, which cost a found key's lookup an
-    /// extra cache miss (+10 % YCSB C, docs/BENCHMARKS.md Figure 7). A key without the prefix
-    /// sorts before or after every key of the page, and is placed by [`Node::search_full`].
+    /// `Ok(i)`: entry `i` has `key`; `Err(i)`: `key` would go at `i` (see [`search_in`]).
+    #[inline]
     pub fn search(&self, key: &[u8]) -> std::result::Result<usize, usize> {
-        let count = self.count();
-        let p = self.prefix_len();
-        if count == 0 || key.len() < p {
-            return self.search_full(key);
+        let mut bytes = self.0;
+        match search_in(&mut bytes, key) {
+            Ok(found) => found,
+            Err(never) => match never {},
         }
-        let (prefix, rest) = key.split_at(p);
-        let h = head_of(key, p);
-        let mut shares_checked = p == 0;
-        let (mut lo, mut hi) = (0, count);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let order = match self.head(mid).cmp(&h) {
-                Ordering::Equal => {
-                    let k = self.key(mid);
-                    if !shares_checked {
-                        if k.get(..p) != Some(prefix) {
-                            return self.search_full(key);
-                        }
-                        shares_checked = true;
-                    }
-                    k.get(p..).unwrap_or(&[]).cmp(rest)
-                }
-                other => other,
-            };
-            match order {
-                Ordering::Less => lo = mid + 1,
-                Ordering::Greater => hi = mid,
-                Ordering::Equal => return Ok(mid),
-            }
-        }
-        // Entry 0's cell, not one near `lo`: on a hot inner page (the root) it stays cached.
-        if !shares_checked && self.key(0).get(..p) != Some(prefix) {
-            return self.search_full(key);
-        }
-        Err(lo)
-    }
-
-    /// [`Node::search`] by whole keys (no heads): for keys that do not share the prefix.
-    fn search_full(&self, key: &[u8]) -> std::result::Result<usize, usize> {
-        let (mut lo, mut hi) = (0, self.count());
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            match self.key(mid).cmp(key) {
-                Ordering::Less => lo = mid + 1,
-                Ordering::Greater => hi = mid,
-                Ordering::Equal => return Ok(mid),
-            }
-        }
-        Err(lo)
     }
     /// Inner: the child index (−1 for `aux`, as `None`) a key routes to.
     pub fn route(&self, key: &[u8]) -> Option<usize> {
@@ -281,6 +232,105 @@ impl<'a> Node<'a> {
     pub fn used(&self) -> usize {
         self.0.len() - HEADER - self.free_space()
     }
+}
+
+fn u16_in<B: PageBytes>(b: &mut B, at: usize) -> std::result::Result<usize, B::Error> {
+    Ok(u16_at(b.bytes(at, 2)?, 0))
+}
+
+/// The key of entry `i`, its value's offset and length, and whether the value is an
+/// overflow reference.
+fn cell_in<B: PageBytes>(
+    b: &mut B,
+    i: usize,
+) -> std::result::Result<(usize, usize, usize, bool), B::Error> {
+    let c = u16_in(b, HEADER + i * SLOT)?;
+    let head = b.bytes(c, CELL_HEAD)?;
+    let (k, v) = (u16_at(head, 0), u16_at(head, 2));
+    Ok((c + CELL_HEAD, k & !REF_FLAG, v, k & REF_FLAG != 0))
+}
+
+fn key_in<B: PageBytes>(b: &mut B, i: usize) -> std::result::Result<&[u8], B::Error> {
+    let (at, k, ..) = cell_in(b, i)?;
+    b.bytes(at, k)
+}
+
+/// Value of entry `i` as stored, and whether it is an overflow reference.
+pub fn value_in<B: PageBytes>(b: &mut B, i: usize) -> std::result::Result<(&[u8], bool), B::Error> {
+    let (at, k, v, is_ref) = cell_in(b, i)?;
+    Ok((b.bytes(at + k, v)?, is_ref))
+}
+
+/// `Ok(i)`: entry `i` has `key`; `Err(i)`: `key` would go at `i`.
+///
+/// Compares the 4-byte heads in the slots first: no cell is touched unless two heads are
+/// equal, so a lookup reads the header line, about log2(count) slot lines and the cell it
+/// finds (what a page loaded a cache line at a time pays for). Whether `key` shares the
+/// page's prefix (which the heads assume) is checked on the first cell the search reads
+/// anyway (a lookup that finds its key reads one), else on entry 0 at the end — not on a
+/// cell read up front, which cost a found key's lookup an extra cache miss (+10 % YCSB C,
+/// docs/BENCHMARKS.md Figure 7). A key without the prefix sorts before or after every key
+/// of the page, and is placed by whole keys.
+pub fn search_in<B: PageBytes>(
+    b: &mut B,
+    key: &[u8],
+) -> std::result::Result<std::result::Result<usize, usize>, B::Error> {
+    // Count (at 6) and prefix length (at 40), both in the header's line.
+    let header = b.bytes(0, 42)?;
+    let (count, p) = (u16_at(header, 6), u16_at(header, 40));
+    if count == 0 || key.len() < p {
+        return search_full_in(b, count, key);
+    }
+    let (prefix, rest) = key.split_at(p);
+    let h = head_of(key, p);
+    let mut shares_checked = p == 0;
+    let (mut lo, mut hi) = (0, count);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        let at = HEADER + mid * SLOT + 2;
+        let slot_head = u32::from_be_bytes(b.bytes(at, 4)?.try_into().expect("4 bytes"));
+        let order = match slot_head.cmp(&h) {
+            Ordering::Equal => {
+                let k = key_in(b, mid)?;
+                if !shares_checked {
+                    if k.get(..p) != Some(prefix) {
+                        return search_full_in(b, count, key);
+                    }
+                    shares_checked = true;
+                }
+                k.get(p..).unwrap_or(&[]).cmp(rest)
+            }
+            other => other,
+        };
+        match order {
+            Ordering::Less => lo = mid + 1,
+            Ordering::Greater => hi = mid,
+            Ordering::Equal => return Ok(Ok(mid)),
+        }
+    }
+    // Entry 0's cell, not one near `lo`: on a hot inner page (the root) it stays cached.
+    if !shares_checked && key_in(b, 0)?.get(..p) != Some(prefix) {
+        return search_full_in(b, count, key);
+    }
+    Ok(Err(lo))
+}
+
+/// [`search_in`] by whole keys (no heads): for keys that do not share the prefix.
+fn search_full_in<B: PageBytes>(
+    b: &mut B,
+    count: usize,
+    key: &[u8],
+) -> std::result::Result<std::result::Result<usize, usize>, B::Error> {
+    let (mut lo, mut hi) = (0, count);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        match key_in(b, mid)?.cmp(key) {
+            Ordering::Less => lo = mid + 1,
+            Ordering::Greater => hi = mid,
+            Ordering::Equal => return Ok(Ok(mid)),
+        }
+    }
+    Ok(Err(lo))
 }
 
 /// Write access to a page's bytes.

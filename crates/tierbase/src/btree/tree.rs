@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use super::node::{self, Kind, Node, NodeMut};
-use crate::buffer::{BufferPool, PageRead, PageWrite, Verify};
+use crate::buffer::{BufferPool, Fixed, PageBytes, PageRead, PageWrite, Verify};
 use crate::error::{Error, Result};
 use crate::wal::{FRAME_HEADER, Wal};
 
@@ -319,13 +319,14 @@ impl Tree {
         Err(corrupt(format!("tree deeper than {MAX_DEPTH} levels")))
     }
 
-    /// The leaf for `key` (a point lookup: no fences to track).
-    fn leaf_for(&self, key: &[u8]) -> Result<PageRead<'_>> {
+    /// The leaf for `key` (a point lookup: no fences to track), fixed for a point read (a
+    /// leaf brought in from NVM is loaded a cache line at a time, see [`BufferPool::fix_lines`]).
+    fn leaf_for(&self, key: &[u8]) -> Result<Fixed<'_>> {
         let mut page = self.fix_root()?;
         for _ in 0..MAX_DEPTH {
             let n = Node(page.bytes());
             match n.kind() {
-                Some(Kind::Leaf) => return Ok(page),
+                Some(Kind::Leaf) => return Ok(Fixed::Whole(page)),
                 Some(Kind::Inner) => {}
                 other => {
                     return Err(corrupt(format!(
@@ -336,6 +337,17 @@ impl Tree {
             }
             let level = n.level();
             let child = n.child_at(n.route(key));
+            if level == 1 {
+                let mut leaf = self.pool.fix_lines(child)?;
+                // Kind and level, in the header's line.
+                if leaf.bytes(4, 2)? != [Kind::Leaf as u8, 0] {
+                    return Err(corrupt(format!(
+                        "page {child}, a child of page {} at level 1, is not a leaf",
+                        page.pid()
+                    )));
+                }
+                return Ok(leaf);
+            }
             let next = self.pool.fix_shared(child)?;
             if u16::from(Node(next.bytes()).level()) + 1 != u16::from(level) {
                 return Err(corrupt(format!(
@@ -350,11 +362,23 @@ impl Tree {
 
     /// The value of `key`.
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let leaf = self.leaf_for(key)?;
-        let n = Node(leaf.bytes());
-        match n.search(key) {
-            Ok(i) => self.value_of(&n, i).map(Some),
-            Err(_) => Ok(None),
+        match self.leaf_for(key)? {
+            Fixed::Whole(leaf) => {
+                let n = Node(leaf.bytes());
+                match n.search(key) {
+                    Ok(i) => self.value_of(&n, i).map(Some),
+                    Err(_) => Ok(None),
+                }
+            }
+            Fixed::Lines(mut leaf) => match node::search_in(&mut leaf, key)? {
+                Ok(i) => {
+                    let (stored, is_ref) = node::value_in(&mut leaf, i)?;
+                    let mut out = Vec::new();
+                    self.append_stored(stored, is_ref, &mut out)?;
+                    Ok(Some(out))
+                }
+                Err(_) => Ok(None),
+            },
         }
     }
 
@@ -368,11 +392,19 @@ impl Tree {
 
     /// [`Tree::value_of`], appended to `out`.
     fn append_value(&self, n: &Node<'_>, i: usize, out: &mut Vec<u8>) -> Result<()> {
-        if !n.is_ref(i) {
-            out.extend_from_slice(n.value(i));
+        self.append_stored(n.value(i), n.is_ref(i), out)
+    }
+
+    /// A value as stored in its leaf (`r` an overflow reference when `is_ref`), appended to
+    /// `out`.
+    fn append_stored(&self, r: &[u8], is_ref: bool, out: &mut Vec<u8>) -> Result<()> {
+        if !is_ref {
+            out.extend_from_slice(r);
             return Ok(());
         }
-        let r = n.value(i);
+        if r.len() != node::REF_LEN {
+            return Err(corrupt(format!("overflow reference of {} bytes", r.len())));
+        }
         let total = node::u64_at(r, 0);
         let mut next = node::u64_at(r, 8);
         let cap = (self.pool.page_size() - node::HEADER) as u64;

@@ -22,10 +22,13 @@
 //! [`nvm::NvmTier`] ([`BufferPool::with_nvm`]) it is the three-tier design with page-grained
 //! NVM: a DRAM miss is served from NVM when the page has a slot there, a page leaving DRAM
 //! goes to its slot or asks for one (admission), and only NVM victims and refused pages
-//! reach the page file. Cache-line-grained NVM pages, mini pages and pointer swizzling are
-//! not built yet (page ids go through the page table on every fix).
+//! reach the page file. Point reads of leaves load a page from NVM a cache line at a time
+//! ([`lines`], the paper's cache-line-grained pages; [`BufferPool::fix_lines`]). Mini pages
+//! and pointer swizzling are not built yet (page ids go through the page table on every
+//! fix).
 
 pub mod ace;
+mod lines;
 pub mod nvm;
 pub mod policy;
 mod table;
@@ -38,6 +41,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::device::{AlignedBuf, BlockDevice, Counter, Io};
 use crate::error::{Error, Result};
+pub use lines::{Fixed, PageBytes, PageLines};
 
 /// Bytes every page starts with: `u32` checksum (crc32c of bytes 4..), `u32` owned by the
 /// page's format, `u64` page LSN, `u64` page id.
@@ -67,6 +71,8 @@ pub struct FrameData {
     pub image_gen: u32,
     /// The page failed its checksum when loaded (only with [`Verify::No`]).
     pub torn: bool,
+    /// Set while the page is loaded from its NVM slot a cache line at a time.
+    lines: Option<lines::LineState>,
 }
 
 #[derive(Debug)]
@@ -93,6 +99,17 @@ impl Frame {
     fn dirty(&self) -> bool {
         self.dirty_version.load(Ordering::Acquire) != self.clean_version.load(Ordering::Acquire)
     }
+}
+
+/// How [`BufferPool::load`] fills a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Load {
+    /// Read the whole page (from NVM or the page file).
+    Whole,
+    /// A new page: zeroes, no read.
+    Fresh,
+    /// From a trusted NVM slot, a cache line at a time on first touch; else whole.
+    Lines,
 }
 
 /// Whether a load checks the page's checksum.
@@ -155,6 +172,10 @@ pub struct BufferPool {
     write_back_batch: usize,
     /// The persistent-memory tier between the frames and the page file, if any.
     nvm: Option<nvm::NvmTier>,
+    /// Point reads load NVM pages a cache line at a time ([`BufferPool::fix_lines`]).
+    line_grained: bool,
+    /// Lines not yet loaded hold [`lines::POISON`] (a debug mode).
+    poison_lines: bool,
     /// Counters.
     pub counters: PoolCounters,
 }
@@ -258,6 +279,7 @@ impl BufferPool {
                     buf,
                     image_gen: 0,
                     torn: false,
+                    lines: None,
                 }),
                 referenced: AtomicBool::new(false),
                 io_busy: AtomicBool::new(false),
@@ -279,6 +301,8 @@ impl BufferPool {
             write_failure: Mutex::new(None),
             write_back_batch: 1,
             nvm: None,
+            line_grained: false,
+            poison_lines: false,
             counters: PoolCounters::default(),
         })
     }
@@ -334,14 +358,26 @@ impl BufferPool {
             if let Some(i) = self.lookup(pid) {
                 let frame = &self.frames[i as usize];
                 let guard = frame.data.read();
-                if guard.pid == pid {
-                    frame.mark_referenced();
-                    self.counters.hits.incr();
+                if guard.pid != pid {
+                    continue;
+                }
+                frame.mark_referenced();
+                self.counters.hits.incr();
+                if guard.lines.is_none() {
                     return Ok(PageRead { guard });
                 }
-                continue;
+                // Loaded a line at a time by a point read: copy the rest first.
+                drop(guard);
+                let mut guard = frame.data.write();
+                if guard.pid != pid {
+                    continue;
+                }
+                self.make_whole(&mut guard)?;
+                return Ok(PageRead {
+                    guard: RwLockWriteGuard::downgrade(guard),
+                });
             }
-            if let Some(w) = self.load(pid, Verify::Yes, false)? {
+            if let Some(w) = self.load(pid, Verify::Yes, Load::Whole)? {
                 return Ok(PageRead {
                     guard: RwLockWriteGuard::downgrade(w.guard),
                 });
@@ -359,15 +395,16 @@ impl BufferPool {
         loop {
             if let Some(i) = self.lookup(pid) {
                 let frame = &self.frames[i as usize];
-                let guard = frame.data.write();
+                let mut guard = frame.data.write();
                 if guard.pid == pid {
                     frame.mark_referenced();
                     self.counters.hits.incr();
+                    self.make_whole(&mut guard)?;
                     return Ok(PageWrite { frame, guard });
                 }
                 continue;
             }
-            if let Some(w) = self.load(pid, verify, false)? {
+            if let Some(w) = self.load(pid, verify, Load::Whole)? {
                 return Ok(w);
             }
         }
@@ -381,20 +418,26 @@ impl BufferPool {
                 let frame = &self.frames[i as usize];
                 let mut guard = frame.data.write();
                 if guard.pid == pid {
+                    if let Some(state) = guard.lines.take()
+                        && let Some(t) = &self.nvm
+                    {
+                        t.unpin(state.slot());
+                    }
                     guard.buf.fill(0);
                     frame.dirty_version.fetch_add(1, Ordering::AcqRel);
                     return Ok(PageWrite { frame, guard });
                 }
                 continue;
             }
-            if let Some(w) = self.load(pid, Verify::No, true)? {
+            if let Some(w) = self.load(pid, Verify::No, Load::Fresh)? {
                 return Ok(w);
             }
         }
     }
 
     /// Brings `pid` into a frame; `None` if another thread mapped it first (retry).
-    fn load(&self, pid: u64, verify: Verify, fresh: bool) -> Result<Option<PageWrite<'_>>> {
+    fn load(&self, pid: u64, verify: Verify, how: Load) -> Result<Option<PageWrite<'_>>> {
+        let fresh = how == Load::Fresh;
         // A damaged id (from a corrupt parent or chain) is refused before a frame is taken.
         let offset = pid.checked_mul(self.page_size as u64).ok_or_else(|| {
             Error::corrupt(None, format!("page id {pid} is beyond any page file"))
@@ -420,6 +463,16 @@ impl BufferPool {
         guard.torn = false;
         let v = frame.dirty_version.load(Ordering::Acquire);
         frame.clean_version.store(v, Ordering::Release);
+        if how == Load::Lines
+            && let Some(slot) = self.nvm.as_ref().and_then(|t| t.pin_lines(pid))
+        {
+            guard.lines = Some(lines::LineState::new(slot, self.page_size));
+            if self.poison_lines {
+                guard.buf.fill(lines::POISON);
+            }
+            frame.referenced.store(true, Ordering::Relaxed);
+            return Ok(Some(PageWrite { frame, guard }));
+        }
         let mut from_nvm = false;
         let mut trusted = false;
         let read = if fresh {
@@ -596,6 +649,11 @@ impl BufferPool {
                     // A clean page needs no write; but a failing NVM tier stops all writes.
                     self.write_failed_with(&e);
                     *write_error = Some(e);
+                }
+                if let Some(state) = guard.lines.take()
+                    && let Some(t) = &self.nvm
+                {
+                    t.unpin(state.slot());
                 }
                 self.table.remove(guard.pid, i as u32);
                 guard.pid = NO_PAGE;

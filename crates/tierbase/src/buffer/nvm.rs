@@ -40,6 +40,8 @@ const ENTRY_LEN: u64 = 8;
 /// NVM victims chosen together when the tier is full (their spills share one sync).
 const EVICT_BATCH: usize = 8;
 const NO_PAGE: u64 = u64::MAX;
+/// Bytes of a cache line, the unit of [`NvmTier::read_lines`].
+pub const LINE: usize = 64;
 
 /// Which pages leaving DRAM enter the NVM tier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +69,12 @@ pub struct NvmCounters {
     pub spills: Counter,
     /// Syncs of the page file for spills.
     pub spill_syncs: Counter,
+    /// 64-byte lines copied from slots into DRAM (every line of a page a whole-page load
+    /// brings, or the lines a cache-line-grained frame touches).
+    pub lines_loaded: Counter,
+    /// DRAM misses served from NVM a cache line at a time ([`NvmTier::pin_lines`]; also
+    /// counted in `hits`).
+    pub line_loads: Counter,
 }
 
 /// Writes pages `(page id, sealed bytes)` to the page file and makes them durable there.
@@ -80,6 +88,9 @@ struct State {
     /// The slot's bytes were written in this run, or passed the pool's checks since: loads
     /// need not verify them again (only a crash tears a slot).
     trusted: Vec<bool>,
+    /// DRAM frames holding the slot's page a cache line at a time ([`NvmTier::pin_lines`]):
+    /// they read lines from the slot later, so it neither changes hands nor is written.
+    pins: Vec<u32>,
     referenced: Vec<bool>,
     free: Vec<u32>,
     hand: usize,
@@ -219,6 +230,7 @@ impl NvmTier {
             pid_of: vec![NO_PAGE; n],
             newer: vec![false; n],
             trusted: vec![false; n],
+            pins: vec![0; n],
             referenced: vec![false; n],
             free: Vec::new(),
             hand: 0,
@@ -318,7 +330,46 @@ impl NvmTier {
         self.region.read(self.slot_off(slot), buf)?;
         drop(latch);
         self.counters.hits.incr();
+        self.counters.lines_loaded.add((buf.len() / LINE) as u64);
         Ok(Some(trusted))
+    }
+
+    /// Page `pid` is to be loaded a cache line at a time: if it has a slot whose bytes are
+    /// trusted (see [`NvmTier::read`]; an untrusted slot is loaded whole, so its checksum
+    /// is checked), pins the slot for [`NvmTier::read_lines`] and returns it. The caller
+    /// unpins it when its frame is whole or leaves DRAM. The pinning frame is the page's
+    /// only DRAM copy and stays clean while pinned (writers make it whole first), so no
+    /// write-back reaches the slot meanwhile, and Clock passes it by.
+    pub fn pin_lines(&self, pid: u64) -> Option<u32> {
+        let mut st = self.state.lock();
+        let slot = *st.map.get(&pid)?;
+        let s = slot as usize;
+        if !st.trusted[s] {
+            return None;
+        }
+        st.referenced[s] = true;
+        st.pins[s] += 1;
+        drop(st);
+        self.counters.hits.incr();
+        self.counters.line_loads.incr();
+        Some(slot)
+    }
+
+    /// Releases a pin of [`NvmTier::pin_lines`].
+    pub fn unpin(&self, slot: u32) {
+        let mut st = self.state.lock();
+        let pins = &mut st.pins[slot as usize];
+        debug_assert!(*pins > 0, "slot {slot} unpinned more often than pinned");
+        *pins = pins.saturating_sub(1);
+    }
+
+    /// Copies lines `[first, first + buf.len() / 64)` of pinned `slot` into `buf`.
+    pub fn read_lines(&self, slot: u32, first: usize, buf: &mut [u8]) -> Result<()> {
+        debug_assert!(buf.len().is_multiple_of(LINE));
+        self.region
+            .read(self.slot_off(slot) + (first * LINE) as u64, buf)?;
+        self.counters.lines_loaded.add((buf.len() / LINE) as u64);
+        Ok(())
     }
 
     /// Page `pid`'s slot passed the pool's checks, or this run wrote it whole: later loads
@@ -349,6 +400,7 @@ impl NvmTier {
                 return Ok(false);
             };
             st.newer[slot as usize] = true;
+            debug_assert_eq!(st.pins[slot as usize], 0, "a pinned slot is written");
             (slot, self.slot_latches[slot as usize].write())
         };
         let off = self.slot_off(slot);
@@ -478,7 +530,7 @@ impl NvmTier {
             if st.pid_of[s] == NO_PAGE || victims.iter().any(|(v, _)| *v as usize == s) {
                 continue;
             }
-            if std::mem::replace(&mut st.referenced[s], false) {
+            if std::mem::replace(&mut st.referenced[s], false) || st.pins[s] > 0 {
                 continue;
             }
             if let Some(g) = self.slot_latches[s].try_write() {

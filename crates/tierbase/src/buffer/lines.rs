@@ -1,0 +1,442 @@
+//! Cache-line-grained NVM pages (the three-tier paper's §3.1, "MakeResident"): a page that
+//! a point read fixes while it is in an NVM slot and not in DRAM gets a DRAM frame with no
+//! bytes copied; each line is copied from the slot when a reader first touches it, and the
+//! frame keeps a resident bitmask. A lookup in a 16 KiB leaf reads the header line, a few
+//! slot lines and one cell instead of 256 lines.
+//!
+//! Owns: the resident mask of such frames ([`LineState`]), [`PageLines`] (the only way to
+//! read one), making a frame whole when any other fix needs it, and the [`PageBytes`]
+//! interface through which searches read pages of either kind. Must not touch: what is
+//! inside a page, or the slot itself (the NVM tier keeps it pinned and unchanged while a
+//! frame reads lines from it).
+//!
+//! Rules it keeps:
+//! - Only point reads of leaves use it ([`BufferPool::fix_lines`]); inner pages, scans and
+//!   every writer fix pages whole, and fixing a line-grained frame any other way first
+//!   copies its missing lines (the paper loads whole pages for scans and structure changes
+//!   too). A line-grained frame is therefore always clean: no dirty-line write-back exists.
+//! - Only slots this run wrote or verified are loaded by lines: a checksum needs the whole
+//!   page, so the first load of a slot after restart is whole and checked (the documented
+//!   torn-page rule for NVM, docs/FORMAT-btree.md).
+//! - A line-grained frame is read only under its exclusive latch (copying a line in is a
+//!   write); readers of a whole frame share theirs.
+//! - With [`BufferPool::with_line_poison`], lines not yet copied hold `0xA5` bytes, so code
+//!   that reads a frame's bytes without asking for them reads garbage and tests see it (the
+//!   paper's App. A.6 debug mode).
+
+use parking_lot::RwLockWriteGuard;
+
+use super::nvm::LINE;
+use super::{BufferPool, FrameData, PageRead, Verify};
+use crate::error::{Error, Result};
+
+/// Most lines a page has (64 KiB pages).
+const MAX_LINES: usize = 65536 / LINE;
+/// What a poisoned line holds.
+pub(super) const POISON: u8 = 0xA5;
+
+/// Where a search reads a page: a whole page in memory (`&[u8]`), or a page whose lines are
+/// loaded from NVM on first touch ([`PageLines`]). Each call returns exactly the bytes
+/// `[at, at + len)`; the page is one that passed the pool's check or was written whole by
+/// this run, so every offset derived from it is in bounds.
+pub trait PageBytes {
+    /// Why bytes could not be read (`Infallible` for a page in memory).
+    type Error;
+    /// Bytes `[at, at + len)` of the page.
+    fn bytes(&mut self, at: usize, len: usize) -> std::result::Result<&[u8], Self::Error>;
+}
+
+impl PageBytes for &[u8] {
+    type Error = std::convert::Infallible;
+    #[inline(always)]
+    fn bytes(&mut self, at: usize, len: usize) -> std::result::Result<&[u8], Self::Error> {
+        Ok(&self[at..at + len])
+    }
+}
+
+/// Which lines of a line-grained frame are in DRAM, and the slot the others come from.
+#[derive(Debug)]
+pub(super) struct LineState {
+    slot: u32,
+    resident: [u64; MAX_LINES / 64],
+    missing: usize,
+}
+
+impl LineState {
+    pub(super) fn new(slot: u32, page_size: usize) -> Self {
+        LineState {
+            slot,
+            resident: [0; MAX_LINES / 64],
+            missing: page_size / LINE,
+        }
+    }
+
+    pub(super) fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    fn is_resident(&self, line: usize) -> bool {
+        self.resident[line / 64] & (1 << (line % 64)) != 0
+    }
+
+    fn set_resident(&mut self, lines: std::ops::Range<usize>) {
+        for l in lines {
+            self.resident[l / 64] |= 1 << (l % 64);
+        }
+    }
+}
+
+/// Copies the missing lines of `[first, last]` into the frame (runs of missing lines in
+/// one read each); the frame becomes whole, and its slot unpinned, when none is missing.
+fn make_resident(
+    pool: &BufferPool,
+    frame: &mut FrameData,
+    first: usize,
+    last: usize,
+) -> Result<()> {
+    let FrameData { buf, lines, .. } = frame;
+    let Some(state) = lines else {
+        return Ok(());
+    };
+    let tier = pool
+        .nvm
+        .as_ref()
+        .ok_or_else(|| Error::corrupt(None, "a line-grained frame without an NVM tier"))?;
+    let mut l = first;
+    while l <= last {
+        if state.is_resident(l) {
+            l += 1;
+            continue;
+        }
+        let start = l;
+        while l <= last && !state.is_resident(l) {
+            l += 1;
+        }
+        tier.read_lines(state.slot, start, &mut buf[start * LINE..l * LINE])?;
+        state.set_resident(start..l);
+        state.missing -= l - start;
+    }
+    if state.missing == 0 {
+        tier.unpin(state.slot);
+        *lines = None;
+    }
+    Ok(())
+}
+
+impl BufferPool {
+    /// Loads cache lines only on first touch for pages [`BufferPool::fix_lines`] brings in
+    /// from NVM (`on`, the three-tier design); `false` loads them whole (the basic NVM
+    /// buffer manager).
+    pub fn with_line_grained_nvm(mut self, on: bool) -> Self {
+        self.line_grained = on;
+        self
+    }
+
+    /// Whether point reads load NVM pages a cache line at a time.
+    pub fn line_grained(&self) -> bool {
+        self.line_grained && self.nvm.is_some()
+    }
+
+    /// Fills lines not yet loaded with `0xA5` (a debug mode for tests; see the module docs).
+    pub fn with_line_poison(mut self, on: bool) -> Self {
+        self.poison_lines = on;
+        self
+    }
+
+    /// Copies every missing line of a line-grained frame (exclusively latched by the caller).
+    pub(super) fn make_whole(&self, frame: &mut FrameData) -> Result<()> {
+        let lines = self.page_size / LINE;
+        make_resident(self, frame, 0, lines - 1)
+    }
+
+    /// Fixes page `pid` for a point read of a leaf: as [`BufferPool::fix_shared`], except
+    /// that a page brought in from an NVM slot (with line-grained NVM on) gets a frame whose
+    /// lines are copied when first read ([`Fixed::Lines`], under the frame's exclusive
+    /// latch). A frame whose lines are all in DRAM is returned shared ([`Fixed::Whole`]).
+    pub fn fix_lines(&self, pid: u64) -> Result<Fixed<'_>> {
+        if !self.line_grained || self.nvm.is_none() {
+            return self.fix_shared(pid).map(Fixed::Whole);
+        }
+        loop {
+            if let Some(i) = self.lookup(pid) {
+                let frame = &self.frames[i as usize];
+                let guard = frame.data.read();
+                if guard.pid != pid {
+                    continue;
+                }
+                if guard.lines.is_none() {
+                    frame.mark_referenced();
+                    self.counters.hits.incr();
+                    return Ok(Fixed::Whole(PageRead { guard }));
+                }
+                drop(guard);
+                let guard = frame.data.write();
+                if guard.pid != pid {
+                    continue;
+                }
+                frame.mark_referenced();
+                self.counters.hits.incr();
+                return Ok(Fixed::from_write(self, guard));
+            }
+            if let Some(w) = self.load(pid, Verify::Yes, super::Load::Lines)? {
+                return Ok(Fixed::from_write(self, w.guard));
+            }
+        }
+    }
+}
+
+/// A page fixed by [`BufferPool::fix_lines`].
+#[derive(Debug)]
+pub enum Fixed<'a> {
+    /// All its bytes are in DRAM (shared latch).
+    Whole(PageRead<'a>),
+    /// Loaded a line at a time (exclusive latch).
+    Lines(PageLines<'a>),
+}
+
+impl<'a> Fixed<'a> {
+    fn from_write(pool: &'a BufferPool, guard: RwLockWriteGuard<'a, FrameData>) -> Self {
+        if guard.lines.is_some() {
+            Fixed::Lines(PageLines { pool, guard })
+        } else {
+            Fixed::Whole(PageRead {
+                guard: RwLockWriteGuard::downgrade(guard),
+            })
+        }
+    }
+
+    /// Page id.
+    pub fn pid(&self) -> u64 {
+        match self {
+            Fixed::Whole(p) => p.pid(),
+            Fixed::Lines(p) => p.guard.pid,
+        }
+    }
+}
+
+impl PageBytes for Fixed<'_> {
+    type Error = Error;
+    fn bytes(&mut self, at: usize, len: usize) -> Result<&[u8]> {
+        match self {
+            Fixed::Whole(p) => p
+                .bytes()
+                .get(at..at.saturating_add(len))
+                .ok_or_else(|| out_of_page(at, len, p.pid())),
+            Fixed::Lines(p) => p.bytes(at, len),
+        }
+    }
+}
+
+/// A page being loaded a cache line at a time; see the module docs.
+#[derive(Debug)]
+pub struct PageLines<'a> {
+    pool: &'a BufferPool,
+    guard: RwLockWriteGuard<'a, FrameData>,
+}
+
+impl PageLines<'_> {
+    /// Whether every line is in DRAM by now.
+    pub fn whole(&self) -> bool {
+        self.guard.lines.is_none()
+    }
+}
+
+fn out_of_page(at: usize, len: usize, pid: u64) -> Error {
+    Error::corrupt(
+        None,
+        format!("page {pid}: bytes {at}+{len} lie outside the page"),
+    )
+}
+
+impl PageBytes for PageLines<'_> {
+    type Error = Error;
+    fn bytes(&mut self, at: usize, len: usize) -> Result<&[u8]> {
+        let pid = self.guard.pid;
+        let end = at
+            .checked_add(len)
+            .filter(|&e| e <= self.guard.buf.len())
+            .ok_or_else(|| out_of_page(at, len, pid))?;
+        if len > 0 && self.guard.lines.is_some() {
+            make_resident(self.pool, &mut self.guard, at / LINE, (end - 1) / LINE)?;
+        }
+        Ok(&self.guard.buf[at..end])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::buffer::nvm::{Admission, NvmTier};
+    use crate::buffer::{PoolOptions, WalRule};
+    use crate::device::{
+        BlockCrashConfig, BlockDevice, CrashSimConfig, PmemRegion, RegionOptions, SimPower,
+    };
+
+    const PAGE: usize = 4096;
+    const SLOTS: u64 = 8;
+
+    struct NoLog;
+    impl WalRule for NoLog {
+        fn committed_lsn(&self) -> u64 {
+            u64::MAX
+        }
+        fn flush_to(&self, _: u64) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Byte `at` of page `pid` as [`fill`] writes it (past the page prefix).
+    fn expected(pid: u64, at: usize) -> u8 {
+        (pid as usize * 7 + at * 13) as u8 | 1
+    }
+
+    fn fill(pool: &BufferPool, pid: u64) {
+        let mut w = pool.fix_new(pid).unwrap();
+        let b = w.bytes_mut();
+        for (at, byte) in b.iter_mut().enumerate().skip(super::super::PAGE_PREFIX) {
+            *byte = expected(pid, at);
+        }
+        b[16..24].copy_from_slice(&pid.to_le_bytes());
+    }
+
+    /// A 16-frame pool over a 8-slot NVM tier that admits every page, loading by lines with
+    /// poison.
+    fn pool() -> BufferPool {
+        let power = SimPower::new(BlockCrashConfig::default());
+        let device = BlockDevice::simulated("lines", 256 * PAGE as u64, 4096, &power).unwrap();
+        let region = PmemRegion::simulated(
+            8192 + SLOTS * PAGE as u64,
+            CrashSimConfig::default(),
+            &RegionOptions::default(),
+        )
+        .unwrap();
+        let tier = NvmTier::open(region, PAGE, Some(Admission::All)).unwrap();
+        assert_eq!(u64::from(tier.slots()), SLOTS);
+        BufferPool::new(
+            device,
+            PoolOptions {
+                page_size: PAGE,
+                dram_bytes: 16 * PAGE as u64,
+                check: |_, _| Ok(()),
+            },
+            Arc::new(NoLog),
+        )
+        .unwrap()
+        .with_nvm(tier)
+        .with_line_grained_nvm(true)
+        .with_line_poison(true)
+    }
+
+    /// A page in an NVM slot and not in DRAM (pages 0..20 were written through a 16-frame
+    /// pool; the four evicted sit in NVM slots).
+    fn page_in_nvm_only(pool: &BufferPool) -> u64 {
+        (0..20)
+            .find(|&pid| pool.nvm().unwrap().contains(pid) && pool.lookup(pid).is_none())
+            .expect("a page in NVM only")
+    }
+
+    #[test]
+    fn a_point_read_copies_only_the_lines_it_touches() {
+        let pool = pool();
+        for pid in 0..20 {
+            fill(&pool, pid);
+        }
+        let pid = page_in_nvm_only(&pool);
+        let loaded = || pool.nvm().unwrap().counters.lines_loaded.get();
+        let before = loaded();
+        let Fixed::Lines(mut page) = pool.fix_lines(pid).unwrap() else {
+            panic!("page {pid} came back whole");
+        };
+        assert_eq!(loaded(), before, "the fix itself copies nothing");
+        // Bytes 1000..1100 lie in lines 15..=17.
+        let got = page.bytes(1000, 100).unwrap().to_vec();
+        assert!(
+            got.iter()
+                .enumerate()
+                .all(|(i, &b)| b == expected(pid, 1000 + i))
+        );
+        assert_eq!(loaded(), before + 3);
+        // Touching them again copies nothing; a byte past the page is an error, not a panic.
+        page.bytes(1010, 8).unwrap();
+        assert_eq!(loaded(), before + 3);
+        assert!(page.bytes(PAGE - 4, 8).is_err());
+        assert!(!page.whole());
+        drop(page);
+        // A shared fix makes the frame whole: the other 61 lines, no poison left.
+        let whole = pool.fix_shared(pid).unwrap();
+        assert_eq!(loaded(), before + (PAGE / LINE) as u64);
+        let b = whole.bytes();
+        assert!((super::super::PAGE_PREFIX..PAGE).all(|at| b[at] == expected(pid, at)));
+        drop(whole);
+        assert!(matches!(pool.fix_lines(pid).unwrap(), Fixed::Whole(_)));
+    }
+
+    #[test]
+    fn an_exclusive_fix_makes_the_frame_whole_and_a_new_page_unpins_it() {
+        let pool = pool();
+        for pid in 0..20 {
+            fill(&pool, pid);
+        }
+        let pid = page_in_nvm_only(&pool);
+        match pool.fix_lines(pid).unwrap() {
+            Fixed::Lines(mut page) => assert_eq!(page.bytes(64, 1).unwrap()[0], expected(pid, 64)),
+            Fixed::Whole(_) => panic!("page {pid} came back whole"),
+        }
+        let w = pool.fix_exclusive(pid).unwrap();
+        let b = w.bytes();
+        assert!((super::super::PAGE_PREFIX..PAGE).all(|at| b[at] == expected(pid, at)));
+        drop(w);
+        // A page reused as new while line-grained drops its lines and its pin.
+        let other = (0..20)
+            .find(|&p| p != pid && pool.nvm().unwrap().contains(p) && pool.lookup(p).is_none())
+            .expect("a second page in NVM only");
+        assert!(matches!(pool.fix_lines(other).unwrap(), Fixed::Lines(_)));
+        let w = pool.fix_new(other).unwrap();
+        assert!(w.bytes().iter().all(|&b| b == 0));
+        assert!(w.guard.lines.is_none());
+    }
+
+    #[test]
+    fn a_pinned_slot_keeps_its_page_while_nvm_clock_turns() {
+        let pool = pool();
+        for pid in 0..20 {
+            fill(&pool, pid);
+        }
+        let pid = page_in_nvm_only(&pool);
+        let Fixed::Lines(mut page) = pool.fix_lines(pid).unwrap() else {
+            panic!("page {pid} came back whole");
+        };
+        assert_eq!(page.bytes(100, 1).unwrap()[0], expected(pid, 100));
+        // Forty more pages pass through DRAM into the eight NVM slots: Clock must pass the
+        // pinned slot by, or the lines read next come from another page.
+        let evicted = pool.nvm().unwrap().counters.evictions.get();
+        for other in 20..60 {
+            fill(&pool, other);
+        }
+        assert!(pool.nvm().unwrap().counters.evictions.get() > evicted + 8);
+        let all = page.bytes(0, PAGE).unwrap();
+        assert!((super::super::PAGE_PREFIX..PAGE).all(|at| all[at] == expected(pid, at)));
+        assert!(page.whole());
+    }
+
+    #[test]
+    fn an_evicted_line_grained_frame_unpins_its_slot() {
+        let pool = pool();
+        for pid in 0..20 {
+            fill(&pool, pid);
+        }
+        let pid = page_in_nvm_only(&pool);
+        match pool.fix_lines(pid).unwrap() {
+            Fixed::Lines(mut page) => assert_eq!(page.bytes(64, 1).unwrap()[0], expected(pid, 64)),
+            Fixed::Whole(_) => panic!("page {pid} came back whole"),
+        }
+        // Churn DRAM and NVM until the page left both: its slot was reusable.
+        for other in 20..80 {
+            fill(&pool, other);
+        }
+        assert!(pool.lookup(pid).is_none());
+        assert!(!pool.nvm().unwrap().contains(pid), "the slot stayed pinned");
+    }
+}
