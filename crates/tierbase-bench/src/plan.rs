@@ -181,6 +181,8 @@ pub struct BenchPlan {
     pub wal_files: bool,
     /// Load NVM pages whole (see [`StoreOptions::nvm_pages`]).
     pub nvm_pages: bool,
+    /// Percent of the DRAM budget for mini pages (see [`StoreOptions::mini_page_percent`]).
+    pub mini_page_percent: u8,
 }
 
 impl BenchPlan {
@@ -212,6 +214,7 @@ impl BenchPlan {
             nvm_emulate: None,
             wal_files: false,
             nvm_pages: false,
+            mini_page_percent: 0,
         }
     }
 
@@ -341,6 +344,7 @@ fn run_repetition(
     opts.nvm_emulate = plan.nvm_emulate.clone();
     opts.wal_files = plan.wal_files;
     opts.nvm_pages = plan.nvm_pages;
+    opts.mini_page_percent = plan.mini_page_percent;
     let store = open_store(&plan.store, &opts)?;
     let info = store.info();
     if spec.has_scans() && !info.capabilities.ordered_scan {

@@ -344,6 +344,7 @@ struct Figures {
     nvm_hits: u64,
     nvm_spills: u64,
     nvm_line_loads: u64,
+    mini_loads: u64,
 }
 
 /// One round on a fresh store: the workers' history plus a final read of every key.
@@ -358,6 +359,9 @@ fn round(v: &Variant, seed: u64) -> (Outcome, Figures) {
         opts.nvm_bytes(8192 + v.nvm_slots * (v.page_size as u64 + 8))
             .nvm_admission(Admission::All)
             .poison_lines(true)
+            // Leaves read back from NVM go to full frames by lines in odd rounds, to mini
+            // pages first in even ones.
+            .mini_page_percent(if seed % 2 == 0 { 25 } else { 0 })
     } else {
         opts
     };
@@ -426,6 +430,7 @@ fn round(v: &Variant, seed: u64) -> (Outcome, Figures) {
         figures.nvm_hits = stat(&store, "nvm_hits");
         figures.nvm_spills = stat(&store, "nvm_spills");
         figures.nvm_line_loads = stat(&store, "nvm_line_loads");
+        figures.mini_loads = stat(&store, "mini_loads");
     }
     store.close().unwrap();
     (check(&history), figures)
@@ -523,6 +528,10 @@ fn small_pool_over_an_nvm_tier() {
     assert!(
         figures.iter().any(|f| f.nvm_line_loads > 0),
         "no leaf was loaded by lines: {figures:?}"
+    );
+    assert!(
+        figures.iter().any(|f| f.mini_loads > 0),
+        "no leaf went to a mini page: {figures:?}"
     );
 }
 

@@ -17,7 +17,7 @@ const PAGE: usize = 16 * 1024;
 const LINES_PER_PAGE: u64 = (PAGE / 64) as u64;
 const KEYS: u64 = 20_000;
 
-fn opts(by_line: bool) -> BTreeOptions {
+fn opts(by_line: bool, mini_percent: u8) -> BTreeOptions {
     BTreeOptions::default()
         .page_size(PAGE)
         .dram_bytes(16 * PAGE as u64)
@@ -25,6 +25,7 @@ fn opts(by_line: bool) -> BTreeOptions {
         .nvm_bytes(64 << 20)
         .nvm_admission(Admission::All)
         .nvm_lines(by_line)
+        .mini_page_percent(mini_percent)
         .poison_lines(true)
 }
 
@@ -48,8 +49,8 @@ fn stat(s: &BTreeStore, name: &str) -> u64 {
 
 /// A store holding `KEYS` records (about 250 leaves) over a 16-frame pool: most leaves sit
 /// in NVM only.
-fn loaded(dir: &std::path::Path, by_line: bool) -> (BTreeStore, BTreeMap<Vec<u8>, Vec<u8>>) {
-    let s = BTreeStore::create(dir.join("store"), &opts(by_line)).unwrap();
+fn loaded(dir: &std::path::Path, o: &BTreeOptions) -> (BTreeStore, BTreeMap<Vec<u8>, Vec<u8>>) {
+    let s = BTreeStore::create(dir.join("store"), o).unwrap();
     let mut model = BTreeMap::new();
     for i in 0..KEYS {
         s.put(&key(i), &value(i, 0)).unwrap();
@@ -95,7 +96,7 @@ fn check_scans(s: &BTreeStore, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
 #[test]
 fn point_reads_copy_a_few_lines_where_page_mode_copies_every_line() {
     let dir = scratch_dir();
-    let (s, model) = loaded(dir.path(), true);
+    let (s, model) = loaded(dir.path(), &opts(true, 0));
     let (hits, lines) = read_all(&s, &model);
     let line_loads = stat(&s, "nvm_line_loads");
     assert!(
@@ -111,7 +112,7 @@ fn point_reads_copy_a_few_lines_where_page_mode_copies_every_line() {
     s.close().unwrap();
 
     let dir = scratch_dir();
-    let (s, model) = loaded(dir.path(), false);
+    let (s, model) = loaded(dir.path(), &opts(false, 0));
     let (hits, lines) = read_all(&s, &model);
     assert_eq!(stat(&s, "nvm_line_loads"), 0);
     assert!(hits > 1000);
@@ -121,8 +122,26 @@ fn point_reads_copy_a_few_lines_where_page_mode_copies_every_line() {
 
 #[test]
 fn writers_scans_and_restart_see_whole_leaves() {
+    writers_scans_and_restart(0);
+}
+
+/// Mini pages hold the leaves of point reads: writers, scans and reads needing more lines
+/// promote them.
+#[test]
+fn writers_scans_and_restart_see_whole_leaves_with_mini_pages() {
+    let s = writers_scans_and_restart(25);
+    let (loads, promotions) = (s["mini_loads"], s["mini_promotions"]);
+    assert!(
+        loads > 1000 && promotions > 0,
+        "{loads} mini loads, {promotions} promotions"
+    );
+}
+
+/// Returns the counters of the reopened store.
+fn writers_scans_and_restart(mini_percent: u8) -> std::collections::HashMap<String, u64> {
+    let o = opts(true, mini_percent);
     let dir = scratch_dir();
-    let (s, mut model) = loaded(dir.path(), true);
+    let (s, mut model) = loaded(dir.path(), &o);
     for round in 1..=3u8 {
         // Point reads leave line-grained leaves in DRAM; the writes and scans that follow
         // meet some of them and must make them whole before using them.
@@ -146,7 +165,7 @@ fn writers_scans_and_restart_see_whole_leaves() {
 
     // After a restart no slot is trusted: a leaf's first load is whole and checked, later
     // ones may go by lines again.
-    let s = BTreeStore::open(dir.path().join("store"), &opts(true)).unwrap();
+    let s = BTreeStore::open(dir.path().join("store"), &o).unwrap();
     let (hits, lines) = read_all(&s, &model);
     let whole = hits - stat(&s, "nvm_line_loads");
     // Each of the ~250 leaves' first load at least.
@@ -160,5 +179,11 @@ fn writers_scans_and_restart_see_whole_leaves() {
     check_scans(&s, &model);
     let (_, n) = s.verify().unwrap();
     assert_eq!(n, model.len() as u64);
+    let counters = s
+        .stats()
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+        .collect();
     s.close().unwrap();
+    counters
 }

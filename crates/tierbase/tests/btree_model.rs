@@ -655,7 +655,9 @@ fn run_in(
         opts = opts
             .nvm_bytes(8192 + NVM_SLOTS * (page_size as u64 + 8))
             .nvm_admission(a)
-            .poison_lines(true);
+            .poison_lines(true)
+            // The three-tier design with mini pages; NVM holding everything without.
+            .mini_page_percent(if a == Admission::All { 0 } else { 25 });
     }
     let store = BTreeStore::create(dir.path().join("store"), &opts)
         .map_err(|e| TestCaseError::fail(format!("create: {e}")))?;

@@ -102,6 +102,7 @@ pub fn options(o: &StoreOptions, tiers: Tiers) -> Result<BTreeOptions> {
         }
         opts.nvm_log = !o.wal_files;
         opts.nvm_lines = tiers == Tiers::ThreeTier && !o.nvm_pages;
+        opts.mini_page_percent = o.mini_page_percent;
         opts.nvm_region = RegionOptions {
             flush: o.flush,
             prefault: true,
@@ -209,6 +210,8 @@ impl Store for BTreeBenchStore {
                             | "nvm_spills"
                             | "nvm_lines_loaded"
                             | "nvm_line_loads"
+                            | "mini_loads"
+                            | "mini_promotions"
                             | "nvm_slot_lines_written"
                             | "nvm_hottest_slot_line_writes"
                             | "nvm_hottest_directory_line_writes"

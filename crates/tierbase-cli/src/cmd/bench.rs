@@ -165,6 +165,10 @@ struct YcsbArgs {
     /// instead of a cache line at a time on point reads.
     #[arg(long)]
     nvm_pages: bool,
+    /// Percent of the DRAM budget of `btree-3tier` given to mini pages (16 lines of a leaf
+    /// each, for point reads of leaves in NVM).
+    #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u8).range(0..=90))]
+    mini_pages: Option<u8>,
 
     /// No progress output.
     #[arg(long, short)]
@@ -747,6 +751,9 @@ fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
     plan.nvm_dir = a.nvm_dir.clone();
     plan.wal_files = a.wal_files;
     plan.nvm_pages = a.nvm_pages;
+    if let Some(p) = a.mini_pages {
+        plan.mini_page_percent = p;
+    }
     if let Some(name) = &a.emulate {
         let catalogue = ctx.catalogue()?;
         plan.emulate = Some(catalogue.require(name)?.clone());

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::buffer::nvm::{Admission, NvmTier};
-use crate::buffer::{BufferPool, PoolOptions, WalRule};
+use crate::buffer::{BufferPool, MINI_PAGE_BYTES, PoolOptions, WalRule};
 use crate::device::{
     AlignedBuf, BlockDevice, BlockOptions, Counter, Durability, DurabilityMode, FsKind, PmemRegion,
     RegionOptions, SimPower, fs_kind,
@@ -110,6 +110,10 @@ pub struct BTreeOptions {
     /// Debug mode: lines of a leaf not loaded yet hold `0xA5` bytes, so that code reading
     /// them without loading them reads garbage (default false; for tests).
     pub poison_lines: bool,
+    /// Percent of the DRAM budget given to mini pages (16 lines of a page each, 1088 bytes)
+    /// for point reads of leaves in NVM, when there is an NVM tier and `nvm_lines` is on
+    /// (default 0; the full frames get the rest).
+    pub mini_page_percent: u8,
 }
 
 impl Default for BTreeOptions {
@@ -128,6 +132,7 @@ impl Default for BTreeOptions {
             nvm_log: true,
             nvm_lines: true,
             poison_lines: false,
+            mini_page_percent: 0,
         }
     }
 }
@@ -179,6 +184,12 @@ impl BTreeOptions {
     /// [`BTreeOptions::nvm_lines`]).
     pub fn nvm_lines(mut self, by_line: bool) -> Self {
         self.nvm_lines = by_line;
+        self
+    }
+
+    /// Percent of the DRAM budget for mini pages (see [`BTreeOptions::mini_page_percent`]).
+    pub fn mini_page_percent(mut self, percent: u8) -> Self {
+        self.mini_page_percent = percent;
         self
     }
 
@@ -664,11 +675,16 @@ impl BTreeStore {
         let flags = devs.flags();
         let log = Arc::new(LogLink::default());
         let (medium, guarantee) = describe_medium(&devs, dir);
+        let mini_bytes = if devs.nvm.is_some() && opts.nvm_lines {
+            opts.dram_bytes / 100 * u64::from(opts.mini_page_percent.min(90))
+        } else {
+            0
+        };
         let pool = BufferPool::new(
             devs.pages,
             PoolOptions {
                 page_size,
-                dram_bytes: opts.dram_bytes,
+                dram_bytes: opts.dram_bytes - mini_bytes,
                 check: |page, pid| node::check(page, Some(pid)),
             },
             log.clone(),
@@ -690,6 +706,7 @@ impl BTreeStore {
             pool = pool
                 .with_nvm(tier)
                 .with_line_grained_nvm(opts.nvm_lines)
+                .with_mini_pages((mini_bytes / MINI_PAGE_BYTES) as usize)
                 .with_line_poison(opts.poison_lines);
         }
         let placeholder = Meta {
@@ -1205,7 +1222,9 @@ impl Inner {
             ("page_size".into(), p.page_size().to_string()),
             (
                 "dram_budget_bytes".into(),
-                (p.frames() as u64 * p.page_size() as u64).to_string(),
+                (p.frames() as u64 * p.page_size() as u64
+                    + p.mini_pages() as u64 * MINI_PAGE_BYTES)
+                    .to_string(),
             ),
             ("pages_resident".into(), p.resident_pages().to_string()),
             ("pages_dirty".into(), p.dirty_pages().to_string()),
@@ -1223,6 +1242,17 @@ impl Inner {
                 pc.write_back_batches.get().to_string(),
             ),
             ("written_ahead".into(), pc.written_ahead.get().to_string()),
+            ("mini_pages".into(), p.mini_pages().to_string()),
+            (
+                "mini_page_bytes".into(),
+                (p.mini_pages() as u64 * MINI_PAGE_BYTES).to_string(),
+            ),
+            ("mini_loads".into(), pc.mini_loads.get().to_string()),
+            (
+                "mini_promotions".into(),
+                pc.mini_promotions.get().to_string(),
+            ),
+            ("mini_evictions".into(), pc.mini_evictions.get().to_string()),
             ("ssd_page_reads".into(), dc.reads.to_string()),
             ("ssd_page_writes".into(), pc.page_writes.get().to_string()),
             ("page_file_syncs".into(), dc.syncs.to_string()),

@@ -24,16 +24,64 @@
 //!   that reads a frame's bytes without asking for them reads garbage and tests see it (the
 //!   paper's App. A.6 debug mode).
 
-use parking_lot::RwLockWriteGuard;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::nvm::LINE;
-use super::{BufferPool, FrameData, PageRead, Verify};
+use super::{BufferPool, FrameData, NO_PAGE, PageRead, Verify};
 use crate::error::{Error, Result};
 
 /// Most lines a page has (64 KiB pages).
 const MAX_LINES: usize = 65536 / LINE;
 /// What a poisoned line holds.
 pub(super) const POISON: u8 = 0xA5;
+/// Lines a mini page holds (the paper's 16 slots).
+pub const MINI_LINES: usize = 16;
+/// DRAM a mini page costs: its 16 lines and one line of bookkeeping (the paper's 1088 B).
+pub const MINI_PAGE_BYTES: u64 = ((MINI_LINES + 1) * LINE) as u64;
+/// Page-table tag of a mini frame's index (full frames are fewer than 2^31).
+pub(super) const MINI_TAG: u32 = 1 << 31;
+
+/// A mini page: up to 16 lines of one page, kept sorted by line number so that a run of
+/// consecutive lines is contiguous, read from the page's pinned NVM slot.
+#[derive(Debug)]
+pub(super) struct MiniData {
+    pid: u64,
+    slot: u32,
+    lines: [u16; MINI_LINES],
+    count: usize,
+    bytes: Box<[u8]>,
+}
+
+/// A DRAM frame for a mini page.
+#[derive(Debug)]
+pub(super) struct MiniFrame {
+    data: RwLock<MiniData>,
+    referenced: AtomicBool,
+}
+
+impl MiniFrame {
+    pub(super) fn new() -> Self {
+        MiniFrame {
+            data: RwLock::new(MiniData {
+                pid: NO_PAGE,
+                slot: 0,
+                lines: [0; MINI_LINES],
+                count: 0,
+                bytes: vec![0; MINI_LINES * LINE].into_boxed_slice(),
+            }),
+            referenced: AtomicBool::new(false),
+        }
+    }
+}
+
+impl MiniData {
+    /// Position of `line` among the held lines: `Ok` if held.
+    fn find(&self, line: usize) -> std::result::Result<usize, usize> {
+        self.lines[..self.count].binary_search(&(line as u16))
+    }
+}
 
 /// Where a search reads a page: a whole page in memory (`&[u8]`), or a page whose lines are
 /// loaded from NVM on first touch ([`PageLines`]). Each call returns exactly the bytes
@@ -152,13 +200,39 @@ impl BufferPool {
     /// Fixes page `pid` for a point read of a leaf: as [`BufferPool::fix_shared`], except
     /// that a page brought in from an NVM slot (with line-grained NVM on) gets a frame whose
     /// lines are copied when first read ([`Fixed::Lines`], under the frame's exclusive
-    /// latch). A frame whose lines are all in DRAM is returned shared ([`Fixed::Whole`]).
+    /// latch): a mini page while it needs at most 16 lines (when the pool has mini pages),
+    /// else a full frame. A frame whose lines are all in DRAM is returned shared
+    /// ([`Fixed::Whole`]).
     pub fn fix_lines(&self, pid: u64) -> Result<Fixed<'_>> {
+        self.fix_lines_in(pid, !self.minis.is_empty())
+    }
+
+    fn fix_lines_in(&self, pid: u64, mini: bool) -> Result<Fixed<'_>> {
         if !self.line_grained || self.nvm.is_none() {
             return self.fix_shared(pid).map(Fixed::Whole);
         }
         loop {
             if let Some(i) = self.lookup(pid) {
+                if i & MINI_TAG != 0 {
+                    let m = &self.minis[(i & !MINI_TAG) as usize];
+                    let guard = m.data.write();
+                    if guard.pid != pid {
+                        continue;
+                    }
+                    if !mini {
+                        // Promotion: the mini page goes, a full frame follows.
+                        self.drop_mini(i, guard);
+                        continue;
+                    }
+                    if !m.referenced.load(Ordering::Relaxed) {
+                        m.referenced.store(true, Ordering::Relaxed);
+                    }
+                    self.counters.hits.incr();
+                    return Ok(Fixed::Lines(PageLines {
+                        pool: self,
+                        frame: LineFrame::Mini(i, guard),
+                    }));
+                }
                 let frame = &self.frames[i as usize];
                 let guard = frame.data.read();
                 if guard.pid != pid {
@@ -178,11 +252,142 @@ impl BufferPool {
                 self.counters.hits.incr();
                 return Ok(Fixed::from_write(self, guard));
             }
+            if mini {
+                match self.load_mini(pid)? {
+                    MiniLoad::Loaded(i, guard) => {
+                        return Ok(Fixed::Lines(PageLines {
+                            pool: self,
+                            frame: LineFrame::Mini(i, guard),
+                        }));
+                    }
+                    MiniLoad::Raced => continue,
+                    MiniLoad::Unsuited => {}
+                }
+            }
             if let Some(w) = self.load(pid, Verify::Yes, super::Load::Lines)? {
                 return Ok(Fixed::from_write(self, w.guard));
             }
         }
     }
+
+    /// Gives `mini` frames of [`MINI_PAGE_BYTES`] each to point reads of pages in NVM (the
+    /// caller takes their bytes out of the DRAM budget of the full frames).
+    pub fn with_mini_pages(mut self, mini: usize) -> Self {
+        self.minis = (0..mini.min(MINI_TAG as usize - 1))
+            .map(|_| MiniFrame::new())
+            .collect();
+        *self.mini_free.get_mut() = (0..self.minis.len() as u32).rev().collect();
+        self
+    }
+
+    /// If page-table entry `i` is a mini frame: drops the mini page if it still holds
+    /// `pid` (a fix that needs the whole page promotes it: the caller retries and loads a
+    /// full frame) and returns true.
+    pub(super) fn left_mini(&self, pid: u64, i: u32) -> bool {
+        if i & MINI_TAG == 0 {
+            return false;
+        }
+        let guard = self.minis[(i & !MINI_TAG) as usize].data.write();
+        if guard.pid == pid {
+            self.drop_mini(i, guard);
+        }
+        true
+    }
+
+    /// Number of mini frames.
+    pub fn mini_pages(&self) -> usize {
+        self.minis.len()
+    }
+
+    /// Unmaps the mini page in frame `tagged` (exclusively latched) and frees the frame.
+    pub(super) fn drop_mini(&self, tagged: u32, mut guard: RwLockWriteGuard<'_, MiniData>) {
+        self.table.remove(guard.pid, tagged);
+        if let Some(t) = &self.nvm {
+            t.unpin(guard.slot);
+        }
+        guard.pid = NO_PAGE;
+        guard.count = 0;
+        drop(guard);
+        self.counters.mini_promotions.incr();
+        self.mini_free.lock().push(tagged & !MINI_TAG);
+    }
+
+    /// Brings `pid` into a mini page if it is in a trusted NVM slot and a mini frame is free
+    /// or can be evicted.
+    fn load_mini(&self, pid: u64) -> Result<MiniLoad<'_>> {
+        let Some(tier) = &self.nvm else {
+            return Ok(MiniLoad::Unsuited);
+        };
+        if !tier.contains(pid) {
+            return Ok(MiniLoad::Unsuited);
+        }
+        let Some((i, mut guard)) = self.mini_victim() else {
+            return Ok(MiniLoad::Unsuited);
+        };
+        let Some(slot) = tier.pin_lines(pid) else {
+            self.mini_free.lock().push(i);
+            return Ok(MiniLoad::Unsuited);
+        };
+        match self.table.insert(pid, MINI_TAG | i) {
+            Ok(true) => {}
+            other => {
+                tier.unpin(slot);
+                drop(guard);
+                self.mini_free.lock().push(i);
+                return other.map(|_| MiniLoad::Raced);
+            }
+        }
+        guard.pid = pid;
+        guard.slot = slot;
+        guard.count = 0;
+        if self.poison_lines {
+            guard.bytes.fill(POISON);
+        }
+        self.minis[i as usize]
+            .referenced
+            .store(true, Ordering::Relaxed);
+        self.counters.mini_loads.incr();
+        Ok(MiniLoad::Loaded(MINI_TAG | i, guard))
+    }
+
+    /// A free mini frame, exclusively latched and unmapped: from the free list, or by Clock
+    /// over the mini frames (they are clean: eviction only unmaps and unpins).
+    fn mini_victim(&self) -> Option<(u32, RwLockWriteGuard<'_, MiniData>)> {
+        if let Some(i) = self.mini_free.lock().pop() {
+            return Some((i, self.minis[i as usize].data.write()));
+        }
+        let n = self.minis.len();
+        for _ in 0..2 * n {
+            let i = self.mini_hand.fetch_add(1, Ordering::Relaxed) % n;
+            let m = &self.minis[i];
+            if m.referenced.swap(false, Ordering::Relaxed) {
+                continue;
+            }
+            let Some(mut guard) = m.data.try_write() else {
+                continue;
+            };
+            if guard.pid == NO_PAGE {
+                continue; // on the free list, or being loaded
+            }
+            self.table.remove(guard.pid, MINI_TAG | i as u32);
+            if let Some(t) = &self.nvm {
+                t.unpin(guard.slot);
+            }
+            guard.pid = NO_PAGE;
+            guard.count = 0;
+            self.counters.mini_evictions.incr();
+            return Some((i as u32, guard));
+        }
+        None
+    }
+}
+
+enum MiniLoad<'a> {
+    Loaded(u32, RwLockWriteGuard<'a, MiniData>),
+    /// Another thread mapped the page first.
+    Raced,
+    /// Not in a trusted NVM slot, or no mini frame to be had: load a full frame.
+    Unsuited,
 }
 
 /// A page fixed by [`BufferPool::fix_lines`].
@@ -197,7 +402,10 @@ pub enum Fixed<'a> {
 impl<'a> Fixed<'a> {
     fn from_write(pool: &'a BufferPool, guard: RwLockWriteGuard<'a, FrameData>) -> Self {
         if guard.lines.is_some() {
-            Fixed::Lines(PageLines { pool, guard })
+            Fixed::Lines(PageLines {
+                pool,
+                frame: LineFrame::Full(guard),
+            })
         } else {
             Fixed::Whole(PageRead {
                 guard: RwLockWriteGuard::downgrade(guard),
@@ -209,7 +417,7 @@ impl<'a> Fixed<'a> {
     pub fn pid(&self) -> u64 {
         match self {
             Fixed::Whole(p) => p.pid(),
-            Fixed::Lines(p) => p.guard.pid,
+            Fixed::Lines(p) => p.pid(),
         }
     }
 }
@@ -231,16 +439,60 @@ impl PageBytes for Fixed<'_> {
 #[derive(Debug)]
 pub struct PageLines<'a> {
     pool: &'a BufferPool,
-    guard: RwLockWriteGuard<'a, FrameData>,
+    frame: LineFrame<'a>,
+}
+
+#[derive(Debug)]
+enum LineFrame<'a> {
+    /// A full frame with a resident mask.
+    Full(RwLockWriteGuard<'a, FrameData>),
+    /// A mini page (tagged frame index).
+    Mini(u32, RwLockWriteGuard<'a, MiniData>),
+    /// Promoted from a mini page to a frame that another thread had made whole.
+    Whole(RwLockReadGuard<'a, FrameData>),
+    /// Between a mini page and its full frame (only if fixing the full frame failed).
+    Gone,
 }
 
 impl PageLines<'_> {
     /// Whether every line is in DRAM by now.
     pub fn whole(&self) -> bool {
-        self.guard.lines.is_none()
+        match &self.frame {
+            LineFrame::Full(g) => g.lines.is_none(),
+            LineFrame::Mini(..) => false,
+            LineFrame::Whole(_) => true,
+            LineFrame::Gone => false,
+        }
+    }
+
+    /// Whether the page is held in a mini page.
+    pub fn is_mini(&self) -> bool {
+        matches!(self.frame, LineFrame::Mini(..))
+    }
+
+    /// Page id.
+    pub fn pid(&self) -> u64 {
+        match &self.frame {
+            LineFrame::Full(g) => g.pid,
+            LineFrame::Mini(_, g) => g.pid,
+            LineFrame::Whole(g) => g.pid,
+            LineFrame::Gone => NO_PAGE,
+        }
+    }
+
+    /// Leaves the mini page for a full frame (more than 16 lines are needed).
+    fn promote(&mut self) -> Result<()> {
+        let pid = self.pid();
+        if let LineFrame::Mini(i, guard) = std::mem::replace(&mut self.frame, LineFrame::Gone) {
+            self.pool.drop_mini(i, guard);
+        }
+        self.frame = match self.pool.fix_lines_in(pid, false)? {
+            Fixed::Whole(p) => LineFrame::Whole(p.guard),
+            Fixed::Lines(p) => p.frame,
+        };
+        Ok(())
     }
 }
-
 fn out_of_page(at: usize, len: usize, pid: u64) -> Error {
     Error::corrupt(
         None,
@@ -251,15 +503,61 @@ fn out_of_page(at: usize, len: usize, pid: u64) -> Error {
 impl PageBytes for PageLines<'_> {
     type Error = Error;
     fn bytes(&mut self, at: usize, len: usize) -> Result<&[u8]> {
-        let pid = self.guard.pid;
+        let pid = self.pid();
+        let page_size = self.pool.page_size;
         let end = at
             .checked_add(len)
-            .filter(|&e| e <= self.guard.buf.len())
+            .filter(|&e| e <= page_size)
             .ok_or_else(|| out_of_page(at, len, pid))?;
-        if len > 0 && self.guard.lines.is_some() {
-            make_resident(self.pool, &mut self.guard, at / LINE, (end - 1) / LINE)?;
+        if len == 0 {
+            return Ok(&[]);
         }
-        Ok(&self.guard.buf[at..end])
+        let (first, last) = (at / LINE, (end - 1) / LINE);
+        if let LineFrame::Mini(_, g) = &self.frame {
+            let missing = (first..=last).filter(|&l| g.find(l).is_err()).count();
+            if g.count + missing > MINI_LINES {
+                self.promote()?;
+            }
+        }
+        match &mut self.frame {
+            LineFrame::Full(g) => {
+                if g.lines.is_some() {
+                    make_resident(self.pool, g, first, last)?;
+                }
+                Ok(&g.buf[at..end])
+            }
+            LineFrame::Whole(g) => Ok(&g.buf[at..end]),
+            LineFrame::Gone => Err(Error::corrupt(
+                None,
+                format!("page {pid} left its mini page and could not be fixed again"),
+            )),
+            LineFrame::Mini(_, g) => {
+                let tier = self
+                    .pool
+                    .nvm
+                    .as_ref()
+                    .ok_or_else(|| Error::corrupt(None, "a mini page without an NVM tier"))?;
+                for l in first..=last {
+                    let Err(pos) = g.find(l) else {
+                        continue;
+                    };
+                    let mut line = [0u8; LINE];
+                    tier.read_lines(g.slot, l, &mut line)?;
+                    // Keep the lines sorted: shift the later ones up by one line.
+                    let count = g.count;
+                    g.bytes
+                        .copy_within(pos * LINE..count * LINE, (pos + 1) * LINE);
+                    g.lines.copy_within(pos..count, pos + 1);
+                    g.bytes[pos * LINE..(pos + 1) * LINE].copy_from_slice(&line);
+                    g.lines[pos] = l as u16;
+                    g.count += 1;
+                }
+                // Lines first..=last are held, so they sit in consecutive positions.
+                let pos = g.find(first).unwrap_or(0);
+                let from = pos * LINE + at % LINE;
+                Ok(&g.bytes[from..from + len])
+            }
+        }
     }
 }
 
@@ -304,6 +602,10 @@ mod tests {
     /// A 16-frame pool over a 8-slot NVM tier that admits every page, loading by lines with
     /// poison.
     fn pool() -> BufferPool {
+        pool_with_minis(0)
+    }
+
+    fn pool_with_minis(minis: usize) -> BufferPool {
         let power = SimPower::new(BlockCrashConfig::default());
         let device = BlockDevice::simulated("lines", 256 * PAGE as u64, 4096, &power).unwrap();
         let region = PmemRegion::simulated(
@@ -327,6 +629,7 @@ mod tests {
         .with_nvm(tier)
         .with_line_grained_nvm(true)
         .with_line_poison(true)
+        .with_mini_pages(minis)
     }
 
     /// A page in an NVM slot and not in DRAM (pages 0..20 were written through a 16-frame
@@ -438,5 +741,83 @@ mod tests {
         }
         assert!(pool.lookup(pid).is_none());
         assert!(!pool.nvm().unwrap().contains(pid), "the slot stayed pinned");
+    }
+
+    fn check_range(page: &mut PageLines<'_>, pid: u64, at: usize, len: usize) {
+        let got = page.bytes(at, len).unwrap();
+        for (i, &b) in got.iter().enumerate() {
+            if at + i >= super::super::PAGE_PREFIX {
+                assert_eq!(b, expected(pid, at + i), "page {pid} byte {}", at + i);
+            }
+        }
+    }
+
+    #[test]
+    fn a_mini_page_keeps_lines_sorted_and_promotes_past_sixteen() {
+        let pool = pool_with_minis(4);
+        for pid in 0..20 {
+            fill(&pool, pid);
+        }
+        let pid = page_in_nvm_only(&pool);
+        let Fixed::Lines(mut page) = pool.fix_lines(pid).unwrap() else {
+            panic!("page {pid} came back whole");
+        };
+        assert!(page.is_mini());
+        // Lines arrive out of order; a range over lines held apart must read contiguously.
+        for line in [40usize, 10, 30, 11, 2] {
+            check_range(&mut page, pid, line * LINE + 5, 20);
+        }
+        check_range(&mut page, pid, 10 * LINE + 30, 2 * LINE - 30);
+        check_range(&mut page, pid, 0, 40);
+        assert!(page.is_mini());
+        assert_eq!(pool.counters.mini_promotions.get(), 0);
+        // Six lines held; twelve more do not fit sixteen: the page moves to a full frame.
+        check_range(&mut page, pid, 50 * LINE, 12 * LINE);
+        assert!(!page.is_mini());
+        assert_eq!(pool.counters.mini_promotions.get(), 1);
+        check_range(&mut page, pid, 0, PAGE);
+        drop(page);
+        assert_eq!(pool.counters.mini_loads.get(), 1);
+    }
+
+    #[test]
+    fn a_whole_fix_promotes_a_mini_page_and_mini_clock_unpins() {
+        let pool = pool_with_minis(2);
+        for pid in 0..20 {
+            fill(&pool, pid);
+        }
+        let in_nvm: Vec<u64> = (0..20)
+            .filter(|&p| pool.nvm().unwrap().contains(p) && pool.lookup(p).is_none())
+            .collect();
+        assert!(in_nvm.len() >= 3, "{in_nvm:?}");
+        for &pid in &in_nvm[..3] {
+            match pool.fix_lines(pid).unwrap() {
+                Fixed::Lines(mut page) => {
+                    assert!(page.is_mini());
+                    check_range(&mut page, pid, 100, 8);
+                }
+                Fixed::Whole(_) => panic!("page {pid} came back whole"),
+            }
+        }
+        // Two mini frames, three pages: Clock evicted one.
+        assert_eq!(pool.counters.mini_evictions.get(), 1);
+        // A shared fix of a page in a mini page reads it whole from NVM.
+        let pid = in_nvm[2];
+        assert!(pool.lookup(pid).is_some_and(|i| i & MINI_TAG != 0));
+        let whole = pool.fix_shared(pid).unwrap();
+        let b = whole.bytes();
+        assert!((super::super::PAGE_PREFIX..PAGE).all(|at| b[at] == expected(pid, at)));
+        drop(whole);
+        assert_eq!(pool.counters.mini_promotions.get(), 1);
+        // Every pin is released: churning DRAM and NVM pushes all three pages out of NVM.
+        for other in 20..80 {
+            fill(&pool, other);
+        }
+        let st = pool.nvm().unwrap();
+        assert!(
+            in_nvm[..3]
+                .iter()
+                .all(|&p| !st.contains(p) || pool.lookup(p).is_some())
+        );
     }
 }

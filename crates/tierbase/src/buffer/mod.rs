@@ -41,7 +41,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::device::{AlignedBuf, BlockDevice, Counter, Io};
 use crate::error::{Error, Result};
-pub use lines::{Fixed, PageBytes, PageLines};
+pub use lines::{Fixed, MINI_LINES, MINI_PAGE_BYTES, PageBytes, PageLines};
 
 /// Bytes every page starts with: `u32` checksum (crc32c of bytes 4..), `u32` owned by the
 /// page's format, `u64` page LSN, `u64` page id.
@@ -139,6 +139,13 @@ pub struct PoolCounters {
     pub write_back_batches: Counter,
     /// Dirty pages written together with a dirty victim and kept cached (ACE's write-ahead).
     pub written_ahead: Counter,
+    /// Pages brought into mini pages (from NVM, for point reads).
+    pub mini_loads: Counter,
+    /// Mini pages left for a full frame (a read needed more than 16 lines, or another fix
+    /// the whole page).
+    pub mini_promotions: Counter,
+    /// Mini pages evicted by their Clock.
+    pub mini_evictions: Counter,
 }
 
 /// Options of a pool.
@@ -176,6 +183,10 @@ pub struct BufferPool {
     line_grained: bool,
     /// Lines not yet loaded hold [`lines::POISON`] (a debug mode).
     poison_lines: bool,
+    /// Mini pages for point reads of pages in NVM (none unless configured).
+    minis: Box<[lines::MiniFrame]>,
+    mini_free: Mutex<Vec<u32>>,
+    mini_hand: AtomicUsize,
     /// Counters.
     pub counters: PoolCounters,
 }
@@ -303,6 +314,9 @@ impl BufferPool {
             nvm: None,
             line_grained: false,
             poison_lines: false,
+            minis: Box::new([]),
+            mini_free: Mutex::new(Vec::new()),
+            mini_hand: AtomicUsize::new(0),
             counters: PoolCounters::default(),
         })
     }
@@ -356,6 +370,9 @@ impl BufferPool {
     pub fn fix_shared(&self, pid: u64) -> Result<PageRead<'_>> {
         loop {
             if let Some(i) = self.lookup(pid) {
+                if self.left_mini(pid, i) {
+                    continue;
+                }
                 let frame = &self.frames[i as usize];
                 let guard = frame.data.read();
                 if guard.pid != pid {
@@ -394,6 +411,9 @@ impl BufferPool {
     pub fn fix_exclusive_with(&self, pid: u64, verify: Verify) -> Result<PageWrite<'_>> {
         loop {
             if let Some(i) = self.lookup(pid) {
+                if self.left_mini(pid, i) {
+                    continue;
+                }
                 let frame = &self.frames[i as usize];
                 let mut guard = frame.data.write();
                 if guard.pid == pid {
@@ -415,6 +435,9 @@ impl BufferPool {
     pub fn fix_new(&self, pid: u64) -> Result<PageWrite<'_>> {
         loop {
             if let Some(i) = self.lookup(pid) {
+                if self.left_mini(pid, i) {
+                    continue;
+                }
                 let frame = &self.frames[i as usize];
                 let mut guard = frame.data.write();
                 if guard.pid == pid {
