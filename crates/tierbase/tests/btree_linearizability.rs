@@ -361,7 +361,7 @@ fn round(v: &Variant, seed: u64) -> (Outcome, Figures) {
             .poison_lines(true)
             // Leaves read back from NVM go to full frames by lines in odd rounds, to mini
             // pages first in even ones.
-            .mini_page_percent(if seed % 2 == 0 { 25 } else { 0 })
+            .mini_page_percent(if seed.is_multiple_of(2) { 25 } else { 0 })
     } else {
         opts
     };
