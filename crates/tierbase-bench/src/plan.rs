@@ -182,7 +182,7 @@ pub struct BenchPlan {
     /// Load NVM pages whole (see [`StoreOptions::nvm_pages`]).
     pub nvm_pages: bool,
     /// Percent of the DRAM budget for mini pages (see [`StoreOptions::mini_page_percent`]).
-    pub mini_page_percent: u8,
+    pub mini_page_percent: Option<u8>,
 }
 
 impl BenchPlan {
@@ -214,7 +214,7 @@ impl BenchPlan {
             nvm_emulate: None,
             wal_files: false,
             nvm_pages: false,
-            mini_page_percent: 0,
+            mini_page_percent: None,
         }
     }
 

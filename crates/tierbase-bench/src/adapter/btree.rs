@@ -102,7 +102,9 @@ pub fn options(o: &StoreOptions, tiers: Tiers) -> Result<BTreeOptions> {
         }
         opts.nvm_log = !o.wal_files;
         opts.nvm_lines = tiers == Tiers::ThreeTier && !o.nvm_pages;
-        opts.mini_page_percent = o.mini_page_percent;
+        if let Some(p) = o.mini_page_percent {
+            opts.mini_page_percent = p;
+        }
         opts.nvm_region = RegionOptions {
             flush: o.flush,
             prefault: true,

@@ -228,8 +228,9 @@ pub struct StoreOptions {
     /// Load NVM pages of `btree-3tier` whole on every DRAM miss instead of a cache line at
     /// a time on point reads (`btree-nvm`, the basic NVM buffer manager, always does).
     pub nvm_pages: bool,
-    /// Percent of the DRAM budget of `btree-3tier` given to mini pages.
-    pub mini_page_percent: u8,
+    /// Percent of the DRAM budget of `btree-3tier` given to mini pages (`None`: the store's
+    /// default).
+    pub mini_page_percent: Option<u8>,
 }
 
 impl StoreOptions {
@@ -253,7 +254,7 @@ impl StoreOptions {
             nvm_emulate: None,
             wal_files: false,
             nvm_pages: false,
-            mini_page_percent: 0,
+            mini_page_percent: None,
         }
     }
 }

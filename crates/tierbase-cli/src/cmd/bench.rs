@@ -166,7 +166,7 @@ struct YcsbArgs {
     #[arg(long)]
     nvm_pages: bool,
     /// Percent of the DRAM budget of `btree-3tier` given to mini pages (16 lines of a leaf
-    /// each, for point reads of leaves in NVM).
+    /// each, for point reads of leaves in NVM) [default: 25].
     #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u8).range(0..=90))]
     mini_pages: Option<u8>,
 
@@ -751,9 +751,7 @@ fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
     plan.nvm_dir = a.nvm_dir.clone();
     plan.wal_files = a.wal_files;
     plan.nvm_pages = a.nvm_pages;
-    if let Some(p) = a.mini_pages {
-        plan.mini_page_percent = p;
-    }
+    plan.mini_page_percent = a.mini_pages;
     if let Some(name) = &a.emulate {
         let catalogue = ctx.catalogue()?;
         plan.emulate = Some(catalogue.require(name)?.clone());

@@ -4,9 +4,18 @@
 //! frame keeps a resident bitmask. A lookup in a 16 KiB leaf reads the header line, a few
 //! slot lines and one cell instead of 256 lines.
 //!
-//! Owns: the resident mask of such frames ([`LineState`]), [`PageLines`] (the only way to
-//! read one), making a frame whole when any other fix needs it, and the [`PageBytes`]
-//! interface through which searches read pages of either kind. Must not touch: what is
+//! With mini frames configured ([`BufferPool::with_mini_pages`]), such a page goes first to
+//! a **mini page**: 16 lines of 64 bytes kept sorted by line number (so that consecutive
+//! lines are contiguous), 1088 bytes of DRAM instead of a whole page. A read that needs a
+//! 17th line promotes it: the mini page is dropped and the page continues in a full frame
+//! (its lines are read from NVM again — the paper copies them, but without swizzled
+//! pointers no reference to the mini page outlives its latch, so dropping needs no
+//! forwarding). Mini frames have their own Clock and are always clean.
+//!
+//! Owns: the resident mask of such frames ([`LineState`]), mini frames and their Clock,
+//! [`PageLines`] (the only way to read either), making a frame whole when any other fix
+//! needs it, and the [`PageBytes`] interface through which searches read pages of either
+//! kind. Must not touch: what is
 //! inside a page, or the slot itself (the NVM tier keeps it pinned and unchanged while a
 //! frame reads lines from it).
 //!
@@ -283,15 +292,22 @@ impl BufferPool {
     /// If page-table entry `i` is a mini frame: drops the mini page if it still holds
     /// `pid` (a fix that needs the whole page promotes it: the caller retries and loads a
     /// full frame) and returns true.
+    #[inline]
     pub(super) fn left_mini(&self, pid: u64, i: u32) -> bool {
         if i & MINI_TAG == 0 {
             return false;
         }
+        self.leave_mini(pid, i);
+        true
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn leave_mini(&self, pid: u64, i: u32) {
         let guard = self.minis[(i & !MINI_TAG) as usize].data.write();
         if guard.pid == pid {
             self.drop_mini(i, guard);
         }
-        true
     }
 
     /// Number of mini frames.

@@ -23,9 +23,9 @@
 //! NVM: a DRAM miss is served from NVM when the page has a slot there, a page leaving DRAM
 //! goes to its slot or asks for one (admission), and only NVM victims and refused pages
 //! reach the page file. Point reads of leaves load a page from NVM a cache line at a time
-//! ([`lines`], the paper's cache-line-grained pages; [`BufferPool::fix_lines`]). Mini pages
-//! and pointer swizzling are not built yet (page ids go through the page table on every
-//! fix).
+//! ([`lines`], the paper's cache-line-grained pages and mini pages;
+//! [`BufferPool::fix_lines`]). Pointer swizzling is not built yet (page ids go through the
+//! page table on every fix).
 
 pub mod ace;
 mod lines;
@@ -383,16 +383,11 @@ impl BufferPool {
                 if guard.lines.is_none() {
                     return Ok(PageRead { guard });
                 }
-                // Loaded a line at a time by a point read: copy the rest first.
                 drop(guard);
-                let mut guard = frame.data.write();
-                if guard.pid != pid {
-                    continue;
+                match self.whole_for_reading(frame, pid)? {
+                    Some(page) => return Ok(page),
+                    None => continue,
                 }
-                self.make_whole(&mut guard)?;
-                return Ok(PageRead {
-                    guard: RwLockWriteGuard::downgrade(guard),
-                });
             }
             if let Some(w) = self.load(pid, Verify::Yes, Load::Whole)? {
                 return Ok(PageRead {
@@ -400,6 +395,22 @@ impl BufferPool {
                 });
             }
         }
+    }
+
+    /// A frame loaded a line at a time by a point read, made whole and fixed for reading;
+    /// `None` if it no longer holds `pid` (retry). Out of line: the hot path of
+    /// [`BufferPool::fix_shared`] stays small.
+    #[cold]
+    #[inline(never)]
+    fn whole_for_reading<'a>(&'a self, frame: &'a Frame, pid: u64) -> Result<Option<PageRead<'a>>> {
+        let mut guard = frame.data.write();
+        if guard.pid != pid {
+            return Ok(None);
+        }
+        self.make_whole(&mut guard)?;
+        Ok(Some(PageRead {
+            guard: RwLockWriteGuard::downgrade(guard),
+        }))
     }
 
     /// Fixes page `pid` for writing.
