@@ -102,8 +102,8 @@ pub fn options(o: &StoreOptions, tiers: Tiers) -> Result<BTreeOptions> {
         }
         opts.nvm_log = !o.wal_files;
         opts.nvm_lines = tiers == Tiers::ThreeTier && !o.nvm_pages;
-        if let Some(p) = o.mini_page_percent {
-            opts.mini_page_percent = p;
+        if o.mini_page_percent.is_some() {
+            opts.mini_page_percent = o.mini_page_percent;
         }
         opts.nvm_region = RegionOptions {
             flush: o.flush,

@@ -62,6 +62,10 @@ const FLAG_NVM_LOG: u32 = 2;
 /// LSN of the first log frame of a new store.
 const FIRST_LSN: u64 = 4096;
 const SUPER_LEN: usize = 4096;
+/// Share of the DRAM budget in mini pages by default, and the full frames the default leaves
+/// at least (see [`BTreeOptions::mini_page_percent`]).
+const DEFAULT_MINI_PERCENT: u64 = 25;
+const MIN_FULL_FRAMES: u64 = 256;
 /// Cursors of [`Store::scan`] kept at once.
 const MAX_CURSORS: usize = 4096;
 
@@ -112,9 +116,11 @@ pub struct BTreeOptions {
     pub poison_lines: bool,
     /// Percent of the DRAM budget given to mini pages (16 lines of a page each, 1088 bytes)
     /// for point reads of leaves in NVM, when there is an NVM tier and `nvm_lines` is on; the
-    /// full frames get the rest. Default 25: in docs/BENCHMARKS.md Figure 12 (b) it cut the
-    /// NVM lines loaded per read from 4.7 (no mini pages) to 3.3 at the same throughput.
-    pub mini_page_percent: u8,
+    /// full frames get the rest. `None` (the default): 25 %, but never leaving fewer than
+    /// 256 full frames (a small pool needs its frames for writers and batches, whose pages
+    /// stay in DRAM until they complete). 25 % cut the NVM lines loaded per read from 4.7 to
+    /// 3.3 at the same throughput in docs/BENCHMARKS.md Figure 12 (b).
+    pub mini_page_percent: Option<u8>,
 }
 
 impl Default for BTreeOptions {
@@ -133,7 +139,7 @@ impl Default for BTreeOptions {
             nvm_log: true,
             nvm_lines: true,
             poison_lines: false,
-            mini_page_percent: 25,
+            mini_page_percent: None,
         }
     }
 }
@@ -190,7 +196,7 @@ impl BTreeOptions {
 
     /// Percent of the DRAM budget for mini pages (see [`BTreeOptions::mini_page_percent`]).
     pub fn mini_page_percent(mut self, percent: u8) -> Self {
-        self.mini_page_percent = percent;
+        self.mini_page_percent = Some(percent);
         self
     }
 
@@ -676,10 +682,13 @@ impl BTreeStore {
         let flags = devs.flags();
         let log = Arc::new(LogLink::default());
         let (medium, guarantee) = describe_medium(&devs, dir);
-        let mini_bytes = if devs.nvm.is_some() && opts.nvm_lines {
-            opts.dram_bytes / 100 * u64::from(opts.mini_page_percent.min(90))
-        } else {
-            0
+        let mini_bytes = match opts.mini_page_percent {
+            _ if devs.nvm.is_none() || !opts.nvm_lines => 0,
+            Some(p) => opts.dram_bytes / 100 * u64::from(p.min(90)),
+            None => (opts.dram_bytes / 100 * DEFAULT_MINI_PERCENT).min(
+                opts.dram_bytes
+                    .saturating_sub(MIN_FULL_FRAMES * page_size as u64),
+            ),
         };
         let pool = BufferPool::new(
             devs.pages,

@@ -372,9 +372,10 @@ impl Tree {
             }
             Fixed::Lines(mut leaf) => match node::search_in(&mut leaf, key)? {
                 Ok(i) => {
-                    let (stored, is_ref) = node::value_in(&mut leaf, i)?;
                     let mut out = Vec::new();
-                    self.append_stored(stored, is_ref, &mut out)?;
+                    let pid = leaf.pid();
+                    let (stored, is_ref) = node::value_in(&mut leaf, i)?;
+                    self.append_stored(pid, stored, is_ref, &mut out)?;
                     Ok(Some(out))
                 }
                 Err(_) => Ok(None),
@@ -392,12 +393,14 @@ impl Tree {
 
     /// [`Tree::value_of`], appended to `out`.
     fn append_value(&self, n: &Node<'_>, i: usize, out: &mut Vec<u8>) -> Result<()> {
-        self.append_stored(n.value(i), n.is_ref(i), out)
+        self.append_stored(n.pid(), n.value(i), n.is_ref(i), out)
     }
 
     /// A value as stored in its leaf (`r` an overflow reference when `is_ref`), appended to
     /// `out`.
-    fn append_stored(&self, r: &[u8], is_ref: bool, out: &mut Vec<u8>) -> Result<()> {
+    /// The caller holds leaf `leaf`'s latch (exclusively, when it was loaded by line): a
+    /// damaged chain leading back to it is refused, not waited on.
+    fn append_stored(&self, leaf: u64, r: &[u8], is_ref: bool, out: &mut Vec<u8>) -> Result<()> {
         if !is_ref {
             out.extend_from_slice(r);
             return Ok(());
@@ -414,6 +417,11 @@ impl Tree {
         let start = out.len();
         out.reserve(total as usize);
         for _ in 0..total.div_ceil(cap) {
+            if next == leaf {
+                return Err(corrupt(format!(
+                    "the overflow chain of a value in page {leaf} leads back to it"
+                )));
+            }
             let page = self.pool.fix_shared(next)?;
             let p = Node(page.bytes());
             if p.kind() != Some(Kind::Overflow) {

@@ -35,7 +35,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::{RwLock, RwLockWriteGuard};
 
 use super::nvm::LINE;
 use super::{BufferPool, FrameData, NO_PAGE, PageRead, Verify};
@@ -213,10 +213,6 @@ impl BufferPool {
     /// else a full frame. A frame whose lines are all in DRAM is returned shared
     /// ([`Fixed::Whole`]).
     pub fn fix_lines(&self, pid: u64) -> Result<Fixed<'_>> {
-        self.fix_lines_in(pid, !self.minis.is_empty())
-    }
-
-    fn fix_lines_in(&self, pid: u64, mini: bool) -> Result<Fixed<'_>> {
         if !self.line_grained || self.nvm.is_none() {
             return self.fix_shared(pid).map(Fixed::Whole);
         }
@@ -224,13 +220,10 @@ impl BufferPool {
             if let Some(i) = self.lookup(pid) {
                 if i & MINI_TAG != 0 {
                     let m = &self.minis[(i & !MINI_TAG) as usize];
-                    let guard = m.data.write();
-                    if guard.pid != pid {
+                    let Some(guard) = self.latch_mapped(pid, i, |t| m.data.try_write_for(t)) else {
                         continue;
-                    }
-                    if !mini {
-                        // Promotion: the mini page goes, a full frame follows.
-                        self.drop_mini(i, guard);
+                    };
+                    if guard.pid != pid {
                         continue;
                     }
                     if !m.referenced.load(Ordering::Relaxed) {
@@ -243,7 +236,9 @@ impl BufferPool {
                     }));
                 }
                 let frame = &self.frames[i as usize];
-                let guard = frame.data.read();
+                let Some(guard) = self.latch_mapped(pid, i, |t| frame.data.try_read_for(t)) else {
+                    continue;
+                };
                 if guard.pid != pid {
                     continue;
                 }
@@ -253,7 +248,9 @@ impl BufferPool {
                     return Ok(Fixed::Whole(PageRead { guard }));
                 }
                 drop(guard);
-                let guard = frame.data.write();
+                let Some(guard) = self.latch_mapped(pid, i, |t| frame.data.try_write_for(t)) else {
+                    continue;
+                };
                 if guard.pid != pid {
                     continue;
                 }
@@ -261,7 +258,7 @@ impl BufferPool {
                 self.counters.hits.incr();
                 return Ok(Fixed::from_write(self, guard));
             }
-            if mini {
+            if !self.minis.is_empty() {
                 match self.load_mini(pid)? {
                     MiniLoad::Loaded(i, guard) => {
                         return Ok(Fixed::Lines(PageLines {
@@ -280,9 +277,12 @@ impl BufferPool {
     }
 
     /// Gives `mini` frames of [`MINI_PAGE_BYTES`] each to point reads of pages in NVM (the
-    /// caller takes their bytes out of the DRAM budget of the full frames).
+    /// caller takes their bytes out of the DRAM budget of the full frames). Give the NVM
+    /// tier first: a mini page pins its slot for as long as it lives, so there are at most a
+    /// quarter as many as the tier has slots (NVM Clock keeps the rest to choose from).
     pub fn with_mini_pages(mut self, mini: usize) -> Self {
-        self.minis = (0..mini.min(MINI_TAG as usize - 1))
+        let cap = self.nvm.as_ref().map_or(0, |t| t.slots() as usize / 4);
+        self.minis = (0..mini.min(cap).min(MINI_TAG as usize - 1))
             .map(|_| MiniFrame::new())
             .collect();
         *self.mini_free.get_mut() = (0..self.minis.len() as u32).rev().collect();
@@ -304,8 +304,10 @@ impl BufferPool {
     #[cold]
     #[inline(never)]
     fn leave_mini(&self, pid: u64, i: u32) {
-        let guard = self.minis[(i & !MINI_TAG) as usize].data.write();
-        if guard.pid == pid {
+        let m = &self.minis[(i & !MINI_TAG) as usize];
+        if let Some(guard) = self.latch_mapped(pid, i, |t| m.data.try_write_for(t))
+            && guard.pid == pid
+        {
             self.drop_mini(i, guard);
         }
     }
@@ -334,25 +336,30 @@ impl BufferPool {
         let Some(tier) = &self.nvm else {
             return Ok(MiniLoad::Unsuited);
         };
-        if !tier.contains(pid) {
+        // A hint (checked again by the pin): an untrusted page is loaded whole, and should
+        // not cost a mini page its frame.
+        if !tier.is_trusted(pid) {
             return Ok(MiniLoad::Unsuited);
         }
         let Some((i, mut guard)) = self.mini_victim() else {
             return Ok(MiniLoad::Unsuited);
         };
-        let Some(slot) = tier.pin_lines(pid) else {
-            self.mini_free.lock().push(i);
-            return Ok(MiniLoad::Unsuited);
-        };
+        // Mapped before pinned, as in `load`: once mapped, every other fix of the page waits
+        // on this latch, so nothing writes the slot while it is pinned.
         match self.table.insert(pid, MINI_TAG | i) {
             Ok(true) => {}
             other => {
-                tier.unpin(slot);
                 drop(guard);
                 self.mini_free.lock().push(i);
                 return other.map(|_| MiniLoad::Raced);
             }
         }
+        let Some(slot) = tier.pin_lines(pid) else {
+            self.table.remove(pid, MINI_TAG | i);
+            drop(guard);
+            self.mini_free.lock().push(i);
+            return Ok(MiniLoad::Unsuited);
+        };
         guard.pid = pid;
         guard.slot = slot;
         guard.count = 0;
@@ -464,10 +471,6 @@ enum LineFrame<'a> {
     Full(RwLockWriteGuard<'a, FrameData>),
     /// A mini page (tagged frame index).
     Mini(u32, RwLockWriteGuard<'a, MiniData>),
-    /// Promoted from a mini page to a frame that another thread had made whole.
-    Whole(RwLockReadGuard<'a, FrameData>),
-    /// Between a mini page and its full frame (only if fixing the full frame failed).
-    Gone,
 }
 
 impl PageLines<'_> {
@@ -476,8 +479,6 @@ impl PageLines<'_> {
         match &self.frame {
             LineFrame::Full(g) => g.lines.is_none(),
             LineFrame::Mini(..) => false,
-            LineFrame::Whole(_) => true,
-            LineFrame::Gone => false,
         }
     }
 
@@ -491,21 +492,55 @@ impl PageLines<'_> {
         match &self.frame {
             LineFrame::Full(g) => g.pid,
             LineFrame::Mini(_, g) => g.pid,
-            LineFrame::Whole(g) => g.pid,
-            LineFrame::Gone => NO_PAGE,
         }
     }
 
-    /// Leaves the mini page for a full frame (more than 16 lines are needed).
+    /// Moves the page from its mini page to a full frame (more than 16 lines are needed),
+    /// without ever releasing it: a search in progress keeps offsets it read from the page,
+    /// so no writer may change the page in between. The held lines are copied over, the
+    /// page table entry is switched, the slot's pin passes to the full frame, and threads
+    /// waiting on the mini page find it empty and look the page up again.
     fn promote(&mut self) -> Result<()> {
-        let pid = self.pid();
-        if let LineFrame::Mini(i, guard) = std::mem::replace(&mut self.frame, LineFrame::Gone) {
-            self.pool.drop_mini(i, guard);
-        }
-        self.frame = match self.pool.fix_lines_in(pid, false)? {
-            Fixed::Whole(p) => LineFrame::Whole(p.guard),
-            Fixed::Lines(p) => p.frame,
+        let pool = self.pool;
+        let LineFrame::Mini(tagged, mini) = &mut self.frame else {
+            return Ok(());
         };
+        let tagged = *tagged;
+        let (f, mut full) = pool.victim()?;
+        if !pool.table.replace(mini.pid, tagged, f) {
+            // The entry changes only under the mini page's latch, which this thread holds.
+            drop(full);
+            pool.free.lock().push(f);
+            return Err(Error::corrupt(
+                None,
+                format!("page {}: its mini page is not in the page table", mini.pid),
+            ));
+        }
+        let frame = &pool.frames[f as usize];
+        full.pid = mini.pid;
+        full.image_gen = 0;
+        full.torn = false;
+        let v = frame.dirty_version.load(Ordering::Acquire);
+        frame.clean_version.store(v, Ordering::Release);
+        if pool.poison_lines {
+            full.buf.fill(POISON);
+        }
+        let mut state = LineState::new(mini.slot, pool.page_size);
+        for (k, &line) in mini.lines[..mini.count].iter().enumerate() {
+            let line = usize::from(line);
+            full.buf[line * LINE..(line + 1) * LINE]
+                .copy_from_slice(&mini.bytes[k * LINE..(k + 1) * LINE]);
+            state.set_resident(line..line + 1);
+            state.missing -= 1;
+        }
+        full.lines = Some(state);
+        mini.pid = NO_PAGE;
+        mini.count = 0;
+        frame.referenced.store(true, Ordering::Relaxed);
+        pool.counters.mini_promotions.incr();
+        // Releases the mini page's latch; its frame is free.
+        self.frame = LineFrame::Full(full);
+        pool.mini_free.lock().push(tagged & !MINI_TAG);
         Ok(())
     }
 }
@@ -542,11 +577,6 @@ impl PageBytes for PageLines<'_> {
                 }
                 Ok(&g.buf[at..end])
             }
-            LineFrame::Whole(g) => Ok(&g.buf[at..end]),
-            LineFrame::Gone => Err(Error::corrupt(
-                None,
-                format!("page {pid} left its mini page and could not be fixed again"),
-            )),
             LineFrame::Mini(_, g) => {
                 let tier = self
                     .pool
@@ -787,11 +817,29 @@ mod tests {
         check_range(&mut page, pid, 0, 40);
         assert!(page.is_mini());
         assert_eq!(pool.counters.mini_promotions.get(), 0);
-        // Six lines held; twelve more do not fit sixteen: the page moves to a full frame.
+        // Six lines held; twelve more do not fit sixteen: the page moves to a full frame
+        // without being released, the six lines copied over (poison would show otherwise)
+        // and the slot still pinned.
         check_range(&mut page, pid, 50 * LINE, 12 * LINE);
         assert!(!page.is_mini());
         assert_eq!(pool.counters.mini_promotions.get(), 1);
+        let loaded = pool.nvm().unwrap().counters.lines_loaded.get();
+        for line in [40usize, 10, 30, 11, 2, 0] {
+            check_range(&mut page, pid, line * LINE, LINE);
+        }
+        assert_eq!(pool.nvm().unwrap().counters.lines_loaded.get(), loaded);
+        let i = pool.lookup(pid).expect("mapped");
+        assert_eq!(i & MINI_TAG, 0, "the table names the full frame");
+        assert_eq!(
+            pool.mini_free.lock().len(),
+            pool.mini_pages(),
+            "the mini frame is free again"
+        );
+        for other in 20..60 {
+            fill(&pool, other);
+        }
         check_range(&mut page, pid, 0, PAGE);
+        assert!(page.whole());
         drop(page);
         assert_eq!(pool.counters.mini_loads.get(), 1);
     }

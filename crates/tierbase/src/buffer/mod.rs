@@ -49,6 +49,9 @@ pub const PAGE_PREFIX: usize = 24;
 const NO_PAGE: u64 = u64::MAX;
 /// Pages written back in one batch by [`BufferPool::flush_dirty`].
 const FLUSH_BATCH: usize = 64;
+/// How long a fix waits for a latched frame before it checks that the frame is still its
+/// page's ([`BufferPool::latch_mapped`]).
+const LATCH_POLL: std::time::Duration = std::time::Duration::from_micros(200);
 /// Clock sweeps before the pool is declared exhausted.
 const VICTIM_SWEEPS: usize = 256;
 
@@ -366,6 +369,29 @@ impl BufferPool {
         self.table.get(pid)
     }
 
+    /// Latches the frame (full or mini) that the page table maps `pid` to as entry `i`, with
+    /// `latch` (a timed try of the mode wanted); `None` once the table no longer maps `pid`
+    /// there (look the page up again). Waiting on regardless could deadlock: the frame may
+    /// have been reused for another page, whose fixer may hold it while it waits for a page
+    /// this thread holds (a scanner following an overflow chain from its leaf, a writer
+    /// merging into that leaf). Entry `i` names the page while it is loaded and while it is
+    /// resident, so a wait for the page itself goes on as long as it must.
+    pub(super) fn latch_mapped<G>(
+        &self,
+        pid: u64,
+        i: u32,
+        latch: impl Fn(std::time::Duration) -> Option<G>,
+    ) -> Option<G> {
+        loop {
+            if let Some(g) = latch(LATCH_POLL) {
+                return Some(g);
+            }
+            if self.table.get(pid) != Some(i) {
+                return None;
+            }
+        }
+    }
+
     /// Fixes page `pid` for reading.
     pub fn fix_shared(&self, pid: u64) -> Result<PageRead<'_>> {
         loop {
@@ -374,7 +400,9 @@ impl BufferPool {
                     continue;
                 }
                 let frame = &self.frames[i as usize];
-                let guard = frame.data.read();
+                let Some(guard) = self.latch_mapped(pid, i, |t| frame.data.try_read_for(t)) else {
+                    continue;
+                };
                 if guard.pid != pid {
                     continue;
                 }
@@ -384,7 +412,7 @@ impl BufferPool {
                     return Ok(PageRead { guard });
                 }
                 drop(guard);
-                match self.whole_for_reading(frame, pid)? {
+                match self.whole_for_reading(i, pid)? {
                     Some(page) => return Ok(page),
                     None => continue,
                 }
@@ -402,8 +430,11 @@ impl BufferPool {
     /// [`BufferPool::fix_shared`] stays small.
     #[cold]
     #[inline(never)]
-    fn whole_for_reading<'a>(&'a self, frame: &'a Frame, pid: u64) -> Result<Option<PageRead<'a>>> {
-        let mut guard = frame.data.write();
+    fn whole_for_reading(&self, i: u32, pid: u64) -> Result<Option<PageRead<'_>>> {
+        let frame = &self.frames[i as usize];
+        let Some(mut guard) = self.latch_mapped(pid, i, |t| frame.data.try_write_for(t)) else {
+            return Ok(None);
+        };
         if guard.pid != pid {
             return Ok(None);
         }
@@ -426,7 +457,10 @@ impl BufferPool {
                     continue;
                 }
                 let frame = &self.frames[i as usize];
-                let mut guard = frame.data.write();
+                let Some(mut guard) = self.latch_mapped(pid, i, |t| frame.data.try_write_for(t))
+                else {
+                    continue;
+                };
                 if guard.pid == pid {
                     frame.mark_referenced();
                     self.counters.hits.incr();
@@ -450,7 +484,10 @@ impl BufferPool {
                     continue;
                 }
                 let frame = &self.frames[i as usize];
-                let mut guard = frame.data.write();
+                let Some(mut guard) = self.latch_mapped(pid, i, |t| frame.data.try_write_for(t))
+                else {
+                    continue;
+                };
                 if guard.pid == pid {
                     if let Some(state) = guard.lines.take()
                         && let Some(t) = &self.nvm

@@ -334,6 +334,12 @@ impl NvmTier {
         Ok(Some(trusted))
     }
 
+    /// Whether `pid` has a slot whose bytes are trusted (see [`NvmTier::pin_lines`]).
+    pub fn is_trusted(&self, pid: u64) -> bool {
+        let st = self.state.lock();
+        st.map.get(&pid).is_some_and(|&s| st.trusted[s as usize])
+    }
+
     /// Page `pid` is to be loaded a cache line at a time: if it has a slot whose bytes are
     /// trusted (see [`NvmTier::read`]; an untrusted slot is loaded whole, so its checksum
     /// is checked), pins the slot for [`NvmTier::read_lines`] and returns it. The caller

@@ -108,6 +108,14 @@ impl PageTable {
     }
 
     /// Number of mapped pages.
+    /// Points `pid`'s entry from frame `old` to frame `new`; false if it did not name `old`.
+    pub fn replace(&self, pid: u64, old: u32, new: u32) -> bool {
+        self.slot(pid).is_some_and(|slot| {
+            slot.compare_exchange(old + 1, new + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        })
+    }
+
     pub fn len(&self) -> usize {
         self.resident.load(Ordering::Relaxed)
     }
