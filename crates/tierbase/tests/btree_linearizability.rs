@@ -24,7 +24,7 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 
-use common::scratch_dir;
+use common::{scratch_dir, stat};
 use tierbase::btree::{BTreeOptions, BTreeStore};
 use tierbase::buffer::nvm::Admission;
 use tierbase::buffer::{BufferPool, PoolOptions, WalRule};
@@ -315,14 +315,6 @@ fn rb(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
         Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
         Bound::Unbounded => Bound::Unbounded,
     }
-}
-
-fn stat(s: &BTreeStore, name: &str) -> u64 {
-    s.stats()
-        .into_iter()
-        .find(|(n, _)| n == name)
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or_else(|| panic!("no numeric stat {name}"))
 }
 
 /// Sets the flag when dropped.

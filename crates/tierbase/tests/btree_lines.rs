@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use common::scratch_dir;
+use common::{scratch_dir, stat};
 use tierbase::btree::{BTreeOptions, BTreeStore};
 use tierbase::buffer::nvm::Admission;
 use tierbase::device::Durability;
@@ -40,14 +40,6 @@ fn value(i: u64, round: u8) -> Vec<u8> {
     let mut v = vec![round ^ (i as u8); len];
     v[..8].copy_from_slice(&i.to_le_bytes());
     v
-}
-
-fn stat(s: &BTreeStore, name: &str) -> u64 {
-    s.stats()
-        .into_iter()
-        .find(|(n, _)| n == name)
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or_else(|| panic!("no numeric stat {name}"))
 }
 
 /// A store holding `KEYS` records (about 250 leaves) over a 16-frame pool: most leaves sit

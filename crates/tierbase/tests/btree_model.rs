@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::path::PathBuf;
 
-use common::scratch_dir;
+use common::{scratch_dir, stat};
 use proptest::prelude::*;
 use tierbase::Error;
 use tierbase::btree::{BTreeOptions, BTreeStore, Limits};
@@ -245,14 +245,6 @@ fn contents(s: &BTreeStore, reverse: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
 
 fn as_model(pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Model {
     pairs.into_iter().collect()
-}
-
-fn stat(s: &BTreeStore, name: &str) -> u64 {
-    s.stats()
-        .into_iter()
-        .find(|(n, _)| n == name)
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or_else(|| panic!("no numeric stat {name}"))
 }
 
 /// The full comparison done after every reopen and at the end.

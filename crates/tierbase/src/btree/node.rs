@@ -271,6 +271,7 @@ pub fn value_in<B: PageBytes>(b: &mut B, i: usize) -> std::result::Result<(&[u8]
 /// cell read up front, which cost a found key's lookup an extra cache miss (+10 % YCSB C,
 /// docs/BENCHMARKS.md Figure 7). A key without the prefix sorts before or after every key
 /// of the page, and is placed by whole keys.
+#[inline]
 pub fn search_in<B: PageBytes>(
     b: &mut B,
     key: &[u8],

@@ -609,27 +609,12 @@ impl PageBytes for PageLines<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::buffer::nvm::{Admission, NvmTier};
-    use crate::buffer::{PoolOptions, WalRule};
-    use crate::device::{
-        BlockCrashConfig, BlockDevice, CrashSimConfig, PmemRegion, RegionOptions, SimPower,
-    };
+    use crate::buffer::tests::{PAGE, test_pool};
+    use crate::device::{CrashSimConfig, PmemRegion, RegionOptions};
 
-    const PAGE: usize = 4096;
     const SLOTS: u64 = 8;
-
-    struct NoLog;
-    impl WalRule for NoLog {
-        fn committed_lsn(&self) -> u64 {
-            u64::MAX
-        }
-        fn flush_to(&self, _: u64) -> Result<()> {
-            Ok(())
-        }
-    }
 
     /// Byte `at` of page `pid` as [`fill`] writes it (past the page prefix).
     fn expected(pid: u64, at: usize) -> u8 {
@@ -647,13 +632,7 @@ mod tests {
 
     /// A 16-frame pool over a 8-slot NVM tier that admits every page, loading by lines with
     /// poison.
-    fn pool() -> BufferPool {
-        pool_with_minis(0)
-    }
-
     fn pool_with_minis(minis: usize) -> BufferPool {
-        let power = SimPower::new(BlockCrashConfig::default());
-        let device = BlockDevice::simulated("lines", 256 * PAGE as u64, 4096, &power).unwrap();
         let region = PmemRegion::simulated(
             8192 + SLOTS * PAGE as u64,
             CrashSimConfig::default(),
@@ -662,20 +641,29 @@ mod tests {
         .unwrap();
         let tier = NvmTier::open(region, PAGE, Some(Admission::All)).unwrap();
         assert_eq!(u64::from(tier.slots()), SLOTS);
-        BufferPool::new(
-            device,
-            PoolOptions {
-                page_size: PAGE,
-                dram_bytes: 16 * PAGE as u64,
-                check: |_, _| Ok(()),
-            },
-            Arc::new(NoLog),
-        )
-        .unwrap()
-        .with_nvm(tier)
-        .with_line_grained_nvm(true)
-        .with_line_poison(true)
-        .with_mini_pages(minis)
+        test_pool("lines")
+            .with_nvm(tier)
+            .with_line_grained_nvm(true)
+            .with_line_poison(true)
+            .with_mini_pages(minis)
+    }
+
+    /// [`pool_with_minis`] after pages 0..20 were written through it (four of them were
+    /// evicted into NVM slots).
+    fn filled(minis: usize) -> BufferPool {
+        let pool = pool_with_minis(minis);
+        for pid in 0..20 {
+            fill(&pool, pid);
+        }
+        pool
+    }
+
+    /// Page `pid` fixed for a point read, which must load it by line.
+    fn by_lines(pool: &BufferPool, pid: u64) -> PageLines<'_> {
+        match pool.fix_lines(pid).unwrap() {
+            Fixed::Lines(page) => page,
+            Fixed::Whole(_) => panic!("page {pid} came back whole"),
+        }
     }
 
     /// A page in an NVM slot and not in DRAM (pages 0..20 were written through a 16-frame
@@ -688,16 +676,11 @@ mod tests {
 
     #[test]
     fn a_point_read_copies_only_the_lines_it_touches() {
-        let pool = pool();
-        for pid in 0..20 {
-            fill(&pool, pid);
-        }
+        let pool = filled(0);
         let pid = page_in_nvm_only(&pool);
         let loaded = || pool.nvm().unwrap().counters.lines_loaded.get();
         let before = loaded();
-        let Fixed::Lines(mut page) = pool.fix_lines(pid).unwrap() else {
-            panic!("page {pid} came back whole");
-        };
+        let mut page = by_lines(&pool, pid);
         assert_eq!(loaded(), before, "the fix itself copies nothing");
         // Bytes 1000..1100 lie in lines 15..=17.
         let got = page.bytes(1000, 100).unwrap().to_vec();
@@ -724,14 +707,11 @@ mod tests {
 
     #[test]
     fn an_exclusive_fix_makes_the_frame_whole_and_a_new_page_unpins_it() {
-        let pool = pool();
-        for pid in 0..20 {
-            fill(&pool, pid);
-        }
+        let pool = filled(0);
         let pid = page_in_nvm_only(&pool);
-        match pool.fix_lines(pid).unwrap() {
-            Fixed::Lines(mut page) => assert_eq!(page.bytes(64, 1).unwrap()[0], expected(pid, 64)),
-            Fixed::Whole(_) => panic!("page {pid} came back whole"),
+        {
+            let mut page = by_lines(&pool, pid);
+            assert_eq!(page.bytes(64, 1).unwrap()[0], expected(pid, 64));
         }
         let w = pool.fix_exclusive(pid).unwrap();
         let b = w.bytes();
@@ -749,14 +729,9 @@ mod tests {
 
     #[test]
     fn a_pinned_slot_keeps_its_page_while_nvm_clock_turns() {
-        let pool = pool();
-        for pid in 0..20 {
-            fill(&pool, pid);
-        }
+        let pool = filled(0);
         let pid = page_in_nvm_only(&pool);
-        let Fixed::Lines(mut page) = pool.fix_lines(pid).unwrap() else {
-            panic!("page {pid} came back whole");
-        };
+        let mut page = by_lines(&pool, pid);
         assert_eq!(page.bytes(100, 1).unwrap()[0], expected(pid, 100));
         // Forty more pages pass through DRAM into the eight NVM slots: Clock must pass the
         // pinned slot by, or the lines read next come from another page.
@@ -772,14 +747,11 @@ mod tests {
 
     #[test]
     fn an_evicted_line_grained_frame_unpins_its_slot() {
-        let pool = pool();
-        for pid in 0..20 {
-            fill(&pool, pid);
-        }
+        let pool = filled(0);
         let pid = page_in_nvm_only(&pool);
-        match pool.fix_lines(pid).unwrap() {
-            Fixed::Lines(mut page) => assert_eq!(page.bytes(64, 1).unwrap()[0], expected(pid, 64)),
-            Fixed::Whole(_) => panic!("page {pid} came back whole"),
+        {
+            let mut page = by_lines(&pool, pid);
+            assert_eq!(page.bytes(64, 1).unwrap()[0], expected(pid, 64));
         }
         // Churn DRAM and NVM until the page left both: its slot was reusable.
         for other in 20..80 {
@@ -800,14 +772,9 @@ mod tests {
 
     #[test]
     fn a_mini_page_keeps_lines_sorted_and_promotes_past_sixteen() {
-        let pool = pool_with_minis(4);
-        for pid in 0..20 {
-            fill(&pool, pid);
-        }
+        let pool = filled(4);
         let pid = page_in_nvm_only(&pool);
-        let Fixed::Lines(mut page) = pool.fix_lines(pid).unwrap() else {
-            panic!("page {pid} came back whole");
-        };
+        let mut page = by_lines(&pool, pid);
         assert!(page.is_mini());
         // Lines arrive out of order; a range over lines held apart must read contiguously.
         for line in [40usize, 10, 30, 11, 2] {
@@ -846,22 +813,15 @@ mod tests {
 
     #[test]
     fn a_whole_fix_promotes_a_mini_page_and_mini_clock_unpins() {
-        let pool = pool_with_minis(2);
-        for pid in 0..20 {
-            fill(&pool, pid);
-        }
+        let pool = filled(2);
         let in_nvm: Vec<u64> = (0..20)
             .filter(|&p| pool.nvm().unwrap().contains(p) && pool.lookup(p).is_none())
             .collect();
         assert!(in_nvm.len() >= 3, "{in_nvm:?}");
         for &pid in &in_nvm[..3] {
-            match pool.fix_lines(pid).unwrap() {
-                Fixed::Lines(mut page) => {
-                    assert!(page.is_mini());
-                    check_range(&mut page, pid, 100, 8);
-                }
-                Fixed::Whole(_) => panic!("page {pid} came back whole"),
-            }
+            let mut page = by_lines(&pool, pid);
+            assert!(page.is_mini());
+            check_range(&mut page, pid, 100, 8);
         }
         // Two mini frames, three pages: Clock evicted one.
         assert_eq!(pool.counters.mini_evictions.get(), 1);

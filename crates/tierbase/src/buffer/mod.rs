@@ -1011,9 +1011,10 @@ mod tests {
     use super::*;
     use crate::device::{BlockCrashConfig, SimPower};
 
-    const PAGE: usize = 4096;
+    pub(super) const PAGE: usize = 4096;
 
-    struct NoLog;
+    /// A log that has everything (tests of the pool alone).
+    pub(super) struct NoLog;
     impl WalRule for NoLog {
         fn committed_lsn(&self) -> u64 {
             u64::MAX
@@ -1023,9 +1024,10 @@ mod tests {
         }
     }
 
-    fn pool(n_w: usize) -> BufferPool {
+    /// A pool of 16 frames of 4 KiB over a simulated 1 MiB page file.
+    pub(super) fn test_pool(name: &str) -> BufferPool {
         let power = SimPower::new(BlockCrashConfig::default());
-        let device = BlockDevice::simulated("ace", 256 * PAGE as u64, 4096, &power).unwrap();
+        let device = BlockDevice::simulated(name, 256 * PAGE as u64, 4096, &power).unwrap();
         BufferPool::new(
             device,
             PoolOptions {
@@ -1036,7 +1038,10 @@ mod tests {
             Arc::new(NoLog),
         )
         .unwrap()
-        .with_write_back_batch(n_w)
+    }
+
+    fn pool(n_w: usize) -> BufferPool {
+        test_pool("ace").with_write_back_batch(n_w)
     }
 
     /// Dirties pages 0..16 (filling the pool), then touches 16..48: every eviction meets a

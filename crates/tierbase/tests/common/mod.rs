@@ -23,3 +23,12 @@ pub fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
         .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_string()))
         .unwrap_or_default()
 }
+
+/// A B+-tree store's numeric counter `name` from its `stats()`.
+pub fn stat(s: &tierbase::btree::BTreeStore, name: &str) -> u64 {
+    s.stats()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or_else(|| panic!("no numeric stat {name}"))
+}
