@@ -578,6 +578,48 @@ fn structural_damage_with_a_valid_checksum_never_panics() {
     assert!(errors > 0);
 }
 
+/// An overflow reference rewritten (checksum valid) to point back at its own leaf: a read of
+/// that value is a clear corruption error, not a wait on the leaf's own latch (a leaf loaded
+/// a cache line at a time is held exclusively while its chain is read).
+#[test]
+fn an_overflow_chain_leading_back_to_its_leaf_is_corrupt() {
+    let dir = scratch_dir();
+    let (path, _) = filled_store(dir.path());
+    let pages = path.join("pages.tb");
+    let mut bytes = std::fs::read(&pages).unwrap();
+    let u16_at = |p: &[u8], at: usize| u16::from_le_bytes([p[at], p[at + 1]]) as usize;
+    // A leaf with an entry whose value is an overflow reference: its key, and the leaf.
+    // (leaf, key, offset of the reference in the leaf)
+    let (pid, key, r) = (3..bytes.len() / PAGE)
+        .find_map(|pid| {
+            let page = &bytes[pid * PAGE..(pid + 1) * PAGE];
+            if page[4] != 1 {
+                return None;
+            }
+            (0..u16_at(page, 6)).find_map(|i| {
+                let cell = u16_at(page, 48 + 6 * i);
+                let k = u16_at(page, cell);
+                (k & 0x8000 != 0).then(|| {
+                    let k = k & 0x7fff;
+                    (pid, page[cell + 4..cell + 4 + k].to_vec(), cell + 4 + k)
+                })
+            })
+        })
+        .expect("a leaf holding an overflow reference");
+    let page = &mut bytes[pid * PAGE..(pid + 1) * PAGE];
+    page[r + 8..r + 16].copy_from_slice(&(pid as u64).to_le_bytes());
+    tierbase::buffer::seal(page);
+    std::fs::write(&pages, &bytes).unwrap();
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    match s.get(&key) {
+        Err(Error::Corrupt { detail, .. }) => {
+            assert!(detail.contains("leads back"), "{detail}");
+        }
+        other => panic!("a chain back to its leaf read as {other:?}"),
+    }
+    s.abandon();
+}
+
 // ----- the log on NVM ----------------------------------------------------------------------
 
 /// A store with an NVM tier keeps its log on NVM (region files): a torn last frame there is
