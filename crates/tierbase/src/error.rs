@@ -234,6 +234,14 @@ pub enum Error {
     Unsupported(String),
 }
 
+/// Reads that cannot fail (a page already in memory, see `buffer::PageBytes`) share code
+/// with reads that can.
+impl From<std::convert::Infallible> for Error {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}
+
 impl Error {
     /// Wraps an I/O error with the operation and path it came from, mapping `ENOSPC` to
     /// [`Error::DeviceFull`] so that callers can tell a full device from other failures.

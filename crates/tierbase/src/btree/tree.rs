@@ -363,24 +363,23 @@ impl Tree {
     /// The value of `key`.
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         match self.leaf_for(key)? {
-            Fixed::Whole(leaf) => {
-                let n = Node(leaf.bytes());
-                match n.search(key) {
-                    Ok(i) => self.value_of(&n, i).map(Some),
-                    Err(_) => Ok(None),
-                }
-            }
-            Fixed::Lines(mut leaf) => match node::search_in(&mut leaf, key)? {
-                Ok(i) => {
-                    let mut out = Vec::new();
-                    let pid = leaf.pid();
-                    let (stored, is_ref) = node::value_in(&mut leaf, i)?;
-                    self.append_stored(pid, stored, is_ref, &mut out)?;
-                    Ok(Some(out))
-                }
-                Err(_) => Ok(None),
-            },
+            Fixed::Whole(leaf) => self.get_in(leaf.pid(), &mut leaf.bytes(), key),
+            Fixed::Lines(mut leaf) => self.get_in(leaf.pid(), &mut leaf, key),
         }
+    }
+
+    /// `key`'s value in leaf `leaf`, read through `page` (whole, or a cache line at a time).
+    fn get_in<B: PageBytes>(&self, leaf: u64, page: &mut B, key: &[u8]) -> Result<Option<Vec<u8>>>
+    where
+        Error: From<B::Error>,
+    {
+        let Ok(i) = node::search_in(page, key)? else {
+            return Ok(None);
+        };
+        let (stored, is_ref) = node::value_in(page, i)?;
+        let mut out = Vec::new();
+        self.append_stored(leaf, stored, is_ref, &mut out)?;
+        Ok(Some(out))
     }
 
     /// Entry `i`'s value, read from its overflow chain if it has one. The caller holds the

@@ -128,10 +128,6 @@ impl LineState {
         }
     }
 
-    pub(super) fn slot(&self) -> u32 {
-        self.slot
-    }
-
     fn is_resident(&self, line: usize) -> bool {
         self.resident[line / 64] & (1 << (line % 64)) != 0
     }
@@ -200,6 +196,26 @@ impl BufferPool {
         self
     }
 
+    /// Makes a frame just taken for a page hold it a cache line at a time from `slot`
+    /// (pinned by the caller); nothing is copied yet.
+    pub(super) fn start_lines(&self, frame: &super::Frame, guard: &mut FrameData, slot: u32) {
+        guard.lines = Some(LineState::new(slot, self.page_size));
+        if self.poison_lines {
+            guard.buf.fill(POISON);
+        }
+        frame.referenced.store(true, Ordering::Relaxed);
+    }
+
+    /// Forgets a frame's missing lines and unpins their slot (the frame is reused, or
+    /// rewritten whole).
+    pub(super) fn drop_lines(&self, frame: &mut FrameData) {
+        if let Some(state) = frame.lines.take()
+            && let Some(t) = &self.nvm
+        {
+            t.unpin(state.slot);
+        }
+    }
+
     /// Copies every missing line of a line-grained frame (exclusively latched by the caller).
     pub(super) fn make_whole(&self, frame: &mut FrameData) -> Result<()> {
         let lines = self.page_size / LINE;
@@ -213,7 +229,7 @@ impl BufferPool {
     /// else a full frame. A frame whose lines are all in DRAM is returned shared
     /// ([`Fixed::Whole`]).
     pub fn fix_lines(&self, pid: u64) -> Result<Fixed<'_>> {
-        if !self.line_grained || self.nvm.is_none() {
+        if !self.line_grained() {
             return self.fix_shared(pid).map(Fixed::Whole);
         }
         loop {
@@ -226,9 +242,7 @@ impl BufferPool {
                     if guard.pid != pid {
                         continue;
                     }
-                    if !m.referenced.load(Ordering::Relaxed) {
-                        m.referenced.store(true, Ordering::Relaxed);
-                    }
+                    super::mark_referenced(&m.referenced);
                     self.counters.hits.incr();
                     return Ok(Fixed::Lines(PageLines {
                         pool: self,
@@ -317,14 +331,19 @@ impl BufferPool {
         self.minis.len()
     }
 
+    /// Unmaps the mini page in frame `tagged` (exclusively latched) and unpins its slot.
+    fn unmap_mini(&self, tagged: u32, mini: &mut MiniData) {
+        self.table.remove(mini.pid, tagged);
+        if let Some(t) = &self.nvm {
+            t.unpin(mini.slot);
+        }
+        mini.pid = NO_PAGE;
+        mini.count = 0;
+    }
+
     /// Unmaps the mini page in frame `tagged` (exclusively latched) and frees the frame.
     pub(super) fn drop_mini(&self, tagged: u32, mut guard: RwLockWriteGuard<'_, MiniData>) {
-        self.table.remove(guard.pid, tagged);
-        if let Some(t) = &self.nvm {
-            t.unpin(guard.slot);
-        }
-        guard.pid = NO_PAGE;
-        guard.count = 0;
+        self.unmap_mini(tagged, &mut guard);
         drop(guard);
         self.counters.mini_promotions.incr();
         self.mini_free.lock().push(tagged & !MINI_TAG);
@@ -392,12 +411,7 @@ impl BufferPool {
             if guard.pid == NO_PAGE {
                 continue; // on the free list, or being loaded
             }
-            self.table.remove(guard.pid, MINI_TAG | i as u32);
-            if let Some(t) = &self.nvm {
-                t.unpin(guard.slot);
-            }
-            guard.pid = NO_PAGE;
-            guard.count = 0;
+            self.unmap_mini(MINI_TAG | i as u32, &mut guard);
             self.counters.mini_evictions.incr();
             return Some((i as u32, guard));
         }
@@ -433,14 +447,6 @@ impl<'a> Fixed<'a> {
             Fixed::Whole(PageRead {
                 guard: RwLockWriteGuard::downgrade(guard),
             })
-        }
-    }
-
-    /// Page id.
-    pub fn pid(&self) -> u64 {
-        match self {
-            Fixed::Whole(p) => p.pid(),
-            Fixed::Lines(p) => p.pid(),
         }
     }
 }
@@ -518,25 +524,20 @@ impl PageLines<'_> {
         }
         let frame = &pool.frames[f as usize];
         full.pid = mini.pid;
-        full.image_gen = 0;
-        full.torn = false;
-        let v = frame.dirty_version.load(Ordering::Acquire);
-        frame.clean_version.store(v, Ordering::Release);
-        if pool.poison_lines {
-            full.buf.fill(POISON);
+        frame.reset(&mut full);
+        pool.start_lines(frame, &mut full, mini.slot);
+        let FrameData { buf, lines, .. } = &mut *full;
+        if let Some(state) = lines {
+            for (k, &line) in mini.lines[..mini.count].iter().enumerate() {
+                let line = usize::from(line);
+                buf[line * LINE..(line + 1) * LINE]
+                    .copy_from_slice(&mini.bytes[k * LINE..(k + 1) * LINE]);
+                state.set_resident(line..line + 1);
+                state.missing -= 1;
+            }
         }
-        let mut state = LineState::new(mini.slot, pool.page_size);
-        for (k, &line) in mini.lines[..mini.count].iter().enumerate() {
-            let line = usize::from(line);
-            full.buf[line * LINE..(line + 1) * LINE]
-                .copy_from_slice(&mini.bytes[k * LINE..(k + 1) * LINE]);
-            state.set_resident(line..line + 1);
-            state.missing -= 1;
-        }
-        full.lines = Some(state);
         mini.pid = NO_PAGE;
         mini.count = 0;
-        frame.referenced.store(true, Ordering::Relaxed);
         pool.counters.mini_promotions.incr();
         // Releases the mini page's latch; its frame is free.
         self.frame = LineFrame::Full(full);
@@ -666,12 +667,16 @@ mod tests {
         }
     }
 
-    /// A page in an NVM slot and not in DRAM (pages 0..20 were written through a 16-frame
-    /// pool; the four evicted sit in NVM slots).
-    fn page_in_nvm_only(pool: &BufferPool) -> u64 {
+    /// The pages in an NVM slot and not in DRAM (pages 0..20 were written through a
+    /// 16-frame pool; the four evicted sit in NVM slots).
+    fn pages_in_nvm_only(pool: &BufferPool) -> Vec<u64> {
         (0..20)
-            .find(|&pid| pool.nvm().unwrap().contains(pid) && pool.lookup(pid).is_none())
-            .expect("a page in NVM only")
+            .filter(|&pid| pool.nvm().unwrap().contains(pid) && pool.lookup(pid).is_none())
+            .collect()
+    }
+
+    fn page_in_nvm_only(pool: &BufferPool) -> u64 {
+        pages_in_nvm_only(pool)[0]
     }
 
     #[test]
@@ -718,9 +723,7 @@ mod tests {
         assert!((super::super::PAGE_PREFIX..PAGE).all(|at| b[at] == expected(pid, at)));
         drop(w);
         // A page reused as new while line-grained drops its lines and its pin.
-        let other = (0..20)
-            .find(|&p| p != pid && pool.nvm().unwrap().contains(p) && pool.lookup(p).is_none())
-            .expect("a second page in NVM only");
+        let other = pages_in_nvm_only(&pool)[0];
         assert!(matches!(pool.fix_lines(other).unwrap(), Fixed::Lines(_)));
         let w = pool.fix_new(other).unwrap();
         assert!(w.bytes().iter().all(|&b| b == 0));
@@ -814,9 +817,7 @@ mod tests {
     #[test]
     fn a_whole_fix_promotes_a_mini_page_and_mini_clock_unpins() {
         let pool = filled(2);
-        let in_nvm: Vec<u64> = (0..20)
-            .filter(|&p| pool.nvm().unwrap().contains(p) && pool.lookup(p).is_none())
-            .collect();
+        let in_nvm = pages_in_nvm_only(&pool);
         assert!(in_nvm.len() >= 3, "{in_nvm:?}");
         for &pid in &in_nvm[..3] {
             let mut page = by_lines(&pool, pid);

@@ -41,7 +41,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::device::{AlignedBuf, BlockDevice, Counter, Io};
 use crate::error::{Error, Result};
-pub use lines::{Fixed, MINI_LINES, MINI_PAGE_BYTES, PageBytes, PageLines};
+pub use lines::{Fixed, MINI_PAGE_BYTES, PageBytes, PageLines};
 
 /// Bytes every page starts with: `u32` checksum (crc32c of bytes 4..), `u32` owned by the
 /// page's format, `u64` page LSN, `u64` page id.
@@ -90,17 +90,30 @@ struct Frame {
 }
 
 impl Frame {
-    /// Sets the Clock bit, writing only when it is clear: on a hot page (the root) an
-    /// unconditional store would move its line between the cores on every fix.
     #[inline]
     fn mark_referenced(&self) {
-        if !self.referenced.load(Ordering::Relaxed) {
-            self.referenced.store(true, Ordering::Relaxed);
-        }
+        mark_referenced(&self.referenced);
+    }
+
+    /// Readies a frame just taken for a page: no logged image yet, not torn, clean.
+    fn reset(&self, guard: &mut FrameData) {
+        guard.image_gen = 0;
+        guard.torn = false;
+        let v = self.dirty_version.load(Ordering::Acquire);
+        self.clean_version.store(v, Ordering::Release);
     }
 
     fn dirty(&self) -> bool {
         self.dirty_version.load(Ordering::Acquire) != self.clean_version.load(Ordering::Acquire)
+    }
+}
+
+/// Sets a Clock bit (of a frame or a mini frame), writing only when it is clear: on a hot
+/// page (the root) an unconditional store would move its line between the cores on every fix.
+#[inline]
+fn mark_referenced(bit: &AtomicBool) {
+    if !bit.load(Ordering::Relaxed) {
+        bit.store(true, Ordering::Relaxed);
     }
 }
 
@@ -489,11 +502,7 @@ impl BufferPool {
                     continue;
                 };
                 if guard.pid == pid {
-                    if let Some(state) = guard.lines.take()
-                        && let Some(t) = &self.nvm
-                    {
-                        t.unpin(state.slot());
-                    }
+                    self.drop_lines(&mut guard);
                     guard.buf.fill(0);
                     frame.dirty_version.fetch_add(1, Ordering::AcqRel);
                     return Ok(PageWrite { frame, guard });
@@ -530,18 +539,11 @@ impl BufferPool {
                 return Err(e);
             }
         }
-        guard.image_gen = 0;
-        guard.torn = false;
-        let v = frame.dirty_version.load(Ordering::Acquire);
-        frame.clean_version.store(v, Ordering::Release);
+        frame.reset(&mut guard);
         if how == Load::Lines
             && let Some(slot) = self.nvm.as_ref().and_then(|t| t.pin_lines(pid))
         {
-            guard.lines = Some(lines::LineState::new(slot, self.page_size));
-            if self.poison_lines {
-                guard.buf.fill(lines::POISON);
-            }
-            frame.referenced.store(true, Ordering::Relaxed);
+            self.start_lines(frame, &mut guard, slot);
             return Ok(Some(PageWrite { frame, guard }));
         }
         let mut from_nvm = false;
@@ -721,11 +723,7 @@ impl BufferPool {
                     self.write_failed_with(&e);
                     *write_error = Some(e);
                 }
-                if let Some(state) = guard.lines.take()
-                    && let Some(t) = &self.nvm
-                {
-                    t.unpin(state.slot());
-                }
+                self.drop_lines(&mut guard);
                 self.table.remove(guard.pid, i as u32);
                 guard.pid = NO_PAGE;
                 self.counters.evictions.incr();
