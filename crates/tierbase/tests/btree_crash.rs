@@ -350,6 +350,11 @@ fn three_tier_power_loss_at_nvm_persist_points_keeps_acknowledged_batches_whole(
         "no in-place write: {stats:?}"
     );
     assert!(n("nvm_spills") > 0 && n("nvm_hits") > 0, "{stats:?}");
+    // Write-backs of changed lines only are among the writes cut short.
+    assert!(
+        n("nvm_line_write_backs") > 0 && n("nvm_line_write_backs") < n("nvm_page_writes"),
+        "{stats:?}"
+    );
     let total = n("nvm_persist_points");
     check(outcome, "the reference run", &nvm_opts());
     let runs = nvm_crash_runs(160);

@@ -215,6 +215,7 @@ impl Store for BTreeBenchStore {
                             | "mini_loads"
                             | "mini_promotions"
                             | "nvm_slot_lines_written"
+                            | "nvm_line_write_backs"
                             | "nvm_hottest_slot_line_writes"
                             | "nvm_hottest_directory_line_writes"
                             | "wal_nvm_persists"

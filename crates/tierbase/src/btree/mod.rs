@@ -121,6 +121,10 @@ pub struct BTreeOptions {
     /// stay in DRAM until they complete). 25 % cut the NVM lines loaded per read from 4.7 to
     /// 3.3 at the same throughput in docs/BENCHMARKS.md Figure 12 (b).
     pub mini_page_percent: Option<u8>,
+    /// Whether a clean close hands the pages in DRAM to free NVM slots (default true), so
+    /// the next open finds them in NVM rather than in the page file: a warm restart, for a
+    /// close that copies up to the DRAM budget into NVM.
+    pub nvm_hand_over: bool,
 }
 
 impl Default for BTreeOptions {
@@ -139,6 +143,7 @@ impl Default for BTreeOptions {
             nvm_log: true,
             nvm_lines: true,
             poison_lines: false,
+            nvm_hand_over: true,
             mini_page_percent: None,
         }
     }
@@ -197,6 +202,13 @@ impl BTreeOptions {
     /// Percent of the DRAM budget for mini pages (see [`BTreeOptions::mini_page_percent`]).
     pub fn mini_page_percent(mut self, percent: u8) -> Self {
         self.mini_page_percent = Some(percent);
+        self
+    }
+
+    /// Sets whether a clean close hands DRAM's pages to NVM (see
+    /// [`BTreeOptions::nvm_hand_over`]).
+    pub fn nvm_hand_over(mut self, on: bool) -> Self {
+        self.nvm_hand_over = on;
         self
     }
 
@@ -341,6 +353,8 @@ struct Inner {
     restart: RestartReport,
     counters: StoreCounters,
     cursors: Mutex<Cursors>,
+    /// A clean close hands DRAM's pages to free NVM slots.
+    hand_over: bool,
 }
 
 #[derive(Default)]
@@ -373,7 +387,7 @@ impl Drop for BackgroundGuard {
         // and I/O during an unwind must not start (the next open replays instead).
         if !self.closed.swap(true, Ordering::AcqRel)
             && !std::thread::panicking()
-            && let Err(e) = self.inner.checkpoint()
+            && let Err(e) = self.inner.shut_down()
         {
             tracing::warn!("closing the B-tree store: {e}");
         }
@@ -533,7 +547,7 @@ fn format(devs: &BTreeDevices, page_size: usize) -> Result<()> {
         devs.pages.grow(need)?;
     }
     let mut meta = AlignedBuf::new(page_size)?;
-    let mut n = node::NodeMut(&mut meta);
+    let mut n = node::NodeMut::new(&mut meta);
     n.init(node::Kind::Meta, 0, META_PID, 0);
     Meta {
         root: FIRST_ROOT,
@@ -545,7 +559,7 @@ fn format(devs: &BTreeDevices, page_size: usize) -> Result<()> {
     crate::buffer::seal(&mut meta);
     devs.pages.write_at(META_PID * page_size as u64, &meta)?;
     let mut root = AlignedBuf::new(page_size)?;
-    node::NodeMut(&mut root).init(node::Kind::Leaf, 0, FIRST_ROOT, 0);
+    node::NodeMut::new(&mut root).init(node::Kind::Leaf, 0, FIRST_ROOT, 0);
     crate::buffer::seal(&mut root);
     devs.pages.write_at(FIRST_ROOT * page_size as u64, &root)?;
     devs.pages.sync()?;
@@ -799,6 +813,7 @@ impl BTreeStore {
             restart,
             counters: StoreCounters::default(),
             cursors: Mutex::new(Cursors::default()),
+            hand_over: opts.nvm_hand_over,
         });
         let interval = match opts.durability {
             Durability::Eventual(d) => d.min(Duration::from_millis(100)),
@@ -966,7 +981,7 @@ impl BTreeStore {
         if guard.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        self.inner.checkpoint()
+        self.inner.shut_down()
     }
 
     /// Abandons the store without the closing checkpoint, as a crash would (tests).
@@ -1176,6 +1191,21 @@ impl Inner {
         self.wal().flush().map_err(|e| self.failed(e))
     }
 
+    /// A clean shutdown: the closing checkpoint, then the pages in DRAM go to free NVM
+    /// slots (if there is a tier), so the next open starts warm from NVM rather than from the
+    /// page file.
+    fn shut_down(&self) -> Result<()> {
+        self.checkpoint()?;
+        if !self.hand_over {
+            return Ok(());
+        }
+        let handed = self.tree.pool.hand_over_to_nvm()?;
+        if handed > 0 {
+            tracing::debug!("closing the B-tree store: {handed} pages handed over to NVM");
+        }
+        Ok(())
+    }
+
     fn checkpoint(&self) -> Result<()> {
         let mut seq = self.superblock.lock();
         let (generation, start) = {
@@ -1280,8 +1310,6 @@ impl Inner {
         ];
         if let Some(t) = p.nvm() {
             let c = &t.counters;
-            // A page write writes every line of its slot.
-            let lines_per_page = (p.page_size() / 64) as u64;
             out.extend([
                 ("nvm_slots".to_string(), t.slots().to_string()),
                 ("nvm_pages_resident".into(), t.resident().to_string()),
@@ -1305,7 +1333,19 @@ impl Inner {
                 ),
                 (
                     "nvm_slot_lines_written".into(),
-                    (c.page_writes.get() * lines_per_page).to_string(),
+                    c.lines_written.get().to_string(),
+                ),
+                (
+                    "nvm_line_write_backs".into(),
+                    c.line_write_backs.get().to_string(),
+                ),
+                (
+                    "nvm_write_backs".into(),
+                    if p.line_grained() {
+                        "changed lines of pages that match their slot".into()
+                    } else {
+                        "whole pages".to_string()
+                    },
                 ),
                 (
                     "nvm_hottest_slot_line_writes".into(),
@@ -1316,6 +1356,7 @@ impl Inner {
                     t.hottest_line_writes().1.to_string(),
                 ),
                 ("nvm_admissions".into(), c.admissions.get().to_string()),
+                ("nvm_handed_over".into(), c.handed_over.get().to_string()),
                 ("nvm_refusals".into(), c.refusals.get().to_string()),
                 ("nvm_page_writes".into(), c.page_writes.get().to_string()),
                 ("nvm_evictions".into(), c.evictions.get().to_string()),

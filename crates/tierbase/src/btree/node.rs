@@ -34,7 +34,7 @@
 
 use std::cmp::Ordering;
 
-use crate::buffer::PageBytes;
+use crate::buffer::{ChangedLines, PageBytes};
 use crate::device::cpu::prefetch;
 use crate::error::{Error, Result};
 
@@ -334,44 +334,100 @@ fn search_full_in<B: PageBytes>(
     Ok(Err(lo))
 }
 
-/// Write access to a page's bytes.
+/// Write access to a page's bytes. Every change goes through the helpers below, which mark
+/// the lines they change when the page is tracked ([`NodeMut::marking`]): a frame whose
+/// page has an NVM slot writes back only those lines, so a change made here without a mark
+/// would be lost.
 #[derive(Debug)]
-pub struct NodeMut<'a>(pub &'a mut [u8]);
+pub struct NodeMut<'a> {
+    page: &'a mut [u8],
+    changed: Option<&'a ChangedLines>,
+}
+
+impl<'a> NodeMut<'a> {
+    /// Changes `page` without marking lines (a page that is written whole, or not at all).
+    pub fn new(page: &'a mut [u8]) -> Self {
+        NodeMut {
+            page,
+            changed: None,
+        }
+    }
+    /// Changes `page`, marking each line changed in `changed` (if given).
+    pub fn marking(page: &'a mut [u8], changed: Option<&'a ChangedLines>) -> Self {
+        NodeMut { page, changed }
+    }
+}
 
 impl NodeMut<'_> {
     /// Read view.
     pub fn view(&self) -> Node<'_> {
-        Node(self.0)
+        Node(self.page)
+    }
+    #[inline]
+    fn mark(&self, range: std::ops::Range<usize>) {
+        if let Some(c) = self.changed {
+            c.mark(range);
+        }
+    }
+    /// The bytes `range`, marked changed.
+    #[inline]
+    fn bytes_mut(&mut self, range: std::ops::Range<usize>) -> &mut [u8] {
+        self.mark(range.clone());
+        &mut self.page[range]
+    }
+    fn put_u16(&mut self, at: usize, v: usize) {
+        put_u16(self.bytes_mut(at..at + 2), 0, v);
+    }
+    fn put_u32(&mut self, at: usize, v: usize) {
+        put_u32(self.bytes_mut(at..at + 4), 0, v);
+    }
+    fn put_u64(&mut self, at: usize, v: u64) {
+        put_u64(self.bytes_mut(at..at + 8), 0, v);
+    }
+    /// Copies bytes `src` to `dst`, marking the destination.
+    fn copy_within(&mut self, src: std::ops::Range<usize>, dst: usize) {
+        self.mark(dst..dst + src.len());
+        self.page.copy_within(src, dst);
     }
     /// Formats the page as an empty page of `kind`.
     pub fn init(&mut self, kind: Kind, level: u8, pid: u64, aux: u64) {
-        let len = self.0.len();
-        self.0[..HEADER].fill(0);
-        self.0[4] = kind as u8;
-        self.0[5] = level;
-        put_u64(self.0, 16, pid);
-        put_u32(self.0, 24, len);
-        put_u64(self.0, 32, aux);
+        let len = self.page.len();
+        let h = self.bytes_mut(0..HEADER);
+        h.fill(0);
+        h[4] = kind as u8;
+        h[5] = level;
+        put_u64(h, 16, pid);
+        put_u32(h, 24, len);
+        put_u64(h, 32, aux);
     }
     /// Sets the page LSN.
     pub fn set_lsn(&mut self, lsn: u64) {
-        put_u64(self.0, 8, lsn);
+        self.put_u64(8, lsn);
     }
     /// Sets `aux` (leftmost child / next free page).
     pub fn set_aux(&mut self, aux: u64) {
-        put_u64(self.0, 32, aux);
+        self.put_u64(32, aux);
     }
     fn set_count(&mut self, n: usize) {
-        put_u16(self.0, 6, n);
+        self.put_u16(6, n);
     }
     fn set_slot(&mut self, i: usize, cell: usize, head: u32) {
         let at = HEADER + i * SLOT;
-        put_u16(self.0, at, cell);
-        self.0[at + 2..at + 6].copy_from_slice(&head.to_be_bytes());
+        let s = self.bytes_mut(at..at + SLOT);
+        put_u16(s, 0, cell);
+        s[2..6].copy_from_slice(&head.to_be_bytes());
+    }
+    /// Writes a cell at `at`.
+    fn put_cell(&mut self, at: usize, key: &[u8], value: &[u8], is_ref: bool) {
+        let c = self.bytes_mut(at..at + CELL_HEAD + key.len() + value.len());
+        put_u16(c, 0, key.len() | if is_ref { REF_FLAG } else { 0 });
+        put_u16(c, 2, value.len());
+        c[CELL_HEAD..CELL_HEAD + key.len()].copy_from_slice(key);
+        c[CELL_HEAD + key.len()..].copy_from_slice(value);
     }
     /// Sets the prefix length and recomputes every slot's head.
     fn set_prefix(&mut self, p: usize) {
-        put_u16(self.0, 40, p);
+        self.put_u16(40, p);
         for i in 0..self.view().count() {
             let (cell, head) = {
                 let v = self.view();
@@ -387,8 +443,9 @@ impl NodeMut<'_> {
     /// Formats the page as an overflow page holding `data`, followed by page `next`.
     pub fn init_overflow(&mut self, pid: u64, next: u64, data: &[u8]) {
         self.init(Kind::Overflow, 0, pid, next);
-        put_u32(self.0, 24, data.len());
-        self.0[HEADER..HEADER + data.len()].copy_from_slice(data);
+        self.put_u32(24, data.len());
+        self.bytes_mut(HEADER..HEADER + data.len())
+            .copy_from_slice(data);
     }
     /// [`NodeMut::insert_at`] with the overflow-reference flag.
     pub fn insert_cell(&mut self, at: usize, key: &[u8], value: &[u8], is_ref: bool) -> bool {
@@ -402,15 +459,10 @@ impl NodeMut<'_> {
             self.compact();
         }
         let cell = self.view().heap_start() - CELL_HEAD - key.len() - value.len();
-        put_u16(self.0, cell, key.len() | if is_ref { REF_FLAG } else { 0 });
-        put_u16(self.0, cell + 2, value.len());
-        self.0[cell + CELL_HEAD..cell + CELL_HEAD + key.len()].copy_from_slice(key);
-        self.0[cell + CELL_HEAD + key.len()..cell + CELL_HEAD + key.len() + value.len()]
-            .copy_from_slice(value);
-        put_u32(self.0, 24, cell);
+        self.put_cell(cell, key, value, is_ref);
+        self.put_u32(24, cell);
         let slots = HEADER + at * SLOT;
-        self.0
-            .copy_within(slots..HEADER + count * SLOT, slots + SLOT);
+        self.copy_within(slots..HEADER + count * SLOT, slots + SLOT);
         let p = if count == 0 {
             key.len().min(u16::MAX as usize)
         } else {
@@ -433,16 +485,15 @@ impl NodeMut<'_> {
         let count = v.count();
         let cell_len = CELL_HEAD + v.key(at).len() + v.value(at).len();
         let dead = v.dead() + cell_len;
-        put_u32(self.0, 28, dead);
+        self.put_u32(28, dead);
         let slots = HEADER + at * SLOT;
-        self.0
-            .copy_within(slots + SLOT..HEADER + count * SLOT, slots);
+        self.copy_within(slots + SLOT..HEADER + count * SLOT, slots);
         self.set_count(count - 1);
         if count == 1 {
             // An empty page needs no heap: start it afresh.
-            let len = self.0.len();
-            put_u32(self.0, 24, len);
-            put_u32(self.0, 28, 0);
+            let len = self.page.len();
+            self.put_u32(24, len);
+            self.put_u32(28, 0);
         }
     }
     /// Inserts or replaces `key`; `Ok(true)` if it was new, `Ok(false)` if replaced, `Err(())`
@@ -462,6 +513,14 @@ impl NodeMut<'_> {
         match self.view().search(key) {
             Ok(i) => {
                 let old = self.view().value(i).len();
+                if old == value.len() && self.view().is_ref(i) == is_ref {
+                    // In place: an update of a same-size value (YCSB's) changes the lines of
+                    // its value only, not the slot array behind it.
+                    let (c, k) = (self.view().cell(i), self.view().key(i).len());
+                    let at = c + CELL_HEAD + k;
+                    self.bytes_mut(at..at + old).copy_from_slice(value);
+                    return Ok(false);
+                }
                 if self.view().free_space() + old < value.len() {
                     return Err(());
                 }
@@ -491,7 +550,7 @@ impl NodeMut<'_> {
     }
     /// Rewrites the heap without dead bytes, keeping slot order.
     pub fn compact(&mut self) {
-        let len = self.0.len();
+        let len = self.page.len();
         let v = self.view();
         if v.kind() == Some(Kind::Overflow) {
             return;
@@ -499,7 +558,7 @@ impl NodeMut<'_> {
         let count = v.count();
         // One copy of the page to rebuild from, not two allocations per entry: compaction
         // runs on every page image the log takes.
-        let old = self.0.to_vec();
+        let old = self.page.to_vec();
         let v = Node(&old);
         // Keys are sorted: the first and last share what all share.
         let p = match count {
@@ -510,16 +569,12 @@ impl NodeMut<'_> {
         for i in 0..count {
             let (k, val, is_ref) = (v.key(i), v.value(i), v.is_ref(i));
             top -= CELL_HEAD + k.len() + val.len();
-            put_u16(self.0, top, k.len() | if is_ref { REF_FLAG } else { 0 });
-            put_u16(self.0, top + 2, val.len());
-            self.0[top + CELL_HEAD..top + CELL_HEAD + k.len()].copy_from_slice(k);
-            self.0[top + CELL_HEAD + k.len()..top + CELL_HEAD + k.len() + val.len()]
-                .copy_from_slice(val);
+            self.put_cell(top, k, val, is_ref);
             self.set_slot(i, top, head_of(k, p));
         }
-        put_u16(self.0, 40, p);
-        put_u32(self.0, 24, top);
-        put_u32(self.0, 28, 0);
+        self.put_u16(40, p);
+        self.put_u32(24, top);
+        self.put_u32(28, 0);
     }
     /// Moves entries `from..` to `right` (an empty page of the same kind), appending them.
     pub fn move_tail(&mut self, from: usize, right: &mut NodeMut<'_>) {
@@ -560,20 +615,50 @@ impl NodeMut<'_> {
     }
 }
 
-/// The compact image of a page the log carries: header, slots and heap without the free gap
-/// (the page is compacted first, so the heap is contiguous).
-pub fn image(page: &mut [u8]) -> Vec<u8> {
-    NodeMut(page).compact();
+/// The compact image of a page the log carries: header, slots and heap without the free gap,
+/// as the page would be after [`NodeMut::compact`]. Built straight from the page, which is
+/// left as it is (logging its image changes none of its lines, and copies it once).
+pub fn image(page: &[u8]) -> Vec<u8> {
     let v = Node(page);
-    let (front, heap) = if v.kind() == Some(Kind::Overflow) {
-        (HEADER + v.overflow_data().len(), page.len())
-    } else {
-        (HEADER + v.count() * SLOT, v.heap_start())
+    let len = page.len();
+    if v.kind() == Some(Kind::Overflow) {
+        let front = HEADER + v.overflow_data().len();
+        let mut out = Vec::with_capacity(4 + front);
+        out.extend_from_slice(&(front as u32).to_le_bytes());
+        out.extend_from_slice(&page[..front]);
+        return out;
+    }
+    let count = v.count();
+    // As compaction does: keys are sorted, so the first and last share what all share.
+    let p = match count {
+        0 => 0,
+        n => common_prefix(v.key(0), v.key(n - 1)).min(u16::MAX as usize),
     };
-    let mut out = Vec::with_capacity(4 + front + page.len() - heap);
-    out.extend_from_slice(&(front as u32).to_le_bytes());
-    out.extend_from_slice(&page[..front]);
-    out.extend_from_slice(&page[heap..]);
+    let front = HEADER + count * SLOT;
+    let heap: usize = (0..count)
+        .map(|i| CELL_HEAD + v.key(i).len() + v.value(i).len())
+        .sum();
+    let heap_start = len - heap;
+    let mut out = vec![0u8; 4 + front + heap];
+    out[..4].copy_from_slice(&(front as u32).to_le_bytes());
+    let (head, cells) = out[4..].split_at_mut(front);
+    head[..HEADER].copy_from_slice(&page[..HEADER]);
+    put_u32(head, 24, heap_start);
+    put_u32(head, 28, 0);
+    put_u16(head, 40, p);
+    let mut top = len;
+    for i in 0..count {
+        let (k, val) = (v.key(i), v.value(i));
+        top -= CELL_HEAD + k.len() + val.len();
+        let c = &mut cells[top - heap_start..top - heap_start + CELL_HEAD + k.len() + val.len()];
+        put_u16(c, 0, k.len() | if v.is_ref(i) { REF_FLAG } else { 0 });
+        put_u16(c, 2, val.len());
+        c[CELL_HEAD..CELL_HEAD + k.len()].copy_from_slice(k);
+        c[CELL_HEAD + k.len()..].copy_from_slice(val);
+        let s = &mut head[HEADER + i * SLOT..HEADER + (i + 1) * SLOT];
+        put_u16(s, 0, top);
+        s[2..6].copy_from_slice(&head_of(k, p).to_be_bytes());
+    }
     out
 }
 
@@ -690,7 +775,7 @@ mod tests {
     #[test]
     fn insert_search_remove_compact_and_image_round_trip() {
         let mut buf = vec![0u8; 4096];
-        let mut n = NodeMut(&mut buf);
+        let mut n = NodeMut::new(&mut buf);
         n.init(Kind::Leaf, 0, 7, 0);
         for i in (0..100u32).rev() {
             assert_eq!(
@@ -705,17 +790,21 @@ mod tests {
         let v = Node(&buf);
         assert_eq!(v.count(), 99);
         assert_eq!(v.value(v.search(b"k050").unwrap()), b"x");
-        let mut copy = buf.clone();
-        let img = image(&mut copy);
+        let copy = buf.clone();
+        let img = image(&copy);
+        assert!(
+            img == image_by_compaction(&copy),
+            "image differs from the compacted page"
+        );
         let mut other = vec![0xAAu8; 4096];
         install_image(&mut other, &img).unwrap();
         // Same entries, same header and slots (the free gap may differ).
-        assert!(image(&mut other) == img, "image round trip differs");
+        assert!(image(&other) == img, "image round trip differs");
         let (a, b) = (Node(&other), Node(&copy));
         assert!((0..a.count()).all(|i| a.key(i) == b.key(i) && a.value(i) == b.value(i)));
         // Fill until full: upsert reports it and leaves the page intact.
         let mut i = 0;
-        while NodeMut(&mut buf)
+        while NodeMut::new(&mut buf)
             .upsert(format!("z{i:05}").as_bytes(), &[1; 30])
             .is_ok()
         {
@@ -735,7 +824,7 @@ mod tests {
             probes in proptest::collection::vec(proptest::collection::vec(0u8..3, 0..12), 1..40),
         ) {
             let mut buf = vec![0u8; 4096];
-            let mut n = NodeMut(&mut buf);
+            let mut n = NodeMut::new(&mut buf);
             n.init(Kind::Leaf, 0, 1, 0);
             let keys: Vec<Vec<u8>> = tails.iter().map(|t| [&prefix[..], t].concat()).collect();
             for k in &keys {
@@ -750,11 +839,104 @@ mod tests {
         }
     }
 
+    /// The image as the compacted page holds it (what [`image`] must produce).
+    fn image_by_compaction(page: &[u8]) -> Vec<u8> {
+        let mut page = page.to_vec();
+        NodeMut::new(&mut page).compact();
+        let v = Node(&page);
+        let (front, heap) = if v.kind() == Some(Kind::Overflow) {
+            (HEADER + v.overflow_data().len(), page.len())
+        } else {
+            (HEADER + v.count() * SLOT, v.heap_start())
+        };
+        [
+            &(front as u32).to_le_bytes()[..],
+            &page[..front],
+            &page[heap..],
+        ]
+        .concat()
+    }
+
+    #[derive(Clone, Debug)]
+    enum Change {
+        Upsert(Vec<u8>, usize, u8),
+        Remove(Vec<u8>),
+        Compact,
+        SetLsn(u64),
+        /// Moves the entries from index `n % count` to a second page, then appends them back.
+        MoveTailAndBack(usize),
+        Truncate(Vec<u8>),
+    }
+
+    fn change() -> impl proptest::strategy::Strategy<Value = Change> {
+        use proptest::prelude::*;
+        let key = proptest::collection::vec(b'a'..b'e', 1..12);
+        prop_oneof![
+            4 => (key.clone(), prop_oneof![Just(100usize), 0usize..300], any::<u8>()).prop_map(|(k, n, b)| Change::Upsert(k, n, b)),
+            2 => key.clone().prop_map(Change::Remove),
+            1 => Just(Change::Compact),
+            1 => any::<u64>().prop_map(Change::SetLsn),
+            1 => any::<usize>().prop_map(Change::MoveTailAndBack),
+            1 => key.prop_map(Change::Truncate),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Every change made through a marking `NodeMut` marks each line whose bytes it
+        /// changed (an unmarked changed line would never reach the page's NVM slot).
+        #[test]
+        fn every_change_marks_the_lines_it_changes(
+            changes in proptest::collection::vec(change(), 1..120),
+        ) {
+            const PS: usize = 4096;
+            let mut buf = vec![0u8; PS];
+            NodeMut::new(&mut buf).init(Kind::Leaf, 0, 1, 0);
+            let changed = ChangedLines::new(PS);
+            let mut other = vec![0u8; PS];
+            for c in changes {
+                let before = buf.clone();
+                changed.take();
+                let mut n = NodeMut::marking(&mut buf, Some(&changed));
+                match &c {
+                    Change::Upsert(k, len, fill) => {
+                        let _ = n.upsert(k, &vec![*fill; *len]);
+                    }
+                    Change::Remove(k) => {
+                        n.remove(k);
+                    }
+                    Change::Compact => n.compact(),
+                    Change::SetLsn(l) => n.set_lsn(*l),
+                    Change::MoveTailAndBack(at) => {
+                        let count = n.view().count();
+                        if count > 0 {
+                            let mut right = NodeMut::new(&mut other);
+                            right.init(Kind::Leaf, 0, 2, 0);
+                            n.move_tail(at % count, &mut right);
+                            proptest::prop_assert!(n.append_all(&Node(&other)));
+                        }
+                    }
+                    Change::Truncate(k) => n.truncate_from(k),
+                }
+                let marked = changed.take();
+                for l in 0..PS / 64 {
+                    let differs = before[l * 64..(l + 1) * 64] != buf[l * 64..(l + 1) * 64];
+                    let is_marked = marked[l / 64] & (1 << (l % 64)) != 0;
+                    proptest::prop_assert!(
+                        !differs || is_marked,
+                        "{:?} changed line {} without marking it", c, l
+                    );
+                }
+                check(&buf, Some(1)).map_err(proptest::test_runner::TestCaseError::fail)?;
+                proptest::prop_assert!(image(&buf) == image_by_compaction(&buf), "image after {:?}", c);
+            }
+        }
+    }
+
     #[test]
     fn check_rejects_garbage_without_panicking() {
         let mut buf = vec![0u8; 4096];
-        NodeMut(&mut buf).init(Kind::Leaf, 0, 1, 0);
-        NodeMut(&mut buf).upsert(b"a", b"b").unwrap();
+        NodeMut::new(&mut buf).init(Kind::Leaf, 0, 1, 0);
+        NodeMut::new(&mut buf).upsert(b"a", b"b").unwrap();
         for at in 0..64 {
             let mut bad = buf.clone();
             bad[at] ^= 0xFF;

@@ -69,6 +69,13 @@ pub struct Meta {
     pub count: u64,
 }
 
+/// The page `page` holds, for changing; every line changed is marked (the NVM tier writes
+/// back only those).
+fn edit<'p>(page: &'p mut PageWrite<'_>) -> NodeMut<'p> {
+    let (bytes, changed) = page.bytes_marking();
+    NodeMut::marking(bytes, changed)
+}
+
 impl Meta {
     /// Reads the meta page.
     pub fn read(page: &[u8]) -> Meta {
@@ -319,9 +326,11 @@ impl Tree {
         Err(corrupt(format!("tree deeper than {MAX_DEPTH} levels")))
     }
 
-    /// The leaf for `key` (a point lookup: no fences to track), fixed for a point read (a
-    /// leaf brought in from NVM is loaded a cache line at a time, see [`BufferPool::fix_lines`]).
-    fn leaf_for(&self, key: &[u8]) -> Result<Fixed<'_>> {
+    /// The leaf for `key` (a point lookup: no fences to track), fixed for reading: if it is
+    /// brought in from NVM, a cache line at a time when `by_lines` (a point read, see
+    /// [`BufferPool::fix_lines`]), else whole (a read that a write of the leaf follows: the
+    /// writer needs the whole page, so one whole load serves both).
+    fn leaf_for(&self, key: &[u8], by_lines: bool) -> Result<Fixed<'_>> {
         let mut page = self.fix_root()?;
         for _ in 0..MAX_DEPTH {
             let n = Node(page.bytes());
@@ -337,7 +346,7 @@ impl Tree {
             }
             let level = n.level();
             let child = n.child_at(n.route(key));
-            if level == 1 {
+            if level == 1 && by_lines {
                 let mut leaf = self.pool.fix_lines(child)?;
                 // Kind and level, in the header's line.
                 if leaf.bytes(4, 2)? != [Kind::Leaf as u8, 0] {
@@ -362,7 +371,12 @@ impl Tree {
 
     /// The value of `key`.
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        match self.leaf_for(key)? {
+        self.get_from(key, true)
+    }
+
+    /// The value of `key`, reading its leaf by lines if `by_lines` (see [`Tree::leaf_for`]).
+    fn get_from(&self, key: &[u8], by_lines: bool) -> Result<Option<Vec<u8>>> {
+        match self.leaf_for(key, by_lines)? {
             Fixed::Whole(leaf) => self.get_in(leaf.pid(), &mut leaf.bytes(), key),
             Fixed::Lines(mut leaf) => self.get_in(leaf.pid(), &mut leaf, key),
         }
@@ -447,7 +461,7 @@ impl Tree {
         for chunk in value.chunks(cap).rev() {
             let mut page = self.alloc(w)?;
             let pid = page.pid();
-            NodeMut(page.bytes_mut()).init_overflow(pid, next, chunk);
+            edit(&mut page).init_overflow(pid, next, chunk);
             self.log_image(w, &mut page);
             next = pid;
         }
@@ -730,7 +744,7 @@ impl Tree {
         let mut w = self.writer.lock();
         self.begin(&mut w)?;
         let guard = FreezeOnUnwind(&self.pool);
-        let current = self.get(key)?;
+        let current = self.get_from(key, false)?;
         let change = decide(current.as_deref());
         let r = match change {
             crate::store::Change::Keep => Ok(()),
@@ -804,7 +818,7 @@ impl Tree {
         if page.state().image_gen == w.generation {
             let lsn = Self::next_lsn(w);
             delta(&mut w.rec);
-            NodeMut(page.bytes_mut()).set_lsn(lsn);
+            edit(page).set_lsn(lsn);
         } else {
             self.log_image(w, page);
         }
@@ -831,8 +845,8 @@ impl Tree {
     fn log_image(&self, w: &mut Writer, page: &mut PageWrite<'_>) {
         let lsn = Self::next_lsn(w);
         let pid = page.pid();
-        NodeMut(page.bytes_mut()).set_lsn(lsn);
-        let img = node::image(page.bytes_mut());
+        edit(page).set_lsn(lsn);
+        let img = node::image(page.bytes());
         w.rec.push(REC_IMAGE);
         w.rec.extend_from_slice(&pid.to_le_bytes());
         w.rec.extend_from_slice(&(img.len() as u32).to_le_bytes());
@@ -849,9 +863,12 @@ impl Tree {
             w.rec.extend_from_slice(&v.to_le_bytes());
         }
         let mut page = self.pool.fix_exclusive(META_PID)?;
-        let bytes = page.bytes_mut();
+        let (bytes, changed) = page.bytes_marking();
         m.write(bytes);
-        NodeMut(bytes).set_lsn(lsn);
+        if let Some(c) = changed {
+            c.mark(META_ROOT..META_COUNT + 8);
+        }
+        NodeMut::marking(bytes, changed).set_lsn(lsn);
         self.root.store(m.root, Ordering::Release);
         self.count.store(m.count, Ordering::Release);
         Ok(())
@@ -923,7 +940,7 @@ impl Tree {
             }
         };
         if fits {
-            let new = NodeMut(leaf.bytes_mut())
+            let new = edit(&mut leaf)
                 .upsert_cell(key, value, is_ref)
                 .map_err(|()| corrupt("leaf refused an entry that fits"))?;
             self.log_change(w, &mut leaf, &|rec: &mut Vec<u8>| {
@@ -961,7 +978,7 @@ impl Tree {
     /// Returns `page` to the free list (logged as its image).
     fn free(&self, w: &mut Writer, page: &mut PageWrite<'_>) {
         let pid = page.pid();
-        NodeMut(page.bytes_mut()).init(Kind::Free, 0, pid, w.meta.free_head);
+        edit(page).init(Kind::Free, 0, pid, w.meta.free_head);
         w.meta.free_head = pid;
         self.log_image(w, page);
     }
@@ -999,7 +1016,7 @@ impl Tree {
         // removal of the old entry, the truncation, the new entry), not as a second image:
         // splits dominated the log of a growing tree.
         let left_deltas = leaf.state().image_gen == w.generation;
-        let new = !NodeMut(leaf.bytes_mut()).remove(key);
+        let new = !edit(&mut leaf).remove(key);
         if !new && left_deltas {
             self.log_change(w, &mut leaf, &|rec: &mut Vec<u8>| {
                 Self::key_record(rec, REC_REMOVE, leaf_pid, key);
@@ -1011,7 +1028,7 @@ impl Tree {
         let free_now = Node(leaf.bytes()).free_space();
         if free_now >= node::entry_size(key.len(), value.len()) || Node(leaf.bytes()).count() < 2 {
             // Removing the old entry made room (a value grew in place).
-            NodeMut(leaf.bytes_mut())
+            edit(&mut leaf)
                 .upsert_cell(key, value, is_ref)
                 .map_err(|()| corrupt("entry does not fit an emptied leaf"))?;
             self.log_image(w, &mut leaf);
@@ -1026,9 +1043,9 @@ impl Tree {
         // Split the leaf and put the entry into the half it belongs to.
         let mut right = self.alloc(w)?;
         let right_pid = right.pid();
-        NodeMut(right.bytes_mut()).init(Kind::Leaf, 0, right_pid, 0);
+        edit(&mut right).init(Kind::Leaf, 0, right_pid, 0);
         let at = Self::split_index(&Node(leaf.bytes()));
-        NodeMut(leaf.bytes_mut()).move_tail(at, &mut NodeMut(right.bytes_mut()));
+        edit(&mut leaf).move_tail(at, &mut edit(&mut right));
         let sep = {
             let (l, r) = (Node(leaf.bytes()), Node(right.bytes()));
             let (last, first) = (l.key(l.count() - 1), r.key(0));
@@ -1037,7 +1054,7 @@ impl Tree {
         };
         let into_left = key < sep.as_slice();
         let target = if into_left { &mut leaf } else { &mut right };
-        NodeMut(target.bytes_mut())
+        edit(target)
             .upsert_cell(key, value, is_ref)
             .map_err(|()| corrupt("entry does not fit a half page"))?;
         if left_deltas {
@@ -1065,8 +1082,8 @@ impl Tree {
                 let mut root = self.alloc(w)?;
                 let pid = root.pid();
                 let level = child_left.1 + 1;
-                NodeMut(root.bytes_mut()).init(Kind::Inner, level, pid, child_left.0);
-                if !NodeMut(root.bytes_mut()).insert_at(0, &up.0, &up.1.to_le_bytes()) {
+                edit(&mut root).init(Kind::Inner, level, pid, child_left.0);
+                if !edit(&mut root).insert_at(0, &up.0, &up.1.to_le_bytes()) {
                     return Err(corrupt("separator does not fit an empty root"));
                 }
                 self.log_image(w, &mut root);
@@ -1078,7 +1095,7 @@ impl Tree {
             if fits {
                 let at = Node(parent.bytes()).search(&up.0).unwrap_or_else(|i| i);
                 let child = up.1.to_le_bytes();
-                NodeMut(parent.bytes_mut()).insert_at(at, &up.0, &child);
+                edit(&mut parent).insert_at(at, &up.0, &child);
                 // The separator as a delta (redo inserts it where a search puts it, as here),
                 // or the parent's image on its first change in this generation.
                 let parent_pid = parent.pid();
@@ -1098,16 +1115,16 @@ impl Tree {
                 let n = Node(parent.bytes());
                 (n.key(mid).to_vec(), n.child(mid))
             };
-            NodeMut(right.bytes_mut()).init(Kind::Inner, level, rpid, mid_child);
-            NodeMut(parent.bytes_mut()).move_tail(mid + 1, &mut NodeMut(right.bytes_mut()));
-            NodeMut(parent.bytes_mut()).remove_at(mid);
+            edit(&mut right).init(Kind::Inner, level, rpid, mid_child);
+            edit(&mut parent).move_tail(mid + 1, &mut edit(&mut right));
+            edit(&mut parent).remove_at(mid);
             let target = if up.0.as_slice() < mid_key.as_slice() {
                 &mut parent
             } else {
                 &mut right
             };
             let at = Node(target.bytes()).search(&up.0).unwrap_or_else(|i| i);
-            if !NodeMut(target.bytes_mut()).insert_at(at, &up.0, &up.1.to_le_bytes()) {
+            if !edit(target).insert_at(at, &up.0, &up.1.to_le_bytes()) {
                 return Err(corrupt("separator does not fit a half inner page"));
             }
             self.log_image(w, &mut parent);
@@ -1138,7 +1155,7 @@ impl Tree {
                 n.is_ref(i).then(|| n.value(i).to_vec())
             }
         };
-        NodeMut(leaf.bytes_mut()).remove(key);
+        edit(&mut leaf).remove(key);
         self.log_change(w, &mut leaf, &|rec: &mut Vec<u8>| {
             Self::key_record(rec, REC_REMOVE, leaf_pid, key);
         });
@@ -1206,13 +1223,13 @@ impl Tree {
             if l.kind() == Some(Kind::Inner) {
                 let n = l.count();
                 let aux = r.aux();
-                NodeMut(left.bytes_mut()).insert_at(n, &sep, &aux.to_le_bytes());
+                edit(&mut left).insert_at(n, &sep, &aux.to_le_bytes());
             }
             let right_copy = right.bytes().to_vec();
-            if !NodeMut(left.bytes_mut()).append_all(&Node(&right_copy)) {
+            if !edit(&mut left).append_all(&Node(&right_copy)) {
                 return Err(corrupt("merge overflowed a page"));
             }
-            NodeMut(parent.bytes_mut()).remove_at(sep_idx);
+            edit(parent).remove_at(sep_idx);
             self.log_image(w, &mut left);
             self.free(w, &mut right);
             self.log_image(w, parent);
@@ -1266,9 +1283,9 @@ impl Tree {
                 let mut page = self.pool.fix_exclusive_with(META_PID, Verify::No)?;
                 if Node(page.bytes()).lsn() < rec_lsn || page.state().torn {
                     let bytes = page.bytes_mut();
-                    NodeMut(bytes).init(Kind::Meta, 0, META_PID, 0);
+                    NodeMut::new(bytes).init(Kind::Meta, 0, META_PID, 0);
                     m.write(bytes);
-                    NodeMut(bytes).set_lsn(rec_lsn);
+                    NodeMut::new(bytes).set_lsn(rec_lsn);
                     page.state().torn = false;
                 }
                 continue;
@@ -1311,7 +1328,7 @@ impl Tree {
                     if Node(page.bytes()).lsn() >= rec_lsn {
                         continue;
                     }
-                    let mut n = NodeMut(page.bytes_mut());
+                    let mut n = edit(&mut page);
                     match kind {
                         REC_REMOVE => {
                             n.remove(key);

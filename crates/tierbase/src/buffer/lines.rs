@@ -12,10 +12,14 @@
 //! pointers no reference to the mini page outlives its latch, so dropping needs no
 //! forwarding). Mini frames have their own Clock and are always clean.
 //!
-//! Owns: the resident mask of such frames ([`LineState`]), mini frames and their Clock,
-//! [`PageLines`] (the only way to read either), making a frame whole when any other fix
-//! needs it, and the [`PageBytes`] interface through which searches read pages of either
-//! kind. Must not touch: what is
+//! Writers mark the lines they change in the frame's [`ChangedLines`] (the paper's dirty
+//! mask, `MarkDirty`), and a write-back of a page whose frame matches its NVM slot writes
+//! only those lines (the NVM tier does the writing).
+//!
+//! Owns: the resident mask of such frames ([`LineState`]), the changed-line mask of every
+//! frame ([`ChangedLines`]), mini frames and their Clock, [`PageLines`] (the only way to read
+//! either), making a frame whole when any other fix needs it, and the [`PageBytes`]
+//! interface through which searches read pages of either kind. Must not touch: what is
 //! inside a page, or the slot itself (the NVM tier keeps it pinned and unchanged while a
 //! frame reads lines from it).
 //!
@@ -23,7 +27,7 @@
 //! - Only point reads of leaves use it ([`BufferPool::fix_lines`]); inner pages, scans and
 //!   every writer fix pages whole, and fixing a line-grained frame any other way first
 //!   copies its missing lines (the paper loads whole pages for scans and structure changes
-//!   too). A line-grained frame is therefore always clean: no dirty-line write-back exists.
+//!   too). A frame is therefore whole whenever it is dirty.
 //! - Only slots this run wrote or verified are loaded by lines: a checksum needs the whole
 //!   page, so the first load of a slot after restart is whole and checked (the documented
 //!   torn-page rule for NVM, docs/FORMAT-btree.md).
@@ -33,7 +37,7 @@
 //!   that reads a frame's bytes without asking for them reads garbage and tests see it (the
 //!   paper's App. A.6 debug mode).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::{RwLock, RwLockWriteGuard};
 
@@ -108,6 +112,84 @@ impl PageBytes for &[u8] {
     #[inline(always)]
     fn bytes(&mut self, at: usize, len: usize) -> std::result::Result<&[u8], Self::Error> {
         Ok(&self[at..at + len])
+    }
+}
+
+/// The lines of a frame changed since it last matched its page's NVM slot (the paper's
+/// dirty mask and `MarkDirty`): writers mark what they change, under the frame's exclusive
+/// latch, and a write-back takes the mask and writes only those lines to the slot
+/// ([`super::nvm::NvmTier::write_resident`]). A line changed and not marked would be lost,
+/// so code that cannot say what it changed marks every line ([`super::PageWrite::bytes_mut`]).
+#[derive(Debug)]
+pub struct ChangedLines {
+    words: Box<[AtomicU64]>,
+}
+
+impl ChangedLines {
+    /// No line marked, for pages of `page_size` bytes.
+    pub fn new(page_size: usize) -> Self {
+        ChangedLines {
+            words: (0..(page_size / LINE).div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        }
+    }
+
+    /// Marks every line overlapping the byte range `range`.
+    #[inline]
+    pub fn mark(&self, range: std::ops::Range<usize>) {
+        if range.is_empty() {
+            return;
+        }
+        let (first, last) = (range.start / LINE, (range.end - 1) / LINE);
+        for w in first / 64..=last / 64 {
+            let lo = if w == first / 64 { first % 64 } else { 0 };
+            let hi = if w == last / 64 { last % 64 } else { 63 };
+            let bits = (u64::MAX >> (63 - hi)) & (u64::MAX << lo);
+            let word = &self.words[w];
+            // Most marks hit lines already marked (the header line on every change): a load
+            // is cheaper than an atomic OR.
+            if word.load(Ordering::Relaxed) & bits != bits {
+                word.fetch_or(bits, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Marks every line.
+    pub fn mark_all(&self) {
+        for w in self.words.iter() {
+            w.store(u64::MAX, Ordering::Relaxed);
+        }
+    }
+
+    /// The marked lines, unmarking them (a write-back is about to write them).
+    pub fn take(&self) -> Vec<u64> {
+        self.words
+            .iter()
+            .map(|w| w.swap(0, Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Unmarks every line (the frame is taken for another page).
+    pub(super) fn clear(&self) {
+        for w in self.words.iter() {
+            w.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Marks `lines` again (their write-back failed).
+    pub(super) fn restore(&self, lines: &[u64]) {
+        for (w, &bits) in self.words.iter().zip(lines) {
+            w.fetch_or(bits, Ordering::Relaxed);
+        }
+    }
+
+    /// Number of marked lines.
+    pub fn count(&self) -> usize {
+        self.words
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed).count_ones() as usize)
+            .sum()
     }
 }
 
@@ -200,6 +282,9 @@ impl BufferPool {
     /// (pinned by the caller); nothing is copied yet.
     pub(super) fn start_lines(&self, frame: &super::Frame, guard: &mut FrameData, slot: u32) {
         guard.lines = Some(LineState::new(slot, self.page_size));
+        if let Some(t) = &self.nvm {
+            frame.set_tenancy(Some(t.tenancy(slot)));
+        }
         if self.poison_lines {
             guard.buf.fill(POISON);
         }
@@ -634,14 +719,15 @@ mod tests {
     /// A 16-frame pool over a 8-slot NVM tier that admits every page, loading by lines with
     /// poison.
     fn pool_with_minis(minis: usize) -> BufferPool {
-        let region = PmemRegion::simulated(
-            8192 + SLOTS * PAGE as u64,
-            CrashSimConfig::default(),
-            &RegionOptions::default(),
-        )
-        .unwrap();
+        pool_over(minis, SLOTS, CrashSimConfig::default())
+    }
+
+    fn pool_over(minis: usize, slots: u64, sim: CrashSimConfig) -> BufferPool {
+        let region =
+            PmemRegion::simulated(8192 + slots * PAGE as u64, sim, &RegionOptions::default())
+                .unwrap();
         let tier = NvmTier::open(region, PAGE, Some(Admission::All)).unwrap();
-        assert_eq!(u64::from(tier.slots()), SLOTS);
+        assert_eq!(u64::from(tier.slots()), slots);
         test_pool("lines")
             .with_nvm(tier)
             .with_line_grained_nvm(true)
@@ -843,6 +929,52 @@ mod tests {
             in_nvm[..3]
                 .iter()
                 .all(|&p| !st.contains(p) || pool.lookup(p).is_some())
+        );
+    }
+
+    /// A write-back of changed lines that fails leaves the frame's lines marked and the
+    /// frame no longer claiming to match its slot: whatever reached the slot, a later
+    /// write-back of the page writes it whole (a lost mark would leave stale lines there).
+    #[test]
+    fn a_failed_write_back_of_changed_lines_leaves_the_next_one_whole() {
+        let changed_in_nvm = |sim: CrashSimConfig| {
+            // Room for every page: no slot changes hands.
+            let pool = pool_over(0, 64, sim);
+            for pid in 0..20 {
+                fill(&pool, pid);
+            }
+            // Only the changed page is dirty.
+            pool.flush_dirty().unwrap();
+            let pid = page_in_nvm_only(&pool);
+            let mut w = pool.fix_exclusive(pid).unwrap();
+            let (bytes, changed) = w.bytes_marking();
+            bytes[40 * LINE] ^= 1;
+            changed
+                .expect("line-grained")
+                .mark(40 * LINE..40 * LINE + 1);
+            drop(w);
+            (pool, pid)
+        };
+        let (pool, pid) = changed_in_nvm(CrashSimConfig::default());
+        let fences = pool.nvm().unwrap().region().persist_points();
+        pool.flush_dirty().unwrap();
+        assert!(pool.nvm().unwrap().counters.line_write_backs.get() > 0);
+
+        let (pool, pid2) = changed_in_nvm(CrashSimConfig {
+            fail_flushes_after: Some(fences),
+            ..CrashSimConfig::default()
+        });
+        assert_eq!(pid, pid2);
+        assert!(pool.flush_dirty().is_err());
+        let frame = &pool.frames[pool.lookup(pid).unwrap() as usize];
+        assert!(
+            frame.changed.count() >= 1,
+            "the changed line is marked again"
+        );
+        assert_eq!(
+            frame.tenancy(),
+            None,
+            "the frame no longer matches its slot"
         );
     }
 }

@@ -41,7 +41,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::device::{AlignedBuf, BlockDevice, Counter, Io};
 use crate::error::{Error, Result};
-pub use lines::{Fixed, MINI_PAGE_BYTES, PageBytes, PageLines};
+pub use lines::{ChangedLines, Fixed, MINI_PAGE_BYTES, PageBytes, PageLines};
 
 /// Bytes every page starts with: `u32` checksum (crc32c of bytes 4..), `u32` owned by the
 /// page's format, `u64` page LSN, `u64` page id.
@@ -87,9 +87,23 @@ struct Frame {
     io_busy: AtomicBool,
     dirty_version: AtomicU64,
     clean_version: AtomicU64,
+    /// Lines changed since the frame last matched its page's NVM slot.
+    changed: lines::ChangedLines,
+    /// The NVM slot tenancy (packed, `u64::MAX`: none) whose bytes the frame matches
+    /// outside `changed`: set when the page is read from its slot or written there.
+    tenancy: AtomicU64,
 }
 
 impl Frame {
+    fn tenancy(&self) -> Option<nvm::Tenancy> {
+        nvm::Tenancy::unpack(self.tenancy.load(Ordering::Acquire))
+    }
+
+    fn set_tenancy(&self, t: Option<nvm::Tenancy>) {
+        self.tenancy
+            .store(t.map_or(u64::MAX, nvm::Tenancy::pack), Ordering::Release);
+    }
+
     #[inline]
     fn mark_referenced(&self) {
         mark_referenced(&self.referenced);
@@ -99,6 +113,8 @@ impl Frame {
     fn reset(&self, guard: &mut FrameData) {
         guard.image_gen = 0;
         guard.torn = false;
+        self.changed.clear();
+        self.set_tenancy(None);
         let v = self.dirty_version.load(Ordering::Acquire);
         self.clean_version.store(v, Ordering::Release);
     }
@@ -216,6 +232,18 @@ impl std::fmt::Debug for BufferPool {
     }
 }
 
+/// A dirty page copied for writing back while its frame stays cached.
+struct PageCopy {
+    frame: usize,
+    pid: u64,
+    /// The frame's dirty version the copy holds.
+    version: u64,
+    buf: AlignedBuf,
+    /// The lines changed since the frame last matched its NVM slot in this tenancy
+    /// (line-grained NVM only).
+    changed: Option<(nvm::Tenancy, Vec<u64>)>,
+}
+
 /// A page fixed for reading.
 #[derive(Debug)]
 pub struct PageRead<'a> {
@@ -238,6 +266,8 @@ impl PageRead<'_> {
 pub struct PageWrite<'a> {
     frame: &'a Frame,
     guard: RwLockWriteGuard<'a, FrameData>,
+    /// Changed lines are tracked (line-grained NVM: only they are written back).
+    marks: bool,
 }
 
 impl PageWrite<'_> {
@@ -245,10 +275,24 @@ impl PageWrite<'_> {
     pub fn bytes(&self) -> &[u8] {
         &self.guard.buf
     }
-    /// The page's bytes for changing; marks the page dirty.
+    /// The page's bytes for changing; marks the page dirty, and every line changed (a
+    /// frame whose page has an NVM slot writes it back whole).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
+        if self.marks {
+            self.frame.changed.mark_all();
+        }
         self.frame.dirty_version.fetch_add(1, Ordering::AcqRel);
         &mut self.guard.buf
+    }
+    /// The page's bytes for changing, and the set where the caller marks each line it
+    /// changes, if the pool tracks them (line-grained NVM: only those are written back to
+    /// the page's slot); marks the page dirty.
+    pub fn bytes_marking(&mut self) -> (&mut [u8], Option<&lines::ChangedLines>) {
+        self.frame.dirty_version.fetch_add(1, Ordering::AcqRel);
+        (
+            &mut self.guard.buf,
+            self.marks.then_some(&self.frame.changed),
+        )
     }
     /// Page id.
     pub fn pid(&self) -> u64 {
@@ -312,6 +356,8 @@ impl BufferPool {
                 io_busy: AtomicBool::new(false),
                 dirty_version: AtomicU64::new(0),
                 clean_version: AtomicU64::new(0),
+                changed: lines::ChangedLines::new(ps),
+                tenancy: AtomicU64::new(u64::MAX),
             });
         }
         Ok(BufferPool {
@@ -478,7 +524,11 @@ impl BufferPool {
                     frame.mark_referenced();
                     self.counters.hits.incr();
                     self.make_whole(&mut guard)?;
-                    return Ok(PageWrite { frame, guard });
+                    return Ok(PageWrite {
+                        frame,
+                        guard,
+                        marks: self.line_grained(),
+                    });
                 }
                 continue;
             }
@@ -504,8 +554,13 @@ impl BufferPool {
                 if guard.pid == pid {
                     self.drop_lines(&mut guard);
                     guard.buf.fill(0);
+                    frame.changed.mark_all();
                     frame.dirty_version.fetch_add(1, Ordering::AcqRel);
-                    return Ok(PageWrite { frame, guard });
+                    return Ok(PageWrite {
+                        frame,
+                        guard,
+                        marks: self.line_grained(),
+                    });
                 }
                 continue;
             }
@@ -544,7 +599,11 @@ impl BufferPool {
             && let Some(slot) = self.nvm.as_ref().and_then(|t| t.pin_lines(pid))
         {
             self.start_lines(frame, &mut guard, slot);
-            return Ok(Some(PageWrite { frame, guard }));
+            return Ok(Some(PageWrite {
+                frame,
+                guard,
+                marks: self.line_grained(),
+            }));
         }
         let mut from_nvm = false;
         let mut trusted = false;
@@ -554,9 +613,10 @@ impl BufferPool {
         } else {
             // A page with an NVM slot is read there: the slot is never older than the file.
             match self.nvm.as_ref().map(|t| t.read(pid, &mut guard.buf)) {
-                Some(Ok(Some(t))) => {
+                Some(Ok(Some((t, tenancy)))) => {
                     from_nvm = true;
                     trusted = t;
+                    frame.set_tenancy(Some(tenancy));
                     Ok(())
                 }
                 Some(Err(e)) => Err(e),
@@ -621,7 +681,11 @@ impl BufferPool {
             frame.dirty_version.fetch_add(1, Ordering::AcqRel);
         }
         frame.referenced.store(true, Ordering::Relaxed);
-        Ok(Some(PageWrite { frame, guard }))
+        Ok(Some(PageWrite {
+            frame,
+            guard,
+            marks: self.line_grained(),
+        }))
     }
 
     /// A free frame, exclusively latched and unmapped: from the free list, or by Clock.
@@ -693,9 +757,14 @@ impl BufferPool {
                         let pid = guard.pid;
                         let sum = checksum(&guard.buf);
                         guard.buf[..4].copy_from_slice(&sum);
-                        self.wal
-                            .flush_to(lsn)
-                            .and_then(|()| self.write_victim(pid, &guard.buf))
+                        let changed = self.take_changed(frame);
+                        let written = self.wal.flush_to(lsn).and_then(|()| {
+                            self.write_victim(pid, &guard.buf, self.changed_since(&changed))
+                        });
+                        if written.is_err() {
+                            self.write_failed_at(frame, &changed);
+                        }
+                        written
                     };
                     if let Err(e) = written {
                         self.write_failed_with(&e);
@@ -741,11 +810,8 @@ impl BufferPool {
     fn write_back_ahead(&self, victim: usize, guard: &FrameData, lsn: u64) -> Result<()> {
         let n = self.frames.len();
         let committed = self.wal.committed_lsn();
-        let mut copies: Vec<(usize, u64, u64, AlignedBuf)> = Vec::new();
-        let mut copy = AlignedBuf::new(self.page_size)?;
-        copy.copy_from_slice(&guard.buf);
-        let v = self.frames[victim].dirty_version.load(Ordering::Acquire);
-        copies.push((victim, guard.pid, v, copy));
+        let mut copies: Vec<PageCopy> = Vec::new();
+        copies.push(self.copy_page(victim, guard)?);
         let mut max_lsn = lsn;
         for step in 1..n {
             if copies.len() >= self.write_back_batch {
@@ -766,36 +832,96 @@ impl BufferPool {
             if frame.io_busy.swap(true, Ordering::AcqRel) {
                 continue; // a checkpoint or another eviction is writing it
             }
-            let mut copy = match AlignedBuf::new(self.page_size) {
-                Ok(c) => c,
+            match self.copy_page(j, &g) {
+                Ok(c) => copies.push(c),
                 Err(e) => {
                     frame.io_busy.store(false, Ordering::Release);
+                    self.copies_written(&copies, false);
                     self.release_busy(&copies, victim);
                     return Err(e);
                 }
-            };
-            copy.copy_from_slice(&g.buf);
-            let v = frame.dirty_version.load(Ordering::Acquire);
+            }
             max_lsn = max_lsn.max(page_lsn);
-            copies.push((j, g.pid, v, copy));
         }
         let result = self.write_copies(&mut copies, max_lsn);
         if result.is_ok() {
-            for (j, _, v, _) in &copies[1..] {
-                self.frames[*j]
-                    .clean_version
-                    .fetch_max(*v, Ordering::AcqRel);
-            }
             self.counters.written_ahead.add(copies.len() as u64 - 1);
         }
+        self.copies_written(&copies, result.is_ok());
         self.release_busy(&copies, victim);
         result
     }
 
-    fn release_busy(&self, copies: &[(usize, u64, u64, AlignedBuf)], victim: usize) {
-        for (j, ..) in copies {
-            if *j != victim {
-                self.frames[*j].io_busy.store(false, Ordering::Release);
+    /// A copy of the page in frame `i` (latched by the caller, and busy unless it is the
+    /// victim), taking its changed lines.
+    fn copy_page(&self, i: usize, guard: &FrameData) -> Result<PageCopy> {
+        let frame = &self.frames[i];
+        let mut buf = AlignedBuf::new(self.page_size)?;
+        buf.copy_from_slice(&guard.buf);
+        Ok(PageCopy {
+            frame: i,
+            pid: guard.pid,
+            version: frame.dirty_version.load(Ordering::Acquire),
+            buf,
+            changed: self.take_changed(frame),
+        })
+    }
+
+    /// After copies were written (`ok`) or not: marks their frames clean up to the version
+    /// copied and notes the NVM tenancy they now match; or marks their lines changed again.
+    fn copies_written(&self, copies: &[PageCopy], ok: bool) {
+        for c in copies {
+            let frame = &self.frames[c.frame];
+            if ok {
+                frame.clean_version.fetch_max(c.version, Ordering::AcqRel);
+                // The copy is in the slot (if the page has one): lines changed since are
+                // marked. A page rewritten whole meanwhile (`fix_new`) marked every line.
+                if let Some(t) = &self.nvm
+                    && self.line_grained()
+                {
+                    frame.set_tenancy(t.tenancy_of(c.pid));
+                }
+            } else {
+                self.write_failed_at(frame, &c.changed);
+            }
+        }
+    }
+
+    /// A write-back of `frame` (latched or busy, so no other write-back of it runs) failed:
+    /// its changed lines are marked again, and it no longer claims to match its slot (what
+    /// reached the slot is unknown), so any later write-back of it writes the whole page.
+    fn write_failed_at(&self, frame: &Frame, changed: &Option<(nvm::Tenancy, Vec<u64>)>) {
+        if let Some((_, lines)) = changed {
+            frame.changed.restore(lines);
+        }
+        frame.set_tenancy(None);
+    }
+
+    /// Takes frame's changed lines for a write-back (latched by the caller), if line-grained
+    /// NVM is on and the frame matches a slot tenancy: else the page is written whole.
+    fn take_changed(&self, frame: &Frame) -> Option<(nvm::Tenancy, Vec<u64>)> {
+        if !self.line_grained() {
+            return None;
+        }
+        let lines = frame.changed.take();
+        frame.tenancy().map(|t| (t, lines))
+    }
+
+    fn changed_since<'c>(
+        &self,
+        changed: &'c Option<(nvm::Tenancy, Vec<u64>)>,
+    ) -> Option<nvm::ChangedSince<'c>> {
+        changed.as_ref().map(|(tenancy, lines)| nvm::ChangedSince {
+            tenancy: *tenancy,
+            lines,
+            verify: self.poison_lines,
+        })
+    }
+
+    fn release_busy(&self, copies: &[PageCopy], victim: usize) {
+        for c in copies {
+            if c.frame != victim {
+                self.frames[c.frame].io_busy.store(false, Ordering::Release);
             }
         }
     }
@@ -818,9 +944,15 @@ impl BufferPool {
 
     /// Writes a dirty victim (sealed, the log flushed to its LSN): to its NVM slot, or to a
     /// new slot if the tier admits it, else to the page file.
-    fn write_victim(&self, pid: u64, buf: &AlignedBuf) -> Result<()> {
+    fn write_victim(
+        &self,
+        pid: u64,
+        buf: &AlignedBuf,
+        changed: Option<nvm::ChangedSince<'_>>,
+    ) -> Result<()> {
         if let Some(t) = &self.nvm
-            && (t.write_resident(pid, buf)? || t.admit(pid, buf, true, &|p| self.spill(p))?)
+            && (t.write_resident(pid, buf, changed)?
+                || t.admit(pid, buf, true, &|p| self.spill(p))?)
         {
             return Ok(());
         }
@@ -888,7 +1020,7 @@ impl BufferPool {
             }
             let mut retry = Vec::new();
             for chunk in pending.chunks(batch) {
-                let mut copies: Vec<(usize, u64, u64, AlignedBuf)> = Vec::new();
+                let mut copies: Vec<PageCopy> = Vec::new();
                 let mut max_lsn = 0;
                 for &i in chunk {
                     let frame = &self.frames[i];
@@ -901,31 +1033,29 @@ impl BufferPool {
                         retry.push(i);
                         continue;
                     }
-                    let mut copy = match AlignedBuf::new(self.page_size) {
-                        Ok(c) => c,
-                        Err(e) => {
-                            for (j, ..) in &copies {
-                                self.frames[*j].io_busy.store(false, Ordering::Release);
-                            }
-                            return Err(e);
-                        }
-                    };
                     if frame.io_busy.swap(true, Ordering::AcqRel) {
                         retry.push(i); // an eviction is writing it ahead
                         continue;
                     }
-                    copy.copy_from_slice(&guard.buf);
-                    let v = frame.dirty_version.load(Ordering::Acquire);
+                    match self.copy_page(i, &guard) {
+                        Ok(c) => copies.push(c),
+                        Err(e) => {
+                            frame.io_busy.store(false, Ordering::Release);
+                            // Before the frames are released: another write-back of them
+                            // must see their lines marked.
+                            self.copies_written(&copies, false);
+                            for c in &copies {
+                                self.frames[c.frame].io_busy.store(false, Ordering::Release);
+                            }
+                            return Err(e);
+                        }
+                    }
                     max_lsn = max_lsn.max(lsn);
-                    copies.push((i, guard.pid, v, copy));
                 }
                 let result = self.write_copies(&mut copies, max_lsn);
-                for (i, _, v, _) in &copies {
-                    let frame = &self.frames[*i];
-                    if result.is_ok() {
-                        frame.clean_version.fetch_max(*v, Ordering::AcqRel);
-                    }
-                    frame.io_busy.store(false, Ordering::Release);
+                self.copies_written(&copies, result.is_ok());
+                for c in &copies {
+                    self.frames[c.frame].io_busy.store(false, Ordering::Release);
                 }
                 result?;
                 written += copies.len() as u64;
@@ -939,21 +1069,21 @@ impl BufferPool {
         Ok(written)
     }
 
-    fn write_copies(&self, copies: &mut [(usize, u64, u64, AlignedBuf)], lsn: u64) -> Result<()> {
+    fn write_copies(&self, copies: &mut [PageCopy], lsn: u64) -> Result<()> {
         if copies.is_empty() {
             return Ok(());
         }
         self.wal.flush_to(lsn)?;
         let mut to_file = Vec::with_capacity(copies.len());
-        for (k, (_, pid, _, buf)) in copies.iter_mut().enumerate() {
-            let sum = checksum(buf);
-            buf[..4].copy_from_slice(&sum);
+        for (k, c) in copies.iter_mut().enumerate() {
+            let sum = checksum(&c.buf);
+            c.buf[..4].copy_from_slice(&sum);
             // A page with an NVM slot is written there (the slot must stay the newest copy);
             // with NVM as the pages' home (admit all), one without a slot gets one.
             if let Some(t) = &self.nvm
-                && (t.write_resident(*pid, buf)?
+                && (t.write_resident(c.pid, &c.buf, self.changed_since(&c.changed))?
                     || (t.admission() == nvm::Admission::All
-                        && t.admit(*pid, buf, true, &|p| self.spill(p))?))
+                        && t.admit(c.pid, &c.buf, true, &|p| self.spill(p))?))
             {
                 continue;
             }
@@ -962,9 +1092,45 @@ impl BufferPool {
         self.write_pages(
             to_file
                 .iter()
-                .map(|&k| (copies[k].1, &copies[k].3))
+                .map(|&k| (copies[k].pid, &copies[k].buf))
                 .collect(),
         )
+    }
+
+    /// Gives the clean pages in DRAM free NVM slots, recently referenced ones first, without
+    /// evicting anything from NVM (a clean shutdown, after its checkpoint: the next run finds
+    /// them in NVM instead of the page file). Returns how many were handed over.
+    pub fn hand_over_to_nvm(&self) -> Result<u64> {
+        let Some(t) = &self.nvm else {
+            return Ok(0);
+        };
+        let mut handed = 0;
+        let mut buf = AlignedBuf::new(self.page_size)?;
+        for referenced in [true, false] {
+            for frame in self.frames.iter() {
+                if self.frozen() || t.free_slots() == 0 {
+                    return Ok(handed);
+                }
+                if frame.referenced.load(Ordering::Relaxed) != referenced {
+                    continue;
+                }
+                let guard = frame.data.read();
+                if guard.pid == NO_PAGE || guard.torn || guard.lines.is_some() || frame.dirty() {
+                    continue;
+                }
+                buf.copy_from_slice(&guard.buf);
+                let sum = checksum(&buf);
+                buf[..4].copy_from_slice(&sum);
+                if let Err(e) = t
+                    .admit_if_free(guard.pid, &buf)
+                    .map(|h| handed += u64::from(h))
+                {
+                    self.write_failed_with(&e);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(handed)
     }
 
     /// Stops all write-back of dirty pages for good (an error or panic left pages holding

@@ -18,6 +18,10 @@
 //!   directory entry is cleared.
 //! - An in-place write may be torn by a power loss like a page file write: the page's
 //!   checksum tells, and restart repairs it from the log's page image as for the page file.
+//! - **Changed lines**: a write-back may name the lines changed since its frame matched the
+//!   slot ([`ChangedSince`]); only those and the header line are written, and only while the
+//!   slot is in the same [`Tenancy`] (a slot's generation changes whenever it is freed), else
+//!   the whole page is.
 //! - Admission (paper §1.4 E): a page leaving DRAM without a slot gets one only if it was
 //!   refused recently (it is in the bounded admission set), or always with
 //!   [`Admission::All`] (the "basic NVM buffer manager" design, NVM holding everything).
@@ -25,7 +29,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 
 use crate::device::{AlignedBuf, Counter, PmemRegion};
 use crate::error::{Error, Result};
@@ -75,6 +79,49 @@ pub struct NvmCounters {
     /// DRAM misses served from NVM a cache line at a time ([`NvmTier::pin_lines`]; also
     /// counted in `hits`).
     pub line_loads: Counter,
+    /// 64-byte lines written into slots (every line of a whole-page write; the changed
+    /// lines and the header line of a write-back of changed lines).
+    pub lines_written: Counter,
+    /// Write-backs that wrote only a page's changed lines ([`NvmTier::write_resident`]).
+    pub line_write_backs: Counter,
+    /// Pages given a free slot at a clean shutdown ([`NvmTier::admit_if_free`]; also
+    /// counted in `admissions`).
+    pub handed_over: Counter,
+}
+
+/// A slot as held by one page from the time it was given the slot until it lost it: a DRAM
+/// frame that copied its page from the slot (or wrote it there) may write back only the
+/// lines it changed since, if the slot is still in the same tenancy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tenancy {
+    slot: u32,
+    generation: u32,
+}
+
+impl Tenancy {
+    /// The tenancy packed in a word, for an atomic field (`u64::MAX` is never one).
+    pub fn pack(self) -> u64 {
+        u64::from(self.slot) << 32 | u64::from(self.generation)
+    }
+    /// A word from [`Tenancy::pack`], or `None` for `u64::MAX`.
+    pub fn unpack(word: u64) -> Option<Tenancy> {
+        (word != u64::MAX).then_some(Tenancy {
+            slot: (word >> 32) as u32,
+            generation: word as u32,
+        })
+    }
+}
+
+/// The lines of a page that changed since its frame last matched its slot, for
+/// [`NvmTier::write_resident`]: bit `l % 64` of word `l / 64` for line `l`.
+#[derive(Clone, Copy, Debug)]
+pub struct ChangedSince<'a> {
+    /// The slot tenancy the frame matched.
+    pub tenancy: Tenancy,
+    /// The changed lines.
+    pub lines: &'a [u64],
+    /// Check first that no other line differs from the slot (a debug mode for tests).
+    pub verify: bool,
 }
 
 /// Writes pages `(page id, sealed bytes)` to the page file and makes them durable there.
@@ -91,6 +138,10 @@ struct State {
     /// DRAM frames holding the slot's page a cache line at a time ([`NvmTier::pin_lines`]):
     /// they read lines from the slot later, so it neither changes hands nor is written.
     pins: Vec<u32>,
+    /// Each slot's tenancy number: changes whenever the slot is freed. (It wraps after 2^32
+    /// frees of one slot; a frame still naming the old tenancy then, never written back
+    /// meanwhile, would match again — far beyond any frame's stay in DRAM.)
+    generation: Vec<u32>,
     referenced: Vec<bool>,
     free: Vec<u32>,
     hand: usize,
@@ -111,8 +162,8 @@ pub struct NvmTier {
     /// Held shared while a slot's bytes are copied out and exclusively while they are
     /// written or the slot changes hands; taken after `state` (or without it), never before.
     slot_latches: Box<[RwLock<()>]>,
-    /// Wear: whole-page writes into each slot, and writes of each 64-byte directory line (8
-    /// entries), in this run (every line of a slot is written by each page write).
+    /// Wear: writes into each slot (each writes the slot's header line), and writes of each
+    /// 64-byte directory line (8 entries), in this run.
     slot_writes: Box<[AtomicU64]>,
     dir_line_writes: Box<[AtomicU64]>,
     state: Mutex<State>,
@@ -231,6 +282,7 @@ impl NvmTier {
             newer: vec![false; n],
             trusted: vec![false; n],
             pins: vec![0; n],
+            generation: vec![0; n],
             referenced: vec![false; n],
             free: Vec::new(),
             hand: 0,
@@ -309,29 +361,60 @@ impl NvmTier {
         HEADER_LEN + u64::from(slot) * ENTRY_LEN
     }
 
+    /// Slots holding no page.
+    pub fn free_slots(&self) -> usize {
+        self.state.lock().free.len()
+    }
+
     /// Whether `pid` has a slot.
     pub fn contains(&self, pid: u64) -> bool {
         self.state.lock().map.contains_key(&pid)
     }
 
-    /// Copies page `pid` into `buf` if it has a slot: `Some(trusted)`, where `trusted` says
-    /// that this run wrote the slot or [`NvmTier::trust`] was called for it since (its checksum
-    /// and structure need no second check); `None` if it has no slot.
-    pub fn read(&self, pid: u64, buf: &mut [u8]) -> Result<Option<bool>> {
-        let (slot, trusted, latch) = {
+    /// Copies page `pid` into `buf` if it has a slot: `Some((trusted, tenancy))`, where
+    /// `trusted` says that this run wrote the slot or [`NvmTier::trust`] was called for it
+    /// since (its checksum and structure need no second check); `None` if it has no slot.
+    pub fn read(&self, pid: u64, buf: &mut [u8]) -> Result<Option<(bool, Tenancy)>> {
+        let (slot, trusted, tenancy, latch) = {
             let mut st = self.state.lock();
             let Some(&slot) = st.map.get(&pid) else {
                 return Ok(None);
             };
             st.referenced[slot as usize] = true;
             let trusted = st.trusted[slot as usize];
-            (slot, trusted, self.slot_latches[slot as usize].read())
+            let tenancy = Tenancy {
+                slot,
+                generation: st.generation[slot as usize],
+            };
+            (
+                slot,
+                trusted,
+                tenancy,
+                self.slot_latches[slot as usize].read(),
+            )
         };
         self.region.read(self.slot_off(slot), buf)?;
         drop(latch);
         self.counters.hits.incr();
         self.counters.lines_loaded.add((buf.len() / LINE) as u64);
-        Ok(Some(trusted))
+        Ok(Some((trusted, tenancy)))
+    }
+
+    /// The tenancy of a slot pinned by [`NvmTier::pin_lines`] (it cannot change hands).
+    pub fn tenancy(&self, slot: u32) -> Tenancy {
+        Tenancy {
+            slot,
+            generation: self.state.lock().generation[slot as usize],
+        }
+    }
+
+    /// The tenancy of page `pid`'s slot, if it has one.
+    pub fn tenancy_of(&self, pid: u64) -> Option<Tenancy> {
+        let st = self.state.lock();
+        st.map.get(&pid).map(|&slot| Tenancy {
+            slot,
+            generation: st.generation[slot as usize],
+        })
     }
 
     /// Whether `pid` has a slot whose bytes are trusted (see [`NvmTier::pin_lines`]).
@@ -378,7 +461,8 @@ impl NvmTier {
         Ok(())
     }
 
-    /// Page `pid`'s slot passed the pool's checks, or this run wrote it whole: later loads
+    /// Page `pid`'s slot passed the pool's checks, or this run wrote it (whole, or the lines
+    /// that changed since its frame matched it): later loads
     /// may skip the checks. (By page id: if the page moved to another slot meanwhile, that
     /// slot was written in this run too, and readers wait for its write on its latch.)
     pub fn trust(&self, pid: u64) {
@@ -389,7 +473,9 @@ impl NvmTier {
     }
 
     /// NVM wear in this run: (writes of the most written cache line of any slot, writes of
-    /// the most written directory line). A page write writes every line of its slot once.
+    /// the most written directory line). Every write of a slot, whole or of changed lines,
+    /// writes its header line (the checksum changes), so the count of a slot's writes is
+    /// that of its most written line.
     pub fn hottest_line_writes(&self) -> (u64, u64) {
         let max = |v: &[AtomicU64]| v.iter().map(|c| c.load(Ordering::Relaxed)).max();
         (
@@ -398,26 +484,93 @@ impl NvmTier {
         )
     }
 
-    /// Writes page `pid` (sealed) over its slot if it has one; `false` if it has none.
-    pub fn write_resident(&self, pid: u64, page: &[u8]) -> Result<bool> {
-        let (slot, latch) = {
+    /// Writes page `pid` (sealed) over its slot if it has one; `false` if it has none. With
+    /// `changed` naming the slot's current tenancy, only the changed lines and the header
+    /// line (the checksum changes with any line) are written, the paper's dirty-line
+    /// write-back; otherwise, or if the slot changed hands since, the whole page.
+    pub fn write_resident(
+        &self,
+        pid: u64,
+        page: &[u8],
+        changed: Option<ChangedSince<'_>>,
+    ) -> Result<bool> {
+        let (slot, latch, partial) = {
             let mut st = self.state.lock();
             let Some(&slot) = st.map.get(&pid) else {
                 return Ok(false);
             };
             st.newer[slot as usize] = true;
             debug_assert_eq!(st.pins[slot as usize], 0, "a pinned slot is written");
-            (slot, self.slot_latches[slot as usize].write())
+            let current = Tenancy {
+                slot,
+                generation: st.generation[slot as usize],
+            };
+            let partial = changed.filter(|c| c.tenancy == current);
+            (slot, self.slot_latches[slot as usize].write(), partial)
         };
         let off = self.slot_off(slot);
-        self.region.write(off, page)?;
-        self.region.persist(off, page.len())?;
+        let lines = match partial {
+            Some(c) => self.write_changed_lines(pid, off, page, c)?,
+            None => {
+                self.region.write(off, page)?;
+                self.region.persist(off, page.len())?;
+                page.len() / LINE
+            }
+        };
         self.slot_writes[slot as usize].fetch_add(1, Ordering::Relaxed);
         drop(latch);
         // By page, not slot: the slot may have changed hands since the latch was dropped.
         self.trust(pid);
         self.counters.page_writes.incr();
+        self.counters.lines_written.add(lines as u64);
         Ok(true)
+    }
+
+    /// Writes the runs of changed lines of `page` (and its header line) into the slot at
+    /// `off`, persisting them with one fence; the number of lines written. With
+    /// `changed.verify`, first checks that every other line equals the slot's (a change
+    /// that was not marked would be lost).
+    fn write_changed_lines(
+        &self,
+        pid: u64,
+        off: u64,
+        page: &[u8],
+        changed: ChangedSince<'_>,
+    ) -> Result<usize> {
+        let n = page.len() / LINE;
+        let is_changed = |l: usize| l == 0 || changed.lines[l / 64] & (1 << (l % 64)) != 0;
+        if changed.verify {
+            let mut slot = AlignedBuf::new(page.len())?;
+            self.region.read(off, &mut slot)?;
+            if let Some(l) = (0..n).find(|&l| {
+                !is_changed(l) && page[l * LINE..(l + 1) * LINE] != slot[l * LINE..(l + 1) * LINE]
+            }) {
+                return Err(Error::corrupt(
+                    self.region.path(),
+                    format!("page {pid}: line {l} changed but was not marked (it would be lost)"),
+                ));
+            }
+        }
+        let mut ranges = Vec::new();
+        let mut written = 0;
+        let mut l = 0;
+        while l < n {
+            if !is_changed(l) {
+                l += 1;
+                continue;
+            }
+            let start = l;
+            while l < n && is_changed(l) {
+                l += 1;
+            }
+            let (at, len) = (start * LINE, (l - start) * LINE);
+            self.region.write(off + at as u64, &page[at..at + len])?;
+            ranges.push((off + at as u64, len));
+            written += l - start;
+        }
+        self.region.persist_all(&ranges)?;
+        self.counters.line_write_backs.incr();
+        Ok(written)
     }
 
     /// A page without a slot leaves DRAM: gives it a slot if the admission rule says so
@@ -429,7 +582,7 @@ impl NvmTier {
         if st.map.contains_key(&pid) {
             drop(st);
             return if newer {
-                self.write_resident(pid, page)
+                self.write_resident(pid, page, None)
             } else {
                 Ok(true)
             };
@@ -473,6 +626,35 @@ impl NvmTier {
             }
             Err(e) => return Err(e),
         };
+        self.install(st, slot, pid, page, newer)
+    }
+
+    /// Gives page `pid` (sealed, no newer than the page file) a slot if one is free, without
+    /// asking the admission rule or evicting: a clean shutdown hands DRAM's pages to NVM so
+    /// that the next run starts warm. `false`: no free slot (or the page has one already).
+    pub fn admit_if_free(&self, pid: u64, page: &[u8]) -> Result<bool> {
+        let mut st = self.state.lock();
+        if st.map.contains_key(&pid) {
+            return Ok(false);
+        }
+        let Some(slot) = st.free.pop() else {
+            return Ok(false);
+        };
+        self.install(st, slot, pid, page, false)?;
+        self.counters.handed_over.incr();
+        Ok(true)
+    }
+
+    /// Installs `page` in `slot` (taken by the caller, whose `state` lock is passed in and
+    /// released here): the bytes are persisted before the directory entry naming them.
+    fn install(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        slot: u32,
+        pid: u64,
+        page: &[u8],
+        newer: bool,
+    ) -> Result<bool> {
         st.map.insert(pid, slot);
         st.pid_of[slot as usize] = pid;
         st.newer[slot as usize] = newer;
@@ -502,12 +684,14 @@ impl NvmTier {
             if st.map.get(&pid) == Some(&slot) && st.pid_of[slot as usize] == pid {
                 st.map.remove(&pid);
                 st.pid_of[slot as usize] = NO_PAGE;
+                st.generation[slot as usize] = st.generation[slot as usize].wrapping_add(1);
             }
             return Err(e);
         }
         self.trust(pid);
         self.counters.admissions.incr();
         self.counters.page_writes.incr();
+        self.counters.lines_written.add((page.len() / LINE) as u64);
         Ok(true)
     }
 
@@ -578,6 +762,7 @@ impl NvmTier {
             st.pid_of[i] = NO_PAGE;
             st.newer[i] = false;
             st.trusted[i] = false;
+            st.generation[i] = st.generation[i].wrapping_add(1);
             st.free.push(*s);
         }
         self.counters.evictions.add(victims.len() as u64);
@@ -643,7 +828,7 @@ mod tests {
         assert!(t.admit(1, &page(1), true, &spill).unwrap());
         let mut buf = vec![0u8; PS];
         // Written by this run: trusted (the pool skips its checks).
-        assert_eq!(t.read(1, &mut buf).unwrap(), Some(true));
+        assert_eq!(t.read(1, &mut buf).unwrap().map(|r| r.0), Some(true));
         assert_eq!(buf, page(1));
         // Fill the tier (clean pages 2..=4), then one more: Clock frees a batch; page 1 is
         // the only one newer than the page file, so it is the only one spilled.
@@ -658,6 +843,54 @@ mod tests {
         assert_eq!(t.counters.spills.get(), 1);
     }
 
+    /// A write-back naming the slot's tenancy writes the changed lines and the header line
+    /// only; the check refuses a change it does not name; a stale tenancy writes the page.
+    #[test]
+    fn a_write_back_of_changed_lines_writes_them_only_while_the_tenancy_holds() {
+        let t = NvmTier::open(region(2), PS, Some(Admission::All)).unwrap();
+        let none = |_: &mut [(u64, AlignedBuf)]| -> Result<()> { Ok(()) };
+        assert!(t.admit(1, &page(1), true, &none).unwrap());
+        let first = t.tenancy_of(1).unwrap();
+        let mut changed = page(1);
+        changed[5 * LINE..6 * LINE].fill(0xEE);
+        changed[0] ^= 1; // the checksum, always written
+        let lines = [1u64 << 5];
+        let since = |tenancy, verify| ChangedSince {
+            tenancy,
+            lines: &lines,
+            verify,
+        };
+        assert!(
+            t.write_resident(1, &changed, Some(since(first, true)))
+                .unwrap()
+        );
+        assert_eq!(t.counters.line_write_backs.get(), 1);
+        assert_eq!(t.counters.lines_written.get(), (PS / LINE + 2) as u64);
+        let mut back = vec![0u8; PS];
+        t.read(1, &mut back).unwrap();
+        assert!(back == changed);
+        // A change the mask does not name is refused under the check.
+        let mut unmarked = changed.clone();
+        unmarked[9 * LINE] ^= 1;
+        let e = t.write_resident(1, &unmarked, Some(since(first, true)));
+        assert!(matches!(e, Err(Error::Corrupt { .. })), "{e:?}");
+        // The slot changes hands (two more pages in a two-slot tier), page 1 comes back: a
+        // write-back naming the old tenancy writes the whole page.
+        for pid in [2, 3, 1] {
+            assert!(t.admit(pid, &page(pid), true, &none).unwrap());
+        }
+        assert_ne!(t.tenancy_of(1), Some(first));
+        let written = t.counters.lines_written.get();
+        assert!(
+            t.write_resident(1, &changed, Some(since(first, false)))
+                .unwrap()
+        );
+        assert_eq!(t.counters.lines_written.get() - written, (PS / LINE) as u64);
+        assert_eq!(t.counters.line_write_backs.get(), 1);
+        t.read(1, &mut back).unwrap();
+        assert!(back == changed);
+    }
+
     /// Wear: each page write counts once on its slot's lines, each install and clear once on
     /// the directory line the slot's entry shares with seven others.
     #[test]
@@ -669,9 +902,9 @@ mod tests {
             assert!(t.admit(pid, &page(pid), true, &none).unwrap());
         }
         for _ in 0..5 {
-            assert!(t.write_resident(2, &page(2)).unwrap());
+            assert!(t.write_resident(2, &page(2), None).unwrap());
         }
-        assert!(!t.write_resident(9, &page(9)).unwrap());
+        assert!(!t.write_resident(9, &page(9), None).unwrap());
         // Slot of page 2: its install and five rewrites; one directory line, three installs.
         assert_eq!(t.hottest_line_writes(), (6, 3));
     }
@@ -693,11 +926,11 @@ mod tests {
         assert_eq!(t2.found_at_open, 3);
         let mut buf = vec![0u8; PS];
         // Found at open: checked on its first load, trusted once the pool says it passed.
-        assert_eq!(t2.read(700, &mut buf).unwrap(), Some(false));
+        assert_eq!(t2.read(700, &mut buf).unwrap().map(|r| r.0), Some(false));
         assert_eq!(buf, page(700));
         t2.trust(700);
-        assert_eq!(t2.read(700, &mut buf).unwrap(), Some(true));
-        assert_eq!(t2.read(701, &mut buf).unwrap(), None);
+        assert_eq!(t2.read(700, &mut buf).unwrap().map(|r| r.0), Some(true));
+        assert_eq!(t2.read(701, &mut buf).unwrap().map(|r| r.0), None);
         // The wrong page size, a damaged header and two slots claiming one page are refused.
         let e = NvmTier::open(reboot(&image), 8192, Some(Admission::All)).unwrap_err();
         assert!(e.to_string().contains("4096-byte pages"), "{e}");
