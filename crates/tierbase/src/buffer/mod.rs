@@ -503,6 +503,19 @@ impl BufferPool {
         }))
     }
 
+    /// Frame `frame`, latched exclusively by `guard`, as a page fixed for writing.
+    fn page_write<'a>(
+        &'a self,
+        frame: &'a Frame,
+        guard: RwLockWriteGuard<'a, FrameData>,
+    ) -> PageWrite<'a> {
+        PageWrite {
+            frame,
+            guard,
+            marks: self.line_grained(),
+        }
+    }
+
     /// Fixes page `pid` for writing.
     pub fn fix_exclusive(&self, pid: u64) -> Result<PageWrite<'_>> {
         self.fix_exclusive_with(pid, Verify::Yes)
@@ -524,11 +537,7 @@ impl BufferPool {
                     frame.mark_referenced();
                     self.counters.hits.incr();
                     self.make_whole(&mut guard)?;
-                    return Ok(PageWrite {
-                        frame,
-                        guard,
-                        marks: self.line_grained(),
-                    });
+                    return Ok(self.page_write(frame, guard));
                 }
                 continue;
             }
@@ -556,11 +565,7 @@ impl BufferPool {
                     guard.buf.fill(0);
                     frame.changed.mark_all();
                     frame.dirty_version.fetch_add(1, Ordering::AcqRel);
-                    return Ok(PageWrite {
-                        frame,
-                        guard,
-                        marks: self.line_grained(),
-                    });
+                    return Ok(self.page_write(frame, guard));
                 }
                 continue;
             }
@@ -599,11 +604,7 @@ impl BufferPool {
             && let Some(slot) = self.nvm.as_ref().and_then(|t| t.pin_lines(pid))
         {
             self.start_lines(frame, &mut guard, slot);
-            return Ok(Some(PageWrite {
-                frame,
-                guard,
-                marks: self.line_grained(),
-            }));
+            return Ok(Some(self.page_write(frame, guard)));
         }
         let mut from_nvm = false;
         let mut trusted = false;
@@ -681,11 +682,7 @@ impl BufferPool {
             frame.dirty_version.fetch_add(1, Ordering::AcqRel);
         }
         frame.referenced.store(true, Ordering::Relaxed);
-        Ok(Some(PageWrite {
-            frame,
-            guard,
-            marks: self.line_grained(),
-        }))
+        Ok(Some(self.page_write(frame, guard)))
     }
 
     /// A free frame, exclusively latched and unmapped: from the free list, or by Clock.

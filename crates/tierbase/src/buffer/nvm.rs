@@ -152,6 +152,16 @@ struct State {
     refusal_seq: u64,
 }
 
+impl State {
+    /// Slot `slot`'s current tenancy.
+    fn tenancy(&self, slot: u32) -> Tenancy {
+        Tenancy {
+            slot,
+            generation: self.generation[slot as usize],
+        }
+    }
+}
+
 /// The NVM tier. See the module docs.
 pub struct NvmTier {
     region: PmemRegion,
@@ -382,10 +392,7 @@ impl NvmTier {
             };
             st.referenced[slot as usize] = true;
             let trusted = st.trusted[slot as usize];
-            let tenancy = Tenancy {
-                slot,
-                generation: st.generation[slot as usize],
-            };
+            let tenancy = st.tenancy(slot);
             (
                 slot,
                 trusted,
@@ -402,19 +409,13 @@ impl NvmTier {
 
     /// The tenancy of a slot pinned by [`NvmTier::pin_lines`] (it cannot change hands).
     pub fn tenancy(&self, slot: u32) -> Tenancy {
-        Tenancy {
-            slot,
-            generation: self.state.lock().generation[slot as usize],
-        }
+        self.state.lock().tenancy(slot)
     }
 
     /// The tenancy of page `pid`'s slot, if it has one.
     pub fn tenancy_of(&self, pid: u64) -> Option<Tenancy> {
         let st = self.state.lock();
-        st.map.get(&pid).map(|&slot| Tenancy {
-            slot,
-            generation: st.generation[slot as usize],
-        })
+        st.map.get(&pid).map(|&slot| st.tenancy(slot))
     }
 
     /// Whether `pid` has a slot whose bytes are trusted (see [`NvmTier::pin_lines`]).
@@ -501,10 +502,7 @@ impl NvmTier {
             };
             st.newer[slot as usize] = true;
             debug_assert_eq!(st.pins[slot as usize], 0, "a pinned slot is written");
-            let current = Tenancy {
-                slot,
-                generation: st.generation[slot as usize],
-            };
+            let current = st.tenancy(slot);
             let partial = changed.filter(|c| c.tenancy == current);
             (slot, self.slot_latches[slot as usize].write(), partial)
         };
