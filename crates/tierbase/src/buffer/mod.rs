@@ -308,7 +308,8 @@ fn checksum(page: &[u8]) -> [u8; 4] {
     crc32c::crc32c(&page[4..]).to_le_bytes()
 }
 
-/// Sets the checksum of a page written to media without the pool (formatting a new file).
+/// Sets the checksum of a page about to be written to media (by the pool's write-backs, or
+/// without the pool when formatting a new file).
 pub fn seal(page: &mut [u8]) {
     let sum = checksum(page);
     page[..4].copy_from_slice(&sum);
@@ -752,8 +753,7 @@ impl BufferPool {
                         self.write_back_ahead(i, &guard, lsn)
                     } else {
                         let pid = guard.pid;
-                        let sum = checksum(&guard.buf);
-                        guard.buf[..4].copy_from_slice(&sum);
+                        seal(&mut guard.buf);
                         let changed = self.take_changed(frame);
                         let written = self.wal.flush_to(lsn).and_then(|()| {
                             self.write_victim(pid, &guard.buf, self.changed_since(&changed))
@@ -780,8 +780,7 @@ impl BufferPool {
                     && let Err(e) = {
                         // A clean frame's checksum is stale if a checkpoint wrote a copy of it
                         // (a torn frame, whose checksum must keep telling, is never admitted).
-                        let sum = checksum(&guard.buf);
-                        guard.buf[..4].copy_from_slice(&sum);
+                        seal(&mut guard.buf);
                         t.admit(guard.pid, &guard.buf, false, &|p| self.spill(p))
                     }
                 {
@@ -1073,8 +1072,7 @@ impl BufferPool {
         self.wal.flush_to(lsn)?;
         let mut to_file = Vec::with_capacity(copies.len());
         for (k, c) in copies.iter_mut().enumerate() {
-            let sum = checksum(&c.buf);
-            c.buf[..4].copy_from_slice(&sum);
+            seal(&mut c.buf);
             // A page with an NVM slot is written there (the slot must stay the newest copy);
             // with NVM as the pages' home (admit all), one without a slot gets one.
             if let Some(t) = &self.nvm
@@ -1116,8 +1114,7 @@ impl BufferPool {
                     continue;
                 }
                 buf.copy_from_slice(&guard.buf);
-                let sum = checksum(&buf);
-                buf[..4].copy_from_slice(&sum);
+                seal(&mut buf);
                 if let Err(e) = t
                     .admit_if_free(guard.pid, &buf)
                     .map(|h| handed += u64::from(h))
