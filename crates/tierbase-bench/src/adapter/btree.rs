@@ -219,6 +219,7 @@ impl Store for BTreeBenchStore {
                             | "nvm_hottest_slot_line_writes"
                             | "nvm_hottest_directory_line_writes"
                             | "wal_nvm_persists"
+                            | "wal_bytes"
                             | "ssd_page_reads"
                             | "ssd_page_writes"
                     )

@@ -133,8 +133,54 @@ pub(crate) struct Writer {
     /// pages allocated or freed by a replace) is logged at the end of the op.
     logged_meta: Meta,
     pub(crate) generation: u32,
+    /// Which pages have their image in the log of the current generation.
+    imaged: ImagedPages,
     /// Why the store refuses writes, after a failure in the middle of a change.
     pub(crate) failed: Option<String>,
+}
+
+/// The log generation in which each page's image was last logged, by page id (4 bytes of
+/// DRAM per page of the file). Kept apart from the frames because it must outlive them: a
+/// page evicted and loaded again in the same generation already has its image in the log,
+/// and logging another one on each load cost ~9 KB of log per YCSB update once the data
+/// outgrew DRAM (docs/BENCHMARKS.md, Figure 14).
+#[derive(Debug, Default)]
+struct ImagedPages {
+    generation: Vec<u32>,
+}
+
+impl ImagedPages {
+    /// Marks an entry as holding no generation (a generation this high is never matched, so
+    /// the worst a wrap can do is log an image too many).
+    const NONE: u32 = u32::MAX;
+
+    fn has(&self, pid: u64, generation: u32) -> bool {
+        generation != Self::NONE
+            && usize::try_from(pid)
+                .ok()
+                .and_then(|i| self.generation.get(i))
+                .is_some_and(|&g| g == generation)
+    }
+
+    fn set(&mut self, pid: u64, generation: u32) {
+        let Ok(i) = usize::try_from(pid) else {
+            return;
+        };
+        if i >= self.generation.len() {
+            self.generation.resize(i + 1, Self::NONE);
+        }
+        self.generation[i] = generation;
+    }
+
+    /// The page is (re)allocated: what the log holds of its former life does not describe it.
+    fn forget(&mut self, pid: u64) {
+        if let Some(g) = usize::try_from(pid)
+            .ok()
+            .and_then(|i| self.generation.get_mut(i))
+        {
+            *g = Self::NONE;
+        }
+    }
 }
 
 /// The tree. See the module docs.
@@ -242,6 +288,7 @@ impl Tree {
                 meta,
                 logged_meta: meta,
                 generation,
+                imaged: ImagedPages::default(),
                 failed: None,
             }),
             root: AtomicU64::new(meta.root),
@@ -815,7 +862,7 @@ impl Tree {
     /// Logs the change just made to `page` (a delta, or its image on its first change in
     /// this generation) and stamps the page with the record's LSN.
     fn log_change(&self, w: &mut Writer, page: &mut PageWrite<'_>, delta: &dyn Fn(&mut Vec<u8>)) {
-        if page.state().image_gen == w.generation {
+        if w.imaged.has(page.pid(), w.generation) {
             let lsn = Self::next_lsn(w);
             delta(&mut w.rec);
             edit(page).set_lsn(lsn);
@@ -851,7 +898,7 @@ impl Tree {
         w.rec.extend_from_slice(&pid.to_le_bytes());
         w.rec.extend_from_slice(&(img.len() as u32).to_le_bytes());
         w.rec.extend_from_slice(&img);
-        page.state().image_gen = w.generation;
+        w.imaged.set(pid, w.generation);
     }
 
     fn log_meta(&self, w: &mut Writer) -> Result<()> {
@@ -972,6 +1019,7 @@ impl Tree {
             w.meta.next_pid += 1;
             w.meta.next_pid - 1
         };
+        w.imaged.forget(pid);
         self.pool.fix_new(pid)
     }
 
@@ -1015,7 +1063,7 @@ impl Tree {
         // A leaf that already has an image in this generation logs its split as deltas (the
         // removal of the old entry, the truncation, the new entry), not as a second image:
         // splits dominated the log of a growing tree.
-        let left_deltas = leaf.state().image_gen == w.generation;
+        let left_deltas = w.imaged.has(leaf_pid, w.generation);
         let new = !edit(&mut leaf).remove(key);
         if !new && left_deltas {
             self.log_change(w, &mut leaf, &|rec: &mut Vec<u8>| {

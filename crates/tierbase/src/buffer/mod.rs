@@ -68,10 +68,6 @@ pub trait WalRule: Send + Sync {
 pub struct FrameData {
     pid: u64,
     buf: AlignedBuf,
-    /// The checkpoint generation in which this page's full image was last logged (0: not
-    /// since it was loaded). The tree logs a full image on a page's first change in each
-    /// generation, which is what lets restart repair a page torn on media.
-    pub image_gen: u32,
     /// The page failed its checksum when loaded (only with [`Verify::No`]).
     pub torn: bool,
     /// Set while the page is loaded from its NVM slot a cache line at a time.
@@ -109,9 +105,8 @@ impl Frame {
         mark_referenced(&self.referenced);
     }
 
-    /// Readies a frame just taken for a page: no logged image yet, not torn, clean.
+    /// Readies a frame just taken for a page: not torn, clean.
     fn reset(&self, guard: &mut FrameData) {
-        guard.image_gen = 0;
         guard.torn = false;
         self.changed.clear();
         self.set_tenancy(None);
@@ -298,7 +293,7 @@ impl PageWrite<'_> {
     pub fn pid(&self) -> u64 {
         self.guard.pid
     }
-    /// Frame state (image generation, torn flag).
+    /// Frame state (the torn flag).
     pub fn state(&mut self) -> &mut FrameData {
         &mut self.guard
     }
@@ -349,7 +344,6 @@ impl BufferPool {
                 data: RwLock::new(FrameData {
                     pid: NO_PAGE,
                     buf,
-                    image_gen: 0,
                     torn: false,
                     lines: None,
                 }),
