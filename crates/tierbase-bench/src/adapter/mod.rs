@@ -206,8 +206,9 @@ pub struct StoreOptions {
     /// When acknowledged writes become durable, for stores that offer levels (`kv`: deferred
     /// syncs on a disk file). Others run their one level and say so.
     pub durability: tierbase::device::Durability,
-    /// DRAM budget in bytes for stores with a buffer pool or block cache (`btree`), or a DRAM
-    /// level (`plush`); `None`: the store's default (`plush`: sized from `records`).
+    /// DRAM budget in bytes for stores with a buffer pool or block cache (`btree`, `redb`,
+    /// `rocksdb`), or a DRAM level (`plush`); `None`: the store's default (`plush`: sized from
+    /// `records`).
     pub dram_budget: Option<u64>,
     /// Dirty pages written per eviction of a dirty victim for stores with a buffer pool
     /// (`btree`: ACE's `n_w`); `None`: the store's default (`k_w` of an emulated profile,

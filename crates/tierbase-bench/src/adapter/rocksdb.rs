@@ -5,13 +5,15 @@
 //! has no `unsafe`). Must not touch: RocksDB's C API directly.
 //!
 //! Settings: RocksDB's defaults, plus `create_if_missing` and `increase_parallelism(cpus)`;
-//! one database per run in `<dir>/rocksdb`. `update` and `delete` must report whether the key
+//! with a DRAM budget (`--dram`), a block cache of that size and, on a disk, `O_DIRECT` I/O so
+//! that the OS page cache adds nothing to it (memtables come on top, as the notes say); one
+//! database per run in `<dir>/rocksdb`. `update` and `delete` must report whether the key
 //! was present, which RocksDB's blind writes do not, so they are a point lookup followed by the
 //! write (not atomic across clients, as in YCSB's RocksDB binding, which reads before it
 //! merges). Scans use a RocksDB iterator.
 
 use super::common::{TMPFS_FSYNC_NOTE, create_dir, on_tmpfs, refuse_emulation, synced_durability};
-use super::rocksdb_ffi::{Db, ReadOptions, WriteOptions};
+use super::rocksdb_ffi::{Db, OpenOptions, ReadOptions, WriteOptions};
 use super::{Capabilities, Client, Store, StoreInfo, StoreOptions, file_medium};
 use crate::error::{BenchError, Result};
 
@@ -39,9 +41,20 @@ impl RocksDbStore {
         create_dir(&opts.dir)?;
         let path = opts.dir.join("rocksdb");
         let cpus = std::thread::available_parallelism().map_or(2, usize::from);
-        let db = Db::open(&path, i32::try_from(cpus).unwrap_or(2))
-            .map_err(|e| store_error(name, "open", e))?;
         let medium = file_medium(&opts.dir);
+        let block_cache_bytes = opts.dram_budget.and_then(|b| usize::try_from(b).ok());
+        // With a DRAM budget, the budget is the block cache and reads bypass the OS page cache
+        // (where the medium allows O_DIRECT), so that RocksDB caches what the other stores may.
+        let direct_io = block_cache_bytes.is_some() && !on_tmpfs(medium);
+        let db = Db::open(
+            &path,
+            OpenOptions {
+                background_threads: i32::try_from(cpus).unwrap_or(2),
+                block_cache_bytes,
+                direct_io,
+            },
+        )
+        .map_err(|e| store_error(name, "open", e))?;
         let durability = if sync {
             synced_durability("wal+fsync", medium)
         } else {
@@ -54,7 +67,19 @@ impl RocksDbStore {
         };
         info.notes.push(format!(
             "RocksDB (system librocksdb) default options + increase_parallelism({cpus}); WAL on, \
-             sync={sync}"
+             sync={sync}; {}",
+            match (block_cache_bytes, direct_io) {
+                (Some(b), true) => format!(
+                    "block cache {} MiB (--dram), O_DIRECT reads, flushes and compactions \
+                     (no OS page cache); memtables (64 MiB each) come on top",
+                    b >> 20
+                ),
+                (Some(b), false) => format!(
+                    "block cache {} MiB (--dram); on tmpfs the files are memory anyway",
+                    b >> 20
+                ),
+                (None, _) => "default block cache and the OS page cache".into(),
+            }
         ));
         if on_tmpfs(medium) {
             info.notes.push(TMPFS_FSYNC_NOTE.into());

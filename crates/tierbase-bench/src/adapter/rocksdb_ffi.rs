@@ -24,6 +24,16 @@ pub struct RawDb {
 pub struct RawOptions {
     _private: [u8; 0],
 }
+/// Opaque `rocksdb_block_based_table_options_t`.
+#[repr(C)]
+pub struct RawTableOptions {
+    _private: [u8; 0],
+}
+/// Opaque `rocksdb_cache_t`.
+#[repr(C)]
+pub struct RawCache {
+    _private: [u8; 0],
+}
 /// Opaque `rocksdb_writeoptions_t`.
 #[repr(C)]
 pub struct RawWriteOptions {
@@ -51,6 +61,20 @@ unsafe extern "C" {
     fn rocksdb_options_destroy(opt: *mut RawOptions);
     fn rocksdb_options_set_create_if_missing(opt: *mut RawOptions, v: c_uchar);
     fn rocksdb_options_increase_parallelism(opt: *mut RawOptions, total_threads: c_int);
+    fn rocksdb_options_set_use_direct_reads(opt: *mut RawOptions, v: c_uchar);
+    fn rocksdb_options_set_use_direct_io_for_flush_and_compaction(opt: *mut RawOptions, v: c_uchar);
+    fn rocksdb_options_set_block_based_table_factory(
+        opt: *mut RawOptions,
+        table_options: *mut RawTableOptions,
+    );
+    fn rocksdb_block_based_options_create() -> *mut RawTableOptions;
+    fn rocksdb_block_based_options_destroy(options: *mut RawTableOptions);
+    fn rocksdb_block_based_options_set_block_cache(
+        options: *mut RawTableOptions,
+        block_cache: *mut RawCache,
+    );
+    fn rocksdb_cache_create_lru(capacity: usize) -> *mut RawCache;
+    fn rocksdb_cache_destroy(cache: *mut RawCache);
     fn rocksdb_open(
         opt: *const RawOptions,
         name: *const c_char,
@@ -146,10 +170,22 @@ unsafe impl Send for Db {}
 // SAFETY: see `Send`: every method takes `&self` and RocksDB synchronises internally.
 unsafe impl Sync for Db {}
 
+/// What [`Db::open`] changes from RocksDB's default options.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpenOptions {
+    /// `increase_parallelism(n)`: background flush and compaction threads.
+    pub background_threads: i32,
+    /// A block cache of this many bytes (RocksDB's default otherwise).
+    pub block_cache_bytes: Option<usize>,
+    /// `O_DIRECT` for reads, flushes and compactions, so that the OS page cache does not
+    /// cache the files beyond the block cache (not on tmpfs, which refuses `O_DIRECT`).
+    pub direct_io: bool,
+}
+
 impl Db {
     /// Opens (creating if missing) the database at `path` with RocksDB's default options plus
-    /// `create_if_missing` and `increase_parallelism(background_threads)`.
-    pub fn open(path: &Path, background_threads: i32) -> Result<Db, String> {
+    /// `create_if_missing` and what `o` asks for.
+    pub fn open(path: &Path, o: OpenOptions) -> Result<Db, String> {
         let cpath = CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| format!("path {} contains a NUL byte", path.display()))?;
         // SAFETY: plain constructor; returns a new options object we own (never null in
@@ -164,7 +200,22 @@ impl Db {
         // are destroyed right after.
         let raw = unsafe {
             rocksdb_options_set_create_if_missing(opts, 1);
-            rocksdb_options_increase_parallelism(opts, background_threads.max(1));
+            rocksdb_options_increase_parallelism(opts, o.background_threads.max(1));
+            if o.direct_io {
+                rocksdb_options_set_use_direct_reads(opts, 1);
+                rocksdb_options_set_use_direct_io_for_flush_and_compaction(opts, 1);
+            }
+            if let Some(bytes) = o.block_cache_bytes {
+                // The table options and the options each keep their own reference (a
+                // shared_ptr) to the cache, and the options copy the table options: our
+                // handles can go as soon as they are handed over.
+                let table = rocksdb_block_based_options_create();
+                let cache = rocksdb_cache_create_lru(bytes);
+                rocksdb_block_based_options_set_block_cache(table, cache);
+                rocksdb_options_set_block_based_table_factory(opts, table);
+                rocksdb_cache_destroy(cache);
+                rocksdb_block_based_options_destroy(table);
+            }
             let db = rocksdb_open(opts, cpath.as_ptr(), &mut err);
             rocksdb_options_destroy(opts);
             db

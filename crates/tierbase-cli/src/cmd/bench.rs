@@ -138,7 +138,8 @@ struct YcsbArgs {
     #[arg(long, default_value = "immediate", value_name = "LEVEL", value_parser = parse_durability)]
     durability: tierbase::device::Durability,
     /// DRAM budget, e.g. 64M: the buffer pool of `btree` [default: 64M]; the DRAM level of
-    /// `plush` [default: sized from the records].
+    /// `plush` [default: sized from the records]; the cache of `redb` and the block cache of
+    /// `rocksdb` (which then bypasses the OS page cache on a disk) [default: theirs].
     #[arg(long, value_name = "SIZE", value_parser = crate::util::parse_size)]
     dram: Option<u64>,
     /// Dirty pages the buffer pool of `btree` writes together when an eviction meets a dirty
