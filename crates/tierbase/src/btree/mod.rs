@@ -555,7 +555,7 @@ fn format(devs: &BTreeDevices, page_size: usize) -> Result<()> {
         free_head: 0,
         count: 0,
     }
-    .write(&mut meta);
+    .write(&mut n);
     crate::buffer::seal(&mut meta);
     devs.pages.write_at(META_PID * page_size as u64, &meta)?;
     let mut root = AlignedBuf::new(page_size)?;

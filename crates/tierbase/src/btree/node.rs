@@ -261,6 +261,16 @@ pub fn value_in<B: PageBytes>(b: &mut B, i: usize) -> std::result::Result<(&[u8]
     Ok((b.bytes(at + k, v)?, is_ref))
 }
 
+/// Where entry `i`'s value is stored in the page, and whether it is an overflow reference
+/// (for a change of the value in place, [`NodeMut::overwrite`]).
+pub fn value_range_in<B: PageBytes>(
+    b: &mut B,
+    i: usize,
+) -> std::result::Result<(std::ops::Range<usize>, bool), B::Error> {
+    let (at, k, v, is_ref) = cell_in(b, i)?;
+    Ok((at + k..at + k + v, is_ref))
+}
+
 /// `Ok(i)`: entry `i` has `key`; `Err(i)`: `key` would go at `i`.
 ///
 /// Compares the 4-byte heads in the slots first: no cell is touched unless two heads are
@@ -403,6 +413,18 @@ impl NodeMut<'_> {
     /// Sets the page LSN.
     pub fn set_lsn(&mut self, lsn: u64) {
         self.put_u64(8, lsn);
+    }
+    /// Sets the `u64` at `at` past the header of a page whose body this format does not lay
+    /// out (the meta page's fields).
+    pub fn put_field(&mut self, at: usize, v: u64) {
+        debug_assert!(at >= HEADER && self.view().kind() == Some(Kind::Meta));
+        self.put_u64(at, v);
+    }
+    /// Overwrites a value in place with one of the same size (`range` from
+    /// [`value_range_in`]): the page's layout does not change.
+    pub fn overwrite(&mut self, range: std::ops::Range<usize>, value: &[u8]) {
+        debug_assert_eq!(range.len(), value.len());
+        self.bytes_mut(range).copy_from_slice(value);
     }
     /// Sets `aux` (leftmost child / next free page).
     pub fn set_aux(&mut self, aux: u64) {

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use super::node::{self, Kind, Node, NodeMut};
-use crate::buffer::{BufferPool, Fixed, PageBytes, PageRead, PageWrite, Verify};
+use crate::buffer::{BufferPool, Fixed, ForWrite, PageBytes, PageRead, PageWrite, Verify};
 use crate::error::{Error, Result};
 use crate::wal::{FRAME_HEADER, Wal};
 
@@ -86,12 +86,12 @@ impl Meta {
             count: node::u64_at(page, META_COUNT),
         }
     }
-    /// Writes the meta page's fields.
-    pub fn write(&self, page: &mut [u8]) {
-        node::put_u64(page, META_ROOT, self.root);
-        node::put_u64(page, META_NEXT, self.next_pid);
-        node::put_u64(page, META_FREE, self.free_head);
-        node::put_u64(page, META_COUNT, self.count);
+    /// Writes the meta page's fields (marking the lines they change).
+    pub fn write(&self, page: &mut NodeMut<'_>) {
+        page.put_field(META_ROOT, self.root);
+        page.put_field(META_NEXT, self.next_pid);
+        page.put_field(META_FREE, self.free_head);
+        page.put_field(META_COUNT, self.count);
     }
 }
 
@@ -375,8 +375,8 @@ impl Tree {
 
     /// The leaf for `key` (a point lookup: no fences to track), fixed for reading: if it is
     /// brought in from NVM, a cache line at a time when `by_lines` (a point read, see
-    /// [`BufferPool::fix_lines`]), else whole (a read that a write of the leaf follows: the
-    /// writer needs the whole page, so one whole load serves both).
+    /// [`BufferPool::fix_lines`], or the read of a same-size update made by lines), else
+    /// whole.
     fn leaf_for(&self, key: &[u8], by_lines: bool) -> Result<Fixed<'_>> {
         let mut page = self.fix_root()?;
         for _ in 0..MAX_DEPTH {
@@ -791,7 +791,8 @@ impl Tree {
         let mut w = self.writer.lock();
         self.begin(&mut w)?;
         let guard = FreezeOnUnwind(&self.pool);
-        let current = self.get_from(key, false)?;
+        // By lines when a same-size update can be made by lines too (`update_by_lines`).
+        let current = self.get_from(key, self.pool.line_grained())?;
         let change = decide(current.as_deref());
         let r = match change {
             crate::store::Change::Keep => Ok(()),
@@ -910,12 +911,9 @@ impl Tree {
             w.rec.extend_from_slice(&v.to_le_bytes());
         }
         let mut page = self.pool.fix_exclusive(META_PID)?;
-        let (bytes, changed) = page.bytes_marking();
-        m.write(bytes);
-        if let Some(c) = changed {
-            c.mark(META_ROOT..META_COUNT + 8);
-        }
-        NodeMut::marking(bytes, changed).set_lsn(lsn);
+        let mut n = edit(&mut page);
+        m.write(&mut n);
+        n.set_lsn(lsn);
         self.root.store(m.root, Ordering::Release);
         self.count.store(m.count, Ordering::Release);
         Ok(())
@@ -924,6 +922,12 @@ impl Tree {
     /// The pids from the root to the leaf for `key` (the writer is the only one changing the
     /// structure, so the path stays valid while it holds the writer mutex).
     fn path(&self, key: &[u8]) -> Result<Vec<u64>> {
+        self.path_to(key, true)
+    }
+
+    /// [`Tree::path`]; with `fix_leaf` false, the leaf below an inner page is named but not
+    /// fixed (nor checked: the caller fixes it as it needs, by lines or whole).
+    fn path_to(&self, key: &[u8], fix_leaf: bool) -> Result<Vec<u64>> {
         let mut path = Vec::with_capacity(8);
         let mut page = self.pool.fix_shared(self.root.load(Ordering::Acquire))?;
         loop {
@@ -933,6 +937,10 @@ impl Tree {
                 Some(Kind::Leaf) => return Ok(path),
                 Some(Kind::Inner) if path.len() < MAX_DEPTH => {
                     let child = n.child_at(n.route(key));
+                    if !fix_leaf && n.level() == 1 {
+                        path.push(child);
+                        return Ok(path);
+                    }
                     let next = self.pool.fix_shared(child)?;
                     if u16::from(Node(next.bytes()).level()) + 1 != u16::from(n.level()) {
                         return Err(corrupt(format!(
@@ -948,8 +956,15 @@ impl Tree {
 
     /// Inserts or replaces; whether the key was new.
     fn put_locked(&self, w: &mut Writer, key: &[u8], value: &[u8]) -> Result<bool> {
-        let path = self.path(key)?;
+        let by_lines = self.pool.line_grained() && value.len() <= self.limits.max_inline;
+        let path = self.path_to(key, !by_lines)?;
         let leaf_pid = *path.last().expect("path has a leaf");
+        if by_lines {
+            if self.update_by_lines(w, leaf_pid, key, value)? {
+                return Ok(false);
+            }
+            self.check_leaf(leaf_pid)?;
+        }
         let old = self.old_ref(leaf_pid, key)?;
         let chain;
         let (value, is_ref) = if value.len() > self.limits.max_inline {
@@ -966,6 +981,59 @@ impl Tree {
             self.log_meta(w)?;
         }
         Ok(new)
+    }
+
+    /// Checks that page `pid`, named as a leaf by its parent, is one (what [`Tree::path`]
+    /// checks of the leaf it fixes).
+    fn check_leaf(&self, pid: u64) -> Result<()> {
+        let page = self.pool.fix_shared(pid)?;
+        let n = Node(page.bytes());
+        if n.kind() != Some(Kind::Leaf) || n.level() != 0 {
+            return Err(corrupt(format!(
+                "page {pid}: not a leaf below a level-1 page"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Replaces `key`'s inline value by `value` of the same size in place, on leaf
+    /// `leaf_pid` fixed by lines: a leaf brought in from NVM for it loads the lines its
+    /// search reads and those of the value, not the whole page (the paper's MakeResident for
+    /// writers), and its write-back writes the changed lines. `false` (nothing changed) if
+    /// the key is absent, its value differs in size or is in an overflow chain, or the
+    /// leaf's image is not in this log generation yet (an image needs the whole page).
+    fn update_by_lines(
+        &self,
+        w: &mut Writer,
+        leaf_pid: u64,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<bool> {
+        if !w.imaged.has(leaf_pid, w.generation) {
+            return Ok(false);
+        }
+        let ForWrite::Lines(mut leaf) = self.pool.fix_lines_exclusive(leaf_pid)? else {
+            return Ok(false); // whole in DRAM: the ordinary path costs nothing more
+        };
+        if leaf.bytes(4, 2)? != [Kind::Leaf as u8, 0] {
+            return Err(corrupt(format!(
+                "page {leaf_pid} on a leaf's path is not a leaf"
+            )));
+        }
+        let Ok(i) = node::search_in(&mut leaf, key)? else {
+            return Ok(false);
+        };
+        let (range, is_ref) = node::value_range_in(&mut leaf, i)?;
+        if is_ref || range.len() != value.len() {
+            return Ok(false);
+        }
+        let (bytes, changed) = leaf.bytes_marking(range.clone())?;
+        let lsn = Self::next_lsn(w);
+        Self::put_record(&mut w.rec, leaf_pid, key, value, false);
+        let mut n = NodeMut::marking(bytes, changed);
+        n.overwrite(range, value);
+        n.set_lsn(lsn);
+        Ok(true)
     }
 
     /// Puts an entry (value stored as given) into the leaf at the end of `path`.
@@ -1330,10 +1398,10 @@ impl Tree {
                 };
                 let mut page = self.pool.fix_exclusive_with(META_PID, Verify::No)?;
                 if Node(page.bytes()).lsn() < rec_lsn || page.state().torn {
-                    let bytes = page.bytes_mut();
-                    NodeMut::new(bytes).init(Kind::Meta, 0, META_PID, 0);
-                    m.write(bytes);
-                    NodeMut::new(bytes).set_lsn(rec_lsn);
+                    let mut n = NodeMut::new(page.bytes_mut());
+                    n.init(Kind::Meta, 0, META_PID, 0);
+                    m.write(&mut n);
+                    n.set_lsn(rec_lsn);
                     page.state().torn = false;
                 }
                 continue;

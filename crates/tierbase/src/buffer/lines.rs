@@ -14,20 +14,27 @@
 //!
 //! Writers mark the lines they change in the frame's [`ChangedLines`] (the paper's dirty
 //! mask, `MarkDirty`), and a write-back of a page whose frame matches its NVM slot writes
-//! only those lines (the NVM tier does the writing).
+//! only those lines (the NVM tier does the writing). A same-size value update fixes its leaf
+//! by lines too ([`BufferPool::fix_lines_exclusive`]): it loads the lines its search reads and
+//! those of the value, changes them in place, and leaves a dirty frame with lines missing,
+//! whose write-back writes its changed lines into the slot it still pins, with the page's
+//! checksum updated from the changed lines alone ([`super::nvm::checksum_after`]).
 //!
 //! Owns: the resident mask of such frames ([`LineState`]), the changed-line mask of every
 //! frame ([`ChangedLines`]), mini frames and their Clock, [`PageLines`] (the only way to read
 //! either), making a frame whole when any other fix needs it, and the [`PageBytes`]
 //! interface through which searches read pages of either kind. Must not touch: what is
-//! inside a page, or the slot itself (the NVM tier keeps it pinned and unchanged while a
-//! frame reads lines from it).
+//! inside a page, or the slot itself (the NVM tier keeps it pinned while a frame reads
+//! lines from it, and only that frame's write-backs of lines it holds change it).
 //!
 //! Rules it keeps:
-//! - Only point reads of leaves use it ([`BufferPool::fix_lines`]); inner pages, scans and
-//!   every writer fix pages whole, and fixing a line-grained frame any other way first
-//!   copies its missing lines (the paper loads whole pages for scans and structure changes
-//!   too). A frame is therefore whole whenever it is dirty.
+//! - Only point reads of leaves ([`BufferPool::fix_lines`]) and same-size value updates
+//!   ([`BufferPool::fix_lines_exclusive`]) use it; inner pages, scans and every other writer
+//!   fix pages whole, and fixing a line-grained frame any other way first copies its missing
+//!   lines (the paper loads whole pages for scans and structure changes too).
+//! - A dirty frame with lines missing is written back only by its changed lines, into the
+//!   slot it pins (whose tenancy cannot change meanwhile); anything else would write lines
+//!   it does not hold, and is refused as corruption instead.
 //! - Only slots this run wrote or verified are loaded by lines: a checksum needs the whole
 //!   page, so the first load of a slot after restart is whole and checked (the documented
 //!   torn-page rule for NVM, docs/FORMAT-btree.md).
@@ -214,6 +221,11 @@ impl LineState {
         self.resident[line / 64] & (1 << (line % 64)) != 0
     }
 
+    /// The resident mask, a bit per line.
+    pub(super) fn resident(&self) -> &[u64] {
+        &self.resident
+    }
+
     fn set_resident(&mut self, lines: std::ops::Range<usize>) {
         for l in lines {
             self.resident[l / 64] |= 1 << (l % 64);
@@ -355,7 +367,7 @@ impl BufferPool {
                 }
                 frame.mark_referenced();
                 self.counters.hits.incr();
-                return Ok(Fixed::from_write(self, guard));
+                return Ok(Fixed::from_write(self, frame, guard));
             }
             if !self.minis.is_empty() {
                 match self.load_mini(pid)? {
@@ -370,7 +382,51 @@ impl BufferPool {
                 }
             }
             if let Some(w) = self.load(pid, Verify::Yes, super::Load::Lines)? {
-                return Ok(Fixed::from_write(self, w.guard));
+                return Ok(Fixed::from_write(self, w.frame, w.guard));
+            }
+        }
+    }
+
+    /// Fixes page `pid` for a change in place that needs a few lines of it (a same-size
+    /// value update): as [`BufferPool::fix_exclusive`], except that a page brought in from
+    /// its NVM slot, or held by lines already, stays so ([`ForWrite::Lines`]): the caller
+    /// reads through [`PageBytes`] and changes only lines it made resident
+    /// ([`PageLines::bytes_marking`]). Such a frame is dirty with lines missing; its
+    /// write-back writes only its changed lines, with the checksum updated from them.
+    pub fn fix_lines_exclusive(&self, pid: u64) -> Result<ForWrite<'_>> {
+        if !self.line_grained() {
+            return self.fix_exclusive(pid).map(ForWrite::Whole);
+        }
+        loop {
+            if let Some(i) = self.lookup(pid) {
+                if i & MINI_TAG != 0 {
+                    let m = &self.minis[(i & !MINI_TAG) as usize];
+                    let Some(guard) = self.latch_mapped(pid, i, |t| m.data.try_write_for(t)) else {
+                        continue;
+                    };
+                    if guard.pid != pid {
+                        continue;
+                    }
+                    super::mark_referenced(&m.referenced);
+                    self.counters.hits.incr();
+                    return Ok(ForWrite::Lines(PageLines {
+                        pool: self,
+                        frame: LineFrame::Mini(i, guard),
+                    }));
+                }
+                let frame = &self.frames[i as usize];
+                let Some(guard) = self.latch_mapped(pid, i, |t| frame.data.try_write_for(t)) else {
+                    continue;
+                };
+                if guard.pid != pid {
+                    continue;
+                }
+                frame.mark_referenced();
+                self.counters.hits.incr();
+                return Ok(ForWrite::new(self, frame, guard));
+            }
+            if let Some(w) = self.load(pid, Verify::Yes, super::Load::Lines)? {
+                return Ok(ForWrite::new(self, w.frame, w.guard));
             }
         }
     }
@@ -522,11 +578,15 @@ pub enum Fixed<'a> {
 }
 
 impl<'a> Fixed<'a> {
-    fn from_write(pool: &'a BufferPool, guard: RwLockWriteGuard<'a, FrameData>) -> Self {
+    fn from_write(
+        pool: &'a BufferPool,
+        frame: &'a super::Frame,
+        guard: RwLockWriteGuard<'a, FrameData>,
+    ) -> Self {
         if guard.lines.is_some() {
             Fixed::Lines(PageLines {
                 pool,
-                frame: LineFrame::Full(guard),
+                frame: LineFrame::Full(frame, guard),
             })
         } else {
             Fixed::Whole(PageRead {
@@ -549,6 +609,32 @@ impl PageBytes for Fixed<'_> {
     }
 }
 
+/// A page fixed by [`BufferPool::fix_lines_exclusive`].
+#[derive(Debug)]
+pub enum ForWrite<'a> {
+    /// All its bytes are in DRAM.
+    Whole(super::PageWrite<'a>),
+    /// Loaded a line at a time.
+    Lines(PageLines<'a>),
+}
+
+impl<'a> ForWrite<'a> {
+    fn new(
+        pool: &'a BufferPool,
+        frame: &'a super::Frame,
+        guard: RwLockWriteGuard<'a, FrameData>,
+    ) -> Self {
+        if guard.lines.is_some() {
+            ForWrite::Lines(PageLines {
+                pool,
+                frame: LineFrame::Full(frame, guard),
+            })
+        } else {
+            ForWrite::Whole(pool.page_write(frame, guard))
+        }
+    }
+}
+
 /// A page being loaded a cache line at a time; see the module docs.
 #[derive(Debug)]
 pub struct PageLines<'a> {
@@ -559,7 +645,7 @@ pub struct PageLines<'a> {
 #[derive(Debug)]
 enum LineFrame<'a> {
     /// A full frame with a resident mask.
-    Full(RwLockWriteGuard<'a, FrameData>),
+    Full(&'a super::Frame, RwLockWriteGuard<'a, FrameData>),
     /// A mini page (tagged frame index).
     Mini(u32, RwLockWriteGuard<'a, MiniData>),
 }
@@ -568,7 +654,7 @@ impl PageLines<'_> {
     /// Whether every line is in DRAM by now.
     pub fn whole(&self) -> bool {
         match &self.frame {
-            LineFrame::Full(g) => g.lines.is_none(),
+            LineFrame::Full(_, g) => g.lines.is_none(),
             LineFrame::Mini(..) => false,
         }
     }
@@ -581,8 +667,36 @@ impl PageLines<'_> {
     /// Page id.
     pub fn pid(&self) -> u64 {
         match &self.frame {
-            LineFrame::Full(g) => g.pid,
+            LineFrame::Full(_, g) => g.pid,
             LineFrame::Mini(_, g) => g.pid,
+        }
+    }
+
+    /// The page's bytes for a change in place of `range`: the lines of `range` and the
+    /// header's line (which holds the page LSN) are made resident first, a mini page moves
+    /// to a full frame (mini pages are never dirty), and the page is marked dirty. Returns
+    /// the whole frame with the set where the change must mark each line it changes; lines
+    /// that are not resident hold nothing of the page (poison in the debug mode), so only
+    /// resident ones may be read or changed.
+    pub fn bytes_marking(
+        &mut self,
+        range: std::ops::Range<usize>,
+    ) -> Result<(&mut [u8], Option<&ChangedLines>)> {
+        if let LineFrame::Mini(..) = self.frame {
+            self.promote()?;
+        }
+        self.bytes(0, LINE)?;
+        self.bytes(range.start, range.len())?;
+        let pid = self.pid();
+        match &mut self.frame {
+            LineFrame::Full(frame, g) => {
+                frame.dirty_version.fetch_add(1, Ordering::AcqRel);
+                Ok((&mut g.buf, Some(&frame.changed)))
+            }
+            LineFrame::Mini(..) => Err(Error::corrupt(
+                None,
+                format!("page {pid}: a mini page was not promoted for a write"),
+            )),
         }
     }
 
@@ -625,7 +739,7 @@ impl PageLines<'_> {
         mini.count = 0;
         pool.counters.mini_promotions.incr();
         // Releases the mini page's latch; its frame is free.
-        self.frame = LineFrame::Full(full);
+        self.frame = LineFrame::Full(frame, full);
         pool.mini_free.lock().push(tagged & !MINI_TAG);
         Ok(())
     }
@@ -657,7 +771,7 @@ impl PageBytes for PageLines<'_> {
             }
         }
         match &mut self.frame {
-            LineFrame::Full(g) => {
+            LineFrame::Full(_, g) => {
                 if g.lines.is_some() {
                     make_resident(self.pool, g, first, last)?;
                 }

@@ -41,7 +41,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::device::{AlignedBuf, BlockDevice, Counter, Io};
 use crate::error::{Error, Result};
-pub use lines::{ChangedLines, Fixed, MINI_PAGE_BYTES, PageBytes, PageLines};
+pub use lines::{ChangedLines, Fixed, ForWrite, MINI_PAGE_BYTES, PageBytes, PageLines};
 
 /// Bytes every page starts with: `u32` checksum (crc32c of bytes 4..), `u32` owned by the
 /// page's format, `u64` page LSN, `u64` page id.
@@ -237,6 +237,9 @@ struct PageCopy {
     /// The lines changed since the frame last matched its NVM slot in this tenancy
     /// (line-grained NVM only).
     changed: Option<(nvm::Tenancy, Vec<u64>)>,
+    /// The frame's resident lines if some are missing (a page changed in place by lines):
+    /// only its changed lines may be written, into its slot.
+    resident: Option<Vec<u64>>,
 }
 
 /// A page fixed for reading.
@@ -314,6 +317,12 @@ pub fn seal(page: &mut [u8]) {
 /// (all zero).
 fn intact(page: &[u8]) -> bool {
     page[..4] == checksum(page) || page.iter().all(|&b| b == 0)
+}
+
+/// The resident mask of a frame with lines missing (changed in place by lines), `None` for
+/// a whole frame.
+fn resident_if_partial(frame: &FrameData) -> Option<Vec<u64>> {
+    frame.lines.as_ref().map(|state| state.resident().to_vec())
 }
 
 fn page_lsn(page: &[u8]) -> u64 {
@@ -747,10 +756,17 @@ impl BufferPool {
                         self.write_back_ahead(i, &guard, lsn)
                     } else {
                         let pid = guard.pid;
-                        seal(&mut guard.buf);
+                        let resident = resident_if_partial(&guard);
+                        if resident.is_none() {
+                            seal(&mut guard.buf);
+                        }
                         let changed = self.take_changed(frame);
                         let written = self.wal.flush_to(lsn).and_then(|()| {
-                            self.write_victim(pid, &guard.buf, self.changed_since(&changed))
+                            self.write_victim(
+                                pid,
+                                &guard.buf,
+                                self.changed_since(pid, &changed, &resident)?,
+                            )
                         });
                         if written.is_err() {
                             self.write_failed_at(frame, &changed);
@@ -854,6 +870,7 @@ impl BufferPool {
             version: frame.dirty_version.load(Ordering::Acquire),
             buf,
             changed: self.take_changed(frame),
+            resident: resident_if_partial(guard),
         })
     }
 
@@ -897,15 +914,28 @@ impl BufferPool {
         frame.tenancy().map(|t| (t, lines))
     }
 
+    /// What a write-back of page `pid` may write by lines: `changed` (from
+    /// [`BufferPool::take_changed`]) in the slot tenancy it was taken in; `resident` says
+    /// which lines the copy holds if some are missing, and then nothing but those lines may be
+    /// written.
     fn changed_since<'c>(
         &self,
+        pid: u64,
         changed: &'c Option<(nvm::Tenancy, Vec<u64>)>,
-    ) -> Option<nvm::ChangedSince<'c>> {
-        changed.as_ref().map(|(tenancy, lines)| nvm::ChangedSince {
+        resident: &'c Option<Vec<u64>>,
+    ) -> Result<Option<nvm::ChangedSince<'c>>> {
+        if resident.is_some() && changed.is_none() {
+            return Err(Error::corrupt(
+                None,
+                format!("page {pid} has lines missing and no slot tenancy to write its changes to"),
+            ));
+        }
+        Ok(changed.as_ref().map(|(tenancy, lines)| nvm::ChangedSince {
             tenancy: *tenancy,
             lines,
+            resident: resident.as_deref(),
             verify: self.poison_lines,
-        })
+        }))
     }
 
     fn release_busy(&self, copies: &[PageCopy], victim: usize) {
@@ -1066,13 +1096,18 @@ impl BufferPool {
         self.wal.flush_to(lsn)?;
         let mut to_file = Vec::with_capacity(copies.len());
         for (k, c) in copies.iter_mut().enumerate() {
-            seal(&mut c.buf);
+            if c.resident.is_none() {
+                seal(&mut c.buf);
+            }
             // A page with an NVM slot is written there (the slot must stay the newest copy);
             // with NVM as the pages' home (admit all), one without a slot gets one.
             if let Some(t) = &self.nvm
-                && (t.write_resident(c.pid, &c.buf, self.changed_since(&c.changed))?
-                    || (t.admission() == nvm::Admission::All
-                        && t.admit(c.pid, &c.buf, true, &|p| self.spill(p))?))
+                && (t.write_resident(
+                    c.pid,
+                    &c.buf,
+                    self.changed_since(c.pid, &c.changed, &c.resident)?,
+                )? || (t.admission() == nvm::Admission::All
+                    && t.admit(c.pid, &c.buf, true, &|p| self.spill(p))?))
             {
                 continue;
             }

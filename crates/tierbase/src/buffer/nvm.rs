@@ -120,8 +120,58 @@ pub struct ChangedSince<'a> {
     pub tenancy: Tenancy,
     /// The changed lines.
     pub lines: &'a [u64],
-    /// Check first that no other line differs from the slot (a debug mode for tests).
+    /// The lines the frame holds, if some are missing (a page changed in place by lines):
+    /// then only the changed lines can be written, and the checksum is updated from them
+    /// ([`checksum_after`]) instead of computed over a page that is not all there.
+    pub resident: Option<&'a [u64]>,
+    /// Check first that no other (resident) line differs from the slot, and that the
+    /// checksum updated from the changed lines equals the page's (a debug mode for tests).
     pub verify: bool,
+}
+
+/// The checksum of a slot's page after the lines marked in `changed` are replaced: `old` is
+/// what the slot holds of those lines now (its checksum in `old_sum`), `new` the page with
+/// the new lines (other lines of `old` and `new` are not read).
+///
+/// CRC-32C is affine in its input: for inputs of one length, `crc(a) ^ crc(b)` is the raw
+/// CRC (zero start, no final inversion) of `a ^ b`. So the new checksum is the old one
+/// XOR the raw CRC of the page's difference, which is zero outside the changed lines:
+/// computing it feeds zeros for those, and reads no line that did not change. (A page's
+/// checksum covers bytes 4.. of the page, see [`super::PAGE_PREFIX`].)
+pub fn checksum_after(
+    old_sum: u32,
+    page_len: usize,
+    changed: &[u64],
+    old: &dyn Fn(usize) -> Result<[u8; LINE]>,
+    new: &[u8],
+) -> Result<u32> {
+    static ZEROS: [u8; 4096] = [0; 4096];
+    // crc32c_append's running value is the raw register inverted: a raw start of 0 is !0.
+    let mut crc = !0u32;
+    let feed_zeros = |crc: &mut u32, mut n: usize| {
+        while n > 0 {
+            let k = n.min(ZEROS.len());
+            *crc = crc32c::crc32c_append(*crc, &ZEROS[..k]);
+            n -= k;
+        }
+    };
+    let mut at = 4;
+    for l in 0..page_len / LINE {
+        if changed[l / 64] & (1 << (l % 64)) == 0 {
+            continue;
+        }
+        let start = (l * LINE).max(4);
+        feed_zeros(&mut crc, start - at);
+        let before = old(l)?;
+        let mut diff = [0u8; LINE];
+        for (k, d) in diff.iter_mut().enumerate() {
+            *d = before[k] ^ new[l * LINE + k];
+        }
+        crc = crc32c::crc32c_append(crc, &diff[start - l * LINE..]);
+        at = (l + 1) * LINE;
+    }
+    feed_zeros(&mut crc, page_len - at);
+    Ok(old_sum ^ !crc)
 }
 
 /// Writes pages `(page id, sealed bytes)` to the page file and makes them durable there.
@@ -497,13 +547,31 @@ impl NvmTier {
     ) -> Result<bool> {
         let (slot, latch, partial) = {
             let mut st = self.state.lock();
+            let lines_missing = changed.as_ref().is_some_and(|c| c.resident.is_some());
             let Some(&slot) = st.map.get(&pid) else {
+                if lines_missing {
+                    return Err(Error::corrupt(
+                        self.region.path(),
+                        format!("page {pid} has lines missing and no slot"),
+                    ));
+                }
                 return Ok(false);
             };
             st.newer[slot as usize] = true;
-            debug_assert_eq!(st.pins[slot as usize], 0, "a pinned slot is written");
             let current = st.tenancy(slot);
             let partial = changed.filter(|c| c.tenancy == current);
+            if lines_missing && partial.is_none() {
+                return Err(Error::corrupt(
+                    self.region.path(),
+                    format!("page {pid} has lines missing and its slot changed hands"),
+                ));
+            }
+            // A frame loading lines from its slot pins it; only that frame itself (changed
+            // in place by lines) writes into it meanwhile, and only lines it holds.
+            debug_assert!(
+                st.pins[slot as usize] == 0 || lines_missing,
+                "a pinned slot is written"
+            );
             (slot, self.slot_latches[slot as usize].write(), partial)
         };
         let off = self.slot_off(slot);
@@ -536,16 +604,55 @@ impl NvmTier {
         changed: ChangedSince<'_>,
     ) -> Result<usize> {
         let n = page.len() / LINE;
-        let is_changed = |l: usize| l == 0 || changed.lines[l / 64] & (1 << (l % 64)) != 0;
+        let mut lines = changed.lines.to_vec();
+        lines[0] |= 1; // the header line, with the checksum
+        let is_changed = |l: usize| lines[l / 64] & (1 << (l % 64)) != 0;
+        let resident = |l: usize| {
+            changed
+                .resident
+                .is_none_or(|r| r[l / 64] & (1 << (l % 64)) != 0)
+        };
+        if let Some(l) = (0..n).find(|&l| is_changed(l) && !resident(l)) {
+            return Err(Error::corrupt(
+                self.region.path(),
+                format!("page {pid}: line {l} is marked changed but was never loaded"),
+            ));
+        }
         if changed.verify {
             let mut slot = AlignedBuf::new(page.len())?;
             self.region.read(off, &mut slot)?;
             if let Some(l) = (0..n).find(|&l| {
-                !is_changed(l) && page[l * LINE..(l + 1) * LINE] != slot[l * LINE..(l + 1) * LINE]
+                !is_changed(l)
+                    && resident(l)
+                    && page[l * LINE..(l + 1) * LINE] != slot[l * LINE..(l + 1) * LINE]
             }) {
                 return Err(Error::corrupt(
                     self.region.path(),
                     format!("page {pid}: line {l} changed but was not marked (it would be lost)"),
+                ));
+            }
+        }
+        // The header line as written: with the checksum updated from the changed lines when
+        // the page is not all there (and, in the debug mode, checked against the page's).
+        let mut head = [0u8; LINE];
+        head.copy_from_slice(&page[..LINE]);
+        // (Every line marked: the page is rewritten whole, whatever the slot held.)
+        if changed.resident.is_some() || (changed.verify && !(0..n).all(is_changed)) {
+            let mut old_head = [0u8; LINE];
+            self.region.read(off, &mut old_head)?;
+            let old_sum = u32::from_le_bytes(old_head[..4].try_into().expect("4 bytes"));
+            let old_line = |l: usize| -> Result<[u8; LINE]> {
+                let mut line = [0u8; LINE];
+                self.region.read(off + (l * LINE) as u64, &mut line)?;
+                Ok(line)
+            };
+            let sum = checksum_after(old_sum, page.len(), &lines, &old_line, page)?;
+            if changed.resident.is_some() {
+                head[..4].copy_from_slice(&sum.to_le_bytes());
+            } else if head[..4] != sum.to_le_bytes() {
+                return Err(Error::corrupt(
+                    self.region.path(),
+                    format!("page {pid}: the checksum updated from its changed lines is wrong"),
                 ));
             }
         }
@@ -562,7 +669,13 @@ impl NvmTier {
                 l += 1;
             }
             let (at, len) = (start * LINE, (l - start) * LINE);
-            self.region.write(off + at as u64, &page[at..at + len])?;
+            if start == 0 {
+                self.region.write(off, &head)?;
+                self.region
+                    .write(off + LINE as u64, &page[LINE..at + len])?;
+            } else {
+                self.region.write(off + at as u64, &page[at..at + len])?;
+            }
             ranges.push((off + at as u64, len));
             written += l - start;
         }
@@ -773,8 +886,46 @@ impl NvmTier {
 mod tests {
     use super::*;
     use crate::device::{CrashSimConfig, RegionOptions};
+    use proptest::prelude::*;
 
     const PS: usize = 4096;
+
+    proptest! {
+        /// The checksum updated from the changed lines alone equals the checksum of the whole
+        /// new page, whichever lines change (the header line included, whose first four
+        /// bytes are the checksum itself and not covered by it).
+        #[test]
+        fn the_checksum_updated_from_changed_lines_is_the_whole_pages(
+            seed in any::<u64>(),
+            pages_16k in any::<bool>(),
+            changes in proptest::collection::vec((0usize..256, any::<u8>()), 1..12),
+        ) {
+            let len = if pages_16k { 16384 } else { 4096 };
+            let mut rng = seed | 1;
+            let mut next = || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng as u8
+            };
+            let old: Vec<u8> = (0..len).map(|_| next()).collect();
+            let mut new = old.clone();
+            let mut changed = vec![0u64; len / LINE / 64 + 1];
+            for (line, byte) in changes {
+                let l = line % (len / LINE);
+                changed[l / 64] |= 1 << (l % 64);
+                for b in &mut new[l * LINE..(l + 1) * LINE] {
+                    *b ^= byte | 1;
+                }
+            }
+            let old_sum = crc32c::crc32c(&old[4..]);
+            let old_line = |l: usize| -> Result<[u8; LINE]> {
+                Ok(old[l * LINE..(l + 1) * LINE].try_into().expect("a line"))
+            };
+            let sum = checksum_after(old_sum, len, &changed, &old_line, &new).unwrap();
+            prop_assert_eq!(sum, crc32c::crc32c(&new[4..]));
+        }
+    }
 
     fn region(pages: u64) -> PmemRegion {
         PmemRegion::simulated(
@@ -785,9 +936,11 @@ mod tests {
         .unwrap()
     }
 
+    /// A page of `pid`, sealed (its checksum set).
     fn page(pid: u64) -> Vec<u8> {
         let mut p = vec![(pid % 251) as u8; PS];
         p[16..24].copy_from_slice(&pid.to_le_bytes());
+        super::super::seal(&mut p);
         p
     }
 
@@ -851,11 +1004,12 @@ mod tests {
         let first = t.tenancy_of(1).unwrap();
         let mut changed = page(1);
         changed[5 * LINE..6 * LINE].fill(0xEE);
-        changed[0] ^= 1; // the checksum, always written
+        super::super::seal(&mut changed); // the checksum's line is always written
         let lines = [1u64 << 5];
         let since = |tenancy, verify| ChangedSince {
             tenancy,
             lines: &lines,
+            resident: None,
             verify,
         };
         assert!(
@@ -870,21 +1024,56 @@ mod tests {
         // A change the mask does not name is refused under the check.
         let mut unmarked = changed.clone();
         unmarked[9 * LINE] ^= 1;
+        super::super::seal(&mut unmarked);
         let e = t.write_resident(1, &unmarked, Some(since(first, true)));
         assert!(matches!(e, Err(Error::Corrupt { .. })), "{e:?}");
+        // So is a checksum that does not match the page (the one updated from the changed
+        // lines is checked against it).
+        let mut wrong_sum = changed.clone();
+        wrong_sum[0] ^= 1;
+        let e = t.write_resident(1, &wrong_sum, Some(since(first, true)));
+        assert!(matches!(e, Err(Error::Corrupt { .. })), "{e:?}");
+        // A frame with lines missing (only line 5 and the header line resident): the
+        // checksum is computed from the changed lines, whatever the copy holds elsewhere.
+        let mut partial = vec![0xA5u8; PS];
+        partial[..LINE].copy_from_slice(&changed[..LINE]);
+        partial[5 * LINE..6 * LINE].fill(0x77);
+        let resident = [1u64 | 1 << 5];
+        let by_lines = ChangedSince {
+            tenancy: first,
+            lines: &lines,
+            resident: Some(&resident),
+            verify: true,
+        };
+        assert!(t.write_resident(1, &partial, Some(by_lines)).unwrap());
+        let mut expect = changed.clone();
+        expect[5 * LINE..6 * LINE].fill(0x77);
+        super::super::seal(&mut expect);
+        t.read(1, &mut back).unwrap();
+        assert!(back == expect, "the slot holds the page with its checksum");
+        changed = expect;
         // The slot changes hands (two more pages in a two-slot tier), page 1 comes back: a
         // write-back naming the old tenancy writes the whole page.
         for pid in [2, 3, 1] {
             assert!(t.admit(pid, &page(pid), true, &none).unwrap());
         }
         assert_ne!(t.tenancy_of(1), Some(first));
+        // A frame with lines missing cannot be written whole: refused, not written.
+        let stale_by_lines = ChangedSince {
+            tenancy: first,
+            lines: &lines,
+            resident: Some(&resident),
+            verify: false,
+        };
+        let e = t.write_resident(1, &partial, Some(stale_by_lines));
+        assert!(matches!(e, Err(Error::Corrupt { .. })), "{e:?}");
         let written = t.counters.lines_written.get();
         assert!(
             t.write_resident(1, &changed, Some(since(first, false)))
                 .unwrap()
         );
         assert_eq!(t.counters.lines_written.get() - written, (PS / LINE) as u64);
-        assert_eq!(t.counters.line_write_backs.get(), 1);
+        assert_eq!(t.counters.line_write_backs.get(), 2);
         t.read(1, &mut back).unwrap();
         assert!(back == changed);
     }
