@@ -249,6 +249,11 @@ const GROW_STEP_MAX: u64 = 8 << 20;
 
 /// Most zero-filled room [`Wal::prepare_ahead`] keeps beyond a log file's end.
 const PREPARE_AHEAD_MAX: u64 = 64 << 20;
+/// An unwritten log tail this long is written out (and synced) by the append that reaches
+/// it. Under a durability level that never waits for the log, the tail otherwise stayed in
+/// DRAM until the next write-back or checkpoint: about 1.5× the pool's data while a store
+/// was loaded into its pool, outside the DRAM budget (docs/BENCHMARKS.md, Figure 14).
+const TAIL_WRITE_AT: usize = 4 << 20;
 
 impl Wal {
     /// Starts a new log in two empty files: generation 1 at LSN `start` (open it with
@@ -407,12 +412,14 @@ impl Wal {
         let mut sum = crc32c::crc32c_append(crc(&header[8..]), payload);
         sum = crc32c::crc32c_append(sum, &[0u8; 8][..pad]);
         header[4..8].copy_from_slice(&sum.to_le_bytes());
+        let mut unwritten = 0;
         match &self.files[generation as usize % 2] {
             LogFile::Block(_) => {
                 t.buf.extend_from_slice(&header);
                 t.buf.extend_from_slice(payload);
                 let padded = t.buf.len() + pad;
                 t.buf.resize(padded, 0);
+                unwritten = padded;
             }
             LogFile::Pmem(region) => {
                 // Straight into the mapping, no staging copy; the padding is zeroed because a
@@ -429,6 +436,9 @@ impl Wal {
         drop(t);
         self.counters.frames.incr();
         self.counters.bytes.add(payload.len() as u64);
+        if unwritten >= TAIL_WRITE_AT {
+            self.flush()?;
+        }
         Ok(end)
     }
 
@@ -707,6 +717,23 @@ mod tests {
 
     /// Replay reads the file in 1 MiB chunks: frames larger than a chunk and frames that
     /// straddle chunk boundaries come back whole and in order, and the end is found after them.
+    /// Appends nobody waits for do not pile up in DRAM: the tail is written out once it
+    /// reaches its bound, and what it keeps stays under it.
+    #[test]
+    fn an_unwritten_tail_is_written_out_at_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = files(dir.path());
+        let (wal, _) = started(f, 0);
+        let payload = vec![3u8; 10_000];
+        let n = 3 * TAIL_WRITE_AT / payload.len();
+        for _ in 0..n {
+            wal.append(&payload).unwrap();
+            assert!(wal.tail.lock().buf.len() < TAIL_WRITE_AT);
+        }
+        assert!(wal.counters.syncs.get() >= 2, "{:?}", wal.counters);
+        assert!(wal.durable_lsn() > 2 * TAIL_WRITE_AT as u64);
+    }
+
     #[test]
     fn replay_streams_frames_across_chunk_boundaries() {
         let dir = tempfile::tempdir().unwrap();
