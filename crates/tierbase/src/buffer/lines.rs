@@ -237,6 +237,7 @@ impl LineState {
 /// one read each); the frame becomes whole, and its slot unpinned, when none is missing.
 fn make_resident(
     pool: &BufferPool,
+    owner: &super::Frame,
     frame: &mut FrameData,
     first: usize,
     last: usize,
@@ -264,6 +265,7 @@ fn make_resident(
         state.missing -= l - start;
     }
     if state.missing == 0 {
+        owner.wait_for_write_back();
         tier.unpin(state.slot);
         *lines = None;
     }
@@ -304,7 +306,8 @@ impl BufferPool {
     }
 
     /// Forgets a frame's missing lines and unpins their slot (the frame is reused, or
-    /// rewritten whole).
+    /// rewritten whole; a frame rewritten in place first waits for a write-back of a copy
+    /// of it, [`super::Frame::wait_for_write_back`]).
     pub(super) fn drop_lines(&self, frame: &mut FrameData) {
         if let Some(state) = frame.lines.take()
             && let Some(t) = &self.nvm
@@ -314,9 +317,9 @@ impl BufferPool {
     }
 
     /// Copies every missing line of a line-grained frame (exclusively latched by the caller).
-    pub(super) fn make_whole(&self, frame: &mut FrameData) -> Result<()> {
+    pub(super) fn make_whole(&self, owner: &super::Frame, frame: &mut FrameData) -> Result<()> {
         let lines = self.page_size / LINE;
-        make_resident(self, frame, 0, lines - 1)
+        make_resident(self, owner, frame, 0, lines - 1)
     }
 
     /// Fixes page `pid` for a point read of a leaf: as [`BufferPool::fix_shared`], except
@@ -771,9 +774,9 @@ impl PageBytes for PageLines<'_> {
             }
         }
         match &mut self.frame {
-            LineFrame::Full(_, g) => {
+            LineFrame::Full(owner, g) => {
                 if g.lines.is_some() {
-                    make_resident(self.pool, g, first, last)?;
+                    make_resident(self.pool, owner, g, first, last)?;
                 }
                 Ok(&g.buf[at..end])
             }

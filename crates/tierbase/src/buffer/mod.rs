@@ -117,6 +117,17 @@ impl Frame {
     fn dirty(&self) -> bool {
         self.dirty_version.load(Ordering::Acquire) != self.clean_version.load(Ordering::Acquire)
     }
+
+    /// Waits until no write-back of a copy of this frame is in flight; the caller holds the
+    /// frame's exclusive latch, so none starts meanwhile. A frame with lines missing must
+    /// keep its slot pinned until such a write is done: the copy can only be written into
+    /// that slot, by its changed lines (checkpoints and ACE write copies without the latch).
+    fn wait_for_write_back(&self) {
+        let mut round = 0;
+        while self.io_busy.load(Ordering::Acquire) {
+            crate::sync::backoff(&mut round);
+        }
+    }
 }
 
 /// Sets a Clock bit (of a frame or a mini frame), writing only when it is clear: on a hot
@@ -501,7 +512,7 @@ impl BufferPool {
         if guard.pid != pid {
             return Ok(None);
         }
-        self.make_whole(&mut guard)?;
+        self.make_whole(frame, &mut guard)?;
         Ok(Some(PageRead {
             guard: RwLockWriteGuard::downgrade(guard),
         }))
@@ -540,7 +551,7 @@ impl BufferPool {
                 if guard.pid == pid {
                     frame.mark_referenced();
                     self.counters.hits.incr();
-                    self.make_whole(&mut guard)?;
+                    self.make_whole(frame, &mut guard)?;
                     return Ok(self.page_write(frame, guard));
                 }
                 continue;
@@ -565,6 +576,7 @@ impl BufferPool {
                     continue;
                 };
                 if guard.pid == pid {
+                    frame.wait_for_write_back();
                     self.drop_lines(&mut guard);
                     guard.buf.fill(0);
                     frame.changed.mark_all();
@@ -1044,7 +1056,12 @@ impl BufferPool {
                 let mut max_lsn = 0;
                 for &i in chunk {
                     let frame = &self.frames[i];
-                    let guard = frame.data.read();
+                    // Never wait for a latch while frames of this chunk are busy: a fixer
+                    // holding it may be waiting for one of them (`wait_for_write_back`).
+                    let Some(guard) = frame.data.try_read() else {
+                        retry.push(i);
+                        continue;
+                    };
                     if guard.pid == NO_PAGE || !frame.dirty() {
                         continue;
                     }
