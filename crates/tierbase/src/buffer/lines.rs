@@ -335,19 +335,10 @@ impl BufferPool {
         loop {
             if let Some(i) = self.lookup(pid) {
                 if i & MINI_TAG != 0 {
-                    let m = &self.minis[(i & !MINI_TAG) as usize];
-                    let Some(guard) = self.latch_mapped(pid, i, |t| m.data.try_write_for(t)) else {
-                        continue;
-                    };
-                    if guard.pid != pid {
-                        continue;
+                    match self.latch_mini(pid, i) {
+                        Some(page) => return Ok(Fixed::Lines(page)),
+                        None => continue,
                     }
-                    super::mark_referenced(&m.referenced);
-                    self.counters.hits.incr();
-                    return Ok(Fixed::Lines(PageLines {
-                        pool: self,
-                        frame: LineFrame::Mini(i, guard),
-                    }));
                 }
                 let frame = &self.frames[i as usize];
                 let Some(guard) = self.latch_mapped(pid, i, |t| frame.data.try_read_for(t)) else {
@@ -362,14 +353,9 @@ impl BufferPool {
                     return Ok(Fixed::Whole(PageRead { guard }));
                 }
                 drop(guard);
-                let Some(guard) = self.latch_mapped(pid, i, |t| frame.data.try_write_for(t)) else {
+                let Some((frame, guard)) = self.latch_frame(pid, i) else {
                     continue;
                 };
-                if guard.pid != pid {
-                    continue;
-                }
-                frame.mark_referenced();
-                self.counters.hits.incr();
                 return Ok(Fixed::from_write(self, frame, guard));
             }
             if !self.minis.is_empty() {
@@ -390,6 +376,22 @@ impl BufferPool {
         }
     }
 
+    /// Latches the mini page that page-table entry `i` (tagged) names for `pid`; `None` if it
+    /// no longer holds the page (look it up again).
+    fn latch_mini(&self, pid: u64, i: u32) -> Option<PageLines<'_>> {
+        let m = &self.minis[(i & !MINI_TAG) as usize];
+        let guard = self.latch_mapped(pid, i, |t| m.data.try_write_for(t))?;
+        if guard.pid != pid {
+            return None;
+        }
+        super::mark_referenced(&m.referenced);
+        self.counters.hits.incr();
+        Some(PageLines {
+            pool: self,
+            frame: LineFrame::Mini(i, guard),
+        })
+    }
+
     /// Fixes page `pid` for a change in place that needs a few lines of it (a same-size
     /// value update): as [`BufferPool::fix_exclusive`], except that a page brought in from
     /// its NVM slot, or held by lines already, stays so ([`ForWrite::Lines`]): the caller
@@ -403,29 +405,14 @@ impl BufferPool {
         loop {
             if let Some(i) = self.lookup(pid) {
                 if i & MINI_TAG != 0 {
-                    let m = &self.minis[(i & !MINI_TAG) as usize];
-                    let Some(guard) = self.latch_mapped(pid, i, |t| m.data.try_write_for(t)) else {
-                        continue;
-                    };
-                    if guard.pid != pid {
-                        continue;
+                    match self.latch_mini(pid, i) {
+                        Some(page) => return Ok(ForWrite::Lines(page)),
+                        None => continue,
                     }
-                    super::mark_referenced(&m.referenced);
-                    self.counters.hits.incr();
-                    return Ok(ForWrite::Lines(PageLines {
-                        pool: self,
-                        frame: LineFrame::Mini(i, guard),
-                    }));
                 }
-                let frame = &self.frames[i as usize];
-                let Some(guard) = self.latch_mapped(pid, i, |t| frame.data.try_write_for(t)) else {
+                let Some((frame, guard)) = self.latch_frame(pid, i) else {
                     continue;
                 };
-                if guard.pid != pid {
-                    continue;
-                }
-                frame.mark_referenced();
-                self.counters.hits.incr();
                 return Ok(ForWrite::new(self, frame, guard));
             }
             if let Some(w) = self.load(pid, Verify::Yes, super::Load::Lines)? {
@@ -586,15 +573,11 @@ impl<'a> Fixed<'a> {
         frame: &'a super::Frame,
         guard: RwLockWriteGuard<'a, FrameData>,
     ) -> Self {
-        if guard.lines.is_some() {
-            Fixed::Lines(PageLines {
-                pool,
-                frame: LineFrame::Full(frame, guard),
-            })
-        } else {
-            Fixed::Whole(PageRead {
+        match PageLines::of_frame(pool, frame, guard) {
+            Ok(page) => Fixed::Lines(page),
+            Err(guard) => Fixed::Whole(PageRead {
                 guard: RwLockWriteGuard::downgrade(guard),
-            })
+            }),
         }
     }
 }
@@ -627,13 +610,9 @@ impl<'a> ForWrite<'a> {
         frame: &'a super::Frame,
         guard: RwLockWriteGuard<'a, FrameData>,
     ) -> Self {
-        if guard.lines.is_some() {
-            ForWrite::Lines(PageLines {
-                pool,
-                frame: LineFrame::Full(frame, guard),
-            })
-        } else {
-            ForWrite::Whole(pool.page_write(frame, guard))
+        match PageLines::of_frame(pool, frame, guard) {
+            Ok(page) => ForWrite::Lines(page),
+            Err(guard) => ForWrite::Whole(pool.page_write(frame, guard)),
         }
     }
 }
@@ -651,6 +630,25 @@ enum LineFrame<'a> {
     Full(&'a super::Frame, RwLockWriteGuard<'a, FrameData>),
     /// A mini page (tagged frame index).
     Mini(u32, RwLockWriteGuard<'a, MiniData>),
+}
+
+impl<'a> PageLines<'a> {
+    /// Full frame `frame` (exclusively latched by `guard`) as a page loaded by lines, or its
+    /// guard back when no line is missing.
+    fn of_frame(
+        pool: &'a BufferPool,
+        frame: &'a super::Frame,
+        guard: RwLockWriteGuard<'a, FrameData>,
+    ) -> std::result::Result<Self, RwLockWriteGuard<'a, FrameData>> {
+        if guard.lines.is_some() {
+            Ok(PageLines {
+                pool,
+                frame: LineFrame::Full(frame, guard),
+            })
+        } else {
+            Err(guard)
+        }
+    }
 }
 
 impl PageLines<'_> {

@@ -466,6 +466,19 @@ impl BufferPool {
         }
     }
 
+    /// Latches full frame `i`, which the page table maps `pid` to, exclusively, and counts
+    /// the hit; `None` if the frame no longer holds `pid` (look it up again).
+    fn latch_frame(&self, pid: u64, i: u32) -> Option<(&Frame, RwLockWriteGuard<'_, FrameData>)> {
+        let frame = &self.frames[i as usize];
+        let guard = self.latch_mapped(pid, i, |t| frame.data.try_write_for(t))?;
+        if guard.pid != pid {
+            return None;
+        }
+        frame.mark_referenced();
+        self.counters.hits.incr();
+        Some((frame, guard))
+    }
+
     /// Fixes page `pid` for reading.
     pub fn fix_shared(&self, pid: u64) -> Result<PageRead<'_>> {
         loop {
@@ -543,18 +556,11 @@ impl BufferPool {
                 if self.left_mini(pid, i) {
                     continue;
                 }
-                let frame = &self.frames[i as usize];
-                let Some(mut guard) = self.latch_mapped(pid, i, |t| frame.data.try_write_for(t))
-                else {
+                let Some((frame, mut guard)) = self.latch_frame(pid, i) else {
                     continue;
                 };
-                if guard.pid == pid {
-                    frame.mark_referenced();
-                    self.counters.hits.incr();
-                    self.make_whole(frame, &mut guard)?;
-                    return Ok(self.page_write(frame, guard));
-                }
-                continue;
+                self.make_whole(frame, &mut guard)?;
+                return Ok(self.page_write(frame, guard));
             }
             if let Some(w) = self.load(pid, verify, Load::Whole)? {
                 return Ok(w);
