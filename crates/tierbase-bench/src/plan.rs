@@ -183,6 +183,8 @@ pub struct BenchPlan {
     pub nvm_pages: bool,
     /// Percent of the DRAM budget for mini pages (see [`StoreOptions::mini_page_percent`]).
     pub mini_page_percent: Option<u8>,
+    /// Page size of stores with pages (see [`StoreOptions::page_size`]).
+    pub page_size: Option<usize>,
 }
 
 impl BenchPlan {
@@ -215,6 +217,7 @@ impl BenchPlan {
             wal_files: false,
             nvm_pages: false,
             mini_page_percent: None,
+            page_size: None,
         }
     }
 
@@ -345,6 +348,7 @@ fn run_repetition(
     opts.wal_files = plan.wal_files;
     opts.nvm_pages = plan.nvm_pages;
     opts.mini_page_percent = plan.mini_page_percent;
+    opts.page_size = plan.page_size;
     let store = open_store(&plan.store, &opts)?;
     let info = store.info();
     if spec.has_scans() && !info.capabilities.ordered_scan {

@@ -240,6 +240,23 @@ fn a_failed_create_leaves_nothing_behind() {
     s.close().unwrap();
 }
 
+/// A page size the pool cannot take is refused up front with an error that names it (not
+/// an I/O error from writing a file of that size), and leaves no file behind.
+#[test]
+fn a_bad_page_size_is_refused_before_anything_is_made() {
+    let dir = scratch_dir();
+    let path = dir.path().join("s");
+    for ps in [5000, 2048, 131072] {
+        match BTreeStore::create(&path, &opts().page_size(ps)) {
+            Err(tierbase::Error::InvalidArgument(m)) => {
+                assert!(m.contains(&format!("page size {ps}")), "{m}")
+            }
+            other => panic!("page size {ps}: {other:?}"),
+        }
+        assert!(!path.exists(), "page size {ps} left {}", path.display());
+    }
+}
+
 #[test]
 fn a_truncated_page_file_is_an_error_or_the_right_data() {
     let dir = scratch_dir();

@@ -76,6 +76,9 @@ pub fn options(o: &StoreOptions, tiers: Tiers) -> Result<BTreeOptions> {
     let mut opts = BTreeOptions::default()
         .dram_bytes(dram)
         .durability(o.durability);
+    if let Some(ps) = o.page_size {
+        opts = opts.page_size(ps);
+    }
     opts.block = BlockOptions {
         emulate: o.emulate.clone(),
         ..BlockOptions::default()

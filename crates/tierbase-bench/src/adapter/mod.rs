@@ -232,6 +232,8 @@ pub struct StoreOptions {
     /// Percent of the DRAM budget of `btree-3tier` given to mini pages (`None`: the store's
     /// default).
     pub mini_page_percent: Option<u8>,
+    /// Page size in bytes of the B-tree stores (`None`: the store's default, 16 KiB).
+    pub page_size: Option<usize>,
 }
 
 impl StoreOptions {
@@ -256,6 +258,7 @@ impl StoreOptions {
             wal_files: false,
             nvm_pages: false,
             mini_page_percent: None,
+            page_size: None,
         }
     }
 }

@@ -146,6 +146,10 @@ struct YcsbArgs {
     /// victim (ACE's n_w; 1 = plain Clock) [default: k_w of the --emulate profile, else 1].
     #[arg(long = "n-w", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     n_w: Option<u16>,
+    /// Page size of the B-tree stores (`btree`, `btree-3tier`, `btree-nvm`): a power of two
+    /// from 4K to 64K [default: 16K].
+    #[arg(long, value_name = "SIZE", value_parser = crate::util::parse_size)]
+    page_size: Option<u64>,
     /// NVM budget of `btree-3tier` [default: 4x --dram] and `btree-nvm` [default: room for
     /// the records], e.g. 1G.
     #[arg(long, value_name = "SIZE", value_parser = crate::util::parse_size)]
@@ -753,6 +757,9 @@ fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
     plan.wal_files = a.wal_files;
     plan.nvm_pages = a.nvm_pages;
     plan.mini_page_percent = a.mini_pages;
+    plan.page_size = a
+        .page_size
+        .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
     if let Some(name) = &a.emulate {
         let catalogue = ctx.catalogue()?;
         plan.emulate = Some(catalogue.require(name)?.clone());

@@ -537,11 +537,7 @@ fn write_superblock(
 
 /// Writes the initial pages, log and superblock onto empty devices.
 fn format(devs: &BTreeDevices, page_size: usize) -> Result<()> {
-    if !page_size.is_power_of_two() || !(4096..=65536).contains(&page_size) {
-        return Err(Error::InvalidArgument(format!(
-            "page size {page_size}: must be a power of two from 4096 to 65536"
-        )));
-    }
+    crate::buffer::check_page_size(page_size)?;
     let need = (FIRST_ROOT + 1) * page_size as u64;
     if devs.pages.len() < need {
         devs.pages.grow(need)?;
@@ -570,6 +566,7 @@ fn format(devs: &BTreeDevices, page_size: usize) -> Result<()> {
 impl BTreeStore {
     /// Creates a store in directory `dir` (created if missing; must not hold a store).
     pub fn create(dir: impl AsRef<Path>, opts: &BTreeOptions) -> Result<Self> {
+        crate::buffer::check_page_size(opts.page_size)?;
         let dir = dir.as_ref();
         std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", Some(dir), e))?;
         let names = file_names(dir);

@@ -317,6 +317,16 @@ fn checksum(page: &[u8]) -> [u8; 4] {
     crc32c::crc32c(&page[4..]).to_le_bytes()
 }
 
+/// Whether `page_size` is one the pool takes: a power of two from 4 to 64 KiB.
+pub fn check_page_size(page_size: usize) -> Result<()> {
+    if !page_size.is_power_of_two() || !(4096..=65536).contains(&page_size) {
+        return Err(Error::InvalidArgument(format!(
+            "page size {page_size}: must be a power of two from 4096 to 65536"
+        )));
+    }
+    Ok(())
+}
+
 /// Sets the checksum of a page about to be written to media (by the pool's write-backs, or
 /// without the pool when formatting a new file).
 pub fn seal(page: &mut [u8]) {
@@ -344,11 +354,7 @@ impl BufferPool {
     /// A pool over `device` with the given budget.
     pub fn new(device: BlockDevice, opts: PoolOptions, wal: Arc<dyn WalRule>) -> Result<Self> {
         let ps = opts.page_size;
-        if !ps.is_power_of_two() || !(4096..=65536).contains(&ps) {
-            return Err(Error::InvalidArgument(format!(
-                "page size {ps}: must be a power of two from 4096 to 65536"
-            )));
-        }
+        check_page_size(ps)?;
         let n = (opts.dram_bytes / ps as u64).max(16);
         if n > u32::MAX as u64 / 2 {
             return Err(Error::InvalidArgument(format!(
