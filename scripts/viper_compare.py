@@ -86,7 +86,7 @@ TB_WORKLOAD = {
 }
 
 
-def tierbase(mode, threads, args):
+def tierbase(mode, threads, args, extra=()):
     d = os.path.join(args.dir, "tb")
     shutil.rmtree(d, ignore_errors=True)
     out_json = os.path.join(args.dir, "tb-result.json")
@@ -94,7 +94,7 @@ def tierbase(mode, threads, args):
     cmd = [TIERBASE, "bench", "ycsb", "--store", args.store, "--key-size", "16", "--value-size", "200",
            "--records", str(args.records), "--threads", str(threads), "--warmup", "0",
            "--max-time", "0", "--flush", args.flush, "--dir", d, "--ops", str(ops), "-q",
-           "--out", out_json] + TB_WORKLOAD[mode]
+           "--out", out_json] + TB_WORKLOAD[mode] + list(extra)
     run(cmd)
     with open(out_json) as f:
         r = json.load(f)["runs"][0]
@@ -132,6 +132,10 @@ def main():
     ap.add_argument("--store", default="kv", help="tierbase store: kv or plush")
     ap.add_argument("--dir", default="/dev/shm/viper-compare")
     ap.add_argument("--out", default="viper-compare.json")
+    ap.add_argument("--tb-variant", action="append", default=None, metavar="ARGS",
+                    help="extra `tierbase bench ycsb` arguments, e.g. '--read-batch 16'; "
+                         "repeat for several variants (each runs after Viper in every rep; "
+                         "'' is the plain one) [default: '']")
     ap.add_argument("--after-crash", action="store_true",
                     help="time tierbase's recovery from a crash image, not after a clean close")
     args = ap.parse_args()
@@ -139,6 +143,7 @@ def main():
     ARGS = args
     os.makedirs(args.dir, exist_ok=True)
     threads = [int(t) for t in args.threads.split(",")]
+    variants = args.tb_variant or [""]
     rows = args.rows.split(",")
     samples = {}  # (row, threads) -> {"viper": [...], "tierbase": [...], "tb_max_ns": [...]}
 
@@ -157,16 +162,18 @@ def main():
                           flush=True)
                     continue
                 v = viper(row, t, args)
-                tb = tierbase(row, t, args)
                 add(row, t, "viper", float(v[row]["ops_per_s"]))
-                add(row, t, "tierbase", tb["run"])
-                add(row, t, "tb_max_ns", tb["max_ns"])
                 add("load", t, "viper", float(v["prefill"]["ops_per_s"]))
-                add("load", t, "tierbase", tb["load"])
-                print(f"rep {rep} {row} t={t}: viper {float(v[row]['ops_per_s']):,.0f}/s "
-                      f"(prefill {float(v['prefill']['ops_per_s']):,.0f}), tierbase "
-                      f"{tb['run']:,.0f}/s (load {tb['load']:,.0f}), tb max "
-                      f"{tb['max_ns'] / 1e6:.1f} ms", flush=True)
+                for variant in variants:
+                    tb = tierbase(row, t, args, variant.split())
+                    name = f"tierbase {variant}".strip()
+                    add(row, t, name, tb["run"])
+                    add(row, t, f"{name} max_ns", tb["max_ns"])
+                    add("load", t, name, tb["load"])
+                    print(f"rep {rep} {row} t={t}: viper {float(v[row]['ops_per_s']):,.0f}/s "
+                          f"(prefill {float(v['prefill']['ops_per_s']):,.0f}), {name} "
+                          f"{tb['run']:,.0f}/s (load {tb['load']:,.0f}), max "
+                          f"{tb['max_ns'] / 1e6:.1f} ms", flush=True)
 
     with open(args.out, "w") as f:
         json.dump({"args": vars(args), "samples": samples}, f, indent=1)
@@ -174,16 +181,19 @@ def main():
     print("|---|---|---|---|---|---|---|")
     for key, s in samples.items():
         row, t = key.split("/")
-        vm, tm = statistics.median(s["viper"]), statistics.median(s["tierbase"])
-        if row == "recover":
-            ratio = f"{tm / vm:.2f} (time)"
-            vs, ts = f"{vm:.2f} s", f"{tm:.2f} s"
-        else:
-            ratio = f"{tm / vm:.2f}"
-            vs, ts = f"{vm / 1e6:.2f} M/s", f"{tm / 1e6:.2f} M/s"
-        mx = s.get("tb_max_ns")
-        mxs = f"{max(mx) / 1e6:.1f} ms" if mx else ""
-        print(f"| {row} | {t} | {vs} | {ts} | {ratio} | {len(s['viper'])} | {mxs} |")
+        vm = statistics.median(s["viper"])
+        for name in [n for n in s if n.startswith("tierbase") and not n.endswith("max_ns")]:
+            tm = statistics.median(s[name])
+            if row == "recover":
+                ratio = f"{tm / vm:.2f} (time)"
+                vs, ts = f"{vm:.2f} s", f"{tm:.2f} s"
+            else:
+                ratio = f"{tm / vm:.2f}"
+                vs, ts = f"{vm / 1e6:.2f} M/s", f"{tm / 1e6:.2f} M/s"
+            mx = s.get(f"{name} max_ns")
+            mxs = f"{max(mx) / 1e6:.1f} ms" if mx else ""
+            label = row if name == "tierbase" else f"{row} ({name[len('tierbase '):]})"
+            print(f"| {label} | {t} | {vs} | {ts} | {ratio} | {len(s['viper'])} | {mxs} |")
 
 
 if __name__ == "__main__":

@@ -185,6 +185,9 @@ pub struct BenchPlan {
     pub mini_page_percent: Option<u8>,
     /// Page size of stores with pages (see [`StoreOptions::page_size`]).
     pub page_size: Option<usize>,
+    /// Measured reads issued together through one batched call (see
+    /// [`PhaseConfig::read_batch`]; 1: one `get` each).
+    pub read_batch: usize,
 }
 
 impl BenchPlan {
@@ -218,6 +221,7 @@ impl BenchPlan {
             nvm_pages: false,
             mini_page_percent: None,
             page_size: None,
+            read_batch: 1,
         }
     }
 
@@ -379,6 +383,7 @@ fn run_repetition(
         warmup_ops: 0,
         max_time: None,
         verify: plan.verify,
+        read_batch: 1,
     };
     let load = run_load(store.as_ref(), spec, &keyspace, &load_cfg, progress)?;
     // Counters after the load, so that the run's own can be told apart from the load's.
@@ -395,6 +400,7 @@ fn run_repetition(
             label: format!("{} {} t={threads}{reps}", plan.store, spec.name),
             warmup_ops,
             max_time: plan.max_time,
+            read_batch: plan.read_batch,
             ..load_cfg
         };
         Some(run_transactions(
@@ -484,6 +490,7 @@ fn summarize(
         timeline: m.measurements.timeline(elapsed),
         verify_failures: rep.load.verify_failures
             + rep.run.as_ref().map_or(0, |r| r.verify_failures),
+        read_batch: if spec.load_only { 1 } else { plan.read_batch },
     }
 }
 

@@ -20,7 +20,7 @@
 //!                                   latency_ns: { samples, min, mean, p50, p90, p99, p999,
 //!                                                 max } }, .. },
 //!             timeline: [ { start_s, duration_s, ops, ops_per_s }, .. ],
-//!             verify_failures } ] }
+//!             verify_failures, read_batch } ] }
 //! ```
 //!
 //! Readers ignore fields they do not know, so later minor additions keep version 1; a change
@@ -147,6 +147,14 @@ pub struct RunResult {
     pub timeline: Vec<TimelineBucket>,
     /// Values read back with another key's fingerprint (must be 0).
     pub verify_failures: u64,
+    /// Reads issued together in one batched call (1: one `get` each; see
+    /// `tierbase bench ycsb --read-batch`). A batched read's latency is its batch's.
+    #[serde(default = "one")]
+    pub read_batch: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// A result file: one or more runs.

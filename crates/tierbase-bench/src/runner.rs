@@ -28,7 +28,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::adapter::{Client, Store};
 use crate::error::{BenchError, Result};
-use crate::measure::{Measurements, OpClock, ThreadRecorder};
+use crate::measure::{Measurements, OpClock, OpKind, ThreadRecorder};
 use crate::progress::{ProgressSink, format_rate};
 use crate::workload::WorkloadSpec;
 use crate::workload::keys::{KeyBuilder, VALUE_HEADER_LEN, value_matches_key};
@@ -57,6 +57,10 @@ pub struct PhaseConfig {
     pub max_time: Option<Duration>,
     /// Check value fingerprints on reads and scans.
     pub verify: bool,
+    /// Measured reads issued together through [`Client::get_many`] (1: one `get` each).
+    /// Consecutive reads of a thread's stream are batched; any other operation first ends the
+    /// batch, so the order of operations is kept.
+    pub read_batch: usize,
 }
 
 /// What a phase measured.
@@ -271,15 +275,29 @@ pub fn run_transactions(
             return Ok(None);
         };
         let mut rec = ThreadRecorder::new(start);
+        let batch = cfg.read_batch.max(1);
         for _ in 0..share(spec.operation_count, threads, t) {
             if shared.stop.load(Ordering::Relaxed) {
                 break;
             }
             let op = stream.next_operation();
+            if batch > 1 {
+                if let Operation::Read { keynum } = op {
+                    w.batch.push(keynum);
+                    if w.batch.len() == batch {
+                        w.read_batch(&mut rec)?;
+                    }
+                    done += 1;
+                    shared.report_done(t, done);
+                    continue;
+                }
+                w.read_batch(&mut rec)?;
+            }
             w.perform(&mut stream, keyspace, op, Some(&mut rec))?;
             done += 1;
             shared.report_done(t, done);
         }
+        w.read_batch(&mut rec)?;
         Ok(Some(w.finish(rec)))
     })
 }
@@ -426,6 +444,13 @@ fn monitor(
     }
 }
 
+/// Whether `value` starts with `fingerprint` (its key's, when the store returned the right
+/// record).
+#[inline]
+fn has_fingerprint(value: &[u8], fingerprint: &[u8; VALUE_HEADER_LEN]) -> bool {
+    value.get(..VALUE_HEADER_LEN) == Some(&fingerprint[..])
+}
+
 /// A worker's client and reusable buffers.
 struct Worker<'c> {
     client: &'c mut dyn Client,
@@ -433,6 +458,12 @@ struct Worker<'c> {
     read_buf: Vec<u8>,
     verify: bool,
     verify_failures: u64,
+    /// Key numbers of the reads waiting for [`Worker::read_batch`].
+    batch: Vec<u64>,
+    /// The batch's keys, values and answers (reused).
+    batch_keys: Vec<Vec<u8>>,
+    batch_values: Vec<Vec<u8>>,
+    batch_found: Vec<bool>,
 }
 
 impl<'c> Worker<'c> {
@@ -443,7 +474,48 @@ impl<'c> Worker<'c> {
             read_buf: Vec::new(),
             verify,
             verify_failures: 0,
+            batch: Vec::new(),
+            batch_keys: Vec::new(),
+            batch_values: Vec::new(),
+            batch_found: Vec::new(),
         }
+    }
+
+    /// Reads the waiting batch in one [`Client::get_many`] call, timed as one span that each
+    /// of its reads is recorded with (the time its caller waited for it), then checks every
+    /// value's fingerprint.
+    fn read_batch(&mut self, rec: &mut ThreadRecorder) -> Result<()> {
+        let n = self.batch.len();
+        if n == 0 {
+            return Ok(());
+        }
+        self.batch_keys.resize_with(n, Vec::new);
+        self.batch_values.resize_with(n, Vec::new);
+        self.batch_found.resize(n, false);
+        for (&keynum, key) in self.batch.iter().zip(&mut self.batch_keys) {
+            self.keys.build(keynum);
+            key.clear();
+            key.extend_from_slice(self.keys.key());
+        }
+        let refs: Vec<&[u8]> = self.batch_keys[..n].iter().map(Vec::as_slice).collect();
+        let t0 = rec.now();
+        self.client.get_many(
+            &refs,
+            &mut self.batch_values[..n],
+            &mut self.batch_found[..n],
+        )?;
+        let t1 = rec.now();
+        for i in 0..n {
+            rec.record_span(OpKind::Read, t0, t1, self.batch_found[i]);
+            if self.verify && self.batch_found[i] {
+                self.keys.build(self.batch[i]);
+                if !has_fingerprint(&self.batch_values[i], &self.keys.fingerprint()) {
+                    self.verify_failures += 1;
+                }
+            }
+        }
+        self.batch.clear();
+        Ok(())
     }
 
     fn finish(self, recorder: ThreadRecorder) -> WorkerResult {
@@ -457,7 +529,7 @@ impl<'c> Worker<'c> {
     /// Counts a failure when a value was `found` without the fingerprint of its key.
     #[inline]
     fn check(&mut self, found: bool, fingerprint: &[u8; VALUE_HEADER_LEN]) {
-        if self.verify && found && self.read_buf.get(..VALUE_HEADER_LEN) != Some(&fingerprint[..]) {
+        if self.verify && found && !has_fingerprint(&self.read_buf, fingerprint) {
             self.verify_failures += 1;
         }
     }

@@ -44,6 +44,7 @@ fn config(threads: usize) -> PhaseConfig {
         warmup_ops: 0,
         max_time: None,
         verify: true,
+        read_batch: 1,
     }
 }
 

@@ -382,6 +382,7 @@ fn a_failing_or_panicking_store_stops_the_phase_with_its_error() {
             warmup_ops: 100,
             max_time: None,
             verify: true,
+            read_batch: 1,
         };
         run_load(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
         let e = run_transactions(&store, &spec, &ks, &cfg, &SilentProgress).unwrap_err();
@@ -483,6 +484,7 @@ fn phase_config(threads: usize) -> tierbase_bench::runner::PhaseConfig {
         warmup_ops: 50,
         max_time: None,
         verify: true,
+        read_batch: 1,
     }
 }
 
@@ -514,12 +516,23 @@ fn threads_loading_in_batches_insert_every_key_exactly_once() {
 #[test]
 fn reads_of_values_with_a_wrong_fingerprint_are_counted() {
     use tierbase_bench::runner::{run_load, run_transactions};
-    for (corrupt_every, key_size) in [(0, 16), (7, 16), (7, 24), (1, 30)] {
+    let cases = [
+        (0, 16, 1),
+        (7, 16, 1),
+        (7, 24, 1),
+        (1, 30, 1),
+        (7, 16, 5),
+        (1, 24, 64),
+    ];
+    for (corrupt_every, key_size, read_batch) in cases {
         let store = Recording::new(corrupt_every);
         let mut spec = CoreWorkload::C.spec(500, 2_000);
         spec.key_size = key_size;
         let ks = KeySpace::new(spec.record_count);
-        let cfg = phase_config(2);
+        let cfg = tierbase_bench::runner::PhaseConfig {
+            read_batch,
+            ..phase_config(2)
+        };
         let load = run_load(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
         assert_eq!(load.verify_failures, 0);
         let run = run_transactions(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
@@ -531,7 +544,48 @@ fn reads_of_values_with_a_wrong_fingerprint_are_counted() {
         };
         assert_eq!(
             run.verify_failures, expected,
-            "corrupting every {corrupt_every}"
+            "corrupting every {corrupt_every}, reads in batches of {read_batch}"
         );
+    }
+}
+
+#[test]
+fn batched_reads_keep_every_operation_and_its_answer() {
+    use tierbase_bench::measure::OpKind;
+    use tierbase_bench::runner::{run_load, run_transactions};
+    // Workload A interleaves reads and updates: a batch ends at every update, and the last
+    // one at the end of the stream. Every operation is measured once, and every read finds
+    // its (loaded) key with its own fingerprint.
+    // Workload C (reads only) leaves a part batch at the end of each thread's share.
+    for (workload, read_batch) in [
+        (CoreWorkload::A, 1),
+        (CoreWorkload::A, 3),
+        (CoreWorkload::A, 16),
+        (CoreWorkload::C, 16),
+    ] {
+        let store = Recording::new(0);
+        let spec = workload.spec(300, 1_001);
+        let ks = KeySpace::new(spec.record_count);
+        let cfg = tierbase_bench::runner::PhaseConfig {
+            read_batch,
+            ..phase_config(2)
+        };
+        run_load(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
+        let run = run_transactions(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
+        let stats = run.measurements.operation_stats(run.elapsed);
+        let count = |k| stats.get(&k).map_or(0, |s| s.count);
+        let not_found = stats.get(&OpKind::Read).map_or(0, |s| s.not_found);
+        assert_eq!(
+            run.measurements.total_ops(),
+            1_001,
+            "batches of {read_batch}"
+        );
+        assert_eq!(count(OpKind::Read) + count(OpKind::Update), 1_001);
+        assert!(count(OpKind::Read) > 300, "batches of {read_batch}");
+        assert_eq!(not_found, 0, "batches of {read_batch}");
+        assert_eq!(run.verify_failures, 0);
+        // Measured and warm-up reads all reached the store.
+        let reads = store.reads.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(reads >= count(OpKind::Read), "batches of {read_batch}");
     }
 }

@@ -311,17 +311,21 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
             )
         }
         "mget" => {
-            let mut values = Vec::with_capacity(rest.len());
-            for key in rest {
-                match store.get(key) {
-                    Ok(v) => {
-                        count_hit(shared, v.is_some());
-                        values.push(v.map_or(Reply::Nil, Reply::Bulk));
-                    }
-                    Err(e) => return Outcome::read(store_error(&e)),
+            // One batched read: a store that can overlaps the keys' cache misses.
+            let keys: Vec<&[u8]> = rest.iter().map(|k| &k[..]).collect();
+            match store.get_many(&keys) {
+                Ok(found) => {
+                    let values = found
+                        .into_iter()
+                        .map(|v| {
+                            count_hit(shared, v.is_some());
+                            v.map_or(Reply::Nil, Reply::Bulk)
+                        })
+                        .collect();
+                    Outcome::read(Reply::Array(values))
                 }
+                Err(e) => Outcome::read(store_error(&e)),
             }
-            Outcome::read(Reply::Array(values))
         }
         "mset" => {
             if !rest.len().is_multiple_of(2) {

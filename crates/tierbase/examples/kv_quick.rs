@@ -3,7 +3,7 @@
 //!
 //! Run: `cargo run --release -p tierbase --example kv_quick -- <dir> [records]`
 //! (`NO_MORE=1`: hold n records, not 2n; `TIMED=1`: time every get between fenced clock
-//! readings, as `tierbase bench` does.)
+//! readings, as `tierbase bench` does; `BATCH=n`: read n keys a call with `get_many`.)
 
 use std::time::Instant;
 
@@ -129,6 +129,30 @@ fn get_phase(
     // record order) as in the benchmarks' uniform gets: every get misses the caches and the
     // TLB. A strided order hits a few of them and runs about 20 % faster here.
     let timed = std::env::var_os("TIMED").is_some();
+    let batch: usize = std::env::var("BATCH")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(1);
+    if batch > 1 {
+        let mut values = vec![Vec::new(); batch];
+        let mut found = vec![false; batch];
+        let mut keys = vec![[0u8; 16]; batch];
+        let mut i = 0;
+        while i < n {
+            let m = batch.min((n - i) as usize);
+            for (j, k) in keys.iter_mut().take(m).enumerate() {
+                let mut r = (i + j as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                r = (r ^ (r >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                r = (r ^ (r >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                *k = key((r ^ (r >> 31)) % n);
+            }
+            let refs: Vec<&[u8]> = keys[..m].iter().map(|k| &k[..]).collect();
+            c.get_many(&refs, &mut values[..m], &mut found[..m])?;
+            assert!(found[..m].iter().all(|&f| f), "a loaded key was not found");
+            i += m as u64;
+        }
+        return Ok(());
+    }
     for i in 0..n {
         let mut r = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         r = (r ^ (r >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

@@ -122,6 +122,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// The value of `key`, if present.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
 
+    /// The values of several keys, in order (each read as [`Store::get`] reads it; the batch
+    /// is not a snapshot). Stores that can overlap the keys' cache misses override it.
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
+
     /// Inserts or replaces `key`; returns whether it was new.
     fn put(&self, key: &[u8], value: &[u8]) -> Result<bool>;
 

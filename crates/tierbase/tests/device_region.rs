@@ -628,3 +628,27 @@ fn prefault_and_flush_overrides() {
         "no flush instruction: nothing counted"
     );
 }
+
+#[test]
+fn a_record_read_copies_the_value_only_behind_its_key_and_checks_its_bounds() {
+    let r = PmemRegion::anonymous(8192, &opts()).unwrap();
+    let record: Vec<u8> = (0..64u8).collect();
+    r.write(1000, &record).unwrap();
+    let mut out = [0u8; 40];
+    let before = r.counters();
+    assert!(r.read_if_key(1000, &record[..16], 24, &mut out).unwrap());
+    assert_eq!(out[..], record[24..]);
+    assert_eq!(r.counters().reads - before.reads, 1, "one counted read");
+    let mut untouched = [0xAAu8; 40];
+    assert!(!r.read_if_key(1000, &record[1..17], 24, &mut untouched).unwrap());
+    assert!(untouched.iter().all(|&b| b == 0xAA));
+    // The value must start at or after the key's end, and the whole record be in bounds.
+    assert!(matches!(
+        r.read_if_key(1000, &record[..16], 8, &mut out),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        r.read_if_key(8192 - 50, &record[..16], 24, &mut out),
+        Err(Error::OutOfRange { .. })
+    ));
+}

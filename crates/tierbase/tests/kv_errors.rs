@@ -85,6 +85,20 @@ fn empty_key_and_wrong_sizes_are_typed_errors_and_the_store_stays_usable() {
     let mut v = Vec::new();
     assert!(fixed.get_into(b"12345678", &mut v).unwrap());
     assert_eq!(v, [7; 16]);
+    // A batched read checks every key and its buffers' count before it reads anything.
+    let (mut values, mut found) = (vec![Vec::new(); 2], vec![false; 2]);
+    assert!(matches!(
+        c.get_many(&[b"12345678", b"short"], &mut values, &mut found),
+        Err(Error::WrongSize { what: "key", .. })
+    ));
+    assert!(matches!(
+        c.get_many(&[b"12345678"], &mut values, &mut found),
+        Err(Error::InvalidArgument(_))
+    ));
+    c.get_many(&[b"12345678", b"87654321"], &mut values, &mut found)
+        .unwrap();
+    assert_eq!(found, [true, false]);
+    assert_eq!(values[0], [7; 16]);
     drop(c);
 
     let var = KvStore::create(dir.path().join("v.tb"), &opts(RecordLayout::Variable)).unwrap();

@@ -1,6 +1,6 @@
 //! Linearizability of the hybrid KV store under concurrency: several threads hammer a handful
-//! of shared hot keys with puts, updates, deletes and gets, every call is recorded with its
-//! invocation and response times, and the history is checked against the sequential model of
+//! of shared hot keys with puts, updates, deletes, gets and batched gets (`get_many`), every
+//! call is recorded with its invocation and response times, and the history is checked against the sequential model of
 //! a key (`tierbase::testing::linearizability`). Every written value is unique (thread and op
 //! counter, repeated through the value), so a torn or stale value is a violation too.
 //!
@@ -61,6 +61,19 @@ fn kv_delete(c: &mut Client, k: &[u8]) -> bool {
 
 fn kv_get(c: &mut Client, k: &[u8]) -> Option<Vec<u8>> {
     c.get(k).unwrap_or_else(|e| panic!("get: {e}"))
+}
+
+/// Reads `keys` in one `get_many` call.
+fn kv_get_many(c: &mut Client, keys: &[&[u8]]) -> Vec<Option<Vec<u8>>> {
+    let mut values = vec![Vec::new(); keys.len()];
+    let mut found = vec![false; keys.len()];
+    c.get_many(keys, &mut values, &mut found)
+        .unwrap_or_else(|e| panic!("get_many: {e}"));
+    values
+        .into_iter()
+        .zip(found)
+        .map(|(v, f)| f.then_some(v))
+        .collect()
 }
 
 fn kv_compact(store: &KvStore) {
@@ -163,9 +176,20 @@ fn worker(
             50..70 => rec.record(k, || Op::Delete {
                 existed: kv_delete(&mut c, k),
             }),
-            _ => rec.record(k, || Op::Get {
+            70..85 => rec.record(k, || Op::Get {
                 value: kv_get(&mut c, k),
             }),
+            _ => {
+                // A batched read of this key and another (maybe the same): each key's read
+                // happens somewhere inside the one call, so each is recorded over all of it.
+                let other = &keys[rng.below(keys.len() as u64) as usize];
+                let batch = [k.as_slice(), other.as_slice()];
+                let calls = batch.map(|key| rec.invoke(key));
+                let values = kv_get_many(&mut c, &batch);
+                for (call, value) in calls.into_iter().zip(values) {
+                    rec.respond(call, Op::Get { value });
+                }
+            }
         }
     }
     rec.into_operations()

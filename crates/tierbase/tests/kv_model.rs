@@ -14,6 +14,8 @@ enum Op {
     Update(u8, Vec<u8>),
     Delete(u8),
     Get(u8),
+    /// A batched read (`get_many`) of these keys, repeats allowed.
+    GetMany(Vec<u8>),
     Crash(u64),
     Compact,
 }
@@ -60,7 +62,8 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
         10 => (key.clone(), value.clone()).prop_map(|(k, v)| Op::Put(k, v)),
         3 => (key.clone(), value).prop_map(|(k, v)| Op::Update(k, v)),
         4 => key.clone().prop_map(Op::Delete),
-        4 => key.prop_map(Op::Get),
+        4 => key.clone().prop_map(Op::Get),
+        2 => proptest::collection::vec(key, 0..20).prop_map(Op::GetMany),
         1 => any::<u64>().prop_map(Op::Crash),
         1 => Just(Op::Compact),
     ];
@@ -117,6 +120,21 @@ fn run(setup: &Setup, ops: &[Op]) -> Result<(), TestCaseError> {
                 prop_assert_eq!(found, model.contains_key(&k));
                 if found {
                     prop_assert_eq!(&out, &model[&k]);
+                }
+            }
+            Op::GetMany(ks) => {
+                let keys: Vec<Vec<u8>> = ks.iter().map(|k| key_bytes(setup, *k)).collect();
+                let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+                // Buffers start dirty: a missing key must leave its buffer empty.
+                let mut values = vec![vec![0xEEu8; 3]; keys.len()];
+                let mut found = vec![true; keys.len()];
+                store.get_many(&refs, &mut values, &mut found).unwrap();
+                for ((k, v), f) in keys.iter().zip(&values).zip(&found) {
+                    prop_assert_eq!(*f, model.contains_key(k));
+                    match model.get(k) {
+                        Some(m) => prop_assert_eq!(v, m),
+                        None => prop_assert!(v.is_empty()),
+                    }
                 }
             }
             Op::Compact => {

@@ -144,6 +144,10 @@ impl Client for KvBenchClient {
         Ok(self.client.get_into(key, out)?)
     }
 
+    fn get_many(&mut self, keys: &[&[u8]], outs: &mut [Vec<u8>], found: &mut [bool]) -> Result<()> {
+        Ok(self.client.get_many(keys, outs, found)?)
+    }
+
     fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
         Ok(self.client.update(key, value)?)
     }

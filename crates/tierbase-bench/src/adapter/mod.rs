@@ -86,6 +86,16 @@ pub trait Client: Send {
     /// Reads `key` into `out` (replacing its contents); `false` when the key is absent.
     fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
 
+    /// Reads a batch of keys: `outs[i]` receives key `i`'s value and `found[i]` whether it
+    /// exists (the three slices have equal lengths). Stores with a batched read overlap the
+    /// keys' misses; the default reads one key after another.
+    fn get_many(&mut self, keys: &[&[u8]], outs: &mut [Vec<u8>], found: &mut [bool]) -> Result<()> {
+        for ((key, out), f) in keys.iter().zip(outs.iter_mut()).zip(found.iter_mut()) {
+            *f = self.get(key, out)?;
+        }
+        Ok(())
+    }
+
     /// Replaces the value of `key` only if present; `false` (and no change) when absent.
     fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool>;
 

@@ -146,6 +146,13 @@ struct YcsbArgs {
     /// victim (ACE's n_w; 1 = plain Clock) [default: k_w of the --emulate profile, else 1].
     #[arg(long = "n-w", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     n_w: Option<u16>,
+    /// Reads issued together in one batched call (`get_many`) [default: 1, one `get` each].
+    /// Consecutive reads of a thread are batched; each is recorded with its batch's latency.
+    /// The hybrid KV store (`kv`) overlaps a batch's cache misses; other stores read the keys
+    /// one after another.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    read_batch: u16,
     /// Page size of the B-tree stores (`btree`, `btree-3tier`, `btree-nvm`): a power of two
     /// from 4K to 64K [default: 16K].
     #[arg(long, value_name = "SIZE", value_parser = crate::util::parse_size)]
@@ -757,6 +764,7 @@ fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
     plan.wal_files = a.wal_files;
     plan.nvm_pages = a.nvm_pages;
     plan.mini_page_percent = a.mini_pages;
+    plan.read_batch = usize::from(a.read_batch);
     plan.page_size = a
         .page_size
         .map(|b| usize::try_from(b).unwrap_or(usize::MAX));

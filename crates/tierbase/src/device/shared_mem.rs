@@ -29,16 +29,9 @@ fn head_len(p: *const u8, len: usize) -> usize {
 #[inline]
 pub(crate) unsafe fn load(src: *const u8, dst: &mut [u8]) {
     if (src as usize).is_multiple_of(WORD) && dst.len().is_multiple_of(WORD) {
-        // The common case (stores keep their records 8-aligned): whole words only, as one
-        // load and one store each (a record read is on every get's path).
-        let words = src.cast_mut().cast::<u64>();
-        for (i, w) in dst.as_chunks_mut::<WORD>().0.iter_mut().enumerate() {
-            // SAFETY: word `i` lies inside the caller's range (`dst.len()` bytes from `src`),
-            // and `src` is 8-aligned.
-            *w = unsafe { AtomicU64::from_ptr(words.add(i)) }
-                .load(Ordering::Relaxed)
-                .to_ne_bytes();
-        }
+        // The common case (stores keep their records 8-aligned): whole words only.
+        // SAFETY: as the caller promised, and `src` is 8-aligned.
+        unsafe { load_words(src, dst) };
         return;
     }
     let head = head_len(src, dst.len());
@@ -61,6 +54,83 @@ pub(crate) unsafe fn load(src: *const u8, dst: &mut [u8]) {
         // SAFETY: inside the caller's range (the tail after the last whole word).
         *d = unsafe { AtomicU8::from_ptr(p.add(i).cast_mut()) }.load(Ordering::Relaxed);
     }
+}
+
+/// Copies whole words: `src` 8-aligned, `dst.len()` a multiple of 8. Four words a round, so
+/// that a record's copy is about two instructions a word (a get's copy is on its critical
+/// path: the shorter it is, the sooner the next get's misses can start).
+///
+/// # Safety
+/// As for [`load`], and `src` must be 8-aligned.
+#[inline]
+unsafe fn load_words(src: *const u8, dst: &mut [u8]) {
+    debug_assert!((src as usize).is_multiple_of(WORD) && dst.len().is_multiple_of(WORD));
+    let words = src.cast_mut().cast::<u64>();
+    let word = |i: usize| {
+        // SAFETY: every `i` passed below is below `dst.len() / 8`, so word `i` lies inside
+        // the caller's range; `src` is 8-aligned.
+        unsafe { AtomicU64::from_ptr(words.add(i)) }.load(Ordering::Relaxed)
+    };
+    let (rounds, tail) = dst.as_chunks_mut::<{ 4 * WORD }>();
+    for (r, out) in rounds.iter_mut().enumerate() {
+        let i = 4 * r;
+        let (a, b, c, d) = (word(i), word(i + 1), word(i + 2), word(i + 3));
+        out[..8].copy_from_slice(&a.to_ne_bytes());
+        out[8..16].copy_from_slice(&b.to_ne_bytes());
+        out[16..24].copy_from_slice(&c.to_ne_bytes());
+        out[24..].copy_from_slice(&d.to_ne_bytes());
+    }
+    let first = 4 * rounds.len();
+    for (i, w) in tail.as_chunks_mut::<WORD>().0.iter_mut().enumerate() {
+        *w = word(first + i).to_ne_bytes();
+    }
+}
+
+/// Whether the `key.len()` bytes at `src` equal `key`; only if they do, copies the
+/// `dst.len()` bytes at `src + value_at` into `dst` (a record's key checked in place and its
+/// value copied straight out, with no staging copy).
+///
+/// # Safety
+/// `src..src + max(key.len(), value_at + dst.len())` must be mapped, readable memory for the
+/// duration of the call, only ever accessed atomically or through this module by others.
+#[inline]
+pub(crate) unsafe fn load_if_equal(
+    src: *const u8,
+    key: &[u8],
+    value_at: usize,
+    dst: &mut [u8],
+) -> bool {
+    let aligned = (src as usize).is_multiple_of(WORD)
+        && key.len().is_multiple_of(WORD)
+        && value_at.is_multiple_of(WORD)
+        && dst.len().is_multiple_of(WORD);
+    if aligned {
+        let words = src.cast_mut().cast::<u64>();
+        for (i, k) in key.as_chunks::<WORD>().0.iter().enumerate() {
+            // SAFETY: word `i` lies inside the key's range, 8-aligned.
+            let w = unsafe { AtomicU64::from_ptr(words.add(i)) }.load(Ordering::Relaxed);
+            if w != u64::from_ne_bytes(*k) {
+                return false;
+            }
+        }
+        // SAFETY: the value's range is inside the caller's and 8-aligned.
+        unsafe { load_words(src.add(value_at), dst) };
+        return true;
+    }
+    let mut chunk = [0u8; 64];
+    let mut at = 0;
+    while at < key.len() {
+        let n = (key.len() - at).min(chunk.len());
+        // SAFETY: inside the key's range.
+        unsafe { load(src.add(at), &mut chunk[..n]) };
+        if chunk[..n] != key[at..at + n] {
+            return false;
+        }
+        at += n;
+    }
+    // SAFETY: inside the caller's range.
+    unsafe { load(src.add(value_at), dst) };
+    true
 }
 
 /// Copies `src` to `dst`.
@@ -155,6 +225,38 @@ mod tests {
                 unsafe { load(base, &mut around) };
                 assert!(around[..start].iter().all(|&b| b == 0xEE));
                 assert!(around[start + len..].iter().all(|&b| b == 0xEE));
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_is_copied_only_behind_its_key() {
+        let mut mem = vec![0u64; 64]; // 512 aligned bytes
+        let base = mem.as_mut_ptr().cast::<u8>();
+        let bytes: Vec<u8> = (0..512).map(|i| (i * 13 + 5) as u8).collect();
+        // SAFETY: the whole buffer, which nothing else touches.
+        unsafe { store(base, &bytes) };
+        for start in [0usize, 3, 8] {
+            for klen in [1usize, 8, 16, 20, 100] {
+                for (value_at, vlen) in [(klen, 3), (klen.next_multiple_of(8), 200), (128, 96)] {
+                    let vat = value_at.max(klen);
+                    let key = &bytes[start..start + klen];
+                    let mut out = vec![0u8; vlen];
+                    // SAFETY: start + vat + vlen < 512.
+                    assert!(unsafe { load_if_equal(base.add(start), key, vat, &mut out) });
+                    assert_eq!(out, &bytes[start + vat..start + vat + vlen]);
+                    let mut other = key.to_vec();
+                    *other.last_mut().unwrap() ^= 1;
+                    let mut untouched = vec![0xAAu8; vlen];
+                    // SAFETY: as above.
+                    assert!(!unsafe {
+                        load_if_equal(base.add(start), &other, vat, &mut untouched)
+                    });
+                    assert!(
+                        untouched.iter().all(|&b| b == 0xAA),
+                        "copied behind a wrong key"
+                    );
+                }
             }
         }
     }

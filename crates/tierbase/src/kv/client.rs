@@ -154,6 +154,20 @@ impl Client {
         self.inner.get(key, value, &mut self.state.scratch)
     }
 
+    /// Reads a batch of keys: `values[i]` receives key `i`'s value (reusing its allocation;
+    /// cleared when absent) and `found[i]` whether it exists. The keys' cache misses overlap,
+    /// so a batch of scattered keys reads several times faster than one get after another;
+    /// each key is read as [`Client::get_into`] reads it (the batch is not a snapshot).
+    pub fn get_many(
+        &mut self,
+        keys: &[&[u8]],
+        values: &mut [Vec<u8>],
+        found: &mut [bool],
+    ) -> Result<()> {
+        self.inner
+            .get_many(keys, values, found, &mut self.state.scratch)
+    }
+
     /// Reads `key`'s value.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let mut value = Vec::new();

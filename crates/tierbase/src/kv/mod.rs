@@ -504,6 +504,17 @@ impl KvStore {
         self.inner().get(key, value, &mut scratch)
     }
 
+    /// Reads a batch of keys with their cache misses overlapped (see [`Client::get_many`]).
+    pub fn get_many(
+        &self,
+        keys: &[&[u8]],
+        values: &mut [Vec<u8>],
+        found: &mut [bool],
+    ) -> Result<()> {
+        let mut scratch = Vec::new();
+        self.inner().get_many(keys, values, found, &mut scratch)
+    }
+
     /// Inserts or replaces `key` through a pooled client. Returns whether the key was new.
     /// Durable when it returns (at the `Immediate` level; see [`KvOptions::durability`]).
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
@@ -977,6 +988,17 @@ impl Store for KvStore {
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         KvStore::get(self, key)
+    }
+
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut values = vec![Vec::new(); keys.len()];
+        let mut found = vec![false; keys.len()];
+        KvStore::get_many(self, keys, &mut values, &mut found)?;
+        Ok(values
+            .into_iter()
+            .zip(found)
+            .map(|(v, f)| f.then_some(v))
+            .collect())
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {

@@ -42,6 +42,9 @@ use crate::sync::{KeyLocks, LatchGuard, LatchRun, VersionLatch, backoff};
 
 /// Most bytes one growth of the region adds (see [`Inner::growth_unit`]).
 const GROWTH_UNIT: u64 = 1 << 20;
+/// Keys of a [`Inner::get_many`] round: enough misses in flight to cover the memory latency,
+/// few enough (two or three lines each) for the CPU's miss buffers.
+pub const GET_MANY_ROUND: usize = 8;
 
 /// Block is unused or free for reuse.
 pub(crate) const FREE: u8 = 0;
@@ -502,18 +505,23 @@ impl Inner {
                 let Some(v1) = latch.optimistic() else {
                     return Ok(ReadOutcome::Retry);
                 };
-                // Key and value in one copy (they are adjacent), the key checked from it.
-                scratch.resize(value_at + v, 0);
-                self.region.read(slot + layout::SLOT_KEY, scratch)?;
+                // The key checked in place and the value copied straight into the caller's
+                // buffer: the shorter this copy, the sooner the next get's misses can start.
+                value.resize(v, 0);
+                let is_key = self.region.read_if_key(
+                    slot + layout::SLOT_KEY,
+                    key,
+                    value_at as u64,
+                    value,
+                )?;
                 if !latch.validate(v1) {
                     return Ok(ReadOutcome::Retry);
                 }
-                if scratch.get(..k) != Some(key) {
-                    return Ok(ReadOutcome::NotThisKey);
-                }
-                value.clear();
-                value.extend_from_slice(scratch.get(value_at..).unwrap_or_default());
-                Ok(ReadOutcome::Found)
+                Ok(if is_key {
+                    ReadOutcome::Found
+                } else {
+                    ReadOutcome::NotThisKey
+                })
             }
             None => self.read_var_record(off, key, value, scratch),
         }
@@ -642,6 +650,9 @@ impl Inner {
                     self.metrics.gets.incr();
                     if found {
                         self.metrics.get_hits.incr();
+                    } else {
+                        // A record with another key may have left its length here.
+                        value.clear();
                     }
                     return Ok(found);
                 }
@@ -650,6 +661,69 @@ impl Inner {
                     backoff(&mut round);
                 }
             }
+        }
+    }
+
+    /// Looks up a batch of keys with their cache misses overlapped: first every key's index
+    /// buckets are prefetched, then every candidate record and its page latch, and only then
+    /// is each key read by [`Inner::get`] (from cache by then). One get after another waits
+    /// for two dependent misses each (index, then record); here a round of
+    /// [`GET_MANY_ROUND`] keys waits for about two in all. `values[i]` and `found[i]` receive
+    /// key `i`'s value and whether it exists.
+    pub fn get_many(
+        &self,
+        keys: &[&[u8]],
+        values: &mut [Vec<u8>],
+        found: &mut [bool],
+        scratch: &mut Vec<u8>,
+    ) -> Result<()> {
+        if values.len() != keys.len() || found.len() != keys.len() {
+            return Err(Error::InvalidArgument(format!(
+                "get_many: {} keys, {} value buffers and {} found flags (must be equal)",
+                keys.len(),
+                values.len(),
+                found.len()
+            )));
+        }
+        // Every key is checked before any is read: a bad key fails the call as a whole.
+        for key in keys {
+            self.check_key(key)?;
+        }
+        let mut words = [0u64; GET_MANY_ROUND];
+        for (start, round) in (0..)
+            .step_by(GET_MANY_ROUND)
+            .zip(keys.chunks(GET_MANY_ROUND))
+        {
+            for (w, key) in words.iter_mut().zip(round) {
+                *w = self.key_word(key);
+                self.index.prefetch(*w);
+            }
+            for &w in &words[..round.len()] {
+                self.index.find(w, &mut |o| {
+                    self.prefetch_record(RecordOffset(o));
+                    false
+                });
+            }
+            for (i, key) in round.iter().enumerate() {
+                found[start + i] = self.get(key, &mut values[start + i], scratch)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts loading the first lines of the record at `off` and its page latch (a hint: an
+    /// offset that is stale by now only costs a wasted prefetch).
+    fn prefetch_record(&self, off: RecordOffset) {
+        match self.geo.fixed_sizes() {
+            Some((k, v)) => {
+                let value_at = (layout::slot_value(k) - layout::SLOT_KEY) as usize;
+                self.region
+                    .prefetch(self.slot_pos(off) + layout::SLOT_KEY, value_at + v);
+            }
+            None => self.region.prefetch(self.var_pos(off), 64),
+        }
+        if let Ok(latch) = self.page_latch(off.block(), off.page()) {
+            crate::device::cpu::prefetch(latch as *const VersionLatch);
         }
     }
 

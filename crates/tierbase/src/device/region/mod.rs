@@ -766,6 +766,33 @@ impl PmemRegion {
         Ok(())
     }
 
+    /// Compares the `key.len()` bytes at `off` with `key` and, only if they are equal, copies
+    /// the `out.len()` bytes at `off + value_at` into `out`: a record's key checked in place
+    /// and its value copied straight into the caller's buffer, with one bounds check and one
+    /// counted read. `value_at` must not be less than `key.len()`.
+    #[inline]
+    pub fn read_if_key(&self, off: u64, key: &[u8], value_at: u64, out: &mut [u8]) -> Result<bool> {
+        let len = (value_at as usize).saturating_add(out.len());
+        if (value_at as usize) < key.len() {
+            return Err(Error::OutOfRange {
+                offset: off,
+                len: len as u64,
+                size: self.len(),
+            });
+        }
+        let o = self.check(off, len)?;
+        let issued = self.emulation_start();
+        // SAFETY: `off..off + value_at + out.len()` is in bounds (checked above) and holds the
+        // key's bytes (value_at >= key.len()); mapped for `&self`'s lifetime and only ever
+        // accessed atomically (shared_mem) by anyone.
+        let equal = unsafe {
+            shared_mem::load_if_equal(self.base_ptr().add(o), key, value_at as usize, out)
+        };
+        self.counters.record_read(len as u64);
+        self.emulation_finish(issued, Direction::Read, len);
+        Ok(equal)
+    }
+
     /// Reads a little-endian u64 at `off` (no alignment requirement).
     pub fn read_u64(&self, off: u64) -> Result<u64> {
         let o = self.check(off, 8)?;
