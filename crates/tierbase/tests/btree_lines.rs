@@ -332,6 +332,49 @@ fn same_size_updates_of_leaves_in_nvm_load_lines_not_pages() {
     }
 }
 
+#[test]
+fn inserts_into_leaves_in_nvm_load_lines_not_pages() {
+    for mini_percent in [0, 25] {
+        let dir = scratch_dir();
+        let o = opts(true, mini_percent);
+        let s = BTreeStore::create(dir.path().join("store"), &o).unwrap();
+        let mut model = BTreeMap::new();
+        // Every other key first, then a sixteenth of the rest: new keys land between old
+        // ones, in leaves with room, and most of those leaves sit in NVM only.
+        for i in (0..KEYS).filter(|i| i % 2 == 0) {
+            s.put(&key(i), &value(i, 0)).unwrap();
+            model.insert(key(i), value(i, 0));
+        }
+        let inserted: Vec<u64> = (0..KEYS).filter(|i| i % 32 == 1).collect();
+        let [lines, misses] = deltas(&s, ["nvm_lines_loaded", "nvm_hits"], || {
+            for &i in &inserted {
+                assert!(s.put(&key(i), &value(i, 0)).unwrap(), "key {i} is new");
+                model.insert(key(i), value(i, 0));
+            }
+        });
+        assert_eq!(s.len(), model.len() as u64);
+        let per_insert = lines / inserted.len() as u64;
+        // A slot search, the slots after the new one, its cell and the header: a tenth of
+        // the 256 lines a whole leaf takes (the inserts that split a leaf load it whole).
+        assert!(
+            per_insert < LINES_PER_PAGE / 8,
+            "{per_insert} lines loaded per insert, {misses} NVM hits (minis {mini_percent} %)"
+        );
+        read_all(&s, &model);
+        check_scans(&s, &model);
+        if mini_percent == 0 {
+            s.close().unwrap();
+        } else {
+            s.abandon();
+        }
+        let s = BTreeStore::open(dir.path().join("store"), &o).unwrap();
+        assert_eq!(s.verify().unwrap().1, model.len() as u64);
+        read_all(&s, &model);
+        check_scans(&s, &model);
+        s.close().unwrap();
+    }
+}
+
 /// Checkpoints write copies of frames without their latch; a frame changed in place by lines
 /// must keep its slot pinned until such a copy is written, even when a scan or another writer
 /// makes the frame whole meanwhile (else the slot can change hands under the copy, and the

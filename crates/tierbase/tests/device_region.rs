@@ -640,7 +640,10 @@ fn a_record_read_copies_the_value_only_behind_its_key_and_checks_its_bounds() {
     assert_eq!(out[..], record[24..]);
     assert_eq!(r.counters().reads - before.reads, 1, "one counted read");
     let mut untouched = [0xAAu8; 40];
-    assert!(!r.read_if_key(1000, &record[1..17], 24, &mut untouched).unwrap());
+    assert!(
+        !r.read_if_key(1000, &record[1..17], 24, &mut untouched)
+            .unwrap()
+    );
     assert!(untouched.iter().all(|&b| b == 0xAA));
     // The value must start at or after the key's end, and the whole record be in bounds.
     assert!(matches!(

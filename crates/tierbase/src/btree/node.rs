@@ -255,6 +255,35 @@ fn key_in<B: PageBytes>(b: &mut B, i: usize) -> std::result::Result<&[u8], B::Er
     b.bytes(at, k)
 }
 
+/// Loads, through `b`, every byte [`NodeMut::insert_cell`] reads or writes when it inserts
+/// `key` with a value of `value_len` bytes at slot `at` (the header, the slots from `at` on
+/// and the one added, the first entry's key, the new cell's place in the heap). `false`
+/// (and nothing more loaded) when that insert would compact the heap or change the page's
+/// prefix, or does not fit: those need the whole page.
+pub fn insert_lines_in<B: PageBytes>(
+    b: &mut B,
+    at: usize,
+    key: &[u8],
+    value_len: usize,
+) -> std::result::Result<bool, B::Error> {
+    let header = b.bytes(0, HEADER)?;
+    let (count, heap, prefix) = (u16_at(header, 6), u32_at(header, 24), u16_at(header, 40));
+    let cell_len = CELL_HEAD + key.len() + value_len;
+    let front = HEADER + (count + 1) * SLOT;
+    if count == 0 || at > count || heap < front + cell_len {
+        return Ok(false);
+    }
+    // `insert_cell` takes the new prefix from the first entry's key (at slot 0, or 1 once the
+    // new entry went before it).
+    let first = key_in(b, 0)?;
+    if common_prefix(&first[..prefix.min(first.len())], key) != prefix {
+        return Ok(false);
+    }
+    b.bytes(HEADER + at * SLOT, (count + 1 - at) * SLOT)?;
+    b.bytes(heap - cell_len, cell_len)?;
+    Ok(true)
+}
+
 /// Value of entry `i` as stored, and whether it is an overflow reference.
 pub fn value_in<B: PageBytes>(b: &mut B, i: usize) -> std::result::Result<(&[u8], bool), B::Error> {
     let (at, k, v, is_ref) = cell_in(b, i)?;

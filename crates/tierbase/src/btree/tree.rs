@@ -791,7 +791,7 @@ impl Tree {
         let mut w = self.writer.lock();
         self.begin(&mut w)?;
         let guard = FreezeOnUnwind(&self.pool);
-        // By lines when a same-size update can be made by lines too (`update_by_lines`).
+        // By lines when the put can be made by lines too (`put_by_lines`).
         let current = self.get_from(key, self.pool.line_grained())?;
         let change = decide(current.as_deref());
         let r = match change {
@@ -960,8 +960,12 @@ impl Tree {
         let path = self.path_to(key, !by_lines)?;
         let leaf_pid = *path.last().expect("path has a leaf");
         if by_lines {
-            if self.update_by_lines(w, leaf_pid, key, value)? {
-                return Ok(false);
+            if let Some(new) = self.put_by_lines(w, leaf_pid, key, value)? {
+                if new {
+                    w.meta.count += 1;
+                    self.log_meta(w)?;
+                }
+                return Ok(new);
             }
             self.check_leaf(leaf_pid)?;
         }
@@ -996,44 +1000,63 @@ impl Tree {
         Ok(())
     }
 
-    /// Replaces `key`'s inline value by `value` of the same size in place, on leaf
-    /// `leaf_pid` fixed by lines: a leaf brought in from NVM for it loads the lines its
-    /// search reads and those of the value, not the whole page (the paper's MakeResident for
-    /// writers), and its write-back writes the changed lines. `false` (nothing changed) if
-    /// the key is absent, its value differs in size or is in an overflow chain, or the
+    /// Puts `key` with an inline `value` into leaf `leaf_pid` fixed by lines: a leaf brought
+    /// in from NVM for it loads the lines its search reads and those the change touches, not
+    /// the whole page (the paper's MakeResident for writers), and its write-back writes the
+    /// changed lines. Two changes go this way: a value replaced by one of the same size (in
+    /// place), and a new key whose entry fits without compacting the heap or changing the
+    /// page's prefix (its slot, the slots after it, its cell and the header). `Some(new)`:
+    /// done, `new` if the key was new. `None` (nothing changed): any other change, or the
     /// leaf's image is not in this log generation yet (an image needs the whole page).
-    fn update_by_lines(
+    fn put_by_lines(
         &self,
         w: &mut Writer,
         leaf_pid: u64,
         key: &[u8],
         value: &[u8],
-    ) -> Result<bool> {
+    ) -> Result<Option<bool>> {
         if !w.imaged.has(leaf_pid, w.generation) {
-            return Ok(false);
+            return Ok(None);
         }
         let ForWrite::Lines(mut leaf) = self.pool.fix_lines_exclusive(leaf_pid)? else {
-            return Ok(false); // whole in DRAM: the ordinary path costs nothing more
+            return Ok(None); // whole in DRAM: the ordinary path costs nothing more
         };
         if leaf.bytes(4, 2)? != [Kind::Leaf as u8, 0] {
             return Err(corrupt(format!(
                 "page {leaf_pid} on a leaf's path is not a leaf"
             )));
         }
-        let Ok(i) = node::search_in(&mut leaf, key)? else {
-            return Ok(false);
-        };
-        let (range, is_ref) = node::value_range_in(&mut leaf, i)?;
-        if is_ref || range.len() != value.len() {
-            return Ok(false);
+        match node::search_in(&mut leaf, key)? {
+            Ok(i) => {
+                let (range, is_ref) = node::value_range_in(&mut leaf, i)?;
+                if is_ref || range.len() != value.len() {
+                    return Ok(None);
+                }
+                let (bytes, changed) = leaf.bytes_marking(range.clone())?;
+                let lsn = Self::next_lsn(w);
+                Self::put_record(&mut w.rec, leaf_pid, key, value, false);
+                let mut n = NodeMut::marking(bytes, changed);
+                n.overwrite(range, value);
+                n.set_lsn(lsn);
+                Ok(Some(false))
+            }
+            Err(at) => {
+                if !node::insert_lines_in(&mut leaf, at, key, value.len())? {
+                    return Ok(None);
+                }
+                let (bytes, changed) = leaf.bytes_marking(0..node::HEADER)?;
+                let lsn = Self::next_lsn(w);
+                let mut n = NodeMut::marking(bytes, changed);
+                if !n.insert_cell(at, key, value, false) {
+                    return Err(corrupt(format!(
+                        "page {leaf_pid}: a leaf refused an entry that fits"
+                    )));
+                }
+                n.set_lsn(lsn);
+                Self::put_record(&mut w.rec, leaf_pid, key, value, false);
+                Ok(Some(true))
+            }
         }
-        let (bytes, changed) = leaf.bytes_marking(range.clone())?;
-        let lsn = Self::next_lsn(w);
-        Self::put_record(&mut w.rec, leaf_pid, key, value, false);
-        let mut n = NodeMut::marking(bytes, changed);
-        n.overwrite(range, value);
-        n.set_lsn(lsn);
-        Ok(true)
     }
 
     /// Puts an entry (value stored as given) into the leaf at the end of `path`.
