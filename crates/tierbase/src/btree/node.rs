@@ -258,8 +258,8 @@ fn key_in<B: PageBytes>(b: &mut B, i: usize) -> std::result::Result<&[u8], B::Er
 /// Loads, through `b`, every byte [`NodeMut::insert_cell`] reads or writes when it inserts
 /// `key` with a value of `value_len` bytes at slot `at` (the header, the slots from `at` on
 /// and the one added, the first entry's key, the new cell's place in the heap). `false`
-/// (and nothing more loaded) when that insert would compact the heap or change the page's
-/// prefix, or does not fit: those need the whole page.
+/// when that insert would compact the heap or change the page's prefix, or does not fit:
+/// those need the whole page (what was loaded by then stays loaded, and is not changed).
 pub fn insert_lines_in<B: PageBytes>(
     b: &mut B,
     at: usize,

@@ -156,7 +156,8 @@ impl Client {
 
     /// Reads a batch of keys: `values[i]` receives key `i`'s value (reusing its allocation;
     /// cleared when absent) and `found[i]` whether it exists. The keys' cache misses overlap,
-    /// so a batch of scattered keys reads several times faster than one get after another;
+    /// so a batch of scattered keys reads faster than one get after another (1.7× at one
+    /// thread in docs/BENCHMARKS.md, Figure 5);
     /// each key is read as [`Client::get_into`] reads it (the batch is not a snapshot).
     pub fn get_many(
         &mut self,

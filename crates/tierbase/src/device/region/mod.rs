@@ -774,11 +774,10 @@ impl PmemRegion {
     pub fn read_if_key(&self, off: u64, key: &[u8], value_at: u64, out: &mut [u8]) -> Result<bool> {
         let len = (value_at as usize).saturating_add(out.len());
         if (value_at as usize) < key.len() {
-            return Err(Error::OutOfRange {
-                offset: off,
-                len: len as u64,
-                size: self.len(),
-            });
+            return Err(Error::InvalidArgument(format!(
+                "read_if_key: the value at +{value_at} overlaps the {}-byte key",
+                key.len()
+            )));
         }
         let o = self.check(off, len)?;
         let issued = self.emulation_start();
