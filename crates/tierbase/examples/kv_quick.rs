@@ -141,10 +141,7 @@ fn get_phase(
         while i < n {
             let m = batch.min((n - i) as usize);
             for (j, k) in keys.iter_mut().take(m).enumerate() {
-                let mut r = (i + j as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                r = (r ^ (r >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                r = (r ^ (r >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                *k = key((r ^ (r >> 31)) % n);
+                *k = key(scattered(i + j as u64, n));
             }
             let refs: Vec<&[u8]> = keys[..m].iter().map(|k| &k[..]).collect();
             c.get_many(&refs, &mut values[..m], &mut found[..m])?;
@@ -154,10 +151,7 @@ fn get_phase(
         return Ok(());
     }
     for i in 0..n {
-        let mut r = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        r = (r ^ (r >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        r = (r ^ (r >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        let k = key((r ^ (r >> 31)) % n);
+        let k = key(scattered(i, n));
         if timed {
             // Each get between two ordered clock readings, as `tierbase bench` times every
             // operation: the next get can no longer overlap this one's misses.
@@ -184,4 +178,13 @@ fn replace_phase(
         c.put(&key(i), value)?;
     }
     Ok(())
+}
+
+/// The `i`-th of a sequence of key numbers below `n` in no order the records have (a
+/// splitmix64 finaliser of `i`).
+fn scattered(i: u64, n: u64) -> u64 {
+    let mut r = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    r = (r ^ (r >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    r = (r ^ (r >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (r ^ (r >> 31)) % n
 }

@@ -1026,37 +1026,46 @@ impl Tree {
                 "page {leaf_pid} on a leaf's path is not a leaf"
             )));
         }
-        match node::search_in(&mut leaf, key)? {
+        // Where the change goes: `Ok(value range)` in place, or `Err(slot)` for a new entry.
+        let place = match node::search_in(&mut leaf, key)? {
             Ok(i) => {
                 let (range, is_ref) = node::value_range_in(&mut leaf, i)?;
                 if is_ref || range.len() != value.len() {
                     return Ok(None);
                 }
-                let (bytes, changed) = leaf.bytes_marking(range.clone())?;
-                let lsn = Self::next_lsn(w);
-                Self::put_record(&mut w.rec, leaf_pid, key, value, false);
-                let mut n = NodeMut::marking(bytes, changed);
-                n.overwrite(range, value);
-                n.set_lsn(lsn);
-                Ok(Some(false))
+                Ok(range)
             }
             Err(at) => {
                 if !node::insert_lines_in(&mut leaf, at, key, value.len())? {
                     return Ok(None);
                 }
-                let (bytes, changed) = leaf.bytes_marking(0..node::HEADER)?;
-                let lsn = Self::next_lsn(w);
-                let mut n = NodeMut::marking(bytes, changed);
+                Err(at)
+            }
+        };
+        let marked = match &place {
+            Ok(range) => range.clone(),
+            Err(_) => 0..node::HEADER,
+        };
+        let (bytes, changed) = leaf.bytes_marking(marked)?;
+        let lsn = Self::next_lsn(w);
+        let mut n = NodeMut::marking(bytes, changed);
+        let new = match place {
+            Ok(range) => {
+                n.overwrite(range, value);
+                false
+            }
+            Err(at) => {
                 if !n.insert_cell(at, key, value, false) {
                     return Err(corrupt(format!(
                         "page {leaf_pid}: a leaf refused an entry that fits"
                     )));
                 }
-                n.set_lsn(lsn);
-                Self::put_record(&mut w.rec, leaf_pid, key, value, false);
-                Ok(Some(true))
+                true
             }
-        }
+        };
+        n.set_lsn(lsn);
+        Self::put_record(&mut w.rec, leaf_pid, key, value, false);
+        Ok(Some(new))
     }
 
     /// Puts an entry (value stored as given) into the leaf at the end of `path`.

@@ -393,7 +393,7 @@ impl BufferPool {
     }
 
     /// Fixes page `pid` for a change in place that needs a few lines of it (a same-size
-    /// value update): as [`BufferPool::fix_exclusive`], except that a page brought in from
+    /// value update, an insert that fits): as [`BufferPool::fix_exclusive`], except that a page brought in from
     /// its NVM slot, or held by lines already, stays so ([`ForWrite::Lines`]): the caller
     /// reads through [`PageBytes`] and changes only lines it made resident
     /// ([`PageLines::bytes_marking`]). Such a frame is dirty with lines missing; its
