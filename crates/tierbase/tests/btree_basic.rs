@@ -301,3 +301,60 @@ fn pages_loaded_again_in_a_generation_log_deltas_not_images() {
     let s = BTreeStore::open(&path, &o).unwrap();
     check_all(&s, &model);
 }
+
+/// The DRAM budget holds the pool and, from 2.1 MiB on, the log's buffers (about 1/32 of it);
+/// with the log on NVM there are none and the pool gets it all. Writes that nobody waits for
+/// are written out (not synced) at the log's tail limit, whatever the budget.
+#[test]
+fn the_dram_budget_holds_the_pool_and_the_logs_buffers() {
+    for (budget, nvm, log_inside) in [
+        (256 << 10, false, false),
+        (8 << 20, false, true),
+        (64 << 20, false, true),
+        (8 << 20, true, false),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = opts().dram_bytes(budget);
+        if nvm {
+            o = o.nvm_bytes(4 << 20);
+        }
+        let s = BTreeStore::create(dir.path().join("t"), &o).unwrap();
+        let (pool, log) = (stat(&s, "pool_bytes"), stat(&s, "log_buffer_bytes"));
+        let ctx = format!("budget {budget}, nvm {nvm}: pool {pool}, log {log}");
+        assert_eq!(stat(&s, "dram_budget_bytes"), budget, "{ctx}");
+        if nvm {
+            assert_eq!(log, 0, "{ctx}");
+        } else {
+            assert!(
+                log > 0 && log <= (budget / 32).max(256 << 10) + 8192,
+                "{ctx}"
+            );
+        }
+        if log_inside {
+            assert!(pool + log <= budget, "{ctx}");
+            assert!(pool + log > budget - 2 * 4096, "{ctx}");
+        } else if nvm {
+            // (Mini pages beyond what the small tier can feed are not made.)
+            assert!(pool <= budget, "{ctx}");
+        } else {
+            assert!(pool <= budget && pool > budget - 2 * 4096, "{ctx}");
+        }
+        // Far more log than the tail limit, and nothing waits for it: written out meanwhile.
+        let (syncs, written) = (stat(&s, "wal_fsyncs"), stat(&s, "wal_bytes_written"));
+        for i in 0..6_000u64 {
+            s.put(&key(i), &[7u8; 200]).unwrap();
+        }
+        if !nvm {
+            assert!(stat(&s, "wal_bytes_written") > written + (1 << 20), "{ctx}");
+            if stat(&s, "dirty_evictions") == 0 {
+                // (A dirty page's write-back syncs the log up to the page first.)
+                assert_eq!(
+                    stat(&s, "wal_fsyncs"),
+                    syncs,
+                    "{ctx}: written out, not synced"
+                );
+            }
+        }
+        s.abandon();
+    }
+}

@@ -37,7 +37,7 @@ use crate::device::{
 use crate::error::{Error, Result};
 use crate::store::{Change, Store, StoreDescription};
 use crate::sync::Background;
-use crate::wal::{LogFile, Wal};
+use crate::wal::{DEFAULT_TAIL_LIMIT, LogFile, Wal};
 use tree::{FIRST_ROOT, META_PID, Tree};
 pub use tree::{Limits, Meta};
 
@@ -66,6 +66,25 @@ const SUPER_LEN: usize = 4096;
 /// at least (see [`BTreeOptions::mini_page_percent`]).
 const DEFAULT_MINI_PERCENT: u64 = 25;
 const MIN_FULL_FRAMES: u64 = 256;
+/// The log's tail limit is this share of the DRAM budget (between 64 KiB and
+/// [`DEFAULT_TAIL_LIMIT`]); its buffers hold up to four times the limit (and a block).
+const LOG_TAIL_SHARE: u64 = 128;
+
+/// The log's tail limit for a DRAM budget, and the DRAM its buffers may hold when the log is
+/// in files: about 1/32 of the budget, taken out of it, for budgets of 2.1 MiB and more (at
+/// most 16 MiB); in a smaller budget the 264 KiB at the 64 KiB floor would crowd out the pool
+/// and come on top.
+/// Returns the limit, the buffers' bound, and the part of the bound taken out of the budget.
+fn log_budget(dram_bytes: u64, log_on_nvm: bool) -> (usize, u64, u64) {
+    let limit = (dram_bytes / LOG_TAIL_SHARE).clamp(64 << 10, DEFAULT_TAIL_LIMIT as u64) as usize;
+    let buffers = Wal::buffer_bytes(limit, log_on_nvm);
+    let inside = if buffers <= dram_bytes / 8 {
+        buffers
+    } else {
+        0
+    };
+    (limit, buffers, inside)
+}
 /// Cursors of [`Store::scan`] kept at once.
 const MAX_CURSORS: usize = 4096;
 
@@ -76,7 +95,9 @@ pub struct BTreeOptions {
     /// Page size in bytes for a new store (a power of two, 4–64 KiB; default 16 KiB). An
     /// existing store keeps the size it was created with.
     pub page_size: usize,
-    /// DRAM budget of the buffer pool in bytes (default 64 MiB).
+    /// DRAM budget in bytes (default 64 MiB): the buffer pool's frames and mini pages, and,
+    /// from 2.1 MiB on, the log's buffers when the log is in files (about 1/32 of the budget,
+    /// 16 MiB at most; below 2.1 MiB they come on top: 264 KiB at most).
     pub dram_bytes: u64,
     /// When a write is durable.
     pub durability: Durability,
@@ -355,6 +376,10 @@ struct Inner {
     cursors: Mutex<Cursors>,
     /// A clean close hands DRAM's pages to free NVM slots.
     hand_over: bool,
+    /// The DRAM budget asked for, and the most the log's buffers hold (0 with the log on
+    /// NVM; inside the budget from 2.1 MiB on, see [`log_budget`]).
+    dram_budget: u64,
+    log_buffers: u64,
 }
 
 #[derive(Default)]
@@ -693,19 +718,20 @@ impl BTreeStore {
         let flags = devs.flags();
         let log = Arc::new(LogLink::default());
         let (medium, guarantee) = describe_medium(&devs, dir);
+        // The budget holds the log's buffers too (none when the log is on NVM).
+        let (tail_limit, log_buffers, log_in_budget) = log_budget(opts.dram_bytes, log_on_nvm);
+        let pool_bytes = opts.dram_bytes - log_in_budget;
         let mini_bytes = match opts.mini_page_percent {
             _ if devs.nvm.is_none() || !opts.nvm_lines => 0,
-            Some(p) => opts.dram_bytes / 100 * u64::from(p.min(90)),
-            None => (opts.dram_bytes / 100 * DEFAULT_MINI_PERCENT).min(
-                opts.dram_bytes
-                    .saturating_sub(MIN_FULL_FRAMES * page_size as u64),
-            ),
+            Some(p) => pool_bytes / 100 * u64::from(p.min(90)),
+            None => (pool_bytes / 100 * DEFAULT_MINI_PERCENT)
+                .min(pool_bytes.saturating_sub(MIN_FULL_FRAMES * page_size as u64)),
         };
         let pool = BufferPool::new(
             devs.pages,
             PoolOptions {
                 page_size,
-                dram_bytes: opts.dram_bytes - mini_bytes,
+                dram_bytes: pool_bytes - mini_bytes,
                 check: |page, pid| node::check(page, Some(pid)),
             },
             log.clone(),
@@ -786,7 +812,7 @@ impl BTreeStore {
             (end.generation, end.generation_start),
             flags,
         )?;
-        let wal = Arc::new(Wal::resume(logs, end)?);
+        let wal = Arc::new(Wal::resume(logs, end)?.with_tail_limit(tail_limit));
         write_superblock(
             pages,
             page_size,
@@ -811,6 +837,8 @@ impl BTreeStore {
             counters: StoreCounters::default(),
             cursors: Mutex::new(Cursors::default()),
             hand_over: opts.nvm_hand_over,
+            dram_budget: opts.dram_bytes,
+            log_buffers,
         });
         let interval = match opts.durability {
             Durability::Eventual(d) => d.min(Duration::from_millis(100)),
@@ -1257,12 +1285,14 @@ impl Inner {
                     .map_or_else(|e| format!("unreadable: {e}"), |h| h.to_string()),
             ),
             ("page_size".into(), p.page_size().to_string()),
+            ("dram_budget_bytes".into(), self.dram_budget.to_string()),
             (
-                "dram_budget_bytes".into(),
+                "pool_bytes".into(),
                 (p.frames() as u64 * p.page_size() as u64
                     + p.mini_pages() as u64 * MINI_PAGE_BYTES)
                     .to_string(),
             ),
+            ("log_buffer_bytes".into(), self.log_buffers.to_string()),
             ("pages_resident".into(), p.resident_pages().to_string()),
             ("pages_dirty".into(), p.dirty_pages().to_string()),
             ("page_file_bytes".into(), p.device().len().to_string()),

@@ -19,6 +19,8 @@ pub const IO_ALIGN: usize = 4096;
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
+    /// Bytes allocated (`len` may be less: [`AlignedBuf::set_len`]).
+    capacity: usize,
     /// `None`: a heap allocation of its own. Else the mapping it is a slice of, unmapped when
     /// its last buffer goes ([`AlignedBuf::carve`]).
     mapping: Option<Arc<SharedMapping>>,
@@ -70,6 +72,7 @@ impl AlignedBuf {
         Ok(AlignedBuf {
             ptr,
             len,
+            capacity: len,
             mapping: None,
         })
     }
@@ -108,6 +111,7 @@ impl AlignedBuf {
                 // the mapping is and `len` is a multiple of IO_ALIGN.
                 ptr: unsafe { NonNull::new_unchecked(base.as_ptr().add(i * len)) },
                 len,
+                capacity: len,
                 mapping: Some(mapping.clone()),
             })
             .collect())
@@ -116,6 +120,26 @@ impl AlignedBuf {
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Bytes allocated (at least [`AlignedBuf::len`]).
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Sets the length to `len` bytes of the ones allocated (a positive multiple of
+    /// [`IO_ALIGN`], at most the length the buffer was made with): one allocation then serves
+    /// I/Os of different sizes. Bytes beyond the old length keep their earlier contents.
+    pub fn set_len(&mut self, len: usize) -> Result<()> {
+        if len == 0 || !len.is_multiple_of(IO_ALIGN) || len > self.capacity {
+            return Err(Error::Misaligned {
+                offset: 0,
+                len: len as u64,
+                alignment: IO_ALIGN as u64,
+            });
+        }
+        self.len = len;
+        Ok(())
     }
 
     /// Always false (buffers are never empty), provided for API completeness.
@@ -155,7 +179,7 @@ impl Drop for AlignedBuf {
             // A slice of a shared mapping: the mapping goes with its last buffer.
             return;
         }
-        if let Ok(layout) = Layout::from_size_align(self.len, IO_ALIGN) {
+        if let Ok(layout) = Layout::from_size_align(self.capacity, IO_ALIGN) {
             // SAFETY: allocated in `new` with exactly this layout.
             unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
         }
@@ -186,6 +210,20 @@ mod tests {
             Err(Error::Misaligned { .. })
         ));
         assert!(matches!(AlignedBuf::new(0), Err(Error::Misaligned { .. })));
+    }
+
+    #[test]
+    fn set_len_stays_within_the_allocation() {
+        let mut b = AlignedBuf::new(3 * IO_ALIGN).unwrap();
+        b.fill(7);
+        b.set_len(IO_ALIGN).unwrap();
+        assert_eq!(b.len(), IO_ALIGN);
+        b.set_len(3 * IO_ALIGN).unwrap();
+        assert!(b.iter().all(|&x| x == 7), "the bytes beyond were kept");
+        for bad in [0, 100, 4 * IO_ALIGN] {
+            assert!(matches!(b.set_len(bad), Err(Error::Misaligned { .. })));
+        }
+        assert_eq!(b.len(), 3 * IO_ALIGN);
     }
 
     #[test]

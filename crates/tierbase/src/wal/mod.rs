@@ -84,8 +84,19 @@ pub struct Wal {
     group: GroupSync,
     appended: AtomicU64,
     durable: AtomicU64,
+    /// LSN up to which frames are written to the log file (synced or not; at least
+    /// `durable`). A tail that reaches its limit is written out without a sync.
+    written: AtomicU64,
     /// `appended` when [`Wal::prepare_ahead`] last ran.
     prepared_at: AtomicU64,
+    /// Unwritten tail bytes at which an append writes the tail out (see
+    /// [`Wal::with_tail_limit`]).
+    tail_limit: usize,
+    /// The aligned copy of the tail a write-out hands to the device (`O_DIRECT` needs an
+    /// aligned buffer), kept between write-outs: one allocation instead of one per commit.
+    /// Taken under the tail lock and held through the write, which orders overlapping
+    /// write-outs (see [`Wal::write_out`]).
+    stage: Mutex<Option<AlignedBuf>>,
     /// Counters.
     pub counters: WalCounters,
 }
@@ -249,11 +260,12 @@ const GROW_STEP_MAX: u64 = 8 << 20;
 
 /// Most zero-filled room [`Wal::prepare_ahead`] keeps beyond a log file's end.
 const PREPARE_AHEAD_MAX: u64 = 64 << 20;
-/// An unwritten log tail this long is written out (and synced) by the append that reaches
-/// it. Under a durability level that never waits for the log, the tail otherwise stayed in
-/// DRAM until the next write-back or checkpoint: about 1.5× the pool's data while a store
-/// was loaded into its pool, outside the DRAM budget (docs/BENCHMARKS.md, Figure 14).
-const TAIL_WRITE_AT: usize = 4 << 20;
+/// The default [`Wal::with_tail_limit`]. An unwritten log tail this long is written out (not
+/// synced) by the append that reaches it. Under a durability level that never waits for the
+/// log, the tail otherwise stayed in DRAM until the next write-back or checkpoint: about 1.5×
+/// the pool's data while a store was loaded into its pool (docs/BENCHMARKS.md, Figures 14
+/// and 16).
+pub const DEFAULT_TAIL_LIMIT: usize = 4 << 20;
 
 impl Wal {
     /// Starts a new log in two empty files: generation 1 at LSN `start` (open it with
@@ -276,9 +288,38 @@ impl Wal {
             group: GroupSync::default(),
             appended: AtomicU64::new(start),
             durable: AtomicU64::new(start),
+            written: AtomicU64::new(start),
             prepared_at: AtomicU64::new(start),
+            tail_limit: DEFAULT_TAIL_LIMIT,
+            stage: Mutex::new(None),
             counters: WalCounters::default(),
         }
+    }
+
+    /// Sets the unwritten tail at which an append writes the tail out (at least one block).
+    /// A store counts [`Wal::buffer_bytes`] of it against its DRAM budget.
+    pub fn with_tail_limit(mut self, bytes: usize) -> Self {
+        self.tail_limit = bytes.max(BLOCK as usize);
+        self
+    }
+
+    /// The most DRAM the log's buffers hold with a tail limit of `limit` (the tail and its
+    /// aligned copy for the device), while no single frame is larger than the limit: the tail
+    /// keeps at most the limit, the partial block a write-out leaves and the frame that
+    /// reached the limit. Zero for a log on persistent memory, whose frames go straight into
+    /// the mapping.
+    pub fn buffer_bytes(limit: usize, on_pmem: bool) -> u64 {
+        if on_pmem {
+            return 0;
+        }
+        let limit = limit.max(BLOCK as usize) as u64;
+        2 * Self::stage_len(limit)
+    }
+
+    /// Length of the kept aligned copy (and capacity of the tail) for a tail limit: the
+    /// limit, a frame that reached it, and the partial block before it, in whole blocks.
+    fn stage_len(limit: u64) -> u64 {
+        (2 * limit + BLOCK).next_multiple_of(BLOCK)
     }
 
     fn write_header(&self, generation: u32, start: u64) -> Result<()> {
@@ -415,6 +456,13 @@ impl Wal {
         let mut unwritten = 0;
         match &self.files[generation as usize % 2] {
             LogFile::Block(_) => {
+                let need = t.buf.len() + len;
+                if need > t.buf.capacity() {
+                    // Exactly: a doubling `Vec` would hold up to twice what the limit allows.
+                    let want = need.max(Self::stage_len(self.tail_limit as u64) as usize);
+                    let more = want - t.buf.len();
+                    t.buf.reserve_exact(more);
+                }
                 t.buf.extend_from_slice(&header);
                 t.buf.extend_from_slice(payload);
                 let padded = t.buf.len() + pad;
@@ -436,8 +484,10 @@ impl Wal {
         drop(t);
         self.counters.frames.incr();
         self.counters.bytes.add(payload.len() as u64);
-        if unwritten >= TAIL_WRITE_AT {
-            self.flush()?;
+        if unwritten >= self.tail_limit {
+            // Written, not synced: what bounds DRAM is the write. The next flush's sync makes
+            // it durable (an `fdatasync` covers every earlier write of the file).
+            self.write_out(false)?;
         }
         Ok(end)
     }
@@ -449,7 +499,7 @@ impl Wal {
         }
         self.group
             .sync(|| {
-                self.write_out()
+                self.write_out(true)
                     .map_err(|e| std::io::Error::other(e.to_string()))
             })
             .map(|_| ())
@@ -461,11 +511,20 @@ impl Wal {
         self.flush_to(self.appended.load(Ordering::Acquire))
     }
 
-    /// Writes the unwritten tail (from the block holding the durable end) and syncs; on
-    /// persistent memory, persists the lines from the durable end to the appended end.
-    fn write_out(&self) -> Result<()> {
+    /// Writes the tail kept in DRAM (from the block holding the written end) and, with
+    /// `sync`, syncs the file; on persistent memory, with `sync`, persists the lines from the
+    /// durable end to the appended end (without, nothing: frames are in the mapping).
+    ///
+    /// Write-outs may overlap (a group commit's leader, and an append at the tail limit):
+    /// each takes the staging copy while it holds the tail lock and keeps it until its write
+    /// returned, so their writes reach the file in the order their copies were taken, and a
+    /// copy's zero padding never lands over frames a later copy wrote.
+    fn write_out(&self, sync: bool) -> Result<()> {
         let t = self.tail.lock();
         if let LogFile::Pmem(region) = &self.files[t.generation as usize % 2] {
+            if !sync {
+                return Ok(());
+            }
             // Frames are complete in the mapping up to `appended` (stored under the tail
             // lock), and everything before the generation's start is durable already (a
             // switch flushes first), so the range lies inside this generation's file.
@@ -483,25 +542,50 @@ impl Wal {
             return Ok(());
         }
         let end = t.buf_lsn + t.buf.len() as u64;
-        if end <= self.durable.load(Ordering::Acquire) {
+        let done = if sync { &self.durable } else { &self.written };
+        if end <= done.load(Ordering::Acquire) {
             return Ok(());
         }
         let file = &self.files[t.generation as usize % 2];
+        let LogFile::Block(device) = file else {
+            unreachable!("the persistent-memory log returned above");
+        };
+        if t.buf.is_empty() {
+            // An unsynced write-out that ended on a block boundary wrote it all (`end` is the
+            // written end, so this is a sync): only the sync is left.
+            drop(t);
+            device.sync()?;
+            self.counters.syncs.incr();
+            self.durable.fetch_max(end, Ordering::AcqRel);
+            return Ok(());
+        }
         let offset = BLOCK + (t.buf_lsn - t.gen_start);
         let padded = (t.buf.len() as u64).next_multiple_of(BLOCK) as usize;
-        let mut out = AlignedBuf::new(padded)?;
+        let kept = Self::stage_len(self.tail_limit as u64) as usize;
+        let mut stage = self.stage.lock();
+        let mut one_off = None;
+        let out: &mut AlignedBuf = if padded <= kept {
+            match &mut *stage {
+                Some(buf) => buf,
+                empty => empty.insert(AlignedBuf::new(kept)?),
+            }
+        } else {
+            // A frame larger than the limit: its copy is not kept.
+            one_off.insert(AlignedBuf::new(padded)?)
+        };
+        out.set_len(padded)?;
         out[..t.buf.len()].copy_from_slice(&t.buf);
         out[t.buf.len()..].fill(0);
         let (buf_lsn, gen_start) = (t.buf_lsn, t.gen_start);
         drop(t);
-        let LogFile::Block(device) = file else {
-            unreachable!("the persistent-memory log returned above");
-        };
         file.ensure_len(offset + padded as u64)?;
-        device.write_at(offset, &out)?;
-        device.sync()?;
-        self.counters.syncs.incr();
+        device.write_at(offset, out)?;
+        drop(stage);
         self.counters.bytes_written.add(padded as u64);
+        if sync {
+            device.sync()?;
+            self.counters.syncs.incr();
+        }
         // Keep only the last partial block: the next write starts there.
         let keep_from = gen_start + (end - gen_start) / BLOCK * BLOCK;
         let mut t = self.tail.lock();
@@ -510,8 +594,13 @@ impl Wal {
             t.buf.drain(..cut);
             t.buf_lsn = keep_from;
         }
+        // After a frame larger than the limit, give its room back.
+        t.buf.shrink_to(kept);
         drop(t);
-        self.durable.fetch_max(end, Ordering::AcqRel);
+        self.written.fetch_max(end, Ordering::AcqRel);
+        if sync {
+            self.durable.fetch_max(end, Ordering::AcqRel);
+        }
         Ok(())
     }
 
@@ -715,25 +804,142 @@ mod tests {
         assert_eq!(replayed.lsn, end.lsn + appended);
     }
 
-    /// Replay reads the file in 1 MiB chunks: frames larger than a chunk and frames that
-    /// straddle chunk boundaries come back whole and in order, and the end is found after them.
-    /// Appends nobody waits for do not pile up in DRAM: the tail is written out once it
-    /// reaches its bound, and what it keeps stays under it.
+    /// Appends nobody waits for do not pile up in DRAM: the tail is written out (not synced:
+    /// nothing becomes durable by it) once it reaches its limit, and the tail and its aligned
+    /// copy stay within [`Wal::buffer_bytes`], also after a frame larger than the limit.
     #[test]
-    fn an_unwritten_tail_is_written_out_at_its_bound() {
-        let dir = tempfile::tempdir().unwrap();
-        let f = files(dir.path());
-        let (wal, _) = started(f, 0);
-        let payload = vec![3u8; 10_000];
-        let n = 3 * TAIL_WRITE_AT / payload.len();
-        for _ in 0..n {
+    fn an_unwritten_tail_is_written_out_at_its_limit_and_its_buffers_stay_bounded() {
+        for limit in [DEFAULT_TAIL_LIMIT, 64 << 10] {
+            let dir = tempfile::tempdir().unwrap();
+            let f = files(dir.path());
+            let (wal, end) = started(f, 0);
+            let wal = wal.with_tail_limit(limit);
+            let bound = Wal::buffer_bytes(limit, false) as usize;
+            let held = |wal: &Wal| {
+                wal.tail.lock().buf.capacity()
+                    + wal.stage.lock().as_ref().map_or(0, AlignedBuf::capacity)
+            };
+            let syncs = wal.counters.syncs.get();
+            let payload = vec![3u8; 10_000];
+            let n = 3 * limit / payload.len();
+            for _ in 0..n {
+                wal.append(&payload).unwrap();
+                assert!(wal.tail.lock().buf.len() < limit);
+                assert!(held(&wal) <= bound, "{} > {bound}", held(&wal));
+            }
+            assert!(wal.counters.bytes_written.get() > 2 * limit as u64);
+            assert_eq!(wal.counters.syncs.get(), syncs, "written out, not synced");
+            assert_eq!(wal.durable_lsn(), end.lsn);
+            // A frame three times the limit is written out whole; its room is given back.
+            let big = vec![5u8; 3 * limit];
+            wal.append(&big).unwrap();
             wal.append(&payload).unwrap();
-            assert!(wal.tail.lock().buf.len() < TAIL_WRITE_AT);
+            wal.flush().unwrap();
+            assert_eq!(wal.durable_lsn(), wal.next_lsn());
+            assert!(held(&wal) <= bound, "{} > {bound}", held(&wal));
+            let (generation, appended) = (wal.generation(), wal.next_lsn());
+            drop(wal);
+            let mut sizes = Vec::new();
+            let replayed = Wal::replay(&reopen(dir.path()), generation, end.lsn, |_, p| {
+                sizes.push(p.len());
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(replayed.lsn, appended);
+            assert_eq!(sizes.len(), n + 2);
+            assert_eq!(sizes[n], big.len());
         }
-        assert!(wal.counters.syncs.get() >= 2, "{:?}", wal.counters);
-        assert!(wal.durable_lsn() > 2 * TAIL_WRITE_AT as u64);
+        assert_eq!(Wal::buffer_bytes(1 << 20, true), 0);
     }
 
+    /// A tail written out unsynced up to a block boundary leaves nothing in DRAM; the next
+    /// flush then only syncs (it once asked the device for a write of zero bytes).
+    #[test]
+    fn a_flush_after_a_write_out_that_ended_on_a_block_boundary_only_syncs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (wal, end) = started(files(dir.path()), 0);
+        let wal = wal.with_tail_limit(BLOCK as usize);
+        let payload = vec![9u8; (BLOCK - FRAME_HEADER) as usize];
+        wal.append(&payload).unwrap();
+        assert!(wal.tail.lock().buf.is_empty());
+        assert_eq!(wal.durable_lsn(), end.lsn);
+        let syncs = wal.counters.syncs.get();
+        wal.flush().unwrap();
+        assert_eq!(wal.durable_lsn(), end.lsn + BLOCK);
+        assert_eq!(wal.counters.syncs.get(), syncs + 1);
+    }
+
+    /// A power loss after tails were written out unsynced, on a device that tears unsynced
+    /// writes per sector: replay returns a prefix of the frames appended, with every frame
+    /// up to the last flush, each whole — whether a write-out came from a flush or from the
+    /// tail limit, and whether later unsynced writes rewrote the flushed end's block.
+    #[test]
+    fn power_loss_after_unsynced_write_outs_keeps_every_flushed_frame() {
+        use crate::device::{BlockCrashConfig, SimPower};
+        for seed in 0..12u64 {
+            let power = SimPower::new(BlockCrashConfig {
+                torn_survival: 0.5,
+                seed,
+                ..BlockCrashConfig::default()
+            });
+            let make = |i: usize| -> LogFile {
+                BlockDevice::simulated(&format!("log{i}"), 4096, 512, &power)
+                    .unwrap()
+                    .into()
+            };
+            let (wal, end) = started([make(0), make(1)], 0);
+            let wal = wal.with_tail_limit(BLOCK as usize);
+            let frame = |i: u64| -> Vec<u8> {
+                let len = 40 + (i * 977 + seed * 131) % 3_000;
+                (0..len).map(|j| (i * 7 + j) as u8).collect()
+            };
+            let total = 200 + seed * 7;
+            let flush_after = 60 + seed * 9;
+            let mut flushed = 0;
+            for i in 0..total {
+                wal.append(&frame(i)).unwrap();
+                if i + 1 == flush_after {
+                    wal.flush().unwrap();
+                    flushed = i + 1;
+                }
+            }
+            assert!(
+                wal.counters.bytes_written.get() > 64 * BLOCK,
+                "written out meanwhile"
+            );
+            let generation = wal.generation();
+            power.cut();
+            let images: Vec<Vec<u8>> = wal
+                .files()
+                .iter()
+                .map(|f| match f {
+                    LogFile::Block(d) => d.durable_image().unwrap(),
+                    LogFile::Pmem(_) => unreachable!(),
+                })
+                .collect();
+            drop(wal);
+            let power = SimPower::new(BlockCrashConfig::default());
+            let files: [LogFile; 2] = [0, 1].map(|i| {
+                BlockDevice::simulated_from(&format!("log{i}"), images[i].clone(), 512, &power)
+                    .unwrap()
+                    .into()
+            });
+            let mut got = 0u64;
+            Wal::replay(&files, generation, end.lsn, |_, p| {
+                assert_eq!(p, &frame(got)[..], "seed {seed}: frame {got}");
+                got += 1;
+                Ok(())
+            })
+            .unwrap();
+            assert!(
+                (flushed..=total).contains(&got),
+                "seed {seed}: {got} frames back, {flushed} flushed of {total}"
+            );
+        }
+    }
+
+    /// Replay reads the file in 1 MiB chunks: frames larger than a chunk and frames that
+    /// straddle chunk boundaries come back whole and in order, and the end is found after them.
     #[test]
     fn replay_streams_frames_across_chunk_boundaries() {
         let dir = tempfile::tempdir().unwrap();
