@@ -302,7 +302,8 @@ fn pages_loaded_again_in_a_generation_log_deltas_not_images() {
     check_all(&s, &model);
 }
 
-/// The DRAM budget holds the pool and, from 2.1 MiB on, the log's buffers (about 1/32 of it);
+/// The DRAM budget holds the pool and, from 2112 KiB on, the log's buffers (264 KiB, or 1/32 of
+/// the budget from 8 MiB on);
 /// with the log on NVM there are none and the pool gets it all. Writes that nobody waits for
 /// are written out (not synced) at the log's tail limit, whatever the budget.
 #[test]

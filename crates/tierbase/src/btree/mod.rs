@@ -67,12 +67,13 @@ const SUPER_LEN: usize = 4096;
 const DEFAULT_MINI_PERCENT: u64 = 25;
 const MIN_FULL_FRAMES: u64 = 256;
 /// The log's tail limit is this share of the DRAM budget (between 64 KiB and
-/// [`DEFAULT_TAIL_LIMIT`]); its buffers hold up to four times the limit (and a block).
+/// [`DEFAULT_TAIL_LIMIT`]); its buffers hold up to four times the limit plus two blocks.
 const LOG_TAIL_SHARE: u64 = 128;
 
 /// The log's tail limit for a DRAM budget, and the DRAM its buffers may hold when the log is
-/// in files: about 1/32 of the budget, taken out of it, for budgets of 2.1 MiB and more (at
-/// most 16 MiB); in a smaller budget the 264 KiB at the 64 KiB floor would crowd out the pool
+/// in files: 264 KiB up to a budget of 8 MiB (the limit's 64 KiB floor), 1/32 of the budget
+/// up to 512 MiB, 16 MiB + 8 KiB above. They are taken out of the budget when they are at
+/// most 1/8 of it (budgets from 2112 KiB on); in a smaller one they would crowd out the pool,
 /// and come on top.
 /// Returns the limit, the buffers' bound, and the part of the bound taken out of the budget.
 fn log_budget(dram_bytes: u64, log_on_nvm: bool) -> (usize, u64, u64) {
@@ -96,8 +97,10 @@ pub struct BTreeOptions {
     /// existing store keeps the size it was created with.
     pub page_size: usize,
     /// DRAM budget in bytes (default 64 MiB): the buffer pool's frames and mini pages, and,
-    /// from 2.1 MiB on, the log's buffers when the log is in files (about 1/32 of the budget,
-    /// 16 MiB at most; below 2.1 MiB they come on top: 264 KiB at most).
+    /// from 2112 KiB on, the log's buffers when the log is in files (264 KiB up to an 8 MiB
+    /// budget, then 1/32 of it, 16 MiB + 8 KiB at most; below 2112 KiB they come on top).
+    /// Frames larger than the log's tail limit (1/128 of the budget, at least 64 KiB) get a
+    /// copy of their own while they are written out.
     pub dram_bytes: u64,
     /// When a write is durable.
     pub durability: Durability,
@@ -377,7 +380,7 @@ struct Inner {
     /// A clean close hands DRAM's pages to free NVM slots.
     hand_over: bool,
     /// The DRAM budget asked for, and the most the log's buffers hold (0 with the log on
-    /// NVM; inside the budget from 2.1 MiB on, see [`log_budget`]).
+    /// NVM; inside the budget from 2112 KiB on, see [`log_budget`]).
     dram_budget: u64,
     log_buffers: u64,
 }

@@ -34,6 +34,17 @@ impl GroupSync {
     /// Makes every write the caller finished before this call durable, with `sync` (run by at
     /// most one caller at a time). Returns how many syncs this caller ran (0 or 1), or the
     /// sticky error text.
+    /// Fails the group as a failed sync would (sticky): for a write or sync the caller made
+    /// outside [`GroupSync::sync`] that failed, after which no later sync may report the file
+    /// durable (the lost write, or the kernel's dropped pages, would be missing from it).
+    pub(crate) fn fail(&self, reason: String) {
+        let mut st = self.state.lock();
+        if st.failed.is_none() {
+            st.failed = Some(reason);
+        }
+        self.done.notify_all();
+    }
+
     pub(crate) fn sync(
         &self,
         sync: impl Fn() -> std::io::Result<()>,
@@ -110,5 +121,9 @@ mod tests {
         let g = GroupSync::default();
         assert!(g.sync(|| Err(std::io::Error::other("EIO"))).is_err());
         assert_eq!(g.sync(|| Ok(())), Err("EIO".to_string()));
+        let g = GroupSync::default();
+        g.fail("a write failed".into());
+        g.fail("later".into());
+        assert_eq!(g.sync(|| Ok(())), Err("a write failed".to_string()));
     }
 }

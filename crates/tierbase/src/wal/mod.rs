@@ -17,7 +17,7 @@
 //! other file if that holds generation `g + 1` starting exactly there.
 //!
 //! Tail blocks are rewritten as the log grows: a group commit writes from the block holding
-//! the durable end. A torn rewrite cannot hurt frames already durable because the rewrite
+//! the written end (see [`Wal::write_out`]). A torn rewrite cannot hurt frames already durable because the rewrite
 //! carries the same bytes for them, and media tear at sector granularity (512 B, the unit
 //! disks write atomically), never inside a sector.
 //!
@@ -487,7 +487,7 @@ impl Wal {
         if unwritten >= self.tail_limit {
             // Written, not synced: what bounds DRAM is the write. The next flush's sync makes
             // it durable (an `fdatasync` covers every earlier write of the file).
-            self.write_out(false)?;
+            self.write_out(false).map_err(|e| self.fail(e))?;
         }
         Ok(end)
     }
@@ -504,6 +504,15 @@ impl Wal {
             })
             .map(|_| ())
             .map_err(|reason| Error::ReadOnly { path: None, reason })
+    }
+
+    /// Fails the log for good after a write or sync outside the group commit failed: every
+    /// later flush then fails as after a failed sync (the write may be missing from the
+    /// file, or a sync elsewhere may have consumed the kernel's report of lost pages).
+    fn fail(&self, e: Error) -> Error {
+        let reason = e.to_string();
+        self.group.fail(reason.clone());
+        Error::ReadOnly { path: None, reason }
     }
 
     /// Makes every appended frame durable.
@@ -576,7 +585,7 @@ impl Wal {
         out.set_len(padded)?;
         out[..t.buf.len()].copy_from_slice(&t.buf);
         out[t.buf.len()..].fill(0);
-        let (buf_lsn, gen_start) = (t.buf_lsn, t.gen_start);
+        let (buf_lsn, gen_start, generation) = (t.buf_lsn, t.gen_start, t.generation);
         drop(t);
         file.ensure_len(offset + padded as u64)?;
         device.write_at(offset, out)?;
@@ -586,11 +595,13 @@ impl Wal {
             device.sync()?;
             self.counters.syncs.incr();
         }
-        // Keep only the last partial block: the next write starts there.
+        // Keep only the last partial block: the next write starts there. (An overlapping
+        // write-out may have drained part of it already; what is left up to `keep_from` was
+        // in this write too, since the tail only moves forward within a generation.)
         let keep_from = gen_start + (end - gen_start) / BLOCK * BLOCK;
         let mut t = self.tail.lock();
-        if t.buf_lsn == buf_lsn && keep_from > buf_lsn {
-            let cut = (keep_from - buf_lsn) as usize;
+        if t.generation == generation && keep_from > t.buf_lsn && t.buf_lsn >= buf_lsn {
+            let cut = (keep_from - t.buf_lsn) as usize;
             t.buf.drain(..cut);
             t.buf_lsn = keep_from;
         }
@@ -650,7 +661,14 @@ impl Wal {
             if len >= end + want {
                 return Ok(len - before);
             }
-            file.grow_to((len + file.grow_step()).next_multiple_of(BLOCK))?;
+            // Growing syncs the file: a failed sync fails the log as a failed commit would
+            // (it may have taken the kernel's report of an earlier write's lost pages). Other
+            // failures (no space) leave it to a commit that needs the room to grow the file.
+            file.grow_to((len + file.grow_step()).next_multiple_of(BLOCK))
+                .map_err(|e| match e {
+                    Error::Io { op: "fsync", .. } => self.fail(e),
+                    e => e,
+                })?;
         }
     }
 
@@ -867,6 +885,53 @@ mod tests {
         wal.flush().unwrap();
         assert_eq!(wal.durable_lsn(), end.lsn + BLOCK);
         assert_eq!(wal.counters.syncs.get(), syncs + 1);
+    }
+
+    /// Write-outs at the tail limit (the appender's) overlapping group commits (another
+    /// thread's flushes): every frame comes back whole and in order, so no write's zero
+    /// padding landed on frames a later write had put there, and every flush covered what
+    /// was appended before it.
+    #[test]
+    fn write_outs_at_the_limit_overlapping_flushes_keep_every_frame() {
+        use std::sync::atomic::AtomicBool;
+        let dir = tempfile::tempdir().unwrap();
+        let (wal, end) = started(files(dir.path()), 0);
+        let wal = wal.with_tail_limit(2 * BLOCK as usize);
+        let frame = |i: u64| -> Vec<u8> {
+            let len = 1 + (i * 613) % 1_500;
+            (0..len).map(|j| (i * 13 + j * 5) as u8).collect()
+        };
+        let n = 6_000u64;
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Acquire) {
+                    let target = wal.next_lsn();
+                    wal.flush_to(target).unwrap();
+                    assert!(wal.durable_lsn() >= target);
+                }
+            });
+            for i in 0..n {
+                wal.append(&frame(i)).unwrap();
+            }
+            stop.store(true, Ordering::Release);
+        });
+        wal.flush().unwrap();
+        assert!(
+            wal.counters.syncs.get() > 10,
+            "the flusher ran: {:?}",
+            wal.counters
+        );
+        let (generation, appended) = (wal.generation(), wal.next_lsn());
+        drop(wal);
+        let mut got = 0u64;
+        let replayed = Wal::replay(&reopen(dir.path()), generation, end.lsn, |_, p| {
+            assert_eq!(p, &frame(got)[..], "frame {got}");
+            got += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((got, replayed.lsn), (n, appended));
     }
 
     /// A power loss after tails were written out unsynced, on a device that tears unsynced
