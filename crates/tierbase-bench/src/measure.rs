@@ -287,6 +287,26 @@ impl ThreadRecorder {
         }
     }
 
+    /// Counts one operation of `kind` that was not timed (see `PhaseConfig::latency_every`):
+    /// it adds to the operation counts and the timeline's current bucket, not to the
+    /// latencies.
+    #[inline]
+    pub fn count_untimed(&mut self, kind: OpKind, found: bool) {
+        // The last timed operation first: it moves the timeline to its bucket.
+        self.flush();
+        let Some(slot) = self.kinds.get_mut(kind.index()) else {
+            return;
+        };
+        let (rec, _) = slot.get_or_insert_with(|| (KindRecord::new(), LatencyCounts::new()));
+        rec.count += 1;
+        if !found {
+            rec.not_found += 1;
+        }
+        if let Some(b) = self.timeline.get_mut(self.bucket) {
+            *b += 1;
+        }
+    }
+
     /// Records one operation of `kind` that took `latency` and finished at `end`. `found` is
     /// false when the key (or, for scans, any record) was missing.
     pub fn record(&mut self, kind: OpKind, latency: Duration, end: Instant, found: bool) {

@@ -188,6 +188,9 @@ pub struct BenchPlan {
     /// Measured reads issued together through one batched call (see
     /// [`PhaseConfig::read_batch`]; 1: one `get` each).
     pub read_batch: usize,
+    /// Time one measured operation in this many (see [`PhaseConfig::latency_every`]; 1:
+    /// every one).
+    pub latency_every: u64,
 }
 
 impl BenchPlan {
@@ -222,6 +225,7 @@ impl BenchPlan {
             mini_page_percent: None,
             page_size: None,
             read_batch: 1,
+            latency_every: 1,
         }
     }
 
@@ -384,6 +388,7 @@ fn run_repetition(
         max_time: None,
         verify: plan.verify,
         read_batch: 1,
+        latency_every: 1,
     };
     let load = run_load(store.as_ref(), spec, &keyspace, &load_cfg, progress)?;
     // Counters after the load, so that the run's own can be told apart from the load's.
@@ -401,6 +406,7 @@ fn run_repetition(
             warmup_ops,
             max_time: plan.max_time,
             read_batch: plan.read_batch,
+            latency_every: plan.latency_every,
             ..load_cfg
         };
         Some(run_transactions(
@@ -491,6 +497,11 @@ fn summarize(
         verify_failures: rep.load.verify_failures
             + rep.run.as_ref().map_or(0, |r| r.verify_failures),
         read_batch: if spec.load_only { 1 } else { plan.read_batch },
+        latency_every: if spec.load_only {
+            1
+        } else {
+            plan.latency_every
+        },
     }
 }
 

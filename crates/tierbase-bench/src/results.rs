@@ -20,7 +20,7 @@
 //!                                   latency_ns: { samples, min, mean, p50, p90, p99, p999,
 //!                                                 max } }, .. },
 //!             timeline: [ { start_s, duration_s, ops, ops_per_s }, .. ],
-//!             verify_failures, read_batch } ] }
+//!             verify_failures, read_batch, latency_every } ] }
 //! ```
 //!
 //! Readers ignore fields they do not know, so later minor additions keep version 1; a change
@@ -151,6 +151,15 @@ pub struct RunResult {
     /// `tierbase bench ycsb --read-batch`). A batched read's latency is its batch's.
     #[serde(default = "one")]
     pub read_batch: usize,
+    /// One measured operation in this many was timed (1: every one; see
+    /// `tierbase bench ycsb --latency-every`): the latencies are a sample of the operations,
+    /// the throughput counts them all.
+    #[serde(default = "one_u64")]
+    pub latency_every: u64,
+}
+
+fn one_u64() -> u64 {
+    1
 }
 
 fn one() -> usize {

@@ -45,6 +45,7 @@ fn config(threads: usize) -> PhaseConfig {
         max_time: None,
         verify: true,
         read_batch: 1,
+        latency_every: 1,
     }
 }
 

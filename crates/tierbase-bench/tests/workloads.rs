@@ -383,6 +383,7 @@ fn a_failing_or_panicking_store_stops_the_phase_with_its_error() {
             max_time: None,
             verify: true,
             read_batch: 1,
+            latency_every: 1,
         };
         run_load(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
         let e = run_transactions(&store, &spec, &ks, &cfg, &SilentProgress).unwrap_err();
@@ -485,6 +486,7 @@ fn phase_config(threads: usize) -> tierbase_bench::runner::PhaseConfig {
         max_time: None,
         verify: true,
         read_batch: 1,
+        latency_every: 1,
     }
 }
 
@@ -587,5 +589,49 @@ fn batched_reads_keep_every_operation_and_its_answer() {
         // Measured and warm-up reads all reached the store.
         let reads = store.reads.load(std::sync::atomic::Ordering::Relaxed);
         assert!(reads >= count(OpKind::Read), "batches of {read_batch}");
+    }
+}
+
+/// Timing one operation in N counts every operation (throughput and misses are those of all
+/// of them) and records a latency for each N-th of each thread's share, its first included.
+#[test]
+fn timing_one_operation_in_n_counts_them_all_and_samples_latencies() {
+    use tierbase_bench::runner::{run_load, run_transactions};
+    for (workload, every) in [
+        (CoreWorkload::C, 1u64),
+        (CoreWorkload::C, 16),
+        (CoreWorkload::A, 7),
+    ] {
+        let store = Recording::new(0);
+        let spec = workload.spec(300, 1_001);
+        let ks = KeySpace::new(spec.record_count);
+        let cfg = tierbase_bench::runner::PhaseConfig {
+            latency_every: every,
+            ..phase_config(2)
+        };
+        run_load(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
+        let run = run_transactions(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
+        let stats = run.measurements.operation_stats(run.elapsed);
+        let ctx = format!("{workload:?}, one in {every}");
+        assert_eq!(run.measurements.total_ops(), 1_001, "{ctx}");
+        let counted: u64 = stats.values().map(|s| s.count).sum();
+        let sampled: u64 = stats.values().map(|s| s.latency_ns.samples).sum();
+        let not_found: u64 = stats.values().map(|s| s.not_found).sum();
+        assert_eq!(counted, 1_001, "{ctx}");
+        assert_eq!(not_found, 0, "{ctx}");
+        // Shares of 501 and 500 operations: every `every`-th of each, from its first.
+        assert_eq!(
+            sampled,
+            501u64.div_ceil(every) + 500u64.div_ceil(every),
+            "{ctx}"
+        );
+        let timeline: u64 = run
+            .measurements
+            .timeline(run.elapsed)
+            .iter()
+            .map(|b| b.ops)
+            .sum();
+        assert_eq!(timeline, 1_001, "{ctx}");
+        assert_eq!(run.verify_failures, 0, "{ctx}");
     }
 }

@@ -153,6 +153,14 @@ struct YcsbArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=1024))]
     read_batch: u16,
+    /// Time one measured operation in N [default: 1, every one]. A timed operation sits
+    /// between two clock readings that wait for everything before them, so the next one cannot
+    /// start under its cache misses; untimed ones are only counted (throughput counts every
+    /// operation, latencies are a sample of 1 in N). A driver that times whole phases only,
+    /// as the original Viper's, measures the way N > 1 does.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    latency_every: u64,
     /// Page size of the B-tree stores (`btree`, `btree-3tier`, `btree-nvm`): a power of two
     /// from 4K to 64K [default: 16K].
     #[arg(long, value_name = "SIZE", value_parser = crate::util::parse_size)]
@@ -765,6 +773,7 @@ fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
     plan.nvm_pages = a.nvm_pages;
     plan.mini_page_percent = a.mini_pages;
     plan.read_batch = usize::from(a.read_batch);
+    plan.latency_every = a.latency_every;
     plan.page_size = a
         .page_size
         .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
