@@ -66,8 +66,9 @@ pub struct PhaseConfig {
     /// the next operation cannot start under this one's cache misses; an untimed one is only
     /// counted, and overlaps its neighbours as it would in an application (or in a driver
     /// that times whole phases only, as the original Viper's does). Latencies are then a
-    /// sample; throughput counts every operation. Reads batched by `read_batch` are always
-    /// timed per batch.
+    /// sample; throughput counts every operation. With more than 1 (and no `read_batch`),
+    /// reads are also prepared [`PREPARED_READS`] at a time. Reads batched by `read_batch`
+    /// are always timed per batch.
     pub latency_every: u64,
 }
 
@@ -198,6 +199,9 @@ struct WorkerResult {
 }
 
 /// Operations for worker `t` of `threads` when `total` are split as evenly as possible.
+/// Reads prepared together when not every operation is timed (see `run_transactions`).
+const PREPARED_READS: usize = 16;
+
 fn share(total: u64, threads: usize, t: usize) -> u64 {
     let n = threads.max(1) as u64;
     total / n + u64::from((t as u64) < total % n)
@@ -286,32 +290,40 @@ pub fn run_transactions(
         let mut rec = ThreadRecorder::new(start);
         let batch = cfg.read_batch.max(1);
         let latency_every = cfg.latency_every.max(1);
+        // When not every operation is timed, reads are prepared a few at a time: their keys
+        // and fingerprints are built first, then they are read one `get` after another, so
+        // that building the next key does not sit between two gets (a driver with its keys in
+        // hand; the store's work is the same).
+        let gather = match (batch, latency_every) {
+            (1, 1) => 1,
+            (1, _) => PREPARED_READS,
+            (b, _) => b,
+        };
         // Counted from the measured window's start: its first operation is timed.
-        let mut measured = 0u64;
-        for _ in 0..share(spec.operation_count, threads, t) {
+        for measured in 0..share(spec.operation_count, threads, t) {
             if shared.stop.load(Ordering::Relaxed) {
                 break;
             }
             let op = stream.next_operation();
-            if batch > 1 {
+            let time = measured.is_multiple_of(latency_every);
+            if gather > 1 {
                 if let Operation::Read { keynum } = op {
                     w.batch.push(keynum);
-                    if w.batch.len() == batch {
-                        w.read_batch(&mut rec)?;
+                    w.batch_timed.push(time);
+                    if w.batch.len() == gather {
+                        w.read_gathered(&mut rec, batch > 1)?;
                     }
                     done += 1;
                     shared.report_done(t, done);
                     continue;
                 }
-                w.read_batch(&mut rec)?;
+                w.read_gathered(&mut rec, batch > 1)?;
             }
-            let time = measured.is_multiple_of(latency_every);
-            measured += 1;
             w.perform(&mut stream, keyspace, op, Some(&mut rec), time)?;
             done += 1;
             shared.report_done(t, done);
         }
-        w.read_batch(&mut rec)?;
+        w.read_gathered(&mut rec, batch > 1)?;
         Ok(Some(w.finish(rec)))
     })
 }
@@ -472,8 +484,12 @@ struct Worker<'c> {
     read_buf: Vec<u8>,
     verify: bool,
     verify_failures: u64,
-    /// Key numbers of the reads waiting for [`Worker::read_batch`].
+    /// Key numbers of the reads waiting for [`Worker::read_gathered`], and whether each is
+    /// timed (prepared reads; a batch is timed as one call).
     batch: Vec<u64>,
+    batch_timed: Vec<bool>,
+    /// The prepared reads' key fingerprints.
+    batch_fingerprints: Vec<[u8; VALUE_HEADER_LEN]>,
     /// The batch's keys, values and answers (reused).
     batch_keys: Vec<Vec<u8>>,
     batch_values: Vec<Vec<u8>>,
@@ -489,10 +505,53 @@ impl<'c> Worker<'c> {
             verify,
             verify_failures: 0,
             batch: Vec::new(),
+            batch_timed: Vec::new(),
+            batch_fingerprints: Vec::new(),
             batch_keys: Vec::new(),
             batch_values: Vec::new(),
             batch_found: Vec::new(),
         }
+    }
+
+    /// Reads the waiting reads: in one [`Client::get_many`] call if `batched`, else one
+    /// [`Client::get`] after another with their keys built beforehand (prepared reads,
+    /// each timed or only counted as it was marked).
+    fn read_gathered(&mut self, rec: &mut ThreadRecorder, batched: bool) -> Result<()> {
+        if batched {
+            return self.read_batch(rec);
+        }
+        let n = self.batch.len();
+        if n == 0 {
+            return Ok(());
+        }
+        self.batch_keys.resize_with(n, Vec::new);
+        self.batch_fingerprints.resize(n, [0; VALUE_HEADER_LEN]);
+        for i in 0..n {
+            self.keys.build(self.batch[i]);
+            let key = &mut self.batch_keys[i];
+            key.clear();
+            key.extend_from_slice(self.keys.key());
+            self.batch_fingerprints[i] = self.keys.fingerprint();
+        }
+        for i in 0..n {
+            let key = &self.batch_keys[i];
+            let found = if self.batch_timed[i] {
+                let t0 = rec.now();
+                let found = self.client.get(key, &mut self.read_buf)?;
+                let t1 = rec.now();
+                rec.record_span(OpKind::Read, t0, t1, found);
+                found
+            } else {
+                let found = self.client.get(key, &mut self.read_buf)?;
+                rec.count_untimed(OpKind::Read, found);
+                found
+            };
+            let fingerprint = self.batch_fingerprints[i];
+            self.check(found, &fingerprint);
+        }
+        self.batch.clear();
+        self.batch_timed.clear();
+        Ok(())
     }
 
     /// Reads the waiting batch in one [`Client::get_many`] call, timed as one span that each
@@ -529,6 +588,7 @@ impl<'c> Worker<'c> {
             }
         }
         self.batch.clear();
+        self.batch_timed.clear();
         Ok(())
     }
 

@@ -518,21 +518,26 @@ fn threads_loading_in_batches_insert_every_key_exactly_once() {
 #[test]
 fn reads_of_values_with_a_wrong_fingerprint_are_counted() {
     use tierbase_bench::runner::{run_load, run_transactions};
+    // (corrupt every, key size, read batch, time one operation in): the last two cases read
+    // prepared reads (keys built ahead, one `get` each), the check must still see every value.
     let cases = [
-        (0, 16, 1),
-        (7, 16, 1),
-        (7, 24, 1),
-        (1, 30, 1),
-        (7, 16, 5),
-        (1, 24, 64),
+        (0, 16, 1, 1),
+        (7, 16, 1, 1),
+        (7, 24, 1, 1),
+        (1, 30, 1, 1),
+        (7, 16, 5, 1),
+        (1, 24, 64, 1),
+        (7, 16, 1, 16),
+        (3, 24, 1, 5),
     ];
-    for (corrupt_every, key_size, read_batch) in cases {
+    for (corrupt_every, key_size, read_batch, latency_every) in cases {
         let store = Recording::new(corrupt_every);
         let mut spec = CoreWorkload::C.spec(500, 2_000);
         spec.key_size = key_size;
         let ks = KeySpace::new(spec.record_count);
         let cfg = tierbase_bench::runner::PhaseConfig {
             read_batch,
+            latency_every,
             ..phase_config(2)
         };
         let load = run_load(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
@@ -546,7 +551,8 @@ fn reads_of_values_with_a_wrong_fingerprint_are_counted() {
         };
         assert_eq!(
             run.verify_failures, expected,
-            "corrupting every {corrupt_every}, reads in batches of {read_batch}"
+            "corrupting every {corrupt_every}, reads in batches of {read_batch}, one in \
+             {latency_every} timed"
         );
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! Run: `cargo run --release -p tierbase --example kv_quick -- <dir> [records]`
 //! (`NO_MORE=1`: hold n records, not 2n; `TIMED=1`: time every get between fenced clock
-//! readings, as `tierbase bench` does; `BATCH=n`: read n keys a call with `get_many`.)
+//! readings, as `tierbase bench` does; `BATCH=n`: read n keys a call with `get_many`;
+//! `INITIAL=bytes`: pre-size the store, as the benchmark adapter does.)
 
 use std::time::Instant;
 
@@ -17,7 +18,12 @@ fn main() -> tierbase::Result<()> {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
     let path = dir.join(format!("kv-quick-{}.tb", std::process::id()));
+    let initial: u64 = std::env::var("INITIAL")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(0);
     let opts = KvOptions::default()
+        .initial_size(initial)
         .layout(RecordLayout::Fixed {
             key_size: 16,
             value_size: 200,

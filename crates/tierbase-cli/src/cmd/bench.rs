@@ -156,7 +156,8 @@ struct YcsbArgs {
     /// Time one measured operation in N [default: 1, every one]. A timed operation sits
     /// between two clock readings that wait for everything before them, so the next one cannot
     /// start under its cache misses; untimed ones are only counted (throughput counts every
-    /// operation, latencies are a sample of 1 in N). A driver that times whole phases only,
+    /// operation, latencies are a sample of 1 in N), and reads are prepared 16 at a time
+    /// (keys built first, then one get after another). A driver that times whole phases only,
     /// as the original Viper's, measures the way N > 1 does.
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
