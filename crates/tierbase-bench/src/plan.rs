@@ -191,6 +191,8 @@ pub struct BenchPlan {
     /// Time one measured operation in this many (see [`PhaseConfig::latency_every`]; 1:
     /// every one).
     pub latency_every: u64,
+    /// Measured reads prepared together (see [`PhaseConfig::prepared_reads`]; 1: none).
+    pub prepared_reads: usize,
 }
 
 impl BenchPlan {
@@ -226,6 +228,7 @@ impl BenchPlan {
             page_size: None,
             read_batch: 1,
             latency_every: 1,
+            prepared_reads: 1,
         }
     }
 
@@ -389,6 +392,7 @@ fn run_repetition(
         verify: plan.verify,
         read_batch: 1,
         latency_every: 1,
+        prepared_reads: 1,
     };
     let load = run_load(store.as_ref(), spec, &keyspace, &load_cfg, progress)?;
     // Counters after the load, so that the run's own can be told apart from the load's.
@@ -407,6 +411,7 @@ fn run_repetition(
             max_time: plan.max_time,
             read_batch: plan.read_batch,
             latency_every: plan.latency_every,
+            prepared_reads: plan.prepared_reads,
             ..load_cfg
         };
         Some(run_transactions(
@@ -501,6 +506,11 @@ fn summarize(
             1
         } else {
             plan.latency_every
+        },
+        prepared_reads: if spec.load_only {
+            1
+        } else {
+            plan.prepared_reads
         },
     }
 }

@@ -20,7 +20,7 @@
 //!                                   latency_ns: { samples, min, mean, p50, p90, p99, p999,
 //!                                                 max } }, .. },
 //!             timeline: [ { start_s, duration_s, ops, ops_per_s }, .. ],
-//!             verify_failures, read_batch, latency_every } ] }
+//!             verify_failures, read_batch, latency_every, prepared_reads } ] }
 //! ```
 //!
 //! Readers ignore fields they do not know, so later minor additions keep version 1; a change
@@ -156,6 +156,10 @@ pub struct RunResult {
     /// the throughput counts them all.
     #[serde(default = "one_u64")]
     pub latency_every: u64,
+    /// Reads prepared together (1: none; see `tierbase bench ycsb --prepare-reads`): keys
+    /// built first, then one `get` after another.
+    #[serde(default = "one")]
+    pub prepared_reads: usize,
 }
 
 fn one_u64() -> u64 {

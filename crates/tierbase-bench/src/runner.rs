@@ -66,10 +66,15 @@ pub struct PhaseConfig {
     /// the next operation cannot start under this one's cache misses; an untimed one is only
     /// counted, and overlaps its neighbours as it would in an application (or in a driver
     /// that times whole phases only, as the original Viper's does). Latencies are then a
-    /// sample; throughput counts every operation. With more than 1 (and no `read_batch`),
-    /// reads are also prepared [`PREPARED_READS`] at a time. Reads batched by `read_batch`
-    /// are always timed per batch.
+    /// sample; throughput counts every operation. Reads batched by `read_batch` are timed
+    /// per batch whatever this is.
     pub latency_every: u64,
+    /// Measured reads prepared together (1: none): their keys and fingerprints are built
+    /// first, then they are read one `get` after another, each timed or only counted as
+    /// `latency_every` says, so that building the next key does not sit between two gets.
+    /// Consecutive reads of a thread's stream are gathered, as for `read_batch` (which takes
+    /// precedence); the store's work is the same.
+    pub prepared_reads: usize,
 }
 
 /// What a phase measured.
@@ -199,9 +204,6 @@ struct WorkerResult {
 }
 
 /// Operations for worker `t` of `threads` when `total` are split as evenly as possible.
-/// Reads prepared together when not every operation is timed (see `run_transactions`).
-const PREPARED_READS: usize = 16;
-
 fn share(total: u64, threads: usize, t: usize) -> u64 {
     let n = threads.max(1) as u64;
     total / n + u64::from((t as u64) < total % n)
@@ -290,14 +292,11 @@ pub fn run_transactions(
         let mut rec = ThreadRecorder::new(start);
         let batch = cfg.read_batch.max(1);
         let latency_every = cfg.latency_every.max(1);
-        // When not every operation is timed, reads are prepared a few at a time: their keys
-        // and fingerprints are built first, then they are read one `get` after another, so
-        // that building the next key does not sit between two gets (a driver with its keys in
-        // hand; the store's work is the same).
-        let gather = match (batch, latency_every) {
-            (1, 1) => 1,
-            (1, _) => PREPARED_READS,
-            (b, _) => b,
+        // Reads gathered for one batched call, or prepared together (see `PhaseConfig`).
+        let gather = if batch > 1 {
+            batch
+        } else {
+            cfg.prepared_reads.max(1)
         };
         // Counted from the measured window's start: its first operation is timed.
         for measured in 0..share(spec.operation_count, threads, t) {

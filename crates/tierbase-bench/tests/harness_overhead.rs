@@ -46,6 +46,7 @@ fn config(threads: usize) -> PhaseConfig {
         verify: true,
         read_batch: 1,
         latency_every: 1,
+        prepared_reads: 1,
     }
 }
 

@@ -384,6 +384,7 @@ fn a_failing_or_panicking_store_stops_the_phase_with_its_error() {
             verify: true,
             read_batch: 1,
             latency_every: 1,
+            prepared_reads: 1,
         };
         run_load(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
         let e = run_transactions(&store, &spec, &ks, &cfg, &SilentProgress).unwrap_err();
@@ -487,6 +488,7 @@ fn phase_config(threads: usize) -> tierbase_bench::runner::PhaseConfig {
         verify: true,
         read_batch: 1,
         latency_every: 1,
+        prepared_reads: 1,
     }
 }
 
@@ -518,19 +520,20 @@ fn threads_loading_in_batches_insert_every_key_exactly_once() {
 #[test]
 fn reads_of_values_with_a_wrong_fingerprint_are_counted() {
     use tierbase_bench::runner::{run_load, run_transactions};
-    // (corrupt every, key size, read batch, time one operation in): the last two cases read
-    // prepared reads (keys built ahead, one `get` each), the check must still see every value.
+    // (corrupt every, key size, read batch, time one operation in, reads prepared together):
+    // the last two cases prepare reads (keys built ahead, one `get` each), and the check must
+    // still see every value.
     let cases = [
-        (0, 16, 1, 1),
-        (7, 16, 1, 1),
-        (7, 24, 1, 1),
-        (1, 30, 1, 1),
-        (7, 16, 5, 1),
-        (1, 24, 64, 1),
-        (7, 16, 1, 16),
-        (3, 24, 1, 5),
+        (0, 16, 1, 1, 1),
+        (7, 16, 1, 1, 1),
+        (7, 24, 1, 1, 1),
+        (1, 30, 1, 1, 1),
+        (7, 16, 5, 1, 1),
+        (1, 24, 64, 1, 1),
+        (7, 16, 1, 16, 16),
+        (3, 24, 1, 5, 7),
     ];
-    for (corrupt_every, key_size, read_batch, latency_every) in cases {
+    for (corrupt_every, key_size, read_batch, latency_every, prepared_reads) in cases {
         let store = Recording::new(corrupt_every);
         let mut spec = CoreWorkload::C.spec(500, 2_000);
         spec.key_size = key_size;
@@ -538,6 +541,7 @@ fn reads_of_values_with_a_wrong_fingerprint_are_counted() {
         let cfg = tierbase_bench::runner::PhaseConfig {
             read_batch,
             latency_every,
+            prepared_reads,
             ..phase_config(2)
         };
         let load = run_load(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
@@ -552,7 +556,7 @@ fn reads_of_values_with_a_wrong_fingerprint_are_counted() {
         assert_eq!(
             run.verify_failures, expected,
             "corrupting every {corrupt_every}, reads in batches of {read_batch}, one in \
-             {latency_every} timed"
+             {latency_every} timed, {prepared_reads} prepared together"
         );
     }
 }
@@ -599,26 +603,30 @@ fn batched_reads_keep_every_operation_and_its_answer() {
 }
 
 /// Timing one operation in N counts every operation (throughput and misses are those of all
-/// of them) and records a latency for each N-th of each thread's share, its first included.
+/// of them) and records a latency for each N-th of each thread's share, its first included,
+/// whether or not reads are prepared together (shares of 501 and 500 leave a part group).
 #[test]
 fn timing_one_operation_in_n_counts_them_all_and_samples_latencies() {
     use tierbase_bench::runner::{run_load, run_transactions};
-    for (workload, every) in [
-        (CoreWorkload::C, 1u64),
-        (CoreWorkload::C, 16),
-        (CoreWorkload::A, 7),
+    for (workload, every, prepared_reads) in [
+        (CoreWorkload::C, 1u64, 1usize),
+        (CoreWorkload::C, 16, 1),
+        (CoreWorkload::C, 16, 16),
+        (CoreWorkload::C, 1, 7),
+        (CoreWorkload::A, 7, 5),
     ] {
         let store = Recording::new(0);
         let spec = workload.spec(300, 1_001);
         let ks = KeySpace::new(spec.record_count);
         let cfg = tierbase_bench::runner::PhaseConfig {
             latency_every: every,
+            prepared_reads,
             ..phase_config(2)
         };
         run_load(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
         let run = run_transactions(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
         let stats = run.measurements.operation_stats(run.elapsed);
-        let ctx = format!("{workload:?}, one in {every}");
+        let ctx = format!("{workload:?}, one in {every}, {prepared_reads} prepared");
         assert_eq!(run.measurements.total_ops(), 1_001, "{ctx}");
         let counted: u64 = stats.values().map(|s| s.count).sum();
         let sampled: u64 = stats.values().map(|s| s.latency_ns.samples).sum();

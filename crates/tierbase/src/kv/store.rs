@@ -500,10 +500,11 @@ impl Inner {
                 let slot = self.slot_pos(off);
                 let value_at = (layout::slot_value(k) - layout::SLOT_KEY) as usize;
                 // No software prefetch of the record's lines here: the loads below start them
-                // at once anyway, and on the 2-vCPU guest the prefetch made gets slower (1.41–
-                // 1.43 against 1.59–1.65 M/s without it, `kv_quick` on tmpfs: `perf` put two
-                // thirds of the record read on the prefetch of a line whose page missed the
-                // TLB). [`Inner::get_many`] still prefetches, a round of keys ahead.
+                // at once anyway, and on the 2-vCPU guest the prefetch made gets slower
+                // (`kv_quick` on tmpfs: 1.41–1.43 against 1.59–1.65 M/s without it at 5 M
+                // records, 1.30 against 1.39 at 10 M; `perf` put two thirds of the record read
+                // on the prefetch of a line whose page missed the TLB). [`Inner::get_many`]
+                // still prefetches, a round of keys ahead.
                 let latch = self.page_latch(off.block(), off.page())?;
                 let Some(v1) = latch.optimistic() else {
                     return Ok(ReadOutcome::Retry);
