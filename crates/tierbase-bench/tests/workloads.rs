@@ -649,3 +649,106 @@ fn timing_one_operation_in_n_counts_them_all_and_samples_latencies() {
         assert_eq!(run.verify_failures, 0, "{ctx}");
     }
 }
+
+/// A store over `memory` that logs every read and update in the order it receives them, and
+/// answers "missing" for a third of the keys.
+struct Sequencing {
+    inner: Box<dyn tierbase_bench::adapter::Store>,
+    log: std::sync::Mutex<Vec<(bool, Vec<u8>)>>,
+}
+
+struct SequencingClient<'a> {
+    store: &'a Sequencing,
+    inner: Box<dyn tierbase_bench::adapter::Client + 'a>,
+}
+
+impl tierbase_bench::adapter::Store for Sequencing {
+    fn info(&self) -> tierbase_bench::adapter::StoreInfo {
+        self.inner.info()
+    }
+    fn client(&self) -> tierbase_bench::Result<Box<dyn tierbase_bench::adapter::Client + '_>> {
+        Ok(Box::new(SequencingClient {
+            store: self,
+            inner: self.inner.client()?,
+        }))
+    }
+    fn close(self: Box<Self>) -> tierbase_bench::Result<()> {
+        self.inner.close()
+    }
+}
+
+impl tierbase_bench::adapter::Client for SequencingClient<'_> {
+    fn put(&mut self, k: &[u8], v: &[u8]) -> tierbase_bench::Result<()> {
+        self.inner.put(k, v)
+    }
+    fn get(&mut self, k: &[u8], out: &mut Vec<u8>) -> tierbase_bench::Result<bool> {
+        self.store.log.lock().unwrap().push((false, k.to_vec()));
+        let found = self.inner.get(k, out)?;
+        Ok(found && k.last().is_some_and(|b| b % 3 != 0))
+    }
+    fn update(&mut self, k: &[u8], v: &[u8]) -> tierbase_bench::Result<bool> {
+        self.store.log.lock().unwrap().push((true, k.to_vec()));
+        self.inner.update(k, v)
+    }
+    fn delete(&mut self, k: &[u8]) -> tierbase_bench::Result<bool> {
+        self.inner.delete(k)
+    }
+    fn scan(
+        &mut self,
+        s: &[u8],
+        c: usize,
+        v: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> tierbase_bench::Result<usize> {
+        self.inner.scan(s, c, v)
+    }
+}
+
+/// Prepared reads and sampled timing change neither what the store is asked, nor in which
+/// order (an update first ends the reads gathered before it), nor what is counted: the same
+/// seed gives the same sequence of calls and the same misses as every operation timed alone.
+#[test]
+fn prepared_reads_keep_the_order_of_operations_and_count_misses() {
+    use tierbase_bench::measure::OpKind;
+    use tierbase_bench::runner::{run_load, run_transactions};
+    let run = |latency_every: u64, prepared_reads: usize| {
+        let store = Sequencing {
+            inner: tierbase_bench::adapter::open_store(
+                "memory",
+                &tierbase_bench::adapter::StoreOptions::new("."),
+            )
+            .unwrap(),
+            log: Default::default(),
+        };
+        let spec = CoreWorkload::A.spec(300, 2_000);
+        let ks = KeySpace::new(spec.record_count);
+        let cfg = tierbase_bench::runner::PhaseConfig {
+            warmup_ops: 0,
+            latency_every,
+            prepared_reads,
+            ..phase_config(1)
+        };
+        run_load(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
+        let out = run_transactions(&store, &spec, &ks, &cfg, &SilentProgress).unwrap();
+        let stats = out.measurements.operation_stats(out.elapsed);
+        let misses = stats.get(&OpKind::Read).map_or(0, |s| s.not_found);
+        let log = store.log.into_inner().unwrap();
+        (log, misses, out.measurements.total_ops())
+    };
+    let (plain, plain_misses, plain_ops) = run(1, 1);
+    assert_eq!(plain_ops, 2_000);
+    assert!(
+        plain_misses > 100,
+        "{plain_misses} misses: the store's misses are counted"
+    );
+    assert!(plain.iter().filter(|(update, _)| *update).count() > 500);
+    for (latency_every, prepared_reads) in [(1, 8), (3, 8), (64, 16), (5, 1)] {
+        let (log, misses, ops) = run(latency_every, prepared_reads);
+        let ctx = format!("one in {latency_every} timed, {prepared_reads} prepared");
+        assert_eq!(ops, 2_000, "{ctx}");
+        assert_eq!(misses, plain_misses, "{ctx}");
+        assert!(
+            log == plain,
+            "{ctx}: the store saw other calls, or in another order"
+        );
+    }
+}
