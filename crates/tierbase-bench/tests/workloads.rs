@@ -399,13 +399,17 @@ fn a_failing_or_panicking_store_stops_the_phase_with_its_error() {
     }
 }
 
-/// A store over `memory` that counts the puts of every key and corrupts the fingerprint of
-/// every `corrupt_every`-th value it reads back (0 = none).
+/// A store over `memory` that counts the puts of every key, logs every read and update in
+/// the order it receives them (`true` for an update), corrupts the fingerprint of every
+/// `corrupt_every`-th value it reads back (0 = none), and, if `miss_a_third`, answers
+/// "missing" for keys whose last byte is a multiple of 3.
 struct Recording {
     inner: Box<dyn tierbase_bench::adapter::Store>,
     puts: std::sync::Mutex<HashMap<Vec<u8>, u32>>,
     reads: std::sync::atomic::AtomicU64,
     corrupt_every: u64,
+    log: std::sync::Mutex<Vec<(bool, Vec<u8>)>>,
+    miss_a_third: bool,
 }
 
 impl Recording {
@@ -416,6 +420,8 @@ impl Recording {
             puts: Default::default(),
             reads: Default::default(),
             corrupt_every,
+            log: Default::default(),
+            miss_a_third: false,
         }
     }
 }
@@ -452,6 +458,7 @@ impl tierbase_bench::adapter::Client for RecordingClient<'_> {
         self.inner.put(k, v)
     }
     fn get(&mut self, k: &[u8], out: &mut Vec<u8>) -> tierbase_bench::Result<bool> {
+        self.store.log.lock().unwrap().push((false, k.to_vec()));
         let found = self.inner.get(k, out)?;
         let n = self
             .store
@@ -460,9 +467,13 @@ impl tierbase_bench::adapter::Client for RecordingClient<'_> {
         if self.store.corrupt_every > 0 && n.is_multiple_of(self.store.corrupt_every) {
             out[0] ^= 1;
         }
+        if self.store.miss_a_third && k.last().is_some_and(|b| b % 3 == 0) {
+            return Ok(false);
+        }
         Ok(found)
     }
     fn update(&mut self, k: &[u8], v: &[u8]) -> tierbase_bench::Result<bool> {
+        self.store.log.lock().unwrap().push((true, k.to_vec()));
         self.inner.update(k, v)
     }
     fn delete(&mut self, k: &[u8]) -> tierbase_bench::Result<bool> {
@@ -650,59 +661,6 @@ fn timing_one_operation_in_n_counts_them_all_and_samples_latencies() {
     }
 }
 
-/// A store over `memory` that logs every read and update in the order it receives them, and
-/// answers "missing" for a third of the keys.
-struct Sequencing {
-    inner: Box<dyn tierbase_bench::adapter::Store>,
-    log: std::sync::Mutex<Vec<(bool, Vec<u8>)>>,
-}
-
-struct SequencingClient<'a> {
-    store: &'a Sequencing,
-    inner: Box<dyn tierbase_bench::adapter::Client + 'a>,
-}
-
-impl tierbase_bench::adapter::Store for Sequencing {
-    fn info(&self) -> tierbase_bench::adapter::StoreInfo {
-        self.inner.info()
-    }
-    fn client(&self) -> tierbase_bench::Result<Box<dyn tierbase_bench::adapter::Client + '_>> {
-        Ok(Box::new(SequencingClient {
-            store: self,
-            inner: self.inner.client()?,
-        }))
-    }
-    fn close(self: Box<Self>) -> tierbase_bench::Result<()> {
-        self.inner.close()
-    }
-}
-
-impl tierbase_bench::adapter::Client for SequencingClient<'_> {
-    fn put(&mut self, k: &[u8], v: &[u8]) -> tierbase_bench::Result<()> {
-        self.inner.put(k, v)
-    }
-    fn get(&mut self, k: &[u8], out: &mut Vec<u8>) -> tierbase_bench::Result<bool> {
-        self.store.log.lock().unwrap().push((false, k.to_vec()));
-        let found = self.inner.get(k, out)?;
-        Ok(found && k.last().is_some_and(|b| b % 3 != 0))
-    }
-    fn update(&mut self, k: &[u8], v: &[u8]) -> tierbase_bench::Result<bool> {
-        self.store.log.lock().unwrap().push((true, k.to_vec()));
-        self.inner.update(k, v)
-    }
-    fn delete(&mut self, k: &[u8]) -> tierbase_bench::Result<bool> {
-        self.inner.delete(k)
-    }
-    fn scan(
-        &mut self,
-        s: &[u8],
-        c: usize,
-        v: &mut dyn FnMut(&[u8], &[u8]),
-    ) -> tierbase_bench::Result<usize> {
-        self.inner.scan(s, c, v)
-    }
-}
-
 /// Prepared reads and sampled timing change neither what the store is asked, nor in which
 /// order (an update first ends the reads gathered before it), nor what is counted: the same
 /// seed gives the same sequence of calls and the same misses as every operation timed alone.
@@ -711,13 +669,9 @@ fn prepared_reads_keep_the_order_of_operations_and_count_misses() {
     use tierbase_bench::measure::OpKind;
     use tierbase_bench::runner::{run_load, run_transactions};
     let run = |latency_every: u64, prepared_reads: usize| {
-        let store = Sequencing {
-            inner: tierbase_bench::adapter::open_store(
-                "memory",
-                &tierbase_bench::adapter::StoreOptions::new("."),
-            )
-            .unwrap(),
-            log: Default::default(),
+        let store = Recording {
+            miss_a_third: true,
+            ..Recording::new(0)
         };
         let spec = CoreWorkload::A.spec(300, 2_000);
         let ks = KeySpace::new(spec.record_count);
