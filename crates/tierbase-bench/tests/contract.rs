@@ -78,7 +78,7 @@ fn unknown_store_lists_the_known_ones() {
     let msg = e.to_string();
     assert!(
         msg.starts_with(
-            "unknown store 'leveldb' (known: kv, kv-var, btree, btree-3tier, btree-nvm, plush, plush-range, memory, memory-btree, rocksdb"
+            "unknown store 'leveldb' (known: kv, kv-var, btree, btree-3tier, btree-nvm, btree-nvm-direct, plush, plush-range, memory, memory-btree, rocksdb"
         ),
         "{msg}"
     );

@@ -278,7 +278,7 @@ fn bad_plans_are_one_clear_error() {
     check(p, "value size 3 is too small");
     check(
         small_plan("nope", &[CoreWorkload::A], &[1]),
-        "unknown store 'nope' (known: kv, kv-var, btree, btree-3tier, btree-nvm, plush, plush-range, memory",
+        "unknown store 'nope' (known: kv, kv-var, btree, btree-3tier, btree-nvm, btree-nvm-direct, plush, plush-range, memory",
     );
     check(
         small_plan("memory", &[CoreWorkload::E], &[1]),

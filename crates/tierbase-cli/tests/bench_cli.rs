@@ -60,7 +60,7 @@ fn bad_bench_input_is_one_clear_error() {
     );
     fails_with(
         &ycsb(&["--store", "nope"]),
-        "unknown store 'nope' (known: kv, kv-var, btree, btree-3tier, btree-nvm, plush, plush-range, memory, memory-btree, rocksdb, rocksdb-nosync, redb, lmdb)",
+        "unknown store 'nope' (known: kv, kv-var, btree, btree-3tier, btree-nvm, btree-nvm-direct, plush, plush-range, memory, memory-btree, rocksdb, rocksdb-nosync, redb, lmdb)",
     );
     fails_with(
         &ycsb(&["--out", "/nonexistent-dir/r.json"]),

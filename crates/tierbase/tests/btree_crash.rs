@@ -11,6 +11,10 @@
 //! With the log on NVM too (two more crash-simulated regions on the same power source), power
 //! is lost at every persist point of each log region: a commit is acknowledged only after its
 //! frame's lines are persisted, so a cut there loses at most the batch in flight.
+//!
+//! The NVM-direct design (pages in a crash-simulated region, changed in place under an undo
+//! log) loses power at its persist points too: an undo entry's, a commit's line flushes and
+//! its epoch word, each torn at random.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -19,7 +23,7 @@ use std::sync::Arc;
 use tierbase::btree::{BTreeDevices, BTreeOptions, BTreeStore};
 use tierbase::buffer::nvm::Admission;
 use tierbase::device::{
-    BlockCrashConfig, CrashSimConfig, Durability, PmemRegion, RegionOptions, SimPower,
+    BlockCrashConfig, CrashSimConfig, Durability, PagedRegion, PmemRegion, RegionOptions, SimPower,
 };
 use tierbase::testing::crash::{BlockPowerLoss, Schedule, crash_points};
 
@@ -173,6 +177,9 @@ fn script_ending(
     if let Some(r) = s.nvm_region() {
         stats.insert("nvm_persist_points".into(), r.persist_points().to_string());
     }
+    if let Some(r) = s.nvm_direct_region() {
+        stats.insert("nvm_persist_points".into(), r.persist_points().to_string());
+    }
     if let Some(logs) = s.log_regions() {
         for (i, r) in logs.iter().enumerate() {
             stats.insert(
@@ -199,7 +206,10 @@ fn script_ending(
     }
     power.cut();
     let images = s.durable_images().unwrap();
-    let nvm = s.nvm_region().and_then(PmemRegion::power_loss);
+    let nvm = s
+        .nvm_region()
+        .and_then(PmemRegion::power_loss)
+        .or_else(|| s.nvm_direct_region().and_then(PagedRegion::power_loss));
     let logs = s
         .log_regions()
         .map(|l| l.map(|r| r.power_loss().expect("a simulated region")));
@@ -224,7 +234,11 @@ fn check(outcome: Outcome, point: &str, opts: &BTreeOptions) {
     };
     let mut devs = BTreeDevices::simulated_from(images, &power).unwrap();
     if let Some(img) = nvm {
-        devs = devs.with_nvm(reboot(&img));
+        devs = if opts.nvm_direct {
+            devs.with_nvm_direct(reboot(&img))
+        } else {
+            devs.with_nvm(reboot(&img))
+        };
     }
     if let Some(logs) = logs {
         devs = devs.with_nvm_log(logs.map(|img| reboot(&img)));
@@ -362,6 +376,87 @@ fn nvm_log_power_loss_at_every_log_persist_point_keeps_acknowledged_batches_whol
                 &nvm_opts(),
             );
         }
+    }
+}
+
+/// Bytes of the NVM-direct runs' region: 1 MiB of undo log (values up to 16 KiB) and 1792
+/// pages of 4 KiB, room for the script's data.
+const DIRECT_LEN: u64 = 8 << 20;
+
+fn direct_opts() -> BTreeOptions {
+    opts().nvm_bytes(DIRECT_LEN).nvm_direct(true)
+}
+
+/// Simulated block devices (superblocks, empty logs) and an NVM-direct region on one power
+/// source; the region's own power loss (if any) as `nvm` says.
+fn direct_devices(power: &Arc<SimPower>, nvm: CrashSimConfig) -> BTreeDevices {
+    let region = PmemRegion::simulated(DIRECT_LEN, nvm, &RegionOptions::default()).unwrap();
+    region.share_power(power).unwrap();
+    BTreeDevices::simulated(power)
+        .unwrap()
+        .with_nvm_direct(region)
+}
+
+#[test]
+fn nvm_direct_power_loss_at_every_sync_keeps_acknowledged_batches_whole() {
+    // The block syncs are the superblocks' (create, restart, checkpoints).
+    let report = BlockPowerLoss::new().survival(&[0.5]).run(
+        |power: &Arc<SimPower>, _point| {
+            script(
+                direct_devices(power, CrashSimConfig::default()),
+                power,
+                &direct_opts(),
+            )
+        },
+        |outcome, point| check(outcome, &format!("sync {point:?}"), &direct_opts()),
+    );
+    assert!(report.total_points >= 3, "{report:?}");
+}
+
+#[test]
+fn nvm_direct_power_loss_at_nvm_persist_points_keeps_acknowledged_batches_whole() {
+    // The reference run: every batch saves lines in the undo log and commits in place.
+    let power = SimPower::new(BlockCrashConfig::default());
+    let devs = direct_devices(&power, CrashSimConfig::default());
+    let (outcome, stats) = script_with_stats(devs, &power, &direct_opts());
+    let n = |k: &str| stats[k].parse::<u64>().unwrap();
+    assert_eq!(n("wal_frames"), 0, "{stats:?}");
+    // A batch that changes nothing (a delete of a missing key) has nothing to commit.
+    let commits = n("nvm_direct_commits");
+    assert!(
+        commits > PRELOAD + STEPS * 3 / 4 && commits <= PRELOAD + STEPS,
+        "{stats:?}"
+    );
+    // Splits and merges saved whole pages; updates a few lines.
+    assert!(
+        n("nvm_direct_undo_lines") > n("nvm_direct_undo_entries"),
+        "{stats:?}"
+    );
+    let total = n("nvm_persist_points");
+    assert!(total > 2 * (PRELOAD + STEPS), "{stats:?}");
+    check(outcome, "the reference run", &direct_opts());
+    let runs = nvm_crash_runs(160);
+    for n in crash_points(1, total, runs, 0xd1ec7) {
+        let power = SimPower::new(BlockCrashConfig {
+            torn_survival: 0.5,
+            seed: n,
+            ..BlockCrashConfig::default()
+        });
+        let devs = direct_devices(
+            &power,
+            CrashSimConfig {
+                crash_after_fences: Some(n),
+                unflushed_survival: 0.5,
+                seed: n,
+                ..CrashSimConfig::default()
+            },
+        );
+        let outcome = script(devs, &power, &direct_opts());
+        check(
+            outcome,
+            &format!("NVM fence {n} of {total}"),
+            &direct_opts(),
+        );
     }
 }
 

@@ -430,20 +430,33 @@ fn damaged_superblocks_fall_back_or_are_refused() {
         restore();
     }
     // A newer format in both copies.
-    set_version(&pages, &[newest, other], 5, None);
+    set_version(&pages, &[newest, other], 6, None);
     match BTreeStore::open(&path, &opts()) {
         Err(Error::UnsupportedVersion {
-            found: 5,
-            supported: 4,
+            found: 6,
+            supported: 5,
             ..
         }) => {}
-        other => panic!("format version 5: {other:?}"),
+        other => panic!("format version 6: {other:?}"),
     }
     // Only in the newest copy: the older one serves.
     restore();
-    set_version(&pages, &[newest], 5, None);
+    set_version(&pages, &[newest], 6, None);
     let s = BTreeStore::open(&path, &opts()).unwrap();
-    read_all(&s, &model, "version 5 in one copy").unwrap();
+    read_all(&s, &model, "version 6 in one copy").unwrap();
+    drop(s);
+    // Version 5 saying the pages are in NVM (NVM direct), with no NVM file: refused, naming it.
+    restore();
+    set_version(&pages, &[newest, other], 5, Some(1 | 4));
+    match BTreeStore::open(&path, &opts()) {
+        Err(e @ Error::Corrupt { .. }) => assert!(e.to_string().contains("nvm.tb"), "{e}"),
+        other => panic!("NVM-direct flags without nvm.tb: {other:?}"),
+    }
+    // The NVM-direct bit in a version 4 copy (which never sets it) is damage: passed over.
+    restore();
+    set_version(&pages, &[newest], 4, Some(4));
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    read_all(&s, &model, "NVM-direct bit in a version 4 copy").unwrap();
     drop(s);
     // Version 4 saying the log is on NVM, with plain log files: refused, naming them.
     restore();

@@ -64,6 +64,8 @@ struct Variant {
     write_back_batch: usize,
     /// Slots of an NVM tier that admits every page (0: no NVM tier).
     nvm_slots: u64,
+    /// The NVM-direct design (pages changed in place in NVM; `frames` unused).
+    direct: bool,
     rounds: u64,
 }
 
@@ -80,6 +82,7 @@ const BASE: Variant = Variant {
     ops_per_thread: 2500,
     write_back_batch: 1,
     nvm_slots: 0,
+    direct: false,
     rounds: 16,
 };
 
@@ -354,6 +357,8 @@ fn round(v: &Variant, seed: u64) -> (Outcome, Figures) {
             // Leaves read back from NVM go to full frames by lines in odd rounds, to mini
             // pages first in even ones.
             .mini_page_percent(if seed.is_multiple_of(2) { 25 } else { 0 })
+    } else if v.direct {
+        opts.nvm_bytes(32 << 20).nvm_direct(true)
     } else {
         opts
     };
@@ -473,6 +478,24 @@ fn hot_keys_are_linearizable() {
 /// Run: `cargo test -p tierbase --release --test btree_linearizability -- --ignored
 /// small_pool` (the workers' panics name the error; a hang shows as a test running for over
 /// 60 s).
+#[test]
+fn nvm_direct_hot_keys_are_linearizable() {
+    // Readers search pages in NVM while the writer changes them in place (under its undo log)
+    // and the checkpointer runs; long shared prefixes make inner pages split and merge.
+    let v = Variant {
+        filler_percent: 20,
+        large_values: true,
+        checkpointer: true,
+        prefix: 100,
+        direct: true,
+        rounds: 8,
+        ..BASE
+    };
+    for f in run("NVM direct", v) {
+        assert!(f.height >= 3, "inner pages never split: {f:?}");
+    }
+}
+
 #[test]
 fn small_pool_evicts_constantly() {
     let v = Variant {

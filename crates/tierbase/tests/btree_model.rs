@@ -323,7 +323,7 @@ impl Run {
     fn reopen(&mut self, clean: bool) -> Result<(), TestCaseError> {
         let s = self.store.take().expect("store open");
         self.evictions += stat(&s, "evictions");
-        if self.opts.nvm_bytes > 0 {
+        if self.opts.nvm_bytes > 0 && !self.opts.nvm_direct {
             self.nvm_writes += stat(&s, "nvm_page_writes");
             self.nvm_hits += stat(&s, "nvm_hits");
         }
@@ -622,7 +622,25 @@ impl Run {
 }
 
 fn run(page_size: usize, durability: Durability, ops: &[Op]) -> Result<(), TestCaseError> {
-    run_in(scratch_dir(), page_size, FRAMES, durability, None, ops)
+    run_in(
+        scratch_dir(),
+        page_size,
+        FRAMES,
+        durability,
+        Tier::Dram,
+        ops,
+    )
+}
+
+/// Which memory the pages live in besides the page file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tier {
+    /// DRAM frames over the page file (SSD BM; main memory when the data fits).
+    Dram,
+    /// DRAM frames, an NVM tier admitting as given, the page file.
+    Nvm(Admission),
+    /// NVM direct: the pages in an NVM region, changed in place (no DRAM frames).
+    Direct,
 }
 
 /// NVM slots of the three-tier variants: fewer than the data's pages, so NVM Clock evicts and
@@ -634,9 +652,13 @@ fn run_in(
     page_size: usize,
     frames: u64,
     durability: Durability,
-    nvm: Option<Admission>,
+    tier: Tier,
     ops: &[Op],
 ) -> Result<(), TestCaseError> {
+    let nvm = match tier {
+        Tier::Nvm(a) => Some(a),
+        _ => None,
+    };
     if std::env::var_os("TIERBASE_MODEL_TRACE").is_some() {
         // The case about to run (a hang leaves no proptest report): `PROPTEST_RNG_SEED=n`
         // makes the sequence of cases repeatable.
@@ -650,6 +672,11 @@ fn run_in(
             .poison_lines(true)
             // The three-tier design with mini pages; NVM holding everything without.
             .mini_page_percent(if a == Admission::All { 0 } else { 25 });
+    }
+    if tier == Tier::Direct {
+        // An eighth of the region is undo log; values reach a sixty-fourth of that, and the
+        // pages hold the data of 160 ops several times over.
+        opts = opts.nvm_bytes(1024 * page_size as u64).nvm_direct(true);
     }
     let store = BTreeStore::create(dir.path().join("store"), &opts)
         .map_err(|e| TestCaseError::fail(format!("create: {e}")))?;
@@ -682,8 +709,9 @@ fn run_in(
     }
     s.close()
         .map_err(|e| TestCaseError::fail(format!("close: {e}")))?;
-    // The pool really was too small for the data: pages were evicted and read back.
-    if r.largest > 2 * frames as usize * page_size {
+    // The pool really was too small for the data: pages were evicted and read back (NVM
+    // direct has no pool).
+    if r.largest > 2 * frames as usize * page_size && tier != Tier::Direct {
         prop_assert!(r.evictions > 0, "{} bytes of data, no eviction", r.largest);
         // Pages left DRAM for NVM and came back from it.
         if nvm == Some(Admission::All) {
@@ -726,12 +754,12 @@ proptest! {
     #[test]
     fn page_4k_on_disk_matches_a_btreemap(ops in proptest::collection::vec(op_strategy(), 1..100)) {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temporary directory");
-        run_in(dir, 4096, FRAMES, Durability::Immediate, None, &ops)?;
+        run_in(dir, 4096, FRAMES, Durability::Immediate, Tier::Dram, &ops)?;
     }
 
     #[test]
     fn page_4k_deferred_loses_at_most_a_suffix(ops in proptest::collection::vec(op_strategy(), 1..120)) {
-        run_in(scratch_dir(), 4096, 64, Durability::None, None, &ops)?;
+        run_in(scratch_dir(), 4096, 64, Durability::None, Tier::Dram, &ops)?;
     }
 
     /// The three-tier design: an NVM tier of 24 slots between the 16 frames and the page
@@ -739,17 +767,29 @@ proptest! {
     /// page admitted (the basic NVM design once the data fits in NVM).
     #[test]
     fn page_4k_three_tier_matches_a_btreemap(ops in proptest::collection::vec(op_strategy(), 1..160)) {
-        run_in(scratch_dir(), 4096, FRAMES, Durability::Immediate, Some(Admission::RecentlyRefused(8)), &ops)?;
+        run_in(scratch_dir(), 4096, FRAMES, Durability::Immediate, Tier::Nvm(Admission::RecentlyRefused(8)), &ops)?;
     }
 
     #[test]
     fn page_16k_nvm_admits_all_matches_a_btreemap(ops in proptest::collection::vec(op_strategy(), 1..160)) {
-        run_in(scratch_dir(), 16384, FRAMES, Durability::Immediate, Some(Admission::All), &ops)?;
+        run_in(scratch_dir(), 16384, FRAMES, Durability::Immediate, Tier::Nvm(Admission::All), &ops)?;
     }
 
     #[test]
     fn page_4k_three_tier_deferred_loses_at_most_a_suffix(ops in proptest::collection::vec(op_strategy(), 1..120)) {
-        run_in(scratch_dir(), 4096, 64, Durability::None, Some(Admission::All), &ops)?;
+        run_in(scratch_dir(), 4096, 64, Durability::None, Tier::Nvm(Admission::All), &ops)?;
+    }
+
+    /// NVM direct: the pages in an NVM region, changed in place under its undo log; every
+    /// batch durable when it returns, also with a deferred durability level.
+    #[test]
+    fn page_4k_nvm_direct_matches_a_btreemap(ops in proptest::collection::vec(op_strategy(), 1..160)) {
+        run_in(scratch_dir(), 4096, FRAMES, Durability::Immediate, Tier::Direct, &ops)?;
+    }
+
+    #[test]
+    fn page_16k_nvm_direct_deferred_matches_a_btreemap(ops in proptest::collection::vec(op_strategy(), 1..120)) {
+        run_in(scratch_dir(), 16384, FRAMES, Durability::None, Tier::Direct, &ops)?;
     }
 }
 

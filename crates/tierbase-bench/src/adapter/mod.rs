@@ -338,6 +338,16 @@ pub const STORES: &[StoreEntry] = &[
         open: |o| Ok(Box::new(BTreeBenchStore::open(o, Tiers::DramNvm)?)),
     },
     StoreEntry {
+        name: "btree-nvm-direct",
+        summary: "tierbase B+-tree, NVM direct: the pages in NVM (--nvm, a region file in \
+                  --nvm-dir; default room for the records plus the undo log), searched and \
+                  changed in place under an undo log; no DRAM pool, no redo log; every batch \
+                  persisted when it returns",
+        feature: None,
+        built: true,
+        open: |o| Ok(Box::new(BTreeBenchStore::open(o, Tiers::NvmDirect)?)),
+    },
+    StoreEntry {
         name: "plush",
         summary: "tierbase Plush: persistent hash table, fixed-size DRAM level over leveled PMem \
                   hash directories in a region file; PiBench semantics (blind upsert/remove); \

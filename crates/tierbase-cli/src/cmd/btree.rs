@@ -43,6 +43,10 @@ enum BTreeCommand {
         /// directory].
         #[arg(long, value_name = "FILE", requires = "nvm")]
         nvm_file: Option<PathBuf>,
+        /// The NVM-direct design: the pages live in the --nvm region (an eighth of it undo
+        /// log) and are changed in place, with no DRAM pool and no redo log.
+        #[arg(long, requires = "nvm")]
+        nvm_direct: bool,
     },
     // put, get, delete: the same for every store.
     #[command(flatten)]
@@ -87,11 +91,13 @@ pub fn run(args: BTreeArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         page_size,
         nvm,
         nvm_file,
+        nvm_direct,
     } = args.command
     {
         let mut opts = opts
             .page_size(usize::try_from(page_size).unwrap_or(usize::MAX))
-            .nvm_bytes(nvm.unwrap_or(0));
+            .nvm_bytes(nvm.unwrap_or(0))
+            .nvm_direct(nvm_direct);
         opts.nvm_path = nvm_file;
         let store = naming_path(BTreeStore::create(&path, &opts), "creating", &path)?;
         let medium = tierbase::store::Store::describe(&store).medium;

@@ -31,8 +31,8 @@ use parking_lot::Mutex;
 use crate::buffer::nvm::{Admission, NvmTier};
 use crate::buffer::{BufferPool, MINI_PAGE_BYTES, PoolOptions, WalRule};
 use crate::device::{
-    AlignedBuf, BlockDevice, BlockOptions, Counter, Durability, DurabilityMode, FsKind, PmemRegion,
-    RegionOptions, SimPower, fs_kind,
+    AlignedBuf, BlockDevice, BlockOptions, Counter, Durability, DurabilityMode, FsKind,
+    PagedRegion, PmemRegion, RegionOptions, SimPower, fs_kind,
 };
 use crate::error::{Error, Result};
 use crate::store::{Change, Store, StoreDescription};
@@ -44,10 +44,14 @@ pub use tree::{Limits, Meta};
 const SUPER_MAGIC: &[u8; 8] = b"TBBTREE1";
 /// The newest format: version 3 is version 2 with a flags word in the superblock (bit 0: the
 /// store has an NVM tier, whose pages may be newer than the page file's); version 4 adds
-/// bit 1: the log files are NVM regions. Each store is written in the oldest version that
-/// describes it — version 4 only with its log on NVM, 3 only with an NVM tier, else 2 — so
-/// that code which does not know a feature refuses the store instead of misreading it.
-const FORMAT_VERSION: u32 = 4;
+/// bit 1: the log files are NVM regions; version 5 adds bit 2: the NVM-direct design (the
+/// pages live in the NVM region, with its undo log; the page file holds the superblocks).
+/// Each store is written in the oldest version that describes it — version 5 only for NVM
+/// direct, 4 only with its log on NVM, 3 only with an NVM tier, else 2 — so that code which
+/// does not know a feature refuses the store instead of misreading it.
+const FORMAT_VERSION: u32 = 5;
+/// The version written for a store with its log on NVM.
+const NVM_LOG_VERSION: u32 = 4;
 /// The version written for a store with an NVM tier and its log in files.
 const NVM_TIER_VERSION: u32 = 3;
 /// The version written for a store without an NVM tier.
@@ -59,6 +63,9 @@ const OLDEST_READABLE_VERSION: u32 = 1;
 const FLAG_NVM: u32 = 1;
 /// Superblock flag (version 4): the log's two files are NVM regions.
 const FLAG_NVM_LOG: u32 = 2;
+/// Superblock flag (version 5): NVM direct — the pages are in the NVM region, changed in
+/// place under its undo log (`buffer::direct`); the log files stay empty.
+const FLAG_NVM_DIRECT: u32 = 4;
 /// LSN of the first log frame of a new store.
 const FIRST_LSN: u64 = 4096;
 const SUPER_LEN: usize = 4096;
@@ -149,6 +156,13 @@ pub struct BTreeOptions {
     /// the next open finds them in NVM rather than in the page file: a warm restart, for a
     /// close that copies up to the DRAM budget into NVM.
     pub nvm_hand_over: bool,
+    /// The NVM-direct design for a new store (default false): the tree's pages live in the
+    /// NVM region of `nvm_bytes` (which must be given) and are read and changed in place,
+    /// with no DRAM buffer and no redo log; each batch is atomic through an undo log in the
+    /// region and durable when it returns, whatever the durability level. The region holds
+    /// the undo log (an eighth of it, 64 pages to 16 MiB) and the pages: a store that
+    /// outgrows it refuses writes with [`Error::StoreFull`]. An existing store keeps its design.
+    pub nvm_direct: bool,
 }
 
 impl Default for BTreeOptions {
@@ -169,6 +183,7 @@ impl Default for BTreeOptions {
             poison_lines: false,
             nvm_hand_over: true,
             mini_page_percent: None,
+            nvm_direct: false,
         }
     }
 }
@@ -236,6 +251,12 @@ impl BTreeOptions {
         self
     }
 
+    /// Chooses the NVM-direct design for a new store (see [`BTreeOptions::nvm_direct`]).
+    pub fn nvm_direct(mut self, on: bool) -> Self {
+        self.nvm_direct = on;
+        self
+    }
+
     /// Poisons lines not loaded yet (see [`BTreeOptions::poison_lines`]).
     pub fn poison_lines(mut self, on: bool) -> Self {
         self.poison_lines = on;
@@ -250,8 +271,12 @@ pub struct BTreeDevices {
     pub pages: BlockDevice,
     /// The two log files: on block devices, or NVM regions (the log on NVM).
     pub logs: [LogFile; 2],
-    /// The NVM tier's region, if the store has one.
+    /// The NVM tier's region, if the store has one (with `nvm_direct`, the region the
+    /// pages live in).
     pub nvm: Option<PmemRegion>,
+    /// Whether `nvm` holds the pages themselves (the NVM-direct design). Read by
+    /// [`BTreeStore::create_on`]; an existing store's superblock says which design it is.
+    pub nvm_direct: bool,
 }
 
 impl BTreeDevices {
@@ -265,7 +290,16 @@ impl BTreeDevices {
                 BlockDevice::simulated("wal-1", 4096, 4096, power)?.into(),
             ],
             nvm: None,
+            nvm_direct: false,
         })
+    }
+
+    /// Makes these the devices of the NVM-direct design, whose pages live in `region` (a
+    /// crash-simulated one in tests, sharing the block devices' power source).
+    pub fn with_nvm_direct(mut self, region: PmemRegion) -> Self {
+        self.nvm = Some(region);
+        self.nvm_direct = true;
+        self
     }
 
     /// Adds an NVM tier's region (a crash-simulated one in tests: give it
@@ -297,6 +331,9 @@ impl BTreeDevices {
         if self.log_on_nvm() {
             flags |= FLAG_NVM_LOG;
         }
+        if self.nvm_direct {
+            flags |= FLAG_NVM_DIRECT;
+        }
         flags
     }
 
@@ -311,6 +348,7 @@ impl BTreeDevices {
                 BlockDevice::simulated_from("wal-1", l1, 4096, power)?.into(),
             ],
             nvm: None,
+            nvm_direct: false,
         })
     }
 }
@@ -332,6 +370,8 @@ pub struct RestartReport {
     pub nvm_pages: u64,
     /// Wall time of the NVM scan, in microseconds.
     pub nvm_scan_micros: u64,
+    /// NVM direct: lines of the batch in flight at a crash restored from the undo log.
+    pub undone_lines: u64,
 }
 
 /// Store counters beyond the pool's and the log's.
@@ -458,8 +498,10 @@ fn superblock(
 ) -> Result<AlignedBuf> {
     let mut b = AlignedBuf::new(SUPER_LEN)?;
     b[..8].copy_from_slice(SUPER_MAGIC);
-    let version = if flags & FLAG_NVM_LOG != 0 {
+    let version = if flags & FLAG_NVM_DIRECT != 0 {
         FORMAT_VERSION
+    } else if flags & FLAG_NVM_LOG != 0 {
+        NVM_LOG_VERSION
     } else if flags != 0 {
         NVM_TIER_VERSION
     } else {
@@ -514,7 +556,8 @@ fn read_superblock(dev: &BlockDevice, path: Option<&Path>) -> Result<Super> {
             let known = match v {
                 ..NVM_TIER_VERSION => 0,
                 NVM_TIER_VERSION => FLAG_NVM,
-                _ => FLAG_NVM | FLAG_NVM_LOG,
+                NVM_LOG_VERSION => FLAG_NVM | FLAG_NVM_LOG,
+                _ => FLAG_NVM | FLAG_NVM_LOG | FLAG_NVM_DIRECT,
             };
             if flags & !known != 0 {
                 continue; // bits its version never sets
@@ -566,10 +609,25 @@ fn write_superblock(
 /// Writes the initial pages, log and superblock onto empty devices.
 fn format(devs: &BTreeDevices, page_size: usize) -> Result<()> {
     crate::buffer::check_page_size(page_size)?;
+    if devs.nvm_direct {
+        return format_direct(devs, page_size);
+    }
     let need = (FIRST_ROOT + 1) * page_size as u64;
     if devs.pages.len() < need {
         devs.pages.grow(need)?;
     }
+    let (mut meta, mut root) = first_pages(page_size)?;
+    crate::buffer::seal(&mut meta);
+    devs.pages.write_at(META_PID * page_size as u64, &meta)?;
+    crate::buffer::seal(&mut root);
+    devs.pages.write_at(FIRST_ROOT * page_size as u64, &root)?;
+    devs.pages.sync()?;
+    Wal::format(&devs.logs, FIRST_LSN)?;
+    write_superblock(&devs.pages, page_size, 1, (1, FIRST_LSN), devs.flags())
+}
+
+/// The first meta page and root leaf of a new store.
+fn first_pages(page_size: usize) -> Result<(AlignedBuf, AlignedBuf)> {
     let mut meta = AlignedBuf::new(page_size)?;
     let mut n = node::NodeMut::new(&mut meta);
     n.init(node::Kind::Meta, 0, META_PID, 0);
@@ -580,13 +638,39 @@ fn format(devs: &BTreeDevices, page_size: usize) -> Result<()> {
         count: 0,
     }
     .write(&mut n);
-    crate::buffer::seal(&mut meta);
-    devs.pages.write_at(META_PID * page_size as u64, &meta)?;
     let mut root = AlignedBuf::new(page_size)?;
     node::NodeMut::new(&mut root).init(node::Kind::Leaf, 0, FIRST_ROOT, 0);
-    crate::buffer::seal(&mut root);
-    devs.pages.write_at(FIRST_ROOT * page_size as u64, &root)?;
-    devs.pages.sync()?;
+    Ok((meta, root))
+}
+
+/// [`format`] for NVM direct: the undo log, meta page and root leaf into the NVM region
+/// (persisted), then the log files' headers and the superblock into the page file.
+fn format_direct(devs: &BTreeDevices, page_size: usize) -> Result<()> {
+    let Some(region) = &devs.nvm else {
+        return Err(Error::InvalidArgument(
+            "the NVM-direct design needs an NVM region (give it a size)".into(),
+        ));
+    };
+    let head = crate::buffer::direct::head_len_for(region.len(), page_size);
+    let need = head + (FIRST_ROOT + 1) * page_size as u64;
+    if region.len() < need {
+        return Err(Error::InvalidArgument(format!(
+            "an NVM-direct store with {page_size}-byte pages needs an NVM region of at least \
+             {need} bytes (its undo log takes {head}); {} given",
+            region.len()
+        )));
+    }
+    let (meta, root) = first_pages(page_size)?;
+    for (pid, page) in [(META_PID, &meta), (FIRST_ROOT, &root)] {
+        region.write(head + pid * page_size as u64, page)?;
+        region.flush(head + pid * page_size as u64, page_size)?;
+    }
+    region.drain();
+    crate::buffer::direct::format(region, page_size, head)?;
+    let need = 2 * page_size as u64;
+    if devs.pages.len() < need {
+        devs.pages.grow(need)?;
+    }
     Wal::format(&devs.logs, FIRST_LSN)?;
     write_superblock(&devs.pages, page_size, 1, (1, FIRST_LSN), devs.flags())
 }
@@ -620,8 +704,13 @@ impl BTreeStore {
                 BlockDevice::create(&names[0], 4 * opts.page_size.max(4096) as u64, &opts.block)?;
             made.push(&names[0]);
             pages.lock_exclusive()?;
+            if opts.nvm_direct && opts.nvm_bytes == 0 {
+                return Err(Error::InvalidArgument(
+                    "the NVM-direct design needs an NVM region: give its size (nvm_bytes)".into(),
+                ));
+            }
             let nvm = open_nvm(dir, opts, &mut made_nvm)?;
-            let logs = if nvm.is_some() && opts.nvm_log {
+            let logs = if nvm.is_some() && opts.nvm_log && !opts.nvm_direct {
                 create_nvm_logs(dir, opts, &mut made_nvm)?
             } else {
                 let log0 = BlockDevice::create(&names[1], 4096, &opts.block)?;
@@ -630,7 +719,12 @@ impl BTreeStore {
                 made.push(&names[2]);
                 [log0.into(), log1.into()]
             };
-            let devs = BTreeDevices { pages, logs, nvm };
+            let devs = BTreeDevices {
+                pages,
+                logs,
+                nvm,
+                nvm_direct: opts.nvm_direct,
+            };
             // The links to files elsewhere (NVM tier, NVM log) are names in this directory.
             sync_dir(dir)?;
             format(&devs, opts.page_size)?;
@@ -668,6 +762,8 @@ impl BTreeStore {
             pages,
             logs: [open_log(&names[1], opts)?, open_log(&names[2], opts)?],
             nvm: open_nvm(dir, opts, &mut Vec::new())?,
+            // The superblock says (see `open_on`).
+            nvm_direct: false,
         };
         Self::open_on(devs, Some(dir), opts)
     }
@@ -688,7 +784,11 @@ impl BTreeStore {
     }
 
     /// Opens a store on `devs`: restart from the last checkpoint, then a checkpoint.
-    pub fn open_on(devs: BTreeDevices, dir: Option<&Path>, opts: &BTreeOptions) -> Result<Self> {
+    pub fn open_on(
+        mut devs: BTreeDevices,
+        dir: Option<&Path>,
+        opts: &BTreeOptions,
+    ) -> Result<Self> {
         let started = Instant::now();
         let path = dir.map(Path::to_path_buf);
         let sb = read_superblock(
@@ -711,6 +811,7 @@ impl BTreeStore {
                 },
             ));
         }
+        devs.nvm_direct = sb.flags & FLAG_NVM_DIRECT != 0;
         if sb.flags & FLAG_NVM != 0 && devs.nvm.is_none() {
             return Err(Error::corrupt(
                 path.as_deref().map(|d| d.join("nvm.tb")).as_deref(),
@@ -722,7 +823,12 @@ impl BTreeStore {
         let log = Arc::new(LogLink::default());
         let (medium, guarantee) = describe_medium(&devs, dir);
         // The budget holds the log's buffers too (none when the log is on NVM).
-        let (tail_limit, log_buffers, log_in_budget) = log_budget(opts.dram_bytes, log_on_nvm);
+        // NVM direct writes no log records: its log keeps the smallest buffers.
+        let (tail_limit, log_buffers, log_in_budget) = if devs.nvm_direct {
+            log_budget(0, log_on_nvm)
+        } else {
+            log_budget(opts.dram_bytes, log_on_nvm)
+        };
         let pool_bytes = opts.dram_bytes - log_in_budget;
         let mini_bytes = match opts.mini_page_percent {
             _ if devs.nvm.is_none() || !opts.nvm_lines => 0,
@@ -730,24 +836,39 @@ impl BTreeStore {
             None => (pool_bytes / 100 * DEFAULT_MINI_PERCENT)
                 .min(pool_bytes.saturating_sub(MIN_FULL_FRAMES * page_size as u64)),
         };
-        let pool = BufferPool::new(
-            devs.pages,
-            PoolOptions {
-                page_size,
-                dram_bytes: pool_bytes - mini_bytes,
-                check: |page, pid| node::check(page, Some(pid)),
-            },
-            log.clone(),
-        )?;
-        let n_w = match opts.write_back_batch {
-            0 => pool
-                .device()
-                .emulator()
-                .map_or(1, |e| e.profile().k_w as usize),
-            n => n,
-        };
-        let mut pool = pool.with_write_back_batch(n_w);
         let mut nvm_report = (0, 0);
+        let mut undone_lines = 0;
+        let mut pool = if devs.nvm_direct {
+            let region = devs
+                .nvm
+                .take()
+                .expect("checked above: the store has its region");
+            let scan = Instant::now();
+            let undone = crate::buffer::direct::recover(&region, page_size)
+                .map_err(|e| with_path(e, path.as_deref()))?;
+            undone_lines = undone.lines;
+            let (paged, pages) = region.into_paged(undone.head, page_size)?;
+            nvm_report = (pages.len() as u64, scan.elapsed().as_micros() as u64);
+            BufferPool::new_direct(devs.pages, paged, pages, log.clone())?
+        } else {
+            let pool = BufferPool::new(
+                devs.pages,
+                PoolOptions {
+                    page_size,
+                    dram_bytes: pool_bytes - mini_bytes,
+                    check: |page, pid| node::check(page, Some(pid)),
+                },
+                log.clone(),
+            )?;
+            let n_w = match opts.write_back_batch {
+                0 => pool
+                    .device()
+                    .emulator()
+                    .map_or(1, |e| e.profile().k_w as usize),
+                n => n,
+            };
+            pool.with_write_back_batch(n_w)
+        };
         if let Some(region) = devs.nvm {
             let scan = Instant::now();
             let tier = NvmTier::open(region, page_size, opts.nvm_admission)
@@ -770,6 +891,7 @@ impl BTreeStore {
         let mut restart = RestartReport {
             nvm_pages: nvm_report.0,
             nvm_scan_micros: nvm_report.1,
+            undone_lines,
             ..RestartReport::default()
         };
         let end = Wal::replay(&logs, redo_gen, redo_lsn, |lsn, payload| {
@@ -999,6 +1121,13 @@ impl BTreeStore {
         self.inner.tree.pool.nvm().map(NvmTier::region)
     }
 
+    /// The NVM-direct design's region (its pages and undo log), if this is that design (a
+    /// crash-simulated region's [`PagedRegion::power_loss`] gives what it holds, for a reopen
+    /// with [`BTreeDevices::with_nvm_direct`]).
+    pub fn nvm_direct_region(&self) -> Option<&PagedRegion> {
+        self.inner.tree.pool.direct().map(|d| d.region())
+    }
+
     /// Closes the store cleanly: stops the background thread and checkpoints, so the next
     /// open replays nothing. Dropping the last handle does the same, logging any error.
     pub fn close(self) -> Result<()> {
@@ -1060,7 +1189,12 @@ fn describe_medium(devs: &BTreeDevices, dir: Option<&Path>) -> (String, &'static
             |p| p.display().to_string(),
         );
         medium.push_str(&format!(
-            "; NVM tier {} MiB in {place} ({}, flush {}, emulation {})",
+            "; {} {} MiB in {place} ({}, flush {}, emulation {})",
+            if devs.nvm_direct {
+                "NVM-direct pages and undo log"
+            } else {
+                "NVM tier"
+            },
             info.len >> 20,
             info.durability,
             info.flush,
@@ -1276,8 +1410,15 @@ impl Inner {
         let p = &self.tree.pool;
         let pc = &p.counters;
         let dc = p.device().counters();
+        let design = match (p.direct(), p.nvm()) {
+            (Some(_), _) => "nvm direct (pages in NVM, changed in place)",
+            (None, Some(_)) if p.line_grained() => "three-tier (DRAM, NVM by cache line, SSD)",
+            (None, Some(_)) => "basic NVM (DRAM, NVM by page, SSD)",
+            (None, None) => "DRAM over SSD (main memory while the data fits)",
+        };
         let mut out = vec![
             ("store".to_string(), "btree".to_string()),
+            ("design".into(), design.into()),
             ("medium".into(), self.medium.clone()),
             ("durability".into(), self.durability.name()),
             ("keys".into(), self.tree.len().to_string()),
@@ -1291,9 +1432,13 @@ impl Inner {
             ("dram_budget_bytes".into(), self.dram_budget.to_string()),
             (
                 "pool_bytes".into(),
-                (p.frames() as u64 * p.page_size() as u64
-                    + p.mini_pages() as u64 * MINI_PAGE_BYTES)
-                    .to_string(),
+                if p.direct().is_some() {
+                    0 // the frames are the NVM pages
+                } else {
+                    p.frames() as u64 * p.page_size() as u64
+                        + p.mini_pages() as u64 * MINI_PAGE_BYTES
+                }
+                .to_string(),
             ),
             ("log_buffer_bytes".into(), self.log_buffers.to_string()),
             ("pages_resident".into(), p.resident_pages().to_string()),
@@ -1399,6 +1544,33 @@ impl Inner {
                 (
                     "restart_nvm_scan_micros".into(),
                     self.restart.nvm_scan_micros.to_string(),
+                ),
+            ]);
+        }
+        if let Some(d) = p.direct() {
+            let c = &d.counters;
+            out.extend([
+                ("nvm_direct_pages".to_string(), p.frames().to_string()),
+                (
+                    "nvm_direct_undo_log_bytes".into(),
+                    d.region().head_len().to_string(),
+                ),
+                ("nvm_direct_commits".into(), c.commits.get().to_string()),
+                (
+                    "nvm_direct_undo_entries".into(),
+                    c.undo_entries.get().to_string(),
+                ),
+                (
+                    "nvm_direct_undo_lines".into(),
+                    c.undo_lines.get().to_string(),
+                ),
+                (
+                    "nvm_direct_lines_persisted".into(),
+                    c.lines_persisted.get().to_string(),
+                ),
+                (
+                    "restart_undone_lines".into(),
+                    self.restart.undone_lines.to_string(),
                 ),
             ]);
         }

@@ -402,10 +402,12 @@ impl NodeMut<'_> {
     pub fn view(&self) -> Node<'_> {
         Node(self.page)
     }
+    /// Marks `range` changed before it is written (an NVM-direct page saves the lines'
+    /// old bytes in its undo log here, so the write must follow the mark).
     #[inline]
     fn mark(&self, range: std::ops::Range<usize>) {
         if let Some(c) = self.changed {
-            c.mark(range);
+            c.mark_saving(range, self.page);
         }
     }
     /// The bytes `range`, marked changed.

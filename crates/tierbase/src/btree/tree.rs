@@ -137,6 +137,9 @@ pub(crate) struct Writer {
     imaged: ImagedPages,
     /// Why the store refuses writes, after a failure in the middle of a change.
     pub(crate) failed: Option<String>,
+    /// NVM direct: pages are changed in place under the pool's undo log, and nothing is
+    /// logged (no records, no page LSNs).
+    direct: bool,
 }
 
 /// The log generation in which each page's image was last logged, by page id (4 bytes of
@@ -275,10 +278,14 @@ impl Tree {
         generation: u32,
         log: std::sync::Arc<super::LogLink>,
     ) -> Tree {
-        let limits = Limits::for_pool(
-            pool.page_size(),
-            pool.frames() as u64 * pool.page_size() as u64,
-        );
+        // NVM direct: a batch must fit the undo log (lines saved at most twice their size),
+        // and a value stays small against the region (a sixty-fourth of the undo log).
+        let batch_room = match pool.direct() {
+            Some(d) => d.region().head_len() / 16,
+            None => pool.frames() as u64 * pool.page_size() as u64,
+        };
+        let limits = Limits::for_pool(pool.page_size(), batch_room);
+        let direct = pool.direct().is_some();
         Tree {
             pool,
             log,
@@ -290,6 +297,7 @@ impl Tree {
                 generation,
                 imaged: ImagedPages::default(),
                 failed: None,
+                direct,
             }),
             root: AtomicU64::new(meta.root),
             count: AtomicU64::new(meta.count),
@@ -769,6 +777,20 @@ impl Tree {
                 crate::wal::MAX_FRAME / 2
             )));
         }
+        if let Some(d) = self.pool.direct() {
+            // Each page's lines saved at most once, with at most one 64-byte entry head per
+            // line: twice the page.
+            let undo = 2 * pages as u64 * self.pool.page_size() as u64;
+            if undo > d.region().head_len() - 64 {
+                return Err(Error::InvalidArgument(format!(
+                    "write batch of {} ops may change {pages} pages, more than the NVM-direct \
+                     undo log holds ({} bytes): split the batch",
+                    ops.len(),
+                    d.region().head_len()
+                )));
+            }
+            return Ok(());
+        }
         let room = self.pool.frames() / 2;
         if pages > room {
             return Err(Error::InvalidArgument(format!(
@@ -832,6 +854,13 @@ impl Tree {
     /// Hands the batch's records to the log; returns the LSN to wait for.
     fn commit(&self, w: &mut Writer) -> Result<u64> {
         let wal = self.wal()?;
+        if w.direct {
+            // The batch's lines are persisted in place: durable once this returns.
+            return match self.pool.direct_commit() {
+                Ok(()) => Ok(wal.next_lsn()),
+                Err(e) => Err(self.fail(w, e)),
+            };
+        }
         if w.rec.is_empty() {
             return Ok(wal.next_lsn());
         }
@@ -863,6 +892,9 @@ impl Tree {
     /// Logs the change just made to `page` (a delta, or its image on its first change in
     /// this generation) and stamps the page with the record's LSN.
     fn log_change(&self, w: &mut Writer, page: &mut PageWrite<'_>, delta: &dyn Fn(&mut Vec<u8>)) {
+        if w.direct {
+            return;
+        }
         if w.imaged.has(page.pid(), w.generation) {
             let lsn = Self::next_lsn(w);
             delta(&mut w.rec);
@@ -891,6 +923,9 @@ impl Tree {
     }
 
     fn log_image(&self, w: &mut Writer, page: &mut PageWrite<'_>) {
+        if w.direct {
+            return;
+        }
         let lsn = Self::next_lsn(w);
         let pid = page.pid();
         edit(page).set_lsn(lsn);
@@ -906,14 +941,18 @@ impl Tree {
         let lsn = Self::next_lsn(w);
         let m = w.meta;
         w.logged_meta = m;
-        w.rec.push(REC_META);
-        for v in [m.root, m.next_pid, m.free_head, m.count] {
-            w.rec.extend_from_slice(&v.to_le_bytes());
+        if !w.direct {
+            w.rec.push(REC_META);
+            for v in [m.root, m.next_pid, m.free_head, m.count] {
+                w.rec.extend_from_slice(&v.to_le_bytes());
+            }
         }
         let mut page = self.pool.fix_exclusive(META_PID)?;
         let mut n = edit(&mut page);
         m.write(&mut n);
-        n.set_lsn(lsn);
+        if !w.direct {
+            n.set_lsn(lsn);
+        }
         self.root.store(m.root, Ordering::Release);
         self.count.store(m.count, Ordering::Release);
         Ok(())

@@ -127,9 +127,14 @@ impl PageBytes for &[u8] {
 /// latch, and a write-back takes the mask and writes only those lines to the slot
 /// ([`super::nvm::NvmTier::write_resident`]). A line changed and not marked would be lost,
 /// so code that cannot say what it changed marks every line ([`super::PageWrite::bytes_mut`]).
+///
+/// In the NVM-direct design the frame is the page itself, in NVM: a line's first mark in a
+/// batch saves its old bytes in the undo log first ([`ChangedLines::mark_saving`]).
 #[derive(Debug)]
 pub struct ChangedLines {
     words: Box<[AtomicU64]>,
+    /// NVM direct: where first marks save the lines' old bytes, and the page's id there.
+    undo: Option<(std::sync::Arc<super::direct::DirectPages>, u32)>,
 }
 
 impl ChangedLines {
@@ -139,12 +144,92 @@ impl ChangedLines {
             words: (0..(page_size / LINE).div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
+            undo: None,
         }
     }
 
-    /// Marks every line overlapping the byte range `range`.
+    /// No line marked, for page `pid` of an NVM-direct store: a line's first mark saves its
+    /// old bytes in `pages`' undo log.
+    pub(super) fn saving(
+        page_size: usize,
+        pages: std::sync::Arc<super::direct::DirectPages>,
+        pid: u32,
+    ) -> Self {
+        ChangedLines {
+            undo: Some((pages, pid)),
+            ..ChangedLines::new(page_size)
+        }
+    }
+
+    /// Marks every line overlapping `range` of `page` (the frame's bytes, about to change
+    /// there). In an NVM-direct store the lines not marked yet are first saved in the undo log
+    /// (persisted), so the change may reach NVM at any moment after this returns.
+    #[inline]
+    pub fn mark_saving(&self, range: std::ops::Range<usize>, page: &[u8]) {
+        match &self.undo {
+            None => self.mark_bits(range),
+            Some((pages, pid)) => Self::save_first(&self.words, pages, *pid, range, page),
+        }
+    }
+
+    /// Marks every line of `page` ([`ChangedLines::mark_saving`] of the whole page).
+    pub fn mark_all_saving(&self, page: &[u8]) {
+        match &self.undo {
+            None => self.mark_all(),
+            Some((pages, pid)) => Self::save_first(&self.words, pages, *pid, 0..page.len(), page),
+        }
+    }
+
+    /// Saves the lines of `range` not marked yet, a run of adjacent lines per undo entry,
+    /// then marks them.
+    #[inline(never)]
+    fn save_first(
+        words: &[AtomicU64],
+        pages: &super::direct::DirectPages,
+        pid: u32,
+        range: std::ops::Range<usize>,
+        page: &[u8],
+    ) {
+        if range.is_empty() {
+            return;
+        }
+        let (first, last) = (range.start / LINE, (range.end - 1) / LINE);
+        let span = words
+            .iter()
+            .enumerate()
+            .take(last / 64 + 1)
+            .skip(first / 64);
+        for (w, word) in span {
+            let lo = if w == first / 64 { first % 64 } else { 0 };
+            let hi = if w == last / 64 { last % 64 } else { 63 };
+            let bits = (u64::MAX >> (63 - hi)) & (u64::MAX << lo);
+            let mut new = bits & !word.load(Ordering::Relaxed);
+            if new == 0 {
+                continue;
+            }
+            word.fetch_or(new, Ordering::Relaxed);
+            while new != 0 {
+                let at = new.trailing_zeros();
+                let run = (new >> at).trailing_ones();
+                pages.save(pid, w * 64 + at as usize, run as usize, page);
+                new &= !(u64::MAX >> (64 - run) << at);
+            }
+        }
+    }
+
+    /// Marks every line overlapping the byte range `range` (not for an NVM-direct page,
+    /// whose lines must be saved first: [`ChangedLines::mark_saving`]).
     #[inline]
     pub fn mark(&self, range: std::ops::Range<usize>) {
+        debug_assert!(
+            self.undo.is_none(),
+            "an NVM-direct page marked without saving"
+        );
+        self.mark_bits(range);
+    }
+
+    #[inline]
+    fn mark_bits(&self, range: std::ops::Range<usize>) {
         if range.is_empty() {
             return;
         }
@@ -162,8 +247,12 @@ impl ChangedLines {
         }
     }
 
-    /// Marks every line.
+    /// Marks every line (not for an NVM-direct page: [`ChangedLines::mark_all_saving`]).
     pub fn mark_all(&self) {
+        debug_assert!(
+            self.undo.is_none(),
+            "an NVM-direct page marked without saving"
+        );
         for w in self.words.iter() {
             w.store(u64::MAX, Ordering::Relaxed);
         }

@@ -26,8 +26,14 @@
 //! ([`lines`], the paper's cache-line-grained pages and mini pages;
 //! [`BufferPool::fix_lines`]). Pointer swizzling is not built yet (page ids go through the
 //! page table on every fix).
+//!
+//! With [`BufferPool::new_direct`] it is the NVM-direct design: every frame is its page in
+//! persistent memory ([`direct`]), mapped from the start, never loaded, evicted or written
+//! back; changes are made in place after their lines' old bytes are in the undo log, and
+//! [`BufferPool::direct_commit`] persists a batch's changed lines.
 
 pub mod ace;
+pub mod direct;
 mod lines;
 pub mod nvm;
 pub mod policy;
@@ -225,6 +231,8 @@ pub struct BufferPool {
     minis: Box<[lines::MiniFrame]>,
     mini_free: Mutex<Vec<u32>>,
     mini_hand: AtomicUsize,
+    /// NVM direct: the frames are the pages of this region.
+    direct: Option<Arc<direct::DirectPages>>,
     /// Counters.
     pub counters: PoolCounters,
 }
@@ -288,7 +296,7 @@ impl PageWrite<'_> {
     /// frame whose page has an NVM slot writes it back whole).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         if self.marks {
-            self.frame.changed.mark_all();
+            self.frame.changed.mark_all_saving(&self.guard.buf);
         }
         self.frame.dirty_version.fetch_add(1, Ordering::AcqRel);
         &mut self.guard.buf
@@ -400,8 +408,101 @@ impl BufferPool {
             minis: Box::new([]),
             mini_free: Mutex::new(Vec::new()),
             mini_hand: AtomicUsize::new(0),
+            direct: None,
             counters: PoolCounters::default(),
         })
+    }
+
+    /// The NVM-direct design: a pool whose frames are the pages of `region` (page `i` is
+    /// frame `i`), all mapped from the start. `device` is the page file, which holds only the
+    /// superblocks then; no structural check runs (pages are never loaded).
+    pub fn new_direct(
+        device: BlockDevice,
+        region: crate::device::PagedRegion,
+        pages: Vec<AlignedBuf>,
+        wal: Arc<dyn WalRule>,
+    ) -> Result<Self> {
+        let ps = region.page_size();
+        check_page_size(ps)?;
+        if pages.len() > u32::MAX as usize / 2 {
+            return Err(Error::InvalidArgument(format!(
+                "NVM region of {} pages is too large",
+                pages.len()
+            )));
+        }
+        let direct = Arc::new(direct::DirectPages::new(region)?);
+        let table = table::PageTable::default();
+        let mut frames = Vec::with_capacity(pages.len());
+        for (i, buf) in pages.into_iter().enumerate() {
+            table.insert(i as u64, i as u32)?;
+            frames.push(Frame {
+                data: RwLock::new(FrameData {
+                    pid: i as u64,
+                    buf,
+                    torn: false,
+                    lines: None,
+                }),
+                referenced: AtomicBool::new(false),
+                io_busy: AtomicBool::new(false),
+                dirty_version: AtomicU64::new(0),
+                clean_version: AtomicU64::new(0),
+                changed: lines::ChangedLines::saving(ps, direct.clone(), i as u32),
+                tenancy: AtomicU64::new(u64::MAX),
+            });
+        }
+        Ok(BufferPool {
+            device,
+            page_size: ps,
+            frames: frames.into_boxed_slice(),
+            table,
+            free: Mutex::new(Vec::new()),
+            hand: AtomicUsize::new(0),
+            wal,
+            check: |_, _| Ok(()),
+            grow: Mutex::new(()),
+            write_failed: AtomicBool::new(false),
+            write_failure: Mutex::new(None),
+            write_back_batch: 1,
+            nvm: None,
+            line_grained: false,
+            poison_lines: false,
+            minis: Box::new([]),
+            mini_free: Mutex::new(Vec::new()),
+            mini_hand: AtomicUsize::new(0),
+            direct: Some(direct),
+            counters: PoolCounters::default(),
+        })
+    }
+
+    /// The NVM-direct pages, if this is that design.
+    pub fn direct(&self) -> Option<&direct::DirectPages> {
+        self.direct.as_deref()
+    }
+
+    /// NVM direct: makes the running batch durable. Persists the lines it changed, page by
+    /// page (each read-latched, so no change is under way while its lines are flushed), then
+    /// commits the undo log. A no-op in the other designs, and for a batch that changed
+    /// nothing.
+    pub fn direct_commit(&self) -> Result<()> {
+        let Some(d) = &self.direct else {
+            return Ok(());
+        };
+        let touched = d.touched()?;
+        if touched.is_empty() {
+            return Ok(());
+        }
+        let mut lines = 0;
+        for i in touched {
+            let frame = &self.frames[i as usize];
+            let guard = frame.data.read();
+            let changed = frame.changed.take();
+            lines += changed
+                .iter()
+                .map(|w| u64::from(w.count_ones()))
+                .sum::<u64>();
+            d.region().flush_lines(&guard.buf, &changed)?;
+        }
+        d.commit(lines)
     }
 
     /// Puts `tier` between the frames and the page file (the three-tier design). Give it
@@ -546,7 +647,7 @@ impl BufferPool {
         PageWrite {
             frame,
             guard,
-            marks: self.line_grained(),
+            marks: self.line_grained() || self.direct.is_some(),
         }
     }
 
@@ -590,8 +691,8 @@ impl BufferPool {
                 if guard.pid == pid {
                     frame.wait_for_write_back();
                     self.drop_lines(&mut guard);
+                    frame.changed.mark_all_saving(&guard.buf);
                     guard.buf.fill(0);
-                    frame.changed.mark_all();
                     frame.dirty_version.fetch_add(1, Ordering::AcqRel);
                     return Ok(self.page_write(frame, guard));
                 }
@@ -606,6 +707,22 @@ impl BufferPool {
     /// Brings `pid` into a frame; `None` if another thread mapped it first (retry).
     fn load(&self, pid: u64, verify: Verify, how: Load) -> Result<Option<PageWrite<'_>>> {
         let fresh = how == Load::Fresh;
+        if let Some(d) = &self.direct {
+            // Every page of the region is mapped: one beyond it does not exist.
+            return Err(Error::StoreFull {
+                used: (self.frames.len() * self.page_size) as u64,
+                capacity: (self.frames.len() * self.page_size) as u64,
+                reason: format!(
+                    "page {pid} is beyond the {} pages of the NVM-direct region {}",
+                    self.frames.len(),
+                    d.region()
+                        .info()
+                        .path
+                        .as_deref()
+                        .map_or_else(|| "(simulated)".into(), |p| p.display().to_string())
+                ),
+            });
+        }
         // A damaged id (from a corrupt parent or chain) is refused before a frame is taken.
         let offset = pid.checked_mul(self.page_size as u64).ok_or_else(|| {
             Error::corrupt(None, format!("page id {pid} is beyond any page file"))
@@ -1046,6 +1163,9 @@ impl BufferPool {
     /// progress until it completes), obeying the WAL rule, then syncs the page file. Pages
     /// changed meanwhile may or may not be included. Writers keep working throughout.
     pub fn flush_dirty(&self) -> Result<u64> {
+        if self.direct.is_some() {
+            return Ok(0); // the pages are their own home, persisted at each commit
+        }
         let mut pending: Vec<usize> = (0..self.frames.len())
             .filter(|&i| self.frames[i].dirty())
             .collect();
@@ -1213,6 +1333,9 @@ impl BufferPool {
 
     /// Number of dirty frames right now.
     pub fn dirty_pages(&self) -> usize {
+        if self.direct.is_some() {
+            return 0; // persisted in place at every commit
+        }
         self.frames.iter().filter(|f| f.dirty()).count()
     }
 

@@ -21,9 +21,11 @@ pub struct AlignedBuf {
     len: usize,
     /// Bytes allocated (`len` may be less: [`AlignedBuf::set_len`]).
     capacity: usize,
-    /// `None`: a heap allocation of its own. Else the mapping it is a slice of, unmapped when
-    /// its last buffer goes ([`AlignedBuf::carve`]).
-    mapping: Option<Arc<SharedMapping>>,
+    /// `None`: a heap allocation of its own. Else what owns the mapping it is a slice of,
+    /// kept alive by its buffers: an anonymous mapping unmapped when its last buffer goes
+    /// ([`AlignedBuf::carve`]), or a persistent region split into pages
+    /// ([`crate::device::PmemRegion::into_paged`]).
+    mapping: Option<Arc<dyn Send + Sync>>,
 }
 
 // SAFETY: AlignedBuf owns its bytes exclusively, like a Vec<u8> (a carved buffer owns its
@@ -104,7 +106,7 @@ impl AlignedBuf {
             // kernel without MADV_POPULATE_WRITE it fails, and pages fault in on first use.
             unsafe { libc::madvise(base.as_ptr().cast(), bytes, libc::MADV_POPULATE_WRITE) };
         }
-        let mapping = Arc::new(SharedMapping { base, bytes });
+        let mapping: Arc<dyn Send + Sync> = Arc::new(SharedMapping { base, bytes });
         Ok((0..count)
             .map(|i| AlignedBuf {
                 // SAFETY: `i * len + len <= bytes`: inside the mapping, and page-aligned since
@@ -115,6 +117,25 @@ impl AlignedBuf {
                 mapping: Some(mapping.clone()),
             })
             .collect())
+    }
+
+    /// A buffer over `len` bytes at `ptr` of a mapping that `owner` keeps mapped.
+    ///
+    /// # Safety
+    /// `ptr` must be [`IO_ALIGN`]-aligned and point to `len` initialised bytes that stay
+    /// mapped while `owner` lives, and that nothing but the returned buffer reads or writes
+    /// (the buffer hands out `&` and `&mut` slices of them).
+    pub(crate) unsafe fn over_mapping(
+        ptr: NonNull<u8>,
+        len: usize,
+        owner: Arc<dyn Send + Sync>,
+    ) -> AlignedBuf {
+        AlignedBuf {
+            ptr,
+            len,
+            capacity: len,
+            mapping: Some(owner),
+        }
     }
 
     /// Length in bytes.

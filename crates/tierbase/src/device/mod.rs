@@ -42,5 +42,6 @@ pub(crate) use group_sync::GroupSync;
 pub use profile::{Catalogue, DeviceKind, DeviceProfile};
 pub use raw::RawAccess;
 pub use region::{
-    MEDIA_LINE, MappingKind, PmemRegion, REGION_HEADER_LEN, REGION_MAGIC, RegionInfo, RegionOptions,
+    MEDIA_LINE, MappingKind, PagedRegion, PmemRegion, REGION_HEADER_LEN, REGION_MAGIC, RegionInfo,
+    RegionOptions,
 };

@@ -51,6 +51,7 @@ use serde::Serialize;
 
 mod file;
 mod header;
+mod paged;
 mod persist;
 mod sim;
 
@@ -58,6 +59,7 @@ pub(super) use self::file::lock_file;
 #[cfg(test)]
 use self::header::decode_len_word;
 use self::header::{encode_len_word, parse_header, write_header_fields};
+pub use self::paged::PagedRegion;
 #[cfg(test)]
 use self::persist::media_lines;
 use super::counters::{CounterSnapshot, DeviceCounters};

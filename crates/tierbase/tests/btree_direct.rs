@@ -1,0 +1,249 @@
+//! The NVM-direct design of the B+-tree store (pages in NVM, changed in place under an undo
+//! log): model checks through splits, merges, overflow chains and reopens; the undo log's
+//! counters; a batch that cannot fit; a region that fills up; and damaged undo logs.
+//!
+//! Power loss at every persist point is in `btree_crash.rs`, kill -9 in `btree_kill.rs`, the
+//! proptest model in `btree_model.rs`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+
+use tierbase::Error;
+use tierbase::btree::{BTreeOptions, BTreeStore};
+use tierbase::device::Durability;
+
+fn opts(nvm_bytes: u64) -> BTreeOptions {
+    BTreeOptions::default()
+        .page_size(4096)
+        .dram_bytes(64 * 4096)
+        .durability(Durability::Immediate)
+        .nvm_bytes(nvm_bytes)
+        .nvm_direct(true)
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key{:08}", i.wrapping_mul(2_654_435_761) % 1_000_003).into_bytes()
+}
+
+fn stats(s: &BTreeStore) -> HashMap<String, String> {
+    s.stats().into_iter().collect()
+}
+
+fn stat(s: &BTreeStore, name: &str) -> u64 {
+    stats(s)[name]
+        .parse()
+        .unwrap_or_else(|_| panic!("{name} not a number"))
+}
+
+fn contents(s: &BTreeStore) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut m = BTreeMap::new();
+    s.range(Bound::Unbounded, Bound::Unbounded, false, |k, v| {
+        m.insert(k.to_vec(), v.to_vec());
+        true
+    })
+    .unwrap();
+    m
+}
+
+fn check_all(s: &BTreeStore, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    assert_eq!(s.len(), model.len() as u64);
+    assert_eq!(&contents(s), model);
+    let (_, keys) = s.verify().unwrap();
+    assert_eq!(keys, model.len() as u64);
+    for (k, v) in model.iter().take(200) {
+        assert_eq!(s.get(k).unwrap().as_deref(), Some(v.as_slice()));
+    }
+}
+
+#[test]
+fn nvm_direct_matches_a_btreemap_through_splits_merges_and_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let o = opts(16 << 20);
+    let mut model = BTreeMap::new();
+    let s = BTreeStore::create(&path, &o).unwrap();
+    let st = stats(&s);
+    assert!(st["design"].starts_with("nvm direct"), "{st:?}");
+    assert_eq!(st["pool_bytes"], "0", "{st:?}");
+    for i in 0..3000u64 {
+        let v = match i % 7 {
+            // Beyond a quarter page: an overflow chain.
+            0 => vec![(i % 251) as u8; 1500 + (i as usize % 3) * 2000],
+            _ => format!("value-{i}-{}", "x".repeat((i % 90) as usize)).into_bytes(),
+        };
+        let new = s.put(&key(i), &v).unwrap();
+        assert_eq!(new, model.insert(key(i), v).is_none());
+    }
+    assert!(stat(&s, "height") >= 2);
+    for i in (0..3000u64).step_by(3) {
+        assert_eq!(s.delete(&key(i)).unwrap(), model.remove(&key(i)).is_some());
+    }
+    check_all(&s, &model);
+    // Nothing goes through the redo log: the pages are their own durable copy.
+    assert_eq!(stat(&s, "wal_frames"), 0);
+    assert_eq!(stat(&s, "nvm_direct_commits"), 4000);
+    assert!(stat(&s, "nvm_direct_undo_lines") > 0);
+    assert!(stat(&s, "nvm_direct_lines_persisted") >= stat(&s, "nvm_direct_undo_lines"));
+    s.close().unwrap();
+
+    // Reopened with the default options: the superblock says which design it is.
+    let s = BTreeStore::open(&path, &BTreeOptions::default()).unwrap();
+    assert!(stats(&s)["design"].starts_with("nvm direct"));
+    assert_eq!(stat(&s, "restart_undone_lines"), 0);
+    check_all(&s, &model);
+    let batch: Vec<(Vec<u8>, Option<Vec<u8>>)> = (0..40u64)
+        .map(|i| (key(i), (i % 2 == 0).then(|| vec![7u8; 30])))
+        .collect();
+    let refs: Vec<(&[u8], Option<&[u8]>)> = batch
+        .iter()
+        .map(|(k, v)| (k.as_slice(), v.as_deref()))
+        .collect();
+    s.write_batch(&refs).unwrap();
+    for (k, v) in batch {
+        match v {
+            Some(v) => model.insert(k, v),
+            None => model.remove(&k),
+        };
+    }
+    // Dropped without a close: no checkpoint, and nothing is lost.
+    drop(s);
+    let s = BTreeStore::open(&path, &BTreeOptions::default()).unwrap();
+    check_all(&s, &model);
+}
+
+#[test]
+fn nvm_direct_needs_a_region_big_enough() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = BTreeStore::create(dir.path().join("a"), &opts(0)).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("NVM-direct design needs an NVM region"),
+        "{e}"
+    );
+    let e = BTreeStore::create(dir.path().join("b"), &opts(64 * 4096)).unwrap_err();
+    assert!(
+        e.to_string().contains("needs an NVM region of at least"),
+        "{e}"
+    );
+    // A failed create leaves nothing behind: the same directory can be created again.
+    BTreeStore::create(dir.path().join("b"), &opts(1 << 20)).unwrap();
+}
+
+#[test]
+fn a_full_region_refuses_the_write_and_keeps_every_acknowledged_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    // 64 pages of undo log (256 KiB) and 64 pages for the tree.
+    let s = BTreeStore::create(&path, &opts(512 << 10)).unwrap();
+    let mut model = BTreeMap::new();
+    let mut refused = None;
+    for i in 0..100_000u64 {
+        let v = vec![(i % 200) as u8; 300];
+        match s.put(&key(i), &v) {
+            Ok(_) => {
+                model.insert(key(i), v);
+            }
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    let e = refused.expect("the region fills up");
+    assert!(matches!(e, Error::StoreFull { .. }), "{e}");
+    assert!(e.to_string().contains("NVM-direct region"), "{e}");
+    // Later writes are refused too (the failed one may have changed pages in place), reads go
+    // on and see every acknowledged write.
+    assert!(matches!(s.put(b"more", b"x"), Err(Error::ReadOnly { .. })));
+    for (k, v) in model.iter().step_by(7) {
+        assert_eq!(s.get(k).unwrap().as_deref(), Some(v.as_slice()));
+    }
+    drop(s);
+    // Restart undoes the refused write's lines (if it had changed any before it needed a
+    // page) and finds the acknowledged ones.
+    let s = BTreeStore::open(&path, &BTreeOptions::default()).unwrap();
+    check_all(&s, &model);
+    // Room is made by deletes (pages merge onto the free list), then writes go on.
+    let keys: Vec<Vec<u8>> = model.keys().cloned().collect();
+    for k in keys.iter().take(keys.len() / 2) {
+        assert!(s.delete(k).unwrap());
+        model.remove(k);
+    }
+    s.put(b"after", b"room").unwrap();
+    model.insert(b"after".to_vec(), b"room".to_vec());
+    check_all(&s, &model);
+}
+
+#[test]
+fn a_batch_larger_than_the_undo_log_is_refused_before_any_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = BTreeStore::create(dir.path().join("s"), &opts(1 << 20)).unwrap();
+    s.put(b"k", b"v").unwrap();
+    let batch: Vec<(Vec<u8>, Vec<u8>)> = (0..2000u64).map(|i| (key(i), vec![1u8; 200])).collect();
+    let refs: Vec<(&[u8], Option<&[u8]>)> = batch
+        .iter()
+        .map(|(k, v)| (k.as_slice(), Some(v.as_slice())))
+        .collect();
+    let e = s.write_batch(&refs).unwrap_err();
+    assert!(e.to_string().contains("undo log"), "{e}");
+    // Refused up front: the store still takes writes and holds what it had.
+    s.put(b"k2", b"v2").unwrap();
+    assert_eq!(s.len(), 2);
+}
+
+/// Offsets in `nvm.tb`: the region file's 4 KiB header, then the undo log's header.
+const UNDO_AT: u64 = 4096;
+
+fn damage(path: &std::path::Path, at: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path.join("nvm.tb"))
+        .unwrap();
+    f.write_all_at(bytes, at).unwrap();
+}
+
+#[test]
+fn a_damaged_undo_log_header_is_a_clear_error() {
+    for (at, bytes, says) in [
+        (UNDO_AT, &b"XXXXXXXX"[..], "bad magic"),
+        (UNDO_AT + 24, &[0xffu8; 8][..], "checksum"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let s = BTreeStore::create(&path, &opts(1 << 20)).unwrap();
+        s.put(b"k", b"v").unwrap();
+        s.close().unwrap();
+        damage(&path, at, bytes);
+        let e = BTreeStore::open(&path, &BTreeOptions::default()).unwrap_err();
+        assert!(matches!(e, Error::Corrupt { .. }), "{e}");
+        assert!(e.to_string().contains(says), "{e}");
+        assert!(e.to_string().contains("nvm.tb"), "{e}");
+    }
+}
+
+#[test]
+fn a_torn_or_foreign_undo_entry_ends_the_log() {
+    // An entry with the running epoch but a bad checksum (a torn last entry), followed by
+    // garbage: restart stops at it and restores nothing, and the store opens intact.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let s = BTreeStore::create(&path, &opts(1 << 20)).unwrap();
+    for i in 0..50u64 {
+        s.put(&key(i), b"v").unwrap();
+    }
+    let model = contents(&s);
+    let epoch = stat(&s, "nvm_direct_commits");
+    s.close().unwrap();
+    let mut entry = [0u8; 128];
+    entry[..4].copy_from_slice(b"UNDO");
+    entry[8..16].copy_from_slice(&(epoch + 1).to_le_bytes());
+    entry[16..24].copy_from_slice(&3u64.to_le_bytes()); // the root page
+    entry[28..32].copy_from_slice(&1u32.to_le_bytes());
+    entry[64..].fill(0xEE);
+    damage(&path, UNDO_AT + 64, &entry);
+    let s = BTreeStore::open(&path, &BTreeOptions::default()).unwrap();
+    assert_eq!(stat(&s, "restart_undone_lines"), 0);
+    assert_eq!(contents(&s), model);
+    s.verify().unwrap();
+}
