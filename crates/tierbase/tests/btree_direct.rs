@@ -86,9 +86,11 @@ fn nvm_direct_matches_a_btreemap_through_splits_merges_and_reopens() {
     assert!(stat(&s, "nvm_direct_lines_persisted") >= stat(&s, "nvm_direct_undo_lines"));
     s.close().unwrap();
 
-    // Reopened with the default options: the superblock says which design it is.
-    let s = BTreeStore::open(&path, &BTreeOptions::default()).unwrap();
+    // Reopened with other options: the superblock says which design it is, and a deferred
+    // level does not apply (every batch is persisted in place when it returns).
+    let s = BTreeStore::open(&path, &BTreeOptions::default().durability(Durability::None)).unwrap();
     assert!(stats(&s)["design"].starts_with("nvm direct"));
+    assert_eq!(stats(&s)["durability"], "immediate");
     assert_eq!(stat(&s, "restart_undone_lines"), 0);
     check_all(&s, &model);
     let batch: Vec<(Vec<u8>, Option<Vec<u8>>)> = (0..40u64)
@@ -152,6 +154,10 @@ fn a_full_region_refuses_the_write_and_keeps_every_acknowledged_one() {
     let e = refused.expect("the region fills up");
     assert!(matches!(e, Error::StoreFull { .. }), "{e}");
     assert!(e.to_string().contains("NVM-direct region"), "{e}");
+    // The refused write is rolled back in place at once: the tree is whole and holds exactly
+    // what was acknowledged.
+    s.verify().unwrap();
+    assert_eq!(contents(&s), model);
     // Later writes are refused too (the failed one may have changed pages in place), reads go
     // on and see every acknowledged write.
     assert!(matches!(s.put(b"more", b"x"), Err(Error::ReadOnly { .. })));
@@ -246,4 +252,63 @@ fn a_torn_or_foreign_undo_entry_ends_the_log() {
     assert_eq!(stat(&s, "restart_undone_lines"), 0);
     assert_eq!(contents(&s), model);
     s.verify().unwrap();
+}
+
+#[test]
+fn point_reads_on_an_emulated_region_are_charged_per_run_of_leaf_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = tierbase::device::Catalogue::builtin()
+        .get("optane-pmem-100")
+        .unwrap()
+        .clone();
+    let mut o = opts(4 << 20);
+    o.nvm_region = tierbase::device::RegionOptions {
+        emulate: Some(profile),
+        ..tierbase::device::RegionOptions::default()
+    };
+    let s = BTreeStore::create(dir.path().join("emu"), &o).unwrap();
+    for i in 0..2000u64 {
+        s.put(&key(i), &[1u8; 40]).unwrap();
+    }
+    assert!(stat(&s, "height") >= 2);
+    let before = stat(&s, "nvm_direct_charged_reads");
+    for i in 0..500u64 {
+        assert!(s.get(&key(i)).unwrap().is_some());
+        assert!(s.get(b"missing").unwrap().is_none());
+    }
+    // A lookup reads the leaf's header line, some slot lines and a cell: a few runs each,
+    // never a whole page of lines.
+    let per_get = (stat(&s, "nvm_direct_charged_reads") - before) as f64 / 1000.0;
+    assert!((2.0..=16.0).contains(&per_get), "{per_get} runs per lookup");
+    drop(s);
+    // Without emulation nothing is charged.
+    let s = BTreeStore::create(dir.path().join("plain"), &opts(4 << 20)).unwrap();
+    s.put(b"k", b"v").unwrap();
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    assert_eq!(stat(&s, "nvm_direct_charged_reads"), 0);
+}
+
+#[test]
+fn a_damaged_page_is_a_clear_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let s = BTreeStore::create(&path, &opts(1 << 20)).unwrap();
+    for i in 0..400u64 {
+        s.put(&key(i), &[3u8; 50]).unwrap();
+    }
+    s.close().unwrap();
+    // Page 3's slot count (header byte 6): 65535 slots in a 4 KiB page. The undo log takes
+    // 256 KiB of this 1 MiB region, after the region file's 4 KiB header.
+    damage(&path, 4096 + (256 << 10) + 3 * 4096 + 6, &[0xff, 0xff]);
+    let s = BTreeStore::open(&path, &BTreeOptions::default()).unwrap();
+    let e = s.verify().unwrap_err();
+    assert!(matches!(e, Error::Corrupt { .. }), "{e}");
+    assert!(e.to_string().contains("nvm.tb"), "{e}");
+    // Every read either succeeds or says the same.
+    for i in 0..400u64 {
+        match s.get(&key(i)) {
+            Ok(v) => assert_eq!(v.as_deref(), Some(&[3u8; 50][..])),
+            Err(e) => assert!(matches!(e, Error::Corrupt { .. }), "{e}"),
+        }
+    }
 }

@@ -209,8 +209,9 @@ impl BTreeBenchStore {
             info.emulated = Some(both);
             info.notes.push(if tiers == Tiers::NvmDirect {
                 format!(
-                    "NVM emulates {}: persists charged to the profile; page reads and writes in \
-                     place are not (no per-access latency: a lower bound for NVM direct)",
+                    "NVM emulates {}: persists charged to the profile, and a point read one \
+                     emulated read per run of leaf lines it touches; other in-place accesses \
+                     (inner pages, scans, writers' reads and changes) are not charged",
                     p.name
                 )
             } else {

@@ -758,14 +758,23 @@ impl BTreeStore {
         }
         let pages = BlockDevice::open(&names[0], &opts.block)?;
         pages.lock_exclusive()?;
+        // An NVM tier made here (the options ask for one and the store has none) is removed
+        // again if the open fails: e.g. an NVM-direct store whose region is missing.
+        let mut made = Vec::new();
         let devs = BTreeDevices {
             pages,
             logs: [open_log(&names[1], opts)?, open_log(&names[2], opts)?],
-            nvm: open_nvm(dir, opts, &mut Vec::new())?,
+            nvm: open_nvm(dir, opts, &mut made)?,
             // The superblock says (see `open_on`).
             nvm_direct: false,
         };
-        Self::open_on(devs, Some(dir), opts)
+        let opened = Self::open_on(devs, Some(dir), opts);
+        if opened.is_err() {
+            for f in made {
+                let _ = std::fs::remove_file(f);
+            }
+        }
+        opened
     }
 
     /// Opens the store in `dir`, creating it if there is none.
@@ -839,17 +848,26 @@ impl BTreeStore {
         let mut nvm_report = (0, 0);
         let mut undone_lines = 0;
         let mut pool = if devs.nvm_direct {
-            let region = devs
-                .nvm
-                .take()
-                .expect("checked above: the store has its region");
+            let region = devs.nvm.take().ok_or_else(|| {
+                Error::corrupt(
+                    path.as_deref().map(|d| d.join("nvm.tb")).as_deref(),
+                    "the store keeps its pages in NVM (NVM direct), and nvm.tb is missing \
+                     (restore it, or its link's target, before opening)",
+                )
+            })?;
             let scan = Instant::now();
             let undone = crate::buffer::direct::recover(&region, page_size)
                 .map_err(|e| with_path(e, path.as_deref()))?;
             undone_lines = undone.lines;
             let (paged, pages) = region.into_paged(undone.head, page_size)?;
             nvm_report = (pages.len() as u64, scan.elapsed().as_micros() as u64);
-            BufferPool::new_direct(devs.pages, paged, pages, log.clone())?
+            BufferPool::new_direct(
+                devs.pages,
+                paged,
+                pages,
+                |page, pid| node::check(page, Some(pid)),
+                log.clone(),
+            )?
         } else {
             let pool = BufferPool::new(
                 devs.pages,
@@ -954,7 +972,12 @@ impl BTreeStore {
             path,
             medium,
             guarantee,
-            durability: opts.durability,
+            // NVM direct persists every batch before it returns, whatever was asked.
+            durability: if flags & FLAG_NVM_DIRECT != 0 {
+                Durability::Immediate
+            } else {
+                opts.durability
+            },
             checkpoint_bytes: opts.checkpoint_bytes.max(1 << 20),
             superblock: Mutex::new(seq + 2),
             flags,
@@ -1567,6 +1590,10 @@ impl Inner {
                 (
                     "nvm_direct_lines_persisted".into(),
                     c.lines_persisted.get().to_string(),
+                ),
+                (
+                    "nvm_direct_charged_reads".into(),
+                    c.charged_reads.get().to_string(),
                 ),
                 (
                     "restart_undone_lines".into(),

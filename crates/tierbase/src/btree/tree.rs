@@ -434,6 +434,7 @@ impl Tree {
         match self.leaf_for(key, by_lines)? {
             Fixed::Whole(leaf) => self.get_in(leaf.pid(), &mut leaf.bytes(), key),
             Fixed::Lines(mut leaf) => self.get_in(leaf.pid(), &mut leaf, key),
+            Fixed::Charged(mut leaf) => self.get_in(leaf.pid(), &mut leaf, key),
         }
     }
 
@@ -882,6 +883,18 @@ impl Tree {
         // Pages may hold part of the change without a log record for it: none of them may
         // reach media now (the store is read-only; restart redoes from the log).
         self.pool.freeze();
+        if w.direct {
+            // The pages are on media already: put the lines the change made back at once
+            // (restart would undo them too), and the tree's root and count with the meta page.
+            self.pool.direct_abort();
+            if let Ok(page) = self.pool.fix_shared(META_PID) {
+                let m = Meta::read(page.bytes());
+                w.meta = m;
+                w.logged_meta = m;
+                self.root.store(m.root, Ordering::Release);
+                self.count.store(m.count, Ordering::Release);
+            }
+        }
         e
     }
 

@@ -4,7 +4,11 @@
 //! of a page is first changed in a batch, its old bytes are appended to the log and persisted;
 //! at commit the batch's changed lines are persisted, then the log's epoch (one failure-atomic
 //! word) moves on, which retires the batch's entries. Restart restores the lines of the one
-//! batch whose epoch never moved ([`recover`]).
+//! batch whose epoch never moved ([`recover`]). A batch that fails (an error half-way, or a
+//! persist of the undo log that fails) is rolled back in place at once from DRAM copies of the
+//! same old bytes ([`DirectPages::take_saved`]), so that its half-made change does not stay in
+//! the pages: a failed persist cannot stop the change that follows it, which may reach NVM
+//! (cache eviction, the kernel's write-back of a file mapping) before the rollback does.
 //!
 //! Owns: the undo log's bytes (docs/FORMAT-btree.md, "NVM direct"), saving before-images,
 //! the commit's persist order and the restart's undo. Must not touch: frames, latches and the
@@ -36,6 +40,8 @@ pub struct DirectCounters {
     pub commits: Counter,
     /// Page lines persisted at commits.
     pub lines_persisted: Counter,
+    /// Emulated NVM reads charged for point reads made in place (emulated regions only).
+    pub charged_reads: Counter,
 }
 
 #[derive(Debug)]
@@ -50,6 +56,10 @@ struct UndoState {
     failure: Option<String>,
     /// An entry being built.
     scratch: Vec<u8>,
+    /// DRAM copies of the running batch's saved lines, for a rollback in place: (page, first
+    /// line, lines) per save, and their bytes one after another.
+    saved: Vec<(u32, u32, u32)>,
+    saved_bytes: Vec<u8>,
 }
 
 /// The pages of an NVM-direct store and their undo log. See the module docs.
@@ -210,6 +220,8 @@ impl DirectPages {
                 touched: Vec::new(),
                 failure: None,
                 scratch: Vec::new(),
+                saved: Vec::new(),
+                saved_bytes: Vec::new(),
             }),
             counters: DirectCounters::default(),
         })
@@ -220,19 +232,32 @@ impl DirectPages {
         &self.region
     }
 
+    /// Charges one emulated read of `bytes` of a page, read in place.
+    pub fn charge_read(&self, bytes: usize) {
+        self.counters.charged_reads.incr();
+        self.region.charge_read(bytes);
+    }
+
     /// Saves lines `first..first + n` of page `pid` (`page`: its bytes, not yet changed)
     /// and persists them before returning, so the change that follows can reach media at any
-    /// moment. A failure is kept: the batch's commit reports it.
+    /// moment. A failure is kept: the batch's commit reports it (and the pool rolls the batch
+    /// back from the DRAM copy every save also keeps).
     pub fn save(&self, pid: u32, first: usize, n: usize, page: &[u8]) {
         let mut st = self.state.lock();
         if st.touched.last() != Some(&pid) && !st.touched.contains(&pid) {
             st.touched.push(pid);
         }
+        let lines = &page[first * LINE..(first + n) * LINE];
+        st.saved.push((pid, first as u32, n as u32));
+        st.saved_bytes.extend_from_slice(lines);
         if st.failure.is_some() {
             return;
         }
         let len = HEAD + n * LINE;
-        if st.at + len as u64 > self.region.head_len() {
+        // A zeroed head follows the entry, persisted with it, so that restart never reads old
+        // bytes behind the running batch's last entry (an earlier batch's lines) as an entry.
+        let end = len + HEAD;
+        if st.at + end as u64 > self.region.head_len() {
             st.failure = Some(format!(
                 "the batch changes more lines than the {}-byte undo log holds: split it",
                 self.region.head_len()
@@ -248,14 +273,15 @@ impl DirectPages {
         e[16..24].copy_from_slice(&u64::from(pid).to_le_bytes());
         e[24..28].copy_from_slice(&(first as u32).to_le_bytes());
         e[28..32].copy_from_slice(&(n as u32).to_le_bytes());
-        e.extend_from_slice(&page[first * LINE..(first + n) * LINE]);
+        e.extend_from_slice(lines);
         let crc = entry_crc(&e);
         e[4..8].copy_from_slice(&crc);
+        e.resize(end, 0);
         let at = st.at;
         match self
             .region
             .write(at, &e)
-            .and_then(|()| self.region.persist(at, len))
+            .and_then(|()| self.region.persist(at, end))
         {
             Ok(()) => {
                 st.at += len as u64;
@@ -280,10 +306,30 @@ impl DirectPages {
         Ok(std::mem::take(&mut st.touched))
     }
 
+    /// The running batch's saved lines (page, first line, their old bytes), oldest first,
+    /// forgetting them and the batch: for a rollback in place after a failure.
+    pub(super) fn take_saved(&self) -> Vec<(u32, usize, Vec<u8>)> {
+        let mut st = self.state.lock();
+        st.touched.clear();
+        let bytes = std::mem::take(&mut st.saved_bytes);
+        let mut at = 0;
+        std::mem::take(&mut st.saved)
+            .into_iter()
+            .map(|(pid, first, n)| {
+                let len = n as usize * LINE;
+                let lines = bytes[at..at + len].to_vec();
+                at += len;
+                (pid, first as usize, lines)
+            })
+            .collect()
+    }
+
     /// Ends a batch whose changed lines are flushed: a fence, then the epoch moves on and is
     /// persisted (the commit point), and the log starts over.
     pub(super) fn commit(&self, lines: u64) -> Result<()> {
         let mut st = self.state.lock();
+        st.saved.clear();
+        st.saved_bytes.clear();
         self.region.drain();
         let next = st.epoch.wrapping_add(1);
         self.region

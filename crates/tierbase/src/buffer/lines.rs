@@ -418,6 +418,15 @@ impl BufferPool {
     /// else a full frame. A frame whose lines are all in DRAM is returned shared
     /// ([`Fixed::Whole`]).
     pub fn fix_lines(&self, pid: u64) -> Result<Fixed<'_>> {
+        if let Some(d) = self.direct.as_deref()
+            && d.region().emulated()
+        {
+            return Ok(Fixed::Charged(Charged {
+                page: self.fix_shared(pid)?,
+                pages: d,
+                touched: [0; MAX_LINES / 64],
+            }));
+        }
         if !self.line_grained() {
             return self.fix_shared(pid).map(Fixed::Whole);
         }
@@ -654,6 +663,55 @@ pub enum Fixed<'a> {
     Whole(PageRead<'a>),
     /// Loaded a line at a time (exclusive latch).
     Lines(PageLines<'a>),
+    /// NVM direct on an emulated region: read in place, each run of lines the read touches
+    /// first charged one emulated NVM read (shared latch).
+    Charged(Charged<'a>),
+}
+
+/// A page of an NVM-direct store fixed for a point read on an emulated region. Its reads are
+/// made in place, through references the emulator cannot see; each run of lines a read
+/// touches for the first time in this fix is charged one emulated NVM read (the lines a
+/// lookup depends on, one after another, as the three-tier design's loads by line are).
+#[derive(Debug)]
+pub struct Charged<'a> {
+    page: PageRead<'a>,
+    pages: &'a super::direct::DirectPages,
+    touched: [u64; MAX_LINES / 64],
+}
+
+impl Charged<'_> {
+    /// Page id.
+    pub fn pid(&self) -> u64 {
+        self.page.pid()
+    }
+}
+
+impl PageBytes for Charged<'_> {
+    type Error = Error;
+    fn bytes(&mut self, at: usize, len: usize) -> Result<&[u8]> {
+        let bytes = self
+            .page
+            .bytes()
+            .get(at..at.saturating_add(len))
+            .ok_or_else(|| out_of_page(at, len, self.page.pid()))?;
+        if len > 0 {
+            let (first, last) = (at / LINE, (at + len - 1) / LINE);
+            let mut l = first;
+            while l <= last {
+                if self.touched[l / 64] >> (l % 64) & 1 == 1 {
+                    l += 1;
+                    continue;
+                }
+                let start = l;
+                while l <= last && self.touched[l / 64] >> (l % 64) & 1 == 0 {
+                    self.touched[l / 64] |= 1 << (l % 64);
+                    l += 1;
+                }
+                self.pages.charge_read((l - start) * LINE);
+            }
+        }
+        Ok(bytes)
+    }
 }
 
 impl<'a> Fixed<'a> {
@@ -680,6 +738,7 @@ impl PageBytes for Fixed<'_> {
                 .get(at..at.saturating_add(len))
                 .ok_or_else(|| out_of_page(at, len, p.pid())),
             Fixed::Lines(p) => p.bytes(at, len),
+            Fixed::Charged(p) => p.bytes(at, len),
         }
     }
 }
@@ -953,7 +1012,7 @@ mod tests {
     fn by_lines(pool: &BufferPool, pid: u64) -> PageLines<'_> {
         match pool.fix_lines(pid).unwrap() {
             Fixed::Lines(page) => page,
-            Fixed::Whole(_) => panic!("page {pid} came back whole"),
+            Fixed::Whole(_) | Fixed::Charged(_) => panic!("page {pid} came back whole"),
         }
     }
 

@@ -47,7 +47,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::device::{AlignedBuf, BlockDevice, Counter, Io};
 use crate::error::{Error, Result};
-pub use lines::{ChangedLines, Fixed, ForWrite, MINI_PAGE_BYTES, PageBytes, PageLines};
+pub use lines::{ChangedLines, Charged, Fixed, ForWrite, MINI_PAGE_BYTES, PageBytes, PageLines};
 
 /// Bytes every page starts with: `u32` checksum (crc32c of bytes 4..), `u32` owned by the
 /// page's format, `u64` page LSN, `u64` page id.
@@ -94,6 +94,9 @@ struct Frame {
     /// The NVM slot tenancy (packed, `u64::MAX`: none) whose bytes the frame matches
     /// outside `changed`: set when the page is read from its slot or written there.
     tenancy: AtomicU64,
+    /// NVM direct: the page passed the format's structural check in this run (pages are
+    /// never loaded, so each is checked when first fixed instead).
+    checked: AtomicBool,
 }
 
 impl Frame {
@@ -387,6 +390,7 @@ impl BufferPool {
                 clean_version: AtomicU64::new(0),
                 changed: lines::ChangedLines::new(ps),
                 tenancy: AtomicU64::new(u64::MAX),
+                checked: AtomicBool::new(false),
             });
         }
         Ok(BufferPool {
@@ -415,11 +419,13 @@ impl BufferPool {
 
     /// The NVM-direct design: a pool whose frames are the pages of `region` (page `i` is
     /// frame `i`), all mapped from the start. `device` is the page file, which holds only the
-    /// superblocks then; no structural check runs (pages are never loaded).
+    /// superblocks then. Pages are never loaded, so `check` runs on each non-zero page when
+    /// it is first fixed (a damaged page is `Corrupt`, naming the region's file).
     pub fn new_direct(
         device: BlockDevice,
         region: crate::device::PagedRegion,
         pages: Vec<AlignedBuf>,
+        check: fn(&[u8], u64) -> std::result::Result<(), String>,
         wal: Arc<dyn WalRule>,
     ) -> Result<Self> {
         let ps = region.page_size();
@@ -448,6 +454,7 @@ impl BufferPool {
                 clean_version: AtomicU64::new(0),
                 changed: lines::ChangedLines::saving(ps, direct.clone(), i as u32),
                 tenancy: AtomicU64::new(u64::MAX),
+                checked: AtomicBool::new(false),
             });
         }
         Ok(BufferPool {
@@ -458,7 +465,7 @@ impl BufferPool {
             free: Mutex::new(Vec::new()),
             hand: AtomicUsize::new(0),
             wal,
-            check: |_, _| Ok(()),
+            check,
             grow: Mutex::new(()),
             write_failed: AtomicBool::new(false),
             write_failure: Mutex::new(None),
@@ -503,6 +510,47 @@ impl BufferPool {
             d.region().flush_lines(&guard.buf, &changed)?;
         }
         d.commit(lines)
+    }
+
+    /// NVM direct: a batch failed half-way. Puts the old bytes of every line it changed back
+    /// in place, from DRAM copies, and flushes them (what fails to flush is restored by
+    /// restart from the undo log). The caller holds no page.
+    pub fn direct_abort(&self) {
+        let Some(d) = &self.direct else {
+            return;
+        };
+        let mut flushed = true;
+        for (pid, first, old) in d.take_saved().into_iter().rev() {
+            let Some(frame) = self.frames.get(pid as usize) else {
+                continue;
+            };
+            let mut guard = frame.data.write();
+            let at = first * nvm::LINE;
+            guard.buf[at..at + old.len()].copy_from_slice(&old);
+            frame.changed.take();
+            let mut bits = vec![0u64; self.page_size / nvm::LINE / 64];
+            for l in first..first + old.len() / nvm::LINE {
+                bits[l / 64] |= 1 << (l % 64);
+            }
+            flushed &= d.region().flush_lines(&guard.buf, &bits).is_ok();
+        }
+        d.region().drain();
+        if !flushed {
+            tracing::warn!("NVM direct: the rollback of a failed batch could not be flushed");
+        }
+    }
+
+    /// NVM direct: checks a page the first time it is fixed in this run.
+    #[cold]
+    fn check_direct(&self, frame: &Frame, page: &FrameData) -> Result<()> {
+        if page.buf.iter().any(|&b| b != 0)
+            && let Err(detail) = (self.check)(&page.buf, page.pid)
+        {
+            let path = self.direct.as_ref().and_then(|d| d.region().info().path);
+            return Err(Error::corrupt(path.as_deref(), detail));
+        }
+        frame.checked.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Puts `tier` between the frames and the page file (the three-tier design). Give it
@@ -602,6 +650,9 @@ impl BufferPool {
                 }
                 frame.mark_referenced();
                 self.counters.hits.incr();
+                if self.direct.is_some() && !frame.checked.load(Ordering::Acquire) {
+                    self.check_direct(frame, &guard)?;
+                }
                 if guard.lines.is_none() {
                     return Ok(PageRead { guard });
                 }
@@ -666,6 +717,9 @@ impl BufferPool {
                 let Some((frame, mut guard)) = self.latch_frame(pid, i) else {
                     continue;
                 };
+                if self.direct.is_some() && !frame.checked.load(Ordering::Acquire) {
+                    self.check_direct(frame, &guard)?;
+                }
                 self.make_whole(frame, &mut guard)?;
                 return Ok(self.page_write(frame, guard));
             }
@@ -708,7 +762,17 @@ impl BufferPool {
     fn load(&self, pid: u64, verify: Verify, how: Load) -> Result<Option<PageWrite<'_>>> {
         let fresh = how == Load::Fresh;
         if let Some(d) = &self.direct {
-            // Every page of the region is mapped: one beyond it does not exist.
+            // Every page of the region is mapped: one beyond it does not exist. Reading one
+            // means a damaged reference; a new one, that the region is full.
+            if !fresh {
+                return Err(Error::corrupt(
+                    d.region().info().path.as_deref(),
+                    format!(
+                        "page {pid} is beyond the {} pages of the NVM-direct region",
+                        self.frames.len()
+                    ),
+                ));
+            }
             return Err(Error::StoreFull {
                 used: (self.frames.len() * self.page_size) as u64,
                 capacity: (self.frames.len() * self.page_size) as u64,

@@ -636,6 +636,20 @@ impl FaultLog {
         );
     }
 
+    /// [`FaultLog::capture`] for a region split into pages (an NVM-direct store's).
+    ///
+    /// # Panics
+    /// If `region` is not crash-simulated.
+    pub fn capture_paged(&mut self, region: &crate::device::PagedRegion) {
+        self.fences = region.persist_points();
+        self.working = Some(region.snapshot());
+        self.durable = Some(
+            region
+                .power_loss()
+                .expect("fault injection needs a crash-simulated region"),
+        );
+    }
+
     /// The harness's rules for what the store said (see [`FaultInjection`]).
     fn problems(&self) -> Vec<String> {
         let mut out = self.unexpected_success.clone();

@@ -9,7 +9,11 @@
 //! Soundness: the region is moved in, so nothing else can reach its page bytes through the
 //! copy API; each page goes to exactly one buffer; the head is reachable only through this
 //! type's bounds-checked methods. Flushing a page takes `&AlignedBuf`, so no `&mut` of it is
-//! alive meanwhile (a crash-simulated region reads the lines it flushes).
+//! alive meanwhile (a crash-simulated region reads the lines it flushes). One exception, in
+//! test machinery only: a crash-simulated region copies its whole working image at a
+//! simulated power loss ([`PagedRegion::power_loss`], [`PagedRegion::snapshot`], or the fence
+//! it was told to fail at), reading page bytes an owner may hold as `&mut` at that moment; a
+//! real region never does.
 
 use std::sync::Arc;
 
@@ -185,6 +189,17 @@ impl PagedRegion {
         Ok(())
     }
 
+    /// Whether the region emulates a device profile (its latencies charged to accesses).
+    pub fn emulated(&self) -> bool {
+        self.region.emulator().is_some()
+    }
+
+    /// Charges one emulated read of `bytes` made in place in a page (pages are read through
+    /// references, which the emulator cannot see). Nothing when not emulated.
+    pub fn charge_read(&self, bytes: usize) {
+        self.region.charge_read(bytes);
+    }
+
     /// The region's description.
     pub fn info(&self) -> RegionInfo {
         self.region.info()
@@ -210,6 +225,12 @@ impl PagedRegion {
     /// Crash-simulated regions: whether the configured power loss has happened.
     pub fn crashed(&self) -> bool {
         self.region.crashed()
+    }
+
+    /// A copy of the whole data area, head and pages (for tests, once no page is being
+    /// changed; see the module docs).
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.region.snapshot()
     }
 }
 

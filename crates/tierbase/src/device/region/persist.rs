@@ -96,6 +96,13 @@ impl PmemRegion {
         }
     }
 
+    /// Emulation: charges one read of `bytes` (an access made in place, outside this API:
+    /// NVM direct's page reads). Nothing without an emulated profile.
+    pub(super) fn charge_read(&self, bytes: usize) {
+        let issued = self.emulation_start();
+        self.emulation_finish(issued, Direction::Read, bytes);
+    }
+
     /// Store fence: every earlier flush is durable once this returns.
     pub fn drain(&self) {
         if matches!(
