@@ -262,6 +262,7 @@ impl Store for BTreeBenchStore {
                             | "ssd_page_writes"
                             | "nvm_direct_undo_lines"
                             | "nvm_direct_lines_persisted"
+                            | "nvm_direct_charged_reads"
                     )
                 })
                 .map(|(k, v)| format!("{k}={v}"))
