@@ -435,14 +435,25 @@ fn nvm_direct_power_loss_at_nvm_persist_points_keeps_acknowledged_batches_whole(
     let total = n("nvm_persist_points");
     assert!(total > 2 * (PRELOAD + STEPS), "{stats:?}");
     check(outcome, "the reference run", &direct_opts());
-    let runs = nvm_crash_runs(160);
-    for n in crash_points(1, total, runs, 0xd1ec7) {
+    nvm_fence_runs(total, 0xd1ec7, direct_devices, &direct_opts());
+}
+
+/// Runs the script with the power lost at sampled fences of the NVM region `devices` makes
+/// (of `total` in the reference run), unfenced words and unsynced sectors surviving at
+/// random, and checks each reopen.
+fn nvm_fence_runs(
+    total: u64,
+    seed: u64,
+    devices: fn(&Arc<SimPower>, CrashSimConfig) -> BTreeDevices,
+    opts: &BTreeOptions,
+) {
+    for n in crash_points(1, total, nvm_crash_runs(160), seed) {
         let power = SimPower::new(BlockCrashConfig {
             torn_survival: 0.5,
             seed: n,
             ..BlockCrashConfig::default()
         });
-        let devs = direct_devices(
+        let devs = devices(
             &power,
             CrashSimConfig {
                 crash_after_fences: Some(n),
@@ -451,12 +462,8 @@ fn nvm_direct_power_loss_at_nvm_persist_points_keeps_acknowledged_batches_whole(
                 ..CrashSimConfig::default()
             },
         );
-        let outcome = script(devs, &power, &direct_opts());
-        check(
-            outcome,
-            &format!("NVM fence {n} of {total}"),
-            &direct_opts(),
-        );
+        let outcome = script(devs, &power, opts);
+        check(outcome, &format!("NVM fence {n} of {total}"), opts);
     }
 }
 
@@ -494,25 +501,7 @@ fn three_tier_power_loss_at_nvm_persist_points_keeps_acknowledged_batches_whole(
     );
     let total = n("nvm_persist_points");
     check(outcome, "the reference run", &nvm_opts());
-    let runs = nvm_crash_runs(160);
-    for n in crash_points(1, total, runs, 0x3713) {
-        let power = SimPower::new(BlockCrashConfig {
-            torn_survival: 0.5,
-            seed: n,
-            ..BlockCrashConfig::default()
-        });
-        let devs = three_tier_devices(
-            &power,
-            CrashSimConfig {
-                crash_after_fences: Some(n),
-                unflushed_survival: 0.5,
-                seed: n,
-                ..CrashSimConfig::default()
-            },
-        );
-        let outcome = script(devs, &power, &nvm_opts());
-        check(outcome, &format!("NVM fence {n} of {total}"), &nvm_opts());
-    }
+    nvm_fence_runs(total, 0x3713, three_tier_devices, &nvm_opts());
 }
 
 #[test]

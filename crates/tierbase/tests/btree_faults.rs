@@ -217,33 +217,8 @@ fn nvm_direct_persist_failures_fail_cleanly_and_lose_nothing_acknowledged() {
         .sample(250)
         .every_point_fails(true)
         .run(
-            |region, log| {
-                let power = SimPower::new(BlockCrashConfig::default());
-                let devs = BTreeDevices::simulated(&power)
-                    .unwrap()
-                    .with_nvm_direct(region);
-                let (run, s) = script_run_on(devs, &direct_opts(), log);
-                if let Some(s) = s {
-                    log.capture_paged(s.nvm_direct_region().expect("an NVM-direct store"));
-                    s.abandon();
-                }
-                run
-            },
-            |f: &Faulted<'_, Run>| {
-                let run = Run {
-                    created: f.acked.created,
-                    model: f.acked.model.clone(),
-                    failed_step: f.acked.failed_step.clone(),
-                    images: f.acked.images.clone(),
-                    reads_failed: 0,
-                };
-                check_on(
-                    run,
-                    &format!("{} ({:?})", f.point, f.media),
-                    Some(f.bytes),
-                    &direct_opts(),
-                );
-            },
+            |region, log| nvm_script_run(region, log, &direct_opts()),
+            |f: &Faulted<'_, Run>| check_faulted(f, &direct_opts()),
         );
     eprintln!(
         "NVM-direct flushes failing at each of {} persist points ({} runs, {} failed a call)",
@@ -260,6 +235,32 @@ const NVM_SLOTS: u64 = 24;
 /// The three-tier runs: every page leaving the 32 frames enters NVM.
 fn nvm_opts() -> BTreeOptions {
     opts().nvm_admission(Admission::All)
+}
+
+/// The script with `region` as the NVM tier, or as the NVM-direct design's pages (as `opts`
+/// say), healthy block devices; captures what the region holds at the end.
+fn nvm_script_run(region: PmemRegion, log: &mut FaultLog, opts: &BTreeOptions) -> Run {
+    let power = SimPower::new(BlockCrashConfig::default());
+    let devs = BTreeDevices::simulated(&power).unwrap();
+    let devs = if opts.nvm_direct {
+        devs.with_nvm_direct(region)
+    } else {
+        devs.with_nvm(region)
+    };
+    let (run, s) = script_run_on(devs, opts, log);
+    if let Some(s) = s {
+        match s.nvm_direct_region() {
+            Some(r) => log.capture_paged(r),
+            None => {
+                let stats: std::collections::HashMap<String, String> =
+                    s.stats().into_iter().collect();
+                run_nvm_writes(&stats);
+                log.capture(s.nvm_region().expect("the store has its NVM tier"));
+            }
+        }
+        s.abandon();
+    }
+    run
 }
 
 fn script_run(power: &Arc<SimPower>, log: &mut FaultLog) -> Run {
@@ -364,6 +365,20 @@ fn script_run_on(
     (run, Some(s))
 }
 
+/// [`check_on`] for a run whose NVM region's flushes failed: reopens what the region held
+/// (`f.media`: its durable image or its working bytes).
+fn check_faulted(f: &Faulted<'_, Run>, opts: &BTreeOptions) {
+    let run = Run {
+        created: f.acked.created,
+        model: f.acked.model.clone(),
+        failed_step: f.acked.failed_step.clone(),
+        images: f.acked.images.clone(),
+        reads_failed: 0,
+    };
+    let point = format!("{} ({:?})", f.point, f.media);
+    check_on(run, &point, Some(f.bytes), opts);
+}
+
 fn check(run: Run, point: Option<u64>) {
     check_on(run, &format!("{point:?}"), None, &opts());
 }
@@ -438,34 +453,8 @@ fn three_tier_nvm_persist_failures_fail_cleanly_and_lose_nothing_acknowledged() 
         .region_len(8192 + NVM_SLOTS * (4096 + 8))
         .every_point_fails(true)
         .run(
-            |region, log| {
-                let power = SimPower::new(BlockCrashConfig::default());
-                let devs = BTreeDevices::simulated(&power).unwrap().with_nvm(region);
-                let (run, s) = script_run_on(devs, &nvm_opts(), log);
-                if let Some(s) = s {
-                    let stats: std::collections::HashMap<String, String> =
-                        s.stats().into_iter().collect();
-                    run_nvm_writes(&stats);
-                    log.capture(s.nvm_region().expect("the store has its NVM tier"));
-                    s.abandon();
-                }
-                run
-            },
-            |f: &Faulted<'_, Run>| {
-                let run = Run {
-                    created: f.acked.created,
-                    model: f.acked.model.clone(),
-                    failed_step: f.acked.failed_step.clone(),
-                    images: f.acked.images.clone(),
-                    reads_failed: 0,
-                };
-                check_on(
-                    run,
-                    &format!("{} ({:?})", f.point, f.media),
-                    Some(f.bytes),
-                    &nvm_opts(),
-                );
-            },
+            |region, log| nvm_script_run(region, log, &nvm_opts()),
+            |f: &Faulted<'_, Run>| check_faulted(f, &nvm_opts()),
         );
     eprintln!(
         "NVM flushes failing at each of {} persist points ({} runs, {} failed a call)",

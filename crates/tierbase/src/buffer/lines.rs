@@ -50,6 +50,7 @@ use parking_lot::{RwLock, RwLockWriteGuard};
 
 use super::nvm::LINE;
 use super::{BufferPool, FrameData, NO_PAGE, PageRead, Verify};
+use crate::device::cpu::line_runs;
 use crate::error::{Error, Result};
 
 /// Most lines a page has (64 KiB pages).
@@ -306,10 +307,6 @@ impl LineState {
         }
     }
 
-    fn is_resident(&self, line: usize) -> bool {
-        self.resident[line / 64] & (1 << (line % 64)) != 0
-    }
-
     /// The resident mask, a bit per line.
     pub(super) fn resident(&self) -> &[u64] {
         &self.resident
@@ -339,19 +336,17 @@ fn make_resident(
         .nvm
         .as_ref()
         .ok_or_else(|| Error::corrupt(None, "a line-grained frame without an NVM tier"))?;
-    let mut l = first;
-    while l <= last {
-        if state.is_resident(l) {
-            l += 1;
-            continue;
-        }
-        let start = l;
-        while l <= last && !state.is_resident(l) {
-            l += 1;
-        }
-        tier.read_lines(state.slot, start, &mut buf[start * LINE..l * LINE])?;
-        state.set_resident(start..l);
-        state.missing -= l - start;
+    // The mask as it was: the runs are read from it while the state takes them in.
+    let resident = state.resident;
+    let missing = |l: usize| resident[l / 64] & (1 << (l % 64)) == 0;
+    for run in line_runs(first..last + 1, missing) {
+        tier.read_lines(
+            state.slot,
+            run.start,
+            &mut buf[run.start * LINE..run.end * LINE],
+        )?;
+        state.missing -= run.len();
+        state.set_resident(run);
     }
     if state.missing == 0 {
         owner.wait_for_write_back();
@@ -695,19 +690,13 @@ impl PageBytes for Charged<'_> {
             .get(at..at.saturating_add(len))
             .ok_or_else(|| out_of_page(at, len, self.page.pid()))?;
         if len > 0 {
-            let (first, last) = (at / LINE, (at + len - 1) / LINE);
-            let mut l = first;
-            while l <= last {
-                if self.touched[l / 64] >> (l % 64) & 1 == 1 {
-                    l += 1;
-                    continue;
-                }
-                let start = l;
-                while l <= last && self.touched[l / 64] >> (l % 64) & 1 == 0 {
+            let touched = self.touched;
+            let fresh = |l: usize| touched[l / 64] >> (l % 64) & 1 == 0;
+            for run in line_runs(at / LINE..(at + len - 1) / LINE + 1, fresh) {
+                for l in run.clone() {
                     self.touched[l / 64] |= 1 << (l % 64);
-                    l += 1;
                 }
-                self.pages.charge_read((l - start) * LINE);
+                self.pages.charge_read(run.len() * LINE);
             }
         }
         Ok(bytes)

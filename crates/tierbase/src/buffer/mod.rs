@@ -100,6 +100,24 @@ struct Frame {
 }
 
 impl Frame {
+    fn new(pid: u64, buf: AlignedBuf, changed: lines::ChangedLines) -> Frame {
+        Frame {
+            data: RwLock::new(FrameData {
+                pid,
+                buf,
+                torn: false,
+                lines: None,
+            }),
+            referenced: AtomicBool::new(false),
+            io_busy: AtomicBool::new(false),
+            dirty_version: AtomicU64::new(0),
+            clean_version: AtomicU64::new(0),
+            changed,
+            tenancy: AtomicU64::new(u64::MAX),
+            checked: AtomicBool::new(false),
+        }
+    }
+
     fn tenancy(&self) -> Option<nvm::Tenancy> {
         nvm::Tenancy::unpack(self.tenancy.load(Ordering::Acquire))
     }
@@ -373,35 +391,40 @@ impl BufferPool {
                 opts.dram_bytes
             )));
         }
-        let mut frames = Vec::with_capacity(n as usize);
         // One mapping for all frames, on huge pages where the kernel has them, faulted in now:
         // the budget is what the user gave us, and a request must not pay a 2 MiB fault.
-        for buf in AlignedBuf::carve(ps, n as usize, true)? {
-            frames.push(Frame {
-                data: RwLock::new(FrameData {
-                    pid: NO_PAGE,
-                    buf,
-                    torn: false,
-                    lines: None,
-                }),
-                referenced: AtomicBool::new(false),
-                io_busy: AtomicBool::new(false),
-                dirty_version: AtomicU64::new(0),
-                clean_version: AtomicU64::new(0),
-                changed: lines::ChangedLines::new(ps),
-                tenancy: AtomicU64::new(u64::MAX),
-                checked: AtomicBool::new(false),
-            });
-        }
-        Ok(BufferPool {
+        let frames = AlignedBuf::carve(ps, n as usize, true)?
+            .into_iter()
+            .map(|buf| Frame::new(NO_PAGE, buf, lines::ChangedLines::new(ps)))
+            .collect();
+        let free = (0..n as u32).rev().collect();
+        let table = table::PageTable::default();
+        Ok(Self::of_frames(
+            device, ps, frames, table, free, wal, opts.check, None,
+        ))
+    }
+
+    /// A pool of `frames`, `table` mapping pages to them and `free` the unmapped ones.
+    #[allow(clippy::too_many_arguments)]
+    fn of_frames(
+        device: BlockDevice,
+        page_size: usize,
+        frames: Vec<Frame>,
+        table: table::PageTable,
+        free: Vec<u32>,
+        wal: Arc<dyn WalRule>,
+        check: fn(&[u8], u64) -> std::result::Result<(), String>,
+        direct: Option<Arc<direct::DirectPages>>,
+    ) -> Self {
+        BufferPool {
             device,
-            page_size: ps,
+            page_size,
             frames: frames.into_boxed_slice(),
-            table: table::PageTable::default(),
-            free: Mutex::new((0..n as u32).rev().collect()),
+            table,
+            free: Mutex::new(free),
             hand: AtomicUsize::new(0),
             wal,
-            check: opts.check,
+            check,
             grow: Mutex::new(()),
             write_failed: AtomicBool::new(false),
             write_failure: Mutex::new(None),
@@ -412,9 +435,9 @@ impl BufferPool {
             minis: Box::new([]),
             mini_free: Mutex::new(Vec::new()),
             mini_hand: AtomicUsize::new(0),
-            direct: None,
+            direct,
             counters: PoolCounters::default(),
-        })
+        }
     }
 
     /// The NVM-direct design: a pool whose frames are the pages of `region` (page `i` is
@@ -441,44 +464,13 @@ impl BufferPool {
         let mut frames = Vec::with_capacity(pages.len());
         for (i, buf) in pages.into_iter().enumerate() {
             table.insert(i as u64, i as u32)?;
-            frames.push(Frame {
-                data: RwLock::new(FrameData {
-                    pid: i as u64,
-                    buf,
-                    torn: false,
-                    lines: None,
-                }),
-                referenced: AtomicBool::new(false),
-                io_busy: AtomicBool::new(false),
-                dirty_version: AtomicU64::new(0),
-                clean_version: AtomicU64::new(0),
-                changed: lines::ChangedLines::saving(ps, direct.clone(), i as u32),
-                tenancy: AtomicU64::new(u64::MAX),
-                checked: AtomicBool::new(false),
-            });
+            let changed = lines::ChangedLines::saving(ps, direct.clone(), i as u32);
+            frames.push(Frame::new(i as u64, buf, changed));
         }
-        Ok(BufferPool {
-            device,
-            page_size: ps,
-            frames: frames.into_boxed_slice(),
-            table,
-            free: Mutex::new(Vec::new()),
-            hand: AtomicUsize::new(0),
-            wal,
-            check,
-            grow: Mutex::new(()),
-            write_failed: AtomicBool::new(false),
-            write_failure: Mutex::new(None),
-            write_back_batch: 1,
-            nvm: None,
-            line_grained: false,
-            poison_lines: false,
-            minis: Box::new([]),
-            mini_free: Mutex::new(Vec::new()),
-            mini_hand: AtomicUsize::new(0),
-            direct: Some(direct),
-            counters: PoolCounters::default(),
-        })
+        let (free, direct) = (Vec::new(), Some(direct));
+        Ok(Self::of_frames(
+            device, ps, frames, table, free, wal, check, direct,
+        ))
     }
 
     /// The NVM-direct pages, if this is that design.

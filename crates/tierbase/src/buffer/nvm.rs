@@ -658,18 +658,9 @@ impl NvmTier {
         }
         let mut ranges = Vec::new();
         let mut written = 0;
-        let mut l = 0;
-        while l < n {
-            if !is_changed(l) {
-                l += 1;
-                continue;
-            }
-            let start = l;
-            while l < n && is_changed(l) {
-                l += 1;
-            }
-            let (at, len) = (start * LINE, (l - start) * LINE);
-            if start == 0 {
+        for run in crate::device::cpu::line_runs(0..n, is_changed) {
+            let (at, len) = (run.start * LINE, run.len() * LINE);
+            if run.start == 0 {
                 self.region.write(off, &head)?;
                 self.region
                     .write(off + LINE as u64, &page[LINE..at + len])?;
@@ -677,7 +668,7 @@ impl NvmTier {
                 self.region.write(off + at as u64, &page[at..at + len])?;
             }
             ranges.push((off + at as u64, len));
-            written += l - start;
+            written += run.len();
         }
         self.region.persist_all(&ranges)?;
         self.counters.line_write_backs.incr();

@@ -17,6 +17,26 @@ use serde::{Deserialize, Serialize};
 /// Size of a CPU cache line, the unit of flushing.
 pub const CACHE_LINE: usize = 64;
 
+/// The runs of adjacent lines in `within` for which `set` holds, in order: what a caller
+/// flushes, copies or charges one operation per run for (a page's changed, missing or first
+/// touched lines).
+pub fn line_runs(
+    within: std::ops::Range<usize>,
+    set: impl Fn(usize) -> bool,
+) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let (mut l, end) = (within.start, within.end);
+    std::iter::from_fn(move || {
+        while l < end && !set(l) {
+            l += 1;
+        }
+        let start = l;
+        while l < end && set(l) {
+            l += 1;
+        }
+        (start < l).then_some(start..l)
+    })
+}
+
 /// A cache-line flush instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

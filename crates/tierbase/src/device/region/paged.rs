@@ -169,21 +169,11 @@ impl PagedRegion {
     /// word `w`: line `64 * w + b`), one flush per run of adjacent lines.
     pub fn flush_lines(&self, page: &AlignedBuf, lines: &[u64]) -> Result<()> {
         let first = self.head + (self.page_index(page)? * self.page_size) as u64;
-        let count = self.page_size / CACHE_LINE;
         let set = |l: usize| lines.get(l / 64).is_some_and(|w| w >> (l % 64) & 1 == 1);
-        let mut l = 0;
-        while l < count {
-            if !set(l) {
-                l += 1;
-                continue;
-            }
-            let start = l;
-            while l < count && set(l) {
-                l += 1;
-            }
+        for run in cpu::line_runs(0..self.page_size / CACHE_LINE, set) {
             self.region.flush(
-                first + (start * CACHE_LINE) as u64,
-                (l - start) * CACHE_LINE,
+                first + (run.start * CACHE_LINE) as u64,
+                run.len() * CACHE_LINE,
             )?;
         }
         Ok(())
