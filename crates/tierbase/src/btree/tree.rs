@@ -782,7 +782,8 @@ impl Tree {
             // Each page's lines saved at most once, with at most one 64-byte entry head per
             // line: twice the page.
             let undo = 2 * pages as u64 * self.pool.page_size() as u64;
-            if undo > d.region().head_len() - 64 {
+            // Entries start at 64, and a zeroed head follows the last one.
+            if undo > d.region().head_len() - 128 {
                 return Err(Error::InvalidArgument(format!(
                     "write batch of {} ops may change {pages} pages, more than the NVM-direct \
                      undo log holds ({} bytes): split the batch",
@@ -885,15 +886,18 @@ impl Tree {
         self.pool.freeze();
         if w.direct {
             // The pages are on media already: put the lines the change made back at once
-            // (restart would undo them too), and the tree's root and count with the meta page.
-            self.pool.direct_abort();
-            if let Ok(page) = self.pool.fix_shared(META_PID) {
-                let m = Meta::read(page.bytes());
-                w.meta = m;
-                w.logged_meta = m;
-                self.root.store(m.root, Ordering::Release);
-                self.count.store(m.count, Ordering::Release);
-            }
+            // (restart would undo them too), and the tree's root and count with the meta page,
+            // before readers see the restored pages (a reader that fixed the old root finds
+            // it changed and starts again).
+            self.pool.direct_abort(META_PID, |meta| {
+                if let Some(page) = meta {
+                    let m = Meta::read(page);
+                    w.meta = m;
+                    w.logged_meta = m;
+                    self.root.store(m.root, Ordering::Release);
+                    self.count.store(m.count, Ordering::Release);
+                }
+            });
         }
         e
     }

@@ -311,6 +311,7 @@ impl DirectPages {
     pub(super) fn take_saved(&self) -> Vec<(u32, usize, Vec<u8>)> {
         let mut st = self.state.lock();
         st.touched.clear();
+        st.at = HEAD as u64; // the batch's entries stay for restart, overwritten by the next
         let bytes = std::mem::take(&mut st.saved_bytes);
         let mut at = 0;
         std::mem::take(&mut st.saved)
@@ -326,18 +327,27 @@ impl DirectPages {
 
     /// Ends a batch whose changed lines are flushed: a fence, then the epoch moves on and is
     /// persisted (the commit point), and the log starts over.
+    /// If the epoch's persist fails, the word is put back and the DRAM copies kept: the
+    /// caller rolls the batch back ([`super::BufferPool::direct_abort`]); its lines are
+    /// durable already, so whichever epoch reached media, restart finds it whole or undoes it.
     pub(super) fn commit(&self, lines: u64) -> Result<()> {
         let mut st = self.state.lock();
-        st.saved.clear();
-        st.saved_bytes.clear();
         self.region.drain();
         let next = st.epoch.wrapping_add(1);
-        self.region
-            .atomic_u64(EPOCH_AT)?
-            .store(next.to_le(), std::sync::atomic::Ordering::Release);
-        self.region.persist(EPOCH_AT, 8)?;
+        let word = self.region.atomic_u64(EPOCH_AT)?;
+        word.store(next.to_le(), std::sync::atomic::Ordering::Release);
+        if let Err(e) = self.region.persist(EPOCH_AT, 8) {
+            word.store(st.epoch.to_le(), std::sync::atomic::Ordering::Release);
+            return Err(e);
+        }
         st.epoch = next;
         st.at = HEAD as u64;
+        st.saved.clear();
+        st.saved_bytes.clear();
+        if st.saved_bytes.capacity() > 1 << 20 {
+            // One large batch does not keep its copies' DRAM for good.
+            st.saved_bytes = Vec::new();
+        }
         self.counters.commits.incr();
         self.counters.lines_persisted.add(lines);
         Ok(())

@@ -506,30 +506,60 @@ impl BufferPool {
 
     /// NVM direct: a batch failed half-way. Puts the old bytes of every line it changed back
     /// in place, from DRAM copies, and flushes them (what fails to flush is restored by
-    /// restart from the undo log). The caller holds no page.
-    pub fn direct_abort(&self) {
+    /// restart from the undo log). Every page the batch changed is latched exclusively for
+    /// the whole rollback, so readers see the batch's pages all as it left them or all
+    /// restored; `restored` runs before they are released, with the restored bytes of page
+    /// `watch` if the batch had changed it (the tree resets its root and count from the meta
+    /// page there). The caller holds no page.
+    pub fn direct_abort(&self, watch: u64, restored: impl FnOnce(Option<&[u8]>)) {
         let Some(d) = &self.direct else {
             return;
         };
+        let saved = d.take_saved();
+        let mut pids: Vec<u32> = saved.iter().map(|&(pid, ..)| pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids.retain(|&p| (p as usize) < self.frames.len());
+        // All or none: a reader holds a page shared only while it fixes the next one down,
+        // so taking them one by one could wait on a reader that waits on a page taken here.
+        let mut round = 0;
+        let mut guards = loop {
+            let guards: Vec<_> = pids
+                .iter()
+                .map_while(|&p| self.frames[p as usize].data.try_write())
+                .collect();
+            if guards.len() == pids.len() {
+                break guards;
+            }
+            drop(guards);
+            crate::sync::backoff(&mut round);
+        };
         let mut flushed = true;
-        for (pid, first, old) in d.take_saved().into_iter().rev() {
-            let Some(frame) = self.frames.get(pid as usize) else {
+        let lines_per_page = self.page_size / nvm::LINE;
+        for (pid, first, old) in saved.into_iter().rev() {
+            let Ok(k) = pids.binary_search(&pid) else {
                 continue;
             };
-            let mut guard = frame.data.write();
             let at = first * nvm::LINE;
-            guard.buf[at..at + old.len()].copy_from_slice(&old);
-            frame.changed.take();
-            let mut bits = vec![0u64; self.page_size / nvm::LINE / 64];
+            guards[k].buf[at..at + old.len()].copy_from_slice(&old);
+            let mut bits = vec![0u64; lines_per_page.div_ceil(64)];
             for l in first..first + old.len() / nvm::LINE {
                 bits[l / 64] |= 1 << (l % 64);
             }
-            flushed &= d.region().flush_lines(&guard.buf, &bits).is_ok();
+            flushed &= d.region().flush_lines(&guards[k].buf, &bits).is_ok();
+        }
+        for &p in &pids {
+            self.frames[p as usize].changed.take();
         }
         d.region().drain();
         if !flushed {
             tracing::warn!("NVM direct: the rollback of a failed batch could not be flushed");
         }
+        let watched = u32::try_from(watch)
+            .ok()
+            .and_then(|w| pids.binary_search(&w).ok());
+        restored(watched.map(|k| &guards[k].buf[..]));
+        drop(guards);
     }
 
     /// NVM direct: checks a page the first time it is fixed in this run.
