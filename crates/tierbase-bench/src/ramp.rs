@@ -23,7 +23,7 @@ pub const RAMP_KEY_SIZE: usize = 16;
 /// What to measure.
 #[derive(Clone, Debug)]
 pub struct RampPlan {
-    /// The design: `btree`, `btree-3tier` or `btree-nvm`.
+    /// The design: `btree`, `btree-3tier`, `btree-nvm` or `btree-nvm-direct`.
     pub store: String,
     /// Records loaded.
     pub records: u64,
@@ -119,7 +119,7 @@ fn read_for(
 pub fn ramp(o: &StoreOptions, plan: &RampPlan, log: &mut dyn FnMut(&str)) -> Result<RampReport> {
     let tiers = Tiers::from_name(&plan.store).ok_or_else(|| {
         BenchError::invalid(format!(
-            "restart ramp: unknown store {:?} (btree, btree-3tier or btree-nvm)",
+            "restart ramp: unknown store {:?} (btree, btree-3tier, btree-nvm or btree-nvm-direct)",
             plan.store
         ))
     })?;
@@ -205,7 +205,7 @@ mod tests {
     /// an error), the samples cover the run in order, and the NVM designs report their scan.
     #[test]
     fn each_design_reopens_with_every_record_and_samples_in_order() {
-        for store in ["btree", "btree-3tier", "btree-nvm"] {
+        for store in ["btree", "btree-3tier", "btree-nvm", "btree-nvm-direct"] {
             let dir = tempfile::tempdir().unwrap();
             let mut o = StoreOptions::new(dir.path().join("run"));
             o.durability = tierbase::device::Durability::None;
@@ -225,7 +225,12 @@ mod tests {
             assert!(r.warm_ops_per_sec > 0.0 && r.restart_ms > 0.0);
             assert_eq!(
                 r.medium.contains("NVM tier"),
-                store != "btree",
+                store == "btree-3tier" || store == "btree-nvm",
+                "{store}: {r:?}"
+            );
+            assert_eq!(
+                r.medium.contains("NVM-direct pages"),
+                store == "btree-nvm-direct",
                 "{store}: {r:?}"
             );
         }
