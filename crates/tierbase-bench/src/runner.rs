@@ -533,18 +533,11 @@ impl<'c> Worker<'c> {
             self.batch_fingerprints[i] = self.keys.fingerprint();
         }
         for i in 0..n {
-            let key = &self.batch_keys[i];
-            let found = if self.batch_timed[i] {
-                let t0 = rec.now();
-                let found = self.client.get(key, &mut self.read_buf)?;
-                let t1 = rec.now();
-                rec.record_span(OpKind::Read, t0, t1, found);
-                found
-            } else {
-                let found = self.client.get(key, &mut self.read_buf)?;
-                rec.count_untimed(OpKind::Read, found);
-                found
-            };
+            let (key, buf) = (&self.batch_keys[i], &mut self.read_buf);
+            let client = &mut self.client;
+            let found = recorded(rec, OpKind::Read, self.batch_timed[i], || {
+                client.get(key, buf)
+            })?;
             let fingerprint = self.batch_fingerprints[i];
             self.check(found, &fingerprint);
         }
@@ -658,18 +651,9 @@ impl<'c> Worker<'c> {
         time: bool,
     ) -> Result<bool> {
         match rec {
-            Some(rec) if !time => {
-                let found = self.execute(op, value, fingerprint)?;
-                rec.count_untimed(op.kind(), found);
-                Ok(found)
-            }
-            Some(rec) => {
-                let t0 = rec.now();
-                let found = self.execute(op, value, fingerprint)?;
-                let t1 = rec.now();
-                rec.record_span(op.kind(), t0, t1, found);
-                Ok(found)
-            }
+            Some(rec) => recorded(rec, op.kind(), time, || {
+                self.execute(op, value, fingerprint)
+            }),
             None => self.execute(op, value, fingerprint),
         }
     }
@@ -709,6 +693,27 @@ impl<'c> Worker<'c> {
             Operation::Delete { .. } => self.client.delete(key)?,
         })
     }
+}
+
+/// Runs one store call of `kind` and records it in `rec`: timed between two clock readings if
+/// `time`, else only counted (see `PhaseConfig::latency_every`). Whether the record was found.
+#[inline(always)]
+fn recorded(
+    rec: &mut ThreadRecorder,
+    kind: OpKind,
+    time: bool,
+    call: impl FnOnce() -> Result<bool>,
+) -> Result<bool> {
+    if !time {
+        let found = call()?;
+        rec.count_untimed(kind, found);
+        return Ok(found);
+    }
+    let t0 = rec.now();
+    let found = call()?;
+    let t1 = rec.now();
+    rec.record_span(kind, t0, t1, found);
+    Ok(found)
 }
 
 #[cfg(test)]

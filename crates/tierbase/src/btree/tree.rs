@@ -891,11 +891,7 @@ impl Tree {
             // it changed and starts again).
             self.pool.direct_abort(META_PID, |meta| {
                 if let Some(page) = meta {
-                    let m = Meta::read(page);
-                    w.meta = m;
-                    w.logged_meta = m;
-                    self.root.store(m.root, Ordering::Release);
-                    self.count.store(m.count, Ordering::Release);
+                    self.install_meta(w, Meta::read(page));
                 }
             });
         }
@@ -1556,7 +1552,11 @@ impl Tree {
 
     /// Adopts the meta page after redo.
     pub(crate) fn adopt_meta(&self, meta: Meta) {
-        let mut w = self.writer.lock();
+        self.install_meta(&mut self.writer.lock(), meta);
+    }
+
+    /// Makes `meta` the writer's, and its root and count the readers'.
+    fn install_meta(&self, w: &mut Writer, meta: Meta) {
         w.meta = meta;
         w.logged_meta = meta;
         self.root.store(meta.root, Ordering::Release);

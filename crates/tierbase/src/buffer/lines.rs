@@ -123,6 +123,23 @@ impl PageBytes for &[u8] {
     }
 }
 
+/// The lines overlapping the byte range `range`, as (word index, bit mask) pairs of a mask
+/// with a bit per line.
+#[inline]
+fn word_masks(range: std::ops::Range<usize>) -> impl Iterator<Item = (usize, u64)> {
+    let (first, last) = (range.start / LINE, range.end.saturating_sub(1) / LINE);
+    let words = if range.is_empty() {
+        1..1
+    } else {
+        first / 64..last / 64 + 1
+    };
+    words.map(move |w| {
+        let lo = if w == first / 64 { first % 64 } else { 0 };
+        let hi = if w == last / 64 { last % 64 } else { 63 };
+        (w, (u64::MAX >> (63 - hi)) & (u64::MAX << lo))
+    })
+}
+
 /// The lines of a frame changed since it last matched its page's NVM slot (the paper's
 /// dirty mask and `MarkDirty`): writers mark what they change, under the frame's exclusive
 /// latch, and a write-back takes the mask and writes only those lines to the slot
@@ -191,19 +208,8 @@ impl ChangedLines {
         range: std::ops::Range<usize>,
         page: &[u8],
     ) {
-        if range.is_empty() {
-            return;
-        }
-        let (first, last) = (range.start / LINE, (range.end - 1) / LINE);
-        let span = words
-            .iter()
-            .enumerate()
-            .take(last / 64 + 1)
-            .skip(first / 64);
-        for (w, word) in span {
-            let lo = if w == first / 64 { first % 64 } else { 0 };
-            let hi = if w == last / 64 { last % 64 } else { 63 };
-            let bits = (u64::MAX >> (63 - hi)) & (u64::MAX << lo);
+        for (w, bits) in word_masks(range) {
+            let word = &words[w];
             let mut new = bits & !word.load(Ordering::Relaxed);
             if new == 0 {
                 continue;
@@ -231,14 +237,7 @@ impl ChangedLines {
 
     #[inline]
     fn mark_bits(&self, range: std::ops::Range<usize>) {
-        if range.is_empty() {
-            return;
-        }
-        let (first, last) = (range.start / LINE, (range.end - 1) / LINE);
-        for w in first / 64..=last / 64 {
-            let lo = if w == first / 64 { first % 64 } else { 0 };
-            let hi = if w == last / 64 { last % 64 } else { 63 };
-            let bits = (u64::MAX >> (63 - hi)) & (u64::MAX << lo);
+        for (w, bits) in word_masks(range) {
             let word = &self.words[w];
             // Most marks hit lines already marked (the header line on every change): a load
             // is cheaper than an atomic OR.

@@ -31,9 +31,6 @@ pub(crate) struct GroupSync {
 }
 
 impl GroupSync {
-    /// Makes every write the caller finished before this call durable, with `sync` (run by at
-    /// most one caller at a time). Returns how many syncs this caller ran (0 or 1), or the
-    /// sticky error text.
     /// Fails the group as a failed sync would (sticky): for a write or sync the caller made
     /// outside [`GroupSync::sync`] that failed, after which no later sync may report the file
     /// durable (the lost write, or the kernel's dropped pages, would be missing from it).
@@ -45,6 +42,9 @@ impl GroupSync {
         self.done.notify_all();
     }
 
+    /// Makes every write the caller finished before this call durable, with `sync` (run by at
+    /// most one caller at a time). Returns how many syncs this caller ran (0 or 1), or the
+    /// sticky error text.
     pub(crate) fn sync(
         &self,
         sync: impl Fn() -> std::io::Result<()>,

@@ -627,12 +627,10 @@ impl FaultLog {
     /// # Panics
     /// If `region` is not crash-simulated.
     pub fn capture(&mut self, region: &PmemRegion) {
-        self.fences = region.persist_points();
-        self.working = Some(region.snapshot());
-        self.durable = Some(
-            region
-                .power_loss()
-                .expect("fault injection needs a crash-simulated region"),
+        self.keep(
+            region.persist_points(),
+            region.snapshot(),
+            region.power_loss(),
         );
     }
 
@@ -641,13 +639,19 @@ impl FaultLog {
     /// # Panics
     /// If `region` is not crash-simulated.
     pub fn capture_paged(&mut self, region: &crate::device::PagedRegion) {
-        self.fences = region.persist_points();
-        self.working = Some(region.snapshot());
-        self.durable = Some(
-            region
-                .power_loss()
-                .expect("fault injection needs a crash-simulated region"),
+        self.keep(
+            region.persist_points(),
+            region.snapshot(),
+            region.power_loss(),
         );
+    }
+
+    /// Keeps a captured region's fences, working bytes and media image (`None`: the region
+    /// is not crash-simulated, which fault injection needs).
+    fn keep(&mut self, fences: u64, working: Vec<u8>, durable: Option<Vec<u8>>) {
+        self.fences = fences;
+        self.working = Some(working);
+        self.durable = Some(durable.expect("fault injection needs a crash-simulated region"));
     }
 
     /// The harness's rules for what the store said (see [`FaultInjection`]).

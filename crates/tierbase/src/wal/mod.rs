@@ -17,8 +17,8 @@
 //! other file if that holds generation `g + 1` starting exactly there.
 //!
 //! Tail blocks are rewritten as the log grows: a group commit writes from the block holding
-//! the written end (see [`Wal::write_out`]). A torn rewrite cannot hurt frames already durable because the rewrite
-//! carries the same bytes for them, and media tear at sector granularity (512 B, the unit
+//! the written end (see [`Wal::write_out`]). A torn rewrite cannot hurt frames already
+//! durable because the rewrite carries the same bytes for them, and media tear at sector granularity (512 B, the unit
 //! disks write atomically), never inside a sector.
 //!
 //! On persistent memory the same bytes sit at the same offsets of the region's data area, but

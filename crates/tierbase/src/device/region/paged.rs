@@ -132,12 +132,6 @@ impl PagedRegion {
         self.region.atomic_u64(off)
     }
 
-    /// Writes back (no fence) the head's lines overlapping `[off, off + len)`.
-    pub fn flush(&self, off: u64, len: usize) -> Result<()> {
-        self.in_head(off, len)?;
-        self.region.flush(off, len)
-    }
-
     /// Makes the head's `[off, off + len)` durable (flush and fence).
     pub fn persist(&self, off: u64, len: usize) -> Result<()> {
         self.in_head(off, len)?;
@@ -195,12 +189,6 @@ impl PagedRegion {
         self.region.info()
     }
 
-    /// The region's counters (copies through the head; page bytes are read and written in
-    /// place, uncounted).
-    pub fn counters(&self) -> CounterSnapshot {
-        self.region.counters()
-    }
-
     /// Crash-simulated regions: the persist points (fences) so far.
     pub fn persist_points(&self) -> u64 {
         self.region.persist_points()
@@ -210,11 +198,6 @@ impl PagedRegion {
     /// real regions). For tests, once no page is being changed.
     pub fn power_loss(&self) -> Option<Vec<u8>> {
         self.region.power_loss()
-    }
-
-    /// Crash-simulated regions: whether the configured power loss has happened.
-    pub fn crashed(&self) -> bool {
-        self.region.crashed()
     }
 
     /// A copy of the whole data area, head and pages (for tests, once no page is being
