@@ -359,3 +359,40 @@ fn the_dram_budget_holds_the_pool_and_the_logs_buffers() {
         s.abandon();
     }
 }
+
+/// Once the data has outgrown the pool, a writer reads its leaf in before it takes the writer
+/// mutex (a device read under the mutex would hold up every writer); while the data fits, it
+/// does not (the extra descent would only cost).
+#[test]
+fn writers_read_their_leaves_in_before_the_mutex_once_the_data_outgrew_the_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    // 64 frames of 4 KiB.
+    let s = BTreeStore::create(dir.path().join("t"), &opts()).unwrap();
+    let mut model = BTreeMap::new();
+    let mut put = |s: &BTreeStore, i: u64, fill: u8| {
+        let v = vec![fill; 100];
+        s.put(&key(i), &v).unwrap();
+        model.insert(key(i), v);
+    };
+    // ~40 leaves: the data fits.
+    for i in 0..1_000 {
+        put(&s, i, 1);
+    }
+    assert_eq!(stat(&s, "evictions"), 0);
+    assert_eq!(stat(&s, "writer_warmed_leaves"), 0);
+    // ~600 leaves against 64 frames.
+    for i in 1_000..20_000 {
+        put(&s, i, 2);
+    }
+    assert!(stat(&s, "evictions") > 0);
+    let (warmed, misses) = (stat(&s, "writer_warmed_leaves"), stat(&s, "dram_misses"));
+    let updates = 500;
+    for j in 0..updates {
+        put(&s, j * 37 % 20_000, 3);
+    }
+    // Every update's leaf was read in before the mutex, and the updates did meet leaves on
+    // the device (else this proves nothing).
+    assert_eq!(stat(&s, "writer_warmed_leaves") - warmed, updates);
+    assert!(stat(&s, "dram_misses") - misses > updates / 2);
+    check_all(&s, &model);
+}

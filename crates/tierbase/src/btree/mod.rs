@@ -1503,6 +1503,10 @@ impl Inner {
                 self.counters.batches.get().to_string(),
             ),
             ("gets".into(), self.counters.gets.get().to_string()),
+            (
+                "writer_warmed_leaves".into(),
+                self.tree.writer_warmed_leaves.get().to_string(),
+            ),
             ("restart_frames".into(), self.restart.frames.to_string()),
             ("restart_micros".into(), self.restart.micros.to_string()),
         ];

@@ -9,8 +9,10 @@
 //! Concurrency: readers fix pages shared, top-down, holding the parent until the child is
 //! fixed (latch coupling); the root is re-checked after it is fixed. Writers are serialised by
 //! one mutex (the writer), as in LMDB and redb; their durability waits (group commit) happen
-//! after the mutex is released, so concurrent committers still share one `fdatasync`. A
-//! writer fixes a leaf exclusive for an ordinary change; a split or merge fixes the whole
+//! after the mutex is released, so concurrent committers still share one `fdatasync`; and a
+//! writer that finds the mutex held, or any writer once the data has outgrown the pool, first
+//! descends to its leaves with shared latches, so their device reads overlap other writers'
+//! work instead of being made under the mutex (`Tree::lock_writer`). A writer fixes a leaf exclusive for an ordinary change; a split or merge fixes the whole
 //! path exclusive, top-down, so a reader never sees half a structure change. Scans keep no
 //! sibling links: they continue from the fence key of the leaf they finished, by a new
 //! descent, so a scan is never confused by a split or merge it raced.
@@ -30,6 +32,7 @@ use parking_lot::Mutex;
 
 use super::node::{self, Kind, Node, NodeMut};
 use crate::buffer::{BufferPool, Fixed, ForWrite, PageBytes, PageRead, PageWrite, Verify};
+use crate::device::Counter;
 use crate::error::{Error, Result};
 use crate::wal::{FRAME_HEADER, Wal};
 
@@ -39,6 +42,8 @@ pub const META_PID: u64 = 2;
 pub const FIRST_ROOT: u64 = 3;
 /// Deepest tree accepted (a deeper path means a cycle in a damaged file).
 const MAX_DEPTH: usize = 48;
+/// Most keys of a batch whose leaves a waiting writer reads in ([`Tree::lock_writer`]).
+const WARM_KEYS: usize = 64;
 
 const REC_PUT: u8 = 1;
 const REC_REMOVE: u8 = 2;
@@ -195,6 +200,8 @@ pub(crate) struct Tree {
     root: AtomicU64,
     count: AtomicU64,
     pub(crate) limits: Limits,
+    /// Descents a writer made before it took the writer mutex ([`Tree::lock_writer`]).
+    pub(crate) writer_warmed_leaves: Counter,
 }
 
 /// Where a descent goes.
@@ -302,6 +309,7 @@ impl Tree {
             root: AtomicU64::new(meta.root),
             count: AtomicU64::new(meta.count),
             limits,
+            writer_warmed_leaves: Counter::default(),
         }
     }
 
@@ -727,7 +735,7 @@ impl Tree {
             self.check_entry(k, *v)?;
         }
         self.check_batch_fits(ops)?;
-        let mut w = self.writer.lock();
+        let mut w = self.lock_writer(ops.iter().map(|(k, _)| *k));
         self.begin(&mut w)?;
         let guard = FreezeOnUnwind(&self.pool);
         let mut existed = Vec::with_capacity(ops.len());
@@ -812,7 +820,7 @@ impl Tree {
         decide: &mut dyn FnMut(Option<&[u8]>) -> crate::store::Change,
     ) -> Result<u64> {
         self.check_entry(key, None)?;
-        let mut w = self.writer.lock();
+        let mut w = self.lock_writer(std::iter::once(key));
         self.begin(&mut w)?;
         let guard = FreezeOnUnwind(&self.pool);
         // By lines when the put can be made by lines too (`put_by_lines`).
@@ -832,6 +840,46 @@ impl Tree {
         let end = self.commit(&mut w);
         drop(guard);
         end
+    }
+
+    /// Takes the writer mutex. While another writer holds it, or once the data has outgrown
+    /// the pool ([`BufferPool::outgrown`]), this one first descends to the leaves of `keys`
+    /// with shared latches (at most [`WARM_KEYS`] of them): a page read from the device
+    /// then overlaps the other writers' work instead of being made under the mutex, where it
+    /// holds up every writer. Only a hint: the writer fixes the pages again (an evicted one
+    /// is read again), and reports any error itself.
+    #[inline]
+    fn lock_writer<'k>(
+        &self,
+        keys: impl Iterator<Item = &'k [u8]>,
+    ) -> parking_lot::MutexGuard<'_, Writer> {
+        if !self.pool.outgrown()
+            && let Some(w) = self.writer.try_lock()
+        {
+            return w;
+        }
+        self.warm_then_lock(keys)
+    }
+
+    /// [`Tree::lock_writer`]'s reads, then the wait. Out of line: the uncontended path of a
+    /// write stays small.
+    #[inline(never)]
+    fn warm_then_lock<'k>(
+        &self,
+        keys: impl Iterator<Item = &'k [u8]>,
+    ) -> parking_lot::MutexGuard<'_, Writer> {
+        // NVM direct has nothing to read in: its pages are the region's. A line-grained pool
+        // reads inner pages only: its writers fix leaves in NVM by lines, which costs the
+        // mutex little, and a whole leaf read here would load every line.
+        if self.pool.direct().is_none() {
+            let fix_leaf = !self.pool.line_grained();
+            for key in keys.take(WARM_KEYS) {
+                if self.path_to(key, fix_leaf).is_ok() {
+                    self.writer_warmed_leaves.incr();
+                }
+            }
+        }
+        self.writer.lock()
     }
 
     fn begin(&self, w: &mut Writer) -> Result<()> {

@@ -238,6 +238,9 @@ pub struct BufferPool {
     grow: Mutex<()>,
     /// A page write failed: dirty frames are no longer chosen as victims.
     write_failed: AtomicBool,
+    /// A page was read from the device after frames had been evicted: the data has outgrown
+    /// the pool, and a fix may wait for a device read ([`BufferPool::outgrown`]).
+    outgrown: AtomicBool,
     /// What made a write-back fail first (for the read-only errors that follow).
     write_failure: Mutex<Option<String>>,
     /// Dirty pages written per eviction of a dirty victim (ACE's `n_w`; 1 = plain Clock).
@@ -427,6 +430,7 @@ impl BufferPool {
             check,
             grow: Mutex::new(()),
             write_failed: AtomicBool::new(false),
+            outgrown: AtomicBool::new(false),
             write_failure: Mutex::new(None),
             write_back_batch: 1,
             nvm: None,
@@ -858,6 +862,9 @@ impl BufferPool {
                 }
                 _ => {
                     self.counters.misses.incr();
+                    if !self.outgrown.load(Ordering::Relaxed) && self.counters.evictions.get() > 0 {
+                        self.outgrown.store(true, Ordering::Relaxed);
+                    }
                     self.device.read_at(offset, &mut guard.buf)
                 }
             }
@@ -1410,6 +1417,13 @@ impl BufferPool {
     /// reason of its own).
     pub fn write_failure(&self) -> Option<String> {
         self.write_failure.lock().clone()
+    }
+
+    /// Whether a page has been read from the device after frames were evicted: the data no
+    /// longer fits the pool, so fixes may wait for device reads (and a caller about to take
+    /// a lock that others wait for may want its pages in first).
+    pub fn outgrown(&self) -> bool {
+        self.outgrown.load(Ordering::Relaxed)
     }
 
     /// Whether [`BufferPool::freeze`] was called (or a write-back failed).
