@@ -185,6 +185,9 @@ pub struct BenchPlan {
     pub mini_page_percent: Option<u8>,
     /// Page size of stores with pages (see [`StoreOptions::page_size`]).
     pub page_size: Option<usize>,
+    /// Charge RocksDB's memtables to the DRAM budget (see
+    /// [`StoreOptions::memtables_in_budget`]).
+    pub memtables_in_budget: bool,
     /// Measured reads issued together through one batched call (see
     /// [`PhaseConfig::read_batch`]; 1: one `get` each).
     pub read_batch: usize,
@@ -226,6 +229,7 @@ impl BenchPlan {
             nvm_pages: false,
             mini_page_percent: None,
             page_size: None,
+            memtables_in_budget: false,
             read_batch: 1,
             latency_every: 1,
             prepared_reads: 1,
@@ -360,6 +364,7 @@ fn run_repetition(
     opts.nvm_pages = plan.nvm_pages;
     opts.mini_page_percent = plan.mini_page_percent;
     opts.page_size = plan.page_size;
+    opts.memtables_in_budget = plan.memtables_in_budget;
     let store = open_store(&plan.store, &opts)?;
     let info = store.info();
     if spec.has_scans() && !info.capabilities.ordered_scan {

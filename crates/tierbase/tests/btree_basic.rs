@@ -379,20 +379,49 @@ fn writers_read_their_leaves_in_before_the_mutex_once_the_data_outgrew_the_pool(
         put(&s, i, 1);
     }
     assert_eq!(stat(&s, "evictions"), 0);
-    assert_eq!(stat(&s, "writer_warmed_leaves"), 0);
+    assert_eq!(stat(&s, "writer_early_descents"), 0);
     // ~600 leaves against 64 frames.
     for i in 1_000..20_000 {
         put(&s, i, 2);
     }
     assert!(stat(&s, "evictions") > 0);
-    let (warmed, misses) = (stat(&s, "writer_warmed_leaves"), stat(&s, "dram_misses"));
+    let (warmed, misses) = (stat(&s, "writer_early_descents"), stat(&s, "dram_misses"));
     let updates = 500;
     for j in 0..updates {
         put(&s, j * 37 % 20_000, 3);
     }
     // Every update's leaf was read in before the mutex, and the updates did meet leaves on
     // the device (else this proves nothing).
-    assert_eq!(stat(&s, "writer_warmed_leaves") - warmed, updates);
+    assert_eq!(stat(&s, "writer_early_descents") - warmed, updates);
     assert!(stat(&s, "dram_misses") - misses > updates / 2);
     check_all(&s, &model);
+}
+
+/// ACE's write-back batch (`n_w`) defaults to 32, at most an eighth of the pool, for a page
+/// file on a disk's file system opened with `O_DIRECT` (the disk writes a batch concurrently),
+/// and to 1 on tmpfs (a write is a copy there).
+#[test]
+fn the_write_back_batch_defaults_by_medium() {
+    let mut dirs = vec![tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()];
+    if let Ok(d) = tempfile::tempdir_in("/dev/shm") {
+        dirs.push(d);
+    }
+    for dir in &dirs {
+        for (frames, on_disk) in [(64u64, 8u64), (4096, 32)] {
+            let path = dir.path().join(format!("t{frames}"));
+            let s = BTreeStore::create(&path, &opts().dram_bytes(frames * 4096)).unwrap();
+            let medium = s
+                .stats()
+                .into_iter()
+                .find(|(k, _)| k == "medium")
+                .unwrap()
+                .1;
+            let disk = matches!(
+                tierbase::device::fs_kind(dir.path()),
+                tierbase::device::FsKind::Disk
+            ) && medium.contains("O_DIRECT");
+            let want = if disk { on_disk } else { 1 };
+            assert_eq!(stat(&s, "write_back_batch"), want, "{medium}, {frames} frames");
+        }
+    }
 }

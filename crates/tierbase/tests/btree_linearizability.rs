@@ -424,7 +424,7 @@ fn round(v: &Variant, seed: u64) -> (Outcome, Figures) {
         assert_eq!(store.get(k).unwrap(), Some(stable_value(i)), "stable key");
     }
     figures.evictions = stat(&store, "evictions");
-    figures.warmed = stat(&store, "writer_warmed_leaves");
+    figures.warmed = stat(&store, "writer_early_descents");
     figures.height = stat(&store, "height");
     if v.nvm_slots > 0 {
         figures.nvm_hits = stat(&store, "nvm_hits");

@@ -244,6 +244,12 @@ pub struct StoreOptions {
     pub mini_page_percent: Option<u8>,
     /// Page size in bytes of the B-tree stores (`None`: the store's default, 16 KiB).
     pub page_size: Option<usize>,
+    /// RocksDB with a DRAM budget: charge its memtables to the budget (two write buffers of
+    /// an eighth of it; the block cache gets the other three quarters and holds the index
+    /// blocks too), so that its caches and write buffers together are the budget (table
+    /// readers and compaction buffers stay outside it). Otherwise the block cache is the whole
+    /// budget and the memtables (64 MiB each by default) come on top. Others ignore it.
+    pub memtables_in_budget: bool,
 }
 
 impl StoreOptions {
@@ -269,6 +275,7 @@ impl StoreOptions {
             nvm_pages: false,
             mini_page_percent: None,
             page_size: None,
+            memtables_in_budget: false,
         }
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! Settings: RocksDB's defaults, plus `create_if_missing` and `increase_parallelism(cpus)`;
 //! with a DRAM budget (`--dram`), a block cache of that size and, on a disk, `O_DIRECT` I/O so
-//! that the OS page cache adds nothing to it (memtables come on top, as the notes say); one
+//! that the OS page cache adds nothing to it (memtables come on top, as the notes say, unless
+//! `--memtables-in-budget` charges two of an eighth of the budget each to it); one
 //! database per run in `<dir>/rocksdb`. `update` and `delete` must report whether the key
 //! was present, which RocksDB's blind writes do not, so they are a point lookup followed by the
 //! write (not atomic across clients, as in YCSB's RocksDB binding, which reads before it
@@ -42,7 +43,11 @@ impl RocksDbStore {
         let path = opts.dir.join("rocksdb");
         let cpus = std::thread::available_parallelism().map_or(2, usize::from);
         let medium = file_medium(&opts.dir);
-        let block_cache_bytes = opts.dram_budget.and_then(|b| usize::try_from(b).ok());
+        let budget = opts.dram_budget.and_then(|b| usize::try_from(b).ok());
+        // Memtables in the budget: two write buffers of an eighth, the cache the rest.
+        let in_budget = opts.memtables_in_budget && budget.is_some();
+        let write_buffer_bytes = budget.filter(|_| in_budget).map(|b| b / 8);
+        let block_cache_bytes = budget.map(|b| b - 2 * write_buffer_bytes.unwrap_or(0));
         // With a DRAM budget, the budget is the block cache and reads bypass the OS page cache
         // (where the medium allows O_DIRECT), so that RocksDB caches what the other stores may.
         let direct_io = block_cache_bytes.is_some() && !on_tmpfs(medium);
@@ -52,6 +57,8 @@ impl RocksDbStore {
                 background_threads: i32::try_from(cpus).unwrap_or(2),
                 block_cache_bytes,
                 direct_io,
+                write_buffer_bytes,
+                cache_index_and_filter_blocks: in_budget,
             },
         )
         .map_err(|e| store_error(name, "open", e))?;
@@ -69,15 +76,31 @@ impl RocksDbStore {
             "RocksDB (system librocksdb) default options + increase_parallelism({cpus}); WAL on, \
              sync={sync}; {}",
             match (block_cache_bytes, direct_io) {
-                (Some(b), true) => format!(
-                    "block cache {} MiB (--dram), O_DIRECT reads, flushes and compactions \
-                     (no OS page cache); memtables (64 MiB each) come on top",
-                    b >> 20
+                (Some(b), direct) => format!(
+                    "{}{}",
+                    match write_buffer_bytes {
+                        Some(m) => format!(
+                            "--dram holds the block cache ({} KiB, index blocks in it) and two \
+                             memtables of {} KiB (--memtables-in-budget; table readers and \
+                             compaction buffers come on top)",
+                            b >> 10,
+                            m >> 10
+                        ),
+                        None => format!(
+                            "block cache {} KiB (--dram); memtables (64 MiB each) come on top",
+                            b >> 10
+                        ),
+                    },
+                    if direct {
+                        "; O_DIRECT reads, flushes and compactions (no OS page cache)"
+                    } else {
+                        "; on tmpfs the files are memory anyway"
+                    }
                 ),
-                (Some(b), false) => format!(
-                    "block cache {} MiB (--dram); on tmpfs the files are memory anyway",
-                    b >> 20
-                ),
+                (None, _) if opts.memtables_in_budget =>
+                    "default block cache and the OS page cache (--memtables-in-budget ignored: \
+                     no --dram)"
+                        .into(),
                 (None, _) => "default block cache and the OS page cache".into(),
             }
         ));

@@ -63,6 +63,12 @@ unsafe extern "C" {
     fn rocksdb_options_increase_parallelism(opt: *mut RawOptions, total_threads: c_int);
     fn rocksdb_options_set_use_direct_reads(opt: *mut RawOptions, v: c_uchar);
     fn rocksdb_options_set_use_direct_io_for_flush_and_compaction(opt: *mut RawOptions, v: c_uchar);
+    fn rocksdb_options_set_write_buffer_size(opt: *mut RawOptions, bytes: usize);
+    fn rocksdb_options_set_max_write_buffer_number(opt: *mut RawOptions, n: c_int);
+    fn rocksdb_block_based_options_set_cache_index_and_filter_blocks(
+        options: *mut RawTableOptions,
+        v: c_uchar,
+    );
     fn rocksdb_options_set_block_based_table_factory(
         opt: *mut RawOptions,
         table_options: *mut RawTableOptions,
@@ -180,6 +186,11 @@ pub struct OpenOptions {
     /// `O_DIRECT` for reads, flushes and compactions, so that the OS page cache does not
     /// cache the files beyond the block cache (not on tmpfs, which refuses `O_DIRECT`).
     pub direct_io: bool,
+    /// Memtables of this many bytes, at most two (RocksDB's default otherwise: 64 MiB, two).
+    pub write_buffer_bytes: Option<usize>,
+    /// Index and filter blocks live in the block cache (counted in its capacity) instead of
+    /// beside it.
+    pub cache_index_and_filter_blocks: bool,
 }
 
 impl Db {
@@ -212,9 +223,16 @@ impl Db {
                 let table = rocksdb_block_based_options_create();
                 let cache = rocksdb_cache_create_lru(bytes);
                 rocksdb_block_based_options_set_block_cache(table, cache);
+                if o.cache_index_and_filter_blocks {
+                    rocksdb_block_based_options_set_cache_index_and_filter_blocks(table, 1);
+                }
                 rocksdb_options_set_block_based_table_factory(opts, table);
                 rocksdb_cache_destroy(cache);
                 rocksdb_block_based_options_destroy(table);
+            }
+            if let Some(bytes) = o.write_buffer_bytes {
+                rocksdb_options_set_write_buffer_size(opts, bytes);
+                rocksdb_options_set_max_write_buffer_number(opts, 2);
             }
             let db = rocksdb_open(opts, cpath.as_ptr(), &mut err);
             rocksdb_options_destroy(opts);

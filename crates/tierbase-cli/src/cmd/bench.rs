@@ -143,7 +143,9 @@ struct YcsbArgs {
     #[arg(long, value_name = "SIZE", value_parser = crate::util::parse_size)]
     dram: Option<u64>,
     /// Dirty pages the buffer pool of `btree` writes together when an eviction meets a dirty
-    /// victim (ACE's n_w; 1 = plain Clock) [default: k_w of the --emulate profile, else 1].
+    /// victim (ACE's n_w; 1 = plain Clock) [default: k_w of the --emulate profile; else 32 for
+    /// a page file on a disk (not tmpfs) without NVM tier, at most an eighth of the pool; else
+    /// 1].
     #[arg(long = "n-w", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     n_w: Option<u16>,
     /// Reads issued together in one batched call (`get_many`) [default: 1, one `get` each].
@@ -172,6 +174,11 @@ struct YcsbArgs {
     /// from 4K to 64K [default: 16K].
     #[arg(long, value_name = "SIZE", value_parser = crate::util::parse_size)]
     page_size: Option<u64>,
+    /// RocksDB stores with --dram: charge their memtables to the budget (two write buffers of
+    /// an eighth of it; the block cache gets the rest and holds the index blocks too)
+    /// [default: the block cache is --dram, the memtables (64 MiB each) come on top].
+    #[arg(long)]
+    memtables_in_budget: bool,
     /// NVM budget of `btree-3tier` [default: 4x --dram] and `btree-nvm` [default: room for
     /// the records], e.g. 1G.
     #[arg(long, value_name = "SIZE", value_parser = crate::util::parse_size)]
@@ -785,6 +792,7 @@ fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
     plan.page_size = a
         .page_size
         .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
+    plan.memtables_in_budget = a.memtables_in_budget;
     if let Some(name) = &a.emulate {
         let catalogue = ctx.catalogue()?;
         plan.emulate = Some(catalogue.require(name)?.clone());

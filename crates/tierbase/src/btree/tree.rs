@@ -9,11 +9,13 @@
 //! Concurrency: readers fix pages shared, top-down, holding the parent until the child is
 //! fixed (latch coupling); the root is re-checked after it is fixed. Writers are serialised by
 //! one mutex (the writer), as in LMDB and redb; their durability waits (group commit) happen
-//! after the mutex is released, so concurrent committers still share one `fdatasync`; and a
-//! writer that finds the mutex held, or any writer once the data has outgrown the pool, first
-//! descends to its leaves with shared latches, so their device reads overlap other writers'
-//! work instead of being made under the mutex (`Tree::lock_writer`). A writer fixes a leaf exclusive for an ordinary change; a split or merge fixes the whole
-//! path exclusive, top-down, so a reader never sees half a structure change. Scans keep no
+//! after the mutex is released, so concurrent committers still share one `fdatasync`. A writer
+//! that finds the mutex held, or any writer once pages are read from the device after
+//! evictions, first descends to its leaves with shared latches (to their parents in a
+//! line-grained pool; not at all in NVM direct), so that most device reads overlap other
+//! writers' work instead of being made under the mutex (`Tree::lock_writer`). A writer fixes a
+//! leaf exclusive for an ordinary change; a split or merge fixes the whole path exclusive,
+//! top-down, so a reader never sees half a structure change. Scans keep no
 //! sibling links: they continue from the fence key of the leaf they finished, by a new
 //! descent, so a scan is never confused by a split or merge it raced.
 //!
@@ -200,8 +202,9 @@ pub(crate) struct Tree {
     root: AtomicU64,
     count: AtomicU64,
     pub(crate) limits: Limits,
-    /// Descents a writer made before it took the writer mutex ([`Tree::lock_writer`]).
-    pub(crate) writer_warmed_leaves: Counter,
+    /// Descents (to a leaf, or to its parent in a line-grained pool) a writer made before it
+    /// took the writer mutex ([`Tree::lock_writer`]).
+    pub(crate) writer_early_descents: Counter,
 }
 
 /// Where a descent goes.
@@ -309,7 +312,7 @@ impl Tree {
             root: AtomicU64::new(meta.root),
             count: AtomicU64::new(meta.count),
             limits,
-            writer_warmed_leaves: Counter::default(),
+            writer_early_descents: Counter::default(),
         }
     }
 
@@ -870,13 +873,17 @@ impl Tree {
     ) -> parking_lot::MutexGuard<'_, Writer> {
         // NVM direct has nothing to read in: its pages are the region's. A line-grained pool
         // reads inner pages only: its writers fix leaves in NVM by lines, which costs the
-        // mutex little, and a whole leaf read here would load every line.
-        if self.pool.direct().is_none() {
+        // mutex little, and a whole leaf read here would load every line. A frozen pool (the
+        // store is read-only) is not read from: the write is refused under the mutex. Waiting
+        // writers together warm at most an eighth of the pool each, so that they do not evict
+        // each other's pages.
+        if self.pool.direct().is_none() && !self.pool.frozen() {
             let fix_leaf = !self.pool.line_grained();
-            for key in keys.take(WARM_KEYS) {
-                if self.path_to(key, fix_leaf).is_ok() {
-                    self.writer_warmed_leaves.incr();
+            for key in keys.take(WARM_KEYS.min(self.pool.frames() / 8)) {
+                if self.path_to(key, fix_leaf).is_err() {
+                    break; // the writer meets the error again and reports it
                 }
+                self.writer_early_descents.incr();
             }
         }
         self.writer.lock()
@@ -1029,7 +1036,8 @@ impl Tree {
     /// fixed (nor checked: the caller fixes it as it needs, by lines or whole).
     fn path_to(&self, key: &[u8], fix_leaf: bool) -> Result<Vec<u64>> {
         let mut path = Vec::with_capacity(8);
-        let mut page = self.pool.fix_shared(self.root.load(Ordering::Acquire))?;
+        // The root is re-checked: a writer waiting for the mutex descends too.
+        let mut page = self.fix_root()?;
         loop {
             path.push(page.pid());
             let n = Node(page.bytes());
