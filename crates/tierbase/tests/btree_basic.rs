@@ -421,7 +421,11 @@ fn the_write_back_batch_defaults_by_medium() {
                 tierbase::device::FsKind::Disk
             ) && medium.contains("O_DIRECT");
             let want = if disk { on_disk } else { 1 };
-            assert_eq!(stat(&s, "write_back_batch"), want, "{medium}, {frames} frames");
+            assert_eq!(
+                stat(&s, "write_back_batch"),
+                want,
+                "{medium}, {frames} frames"
+            );
         }
     }
 }
