@@ -48,8 +48,9 @@ impl RocksDbStore {
         let in_budget = opts.memtables_in_budget && budget.is_some();
         let write_buffer_bytes = budget.filter(|_| in_budget).map(|b| b / 8);
         let block_cache_bytes = budget.map(|b| b - 2 * write_buffer_bytes.unwrap_or(0));
-        // With a DRAM budget, the budget is the block cache and reads bypass the OS page cache
-        // (where the medium allows O_DIRECT), so that RocksDB caches what the other stores may.
+        // With a DRAM budget, the budget is the block cache (and the memtables, with
+        // --memtables-in-budget) and reads bypass the OS page cache (where the medium allows
+        // O_DIRECT), so that RocksDB caches what the other stores may.
         let direct_io = block_cache_bytes.is_some() && !on_tmpfs(medium);
         let db = Db::open(
             &path,

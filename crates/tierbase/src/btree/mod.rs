@@ -379,7 +379,7 @@ pub struct RestartReport {
 /// ACE's `n_w` for a page file on a disk's file system when no device profile says more: the
 /// disk writes a batch of dirty pages concurrently (the virtual disk here takes 64–128 writes
 /// at once, NVMe SSDs 8–32 in the catalogue, and a batch beyond a device's `k_w` costs only
-/// more rounds: BENCHMARKS Figure 8 (b)). Measured in Figure 18 (d): 1.3–1.5× on updates and
+/// more rounds: BENCHMARKS Figure 8 (b)). Measured in Figure 18 (d): 1.2–1.5× on updates and
 /// loads with the data 4× beyond DRAM.
 pub const DISK_WRITE_BACK_BATCH: usize = 32;
 

@@ -874,9 +874,9 @@ impl Tree {
         // NVM direct has nothing to read in: its pages are the region's. A line-grained pool
         // reads inner pages only: its writers fix leaves in NVM by lines, which costs the
         // mutex little, and a whole leaf read here would load every line. A frozen pool (the
-        // store is read-only) is not read from: the write is refused under the mutex. Waiting
-        // writers together warm at most an eighth of the pool each, so that they do not evict
-        // each other's pages.
+        // store is read-only) is not read from: the write is refused under the mutex. Each
+        // waiting writer reads in at most an eighth of the pool, so that waiting writers do not
+        // evict each other's pages.
         if self.pool.direct().is_none() && !self.pool.frozen() {
             let fix_leaf = !self.pool.line_grained();
             for key in keys.take(WARM_KEYS.min(self.pool.frames() / 8)) {
