@@ -45,8 +45,7 @@ impl RocksDbStore {
         let medium = file_medium(&opts.dir);
         let budget = opts.dram_budget.and_then(|b| usize::try_from(b).ok());
         // Memtables in the budget: two write buffers of an eighth, the cache the rest.
-        let in_budget = opts.memtables_in_budget && budget.is_some();
-        let write_buffer_bytes = budget.filter(|_| in_budget).map(|b| b / 8);
+        let write_buffer_bytes = budget.filter(|_| opts.memtables_in_budget).map(|b| b / 8);
         let block_cache_bytes = budget.map(|b| b - 2 * write_buffer_bytes.unwrap_or(0));
         // With a DRAM budget, the budget is the block cache (and the memtables, with
         // --memtables-in-budget) and reads bypass the OS page cache (where the medium allows
@@ -59,7 +58,7 @@ impl RocksDbStore {
                 block_cache_bytes,
                 direct_io,
                 write_buffer_bytes,
-                cache_index_and_filter_blocks: in_budget,
+                cache_index_and_filter_blocks: write_buffer_bytes.is_some(),
             },
         )
         .map_err(|e| store_error(name, "open", e))?;

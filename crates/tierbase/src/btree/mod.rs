@@ -887,19 +887,15 @@ impl BTreeStore {
                 },
                 log.clone(),
             )?;
-            let n_w = match opts.write_back_batch {
-                0 => match pool.device().emulator() {
-                    Some(e) => e.profile().k_w as usize,
-                    None if devs.nvm.is_none() && {
-                        let info = pool.device().info();
-                        info.direct_io && matches!(fs_kind(&info.path), FsKind::Disk)
-                    } =>
-                    {
-                        DISK_WRITE_BACK_BATCH.min(pool.frames() / 8).max(1)
-                    }
-                    None => 1,
-                },
-                n => n,
+            let device = pool.device();
+            let on_disk = devs.nvm.is_none()
+                && device.is_direct()
+                && matches!(fs_kind(&device.info().path), FsKind::Disk);
+            let n_w = match (opts.write_back_batch, device.emulator()) {
+                (0, Some(e)) => e.profile().k_w as usize,
+                (0, None) if on_disk => DISK_WRITE_BACK_BATCH.min(pool.frames() / 8).max(1),
+                (0, None) => 1,
+                (n, _) => n,
             };
             pool.with_write_back_batch(n_w)
         };

@@ -18,8 +18,8 @@
 //!
 //! Tail blocks are rewritten as the log grows: a group commit writes from the block holding
 //! the written end (see [`Wal::write_out`]). A torn rewrite cannot hurt frames already
-//! durable because the rewrite carries the same bytes for them, and media tear at sector granularity (512 B, the unit
-//! disks write atomically), never inside a sector.
+//! durable because the rewrite carries the same bytes for them, and media tear at sector
+//! granularity (512 B, the unit disks write atomically), never inside a sector.
 //!
 //! On persistent memory the same bytes sit at the same offsets of the region's data area, but
 //! an append stores its frame straight into the mapping and a commit persists the lines from
