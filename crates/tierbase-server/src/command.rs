@@ -14,6 +14,7 @@ use tierbase::device::Counter;
 use tierbase::store::{Change, Store};
 
 use crate::glob::glob_match;
+use crate::lead::LeadQueue;
 use crate::resp::{Protocol, Reply};
 use crate::server::ServerConfig;
 use crate::stores::ReplyPolicy;
@@ -27,7 +28,14 @@ pub(crate) struct Shared {
     pub port: u16,
     pub started: Instant,
     pub stats: Stats,
+    /// Connections' batches of plain SETs, applied one batch at a time by one task, for a
+    /// store with a single writer ([`Store::single_writer`]); `None`: each connection applies
+    /// its own.
+    pub set_queue: Option<SetQueue>,
 }
+
+/// Batches of plain SETs (each `SET key value`) and their replies; see [`Shared::set_queue`].
+pub(crate) type SetQueue = LeadQueue<Vec<Vec<Vec<u8>>>, Vec<Reply>>;
 
 /// Server-wide counters (`INFO stats`, `INFO clients`): the engine's per-thread sharded
 /// counters, so runtime threads counting every command do not share a cache line.
@@ -44,6 +52,8 @@ pub(crate) struct Stats {
     pub net_input_bytes: Counter,
     pub net_output_bytes: Counter,
     pub syncs_before_reply: Counter,
+    /// SET batches a connection applied for another ([`Shared::set_queue`]).
+    pub set_batches_for_others: Counter,
     pub protocol_errors: Counter,
 }
 
@@ -935,6 +945,10 @@ fn info(shared: &Shared, rest: &[Vec<u8>]) -> String {
                 u8::from(shared.policy.sync_before_reply).to_string(),
             ),
             s("tierbase_syncs_before_reply", load(&st.syncs_before_reply)),
+            s(
+                "tierbase_set_batches_for_others",
+                load(&st.set_batches_for_others),
+            ),
             s("tierbase_medium", desc.medium.clone()),
         ],
     );

@@ -1,8 +1,8 @@
 //! Group commit for replies: connections whose batch wrote wait here, without holding a
 //! runtime thread, until one store sync covers their writes.
 //!
-//! Owns: the queue of waiting connections and who syncs for them. Must not touch: commands
-//! or sockets. The store's own group sync (`tierbase::device`) already shares one `fdatasync`
+//! Owns: the sync a group of waiting connections shares; the queue and its lead are
+//! [`crate::lead`]'s. Must not touch: commands or sockets. The store's own group sync (`tierbase::device`) already shares one `fdatasync`
 //! among threads that sync at once; this shares it among connections, so every connection
 //! that wrote while a sync ran shares the next one.
 //!
@@ -16,78 +16,14 @@
 //! Order: a connection queues only after its writes returned; a leader takes the whole queue
 //! and only then syncs; so each sync covers every write of every connection it answers.
 
-use std::collections::VecDeque;
-
-use parking_lot::Mutex;
-use tokio::sync::oneshot;
-
 use tierbase::store::Store;
 
-/// What a waiting connection is told.
-#[derive(Debug)]
-enum Ticket {
-    /// A sync that covers its writes ended, with this result.
-    Done(Result<(), String>),
-    /// Its writes are not covered yet, and it now leads: it syncs for everyone queued.
-    Lead,
-}
-
-#[derive(Debug, Default)]
-struct Queue {
-    waiting: VecDeque<oneshot::Sender<Ticket>>,
-    /// A leader is syncing, or has been handed the lead and will.
-    leading: bool,
-    stopping: bool,
-}
+use crate::lead::LeadQueue;
 
 /// The connections waiting for durability.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Committer {
-    queue: Mutex<Queue>,
-}
-
-/// A queued connection's end of its ticket. Dropped with an unread lead (its connection's
-/// task ended meanwhile), it passes the lead on, so the queue never waits for a leader that
-/// is gone.
-struct Follower<'a> {
-    committer: &'a Committer,
-    ticket: Option<oneshot::Receiver<Ticket>>,
-}
-
-impl Drop for Follower<'_> {
-    fn drop(&mut self) {
-        if let Some(mut rx) = self.ticket.take() {
-            // Closed first, so that no lead can arrive after the look.
-            rx.close();
-            if let Ok(Ticket::Lead) = rx.try_recv() {
-                self.committer.pass_lead();
-            }
-        }
-    }
-}
-
-/// A leader's round: the connections it syncs for. Dropped before it answered them (the sync
-/// panicked), it answers them with an error and passes the lead on, so nobody waits forever.
-struct Leader<'a> {
-    committer: &'a Committer,
-    batch: VecDeque<oneshot::Sender<Ticket>>,
-}
-
-impl Leader<'_> {
-    fn answer(&mut self, result: &Result<(), String>) {
-        for waiter in self.batch.drain(..) {
-            let _ = waiter.send(Ticket::Done(result.clone()));
-        }
-    }
-}
-
-impl Drop for Leader<'_> {
-    fn drop(&mut self) {
-        if !self.batch.is_empty() {
-            self.answer(&Err("the sync did not complete".into()));
-        }
-        self.committer.pass_lead();
-    }
+    lead: LeadQueue<(), ()>,
 }
 
 impl Committer {
@@ -99,58 +35,18 @@ impl Committer {
     /// itself when it leads. `Err` carries the sync's failure (the store then refuses
     /// writes).
     pub(crate) async fn durable(&self, store: &dyn Store) -> Result<(), String> {
-        let mut follower = {
-            let mut q = self.queue.lock();
-            if q.stopping {
-                return Err("the server is shutting down".into());
-            }
-            if q.leading {
-                let (tx, rx) = oneshot::channel();
-                q.waiting.push_back(tx);
-                Some(Follower {
-                    committer: self,
-                    ticket: Some(rx),
-                })
-            } else {
-                q.leading = true;
-                None
-            }
-        };
-        if let Some(f) = &mut follower {
-            let rx = f.ticket.as_mut().expect("a follower holds its ticket");
-            let ticket = rx.await;
-            f.ticket = None;
-            match ticket {
-                Ok(Ticket::Done(result)) => return result,
-                Ok(Ticket::Lead) => {}
-                Err(_) => return Err("the commit queue was dropped".into()),
-            }
-        }
-        // Leading: one sync for this connection and everyone queued now.
-        let mut lead = Leader {
-            committer: self,
-            batch: std::mem::take(&mut self.queue.lock().waiting),
-        };
-        let result = store.sync().map_err(|e| e.to_string());
-        lead.answer(&result);
-        result
-    }
-
-    /// Hands the lead to the first connection still waiting, or ends the run.
-    fn pass_lead(&self) {
-        let mut q = self.queue.lock();
-        while let Some(next) = q.waiting.pop_front() {
-            if next.send(Ticket::Lead).is_ok() {
-                return;
-            }
-            // That connection is gone: try the next.
-        }
-        q.leading = false;
+        self.lead
+            .run((), |waits| {
+                // One sync for this connection and everyone queued now.
+                let synced = store.sync().map_err(|e| e.to_string());
+                vec![synced; waits.len()]
+            })
+            .await
     }
 
     /// Refuses further waits (the server is stopping; every connection task has ended).
     pub(crate) fn stop(&self) {
-        self.queue.lock().stopping = true;
+        self.lead.stop();
     }
 }
 
@@ -297,7 +193,7 @@ mod tests {
                     committer.durable(store.as_ref()).await
                 }));
             }
-            while committer.queue.lock().waiting.len() < 7 {
+            while committer.lead.waiting() < 7 {
                 std::thread::yield_now();
             }
             store.release.store(true, Ordering::SeqCst);
@@ -315,12 +211,12 @@ mod tests {
                 refused, 6,
                 "the connections it led are told their sync failed"
             );
-            assert!(!committer.queue.lock().leading, "the lead was freed");
+            assert!(!committer.lead.leading(), "the lead was freed");
             store.put(b"k", b"v").unwrap();
             committer.durable(store.as_ref()).await.unwrap();
         });
         assert!(store.inner.syncs.load(Ordering::SeqCst) >= 1);
-        assert!(!committer.queue.lock().leading);
+        assert!(!committer.lead.leading());
     }
 
     /// Sixteen tasks on two runtime threads write and wait: each wait returns only after a
@@ -374,11 +270,8 @@ mod tests {
             waits.load(Ordering::SeqCst),
         );
         assert!(waited > 0 && syncs > 0, "{waited} waits, {syncs} syncs");
-        {
-            let q = committer.queue.lock();
-            assert!(!q.leading, "the last run ended");
-            assert!(q.waiting.is_empty());
-        }
+        assert!(!committer.lead.leading(), "the last run ended");
+        assert_eq!(committer.lead.waiting(), 0);
         committer.stop();
         assert!(rt.block_on(committer.durable(store.as_ref())).is_err());
     }

@@ -26,6 +26,7 @@ mod command;
 mod commit;
 mod error;
 mod glob;
+mod lead;
 pub mod resp;
 mod server;
 mod stores;

@@ -24,7 +24,7 @@ use tokio::sync::watch;
 
 use tierbase::store::Store;
 
-use crate::command::{self, Flow, Session, Shared, Stats};
+use crate::command::{self, Flow, Session, SetQueue, Shared, Stats};
 use crate::commit::Committer;
 use crate::error::{Result, ServerError};
 use crate::resp::{Limits, Protocol, Reply, parse_request};
@@ -174,6 +174,7 @@ impl Server {
             listener,
             signals,
             shared: Arc::new(Shared {
+                set_queue: store.single_writer().then(SetQueue::default),
                 store,
                 policy,
                 config,
@@ -509,13 +510,19 @@ struct Stretch {
     more: bool,
     /// A protocol error: reply, then close.
     broken: bool,
+    /// SETs to be applied through [`Shared::set_queue`] before anything after them runs:
+    /// their replies come next.
+    queued: Option<Vec<Vec<Vec<u8>>>>,
 }
 
 /// Executes complete requests from `input[*consumed..]` until the input runs out, a command
-/// ends the connection, or the replies reach [`FLUSH_AT`]. Consecutive plain SETs are held
-/// back and applied as one store batch ([`command::execute_plain_sets`]): one writer-lock
-/// round and one log append for a pipeline's SETs instead of one each. Every other command
-/// first applies the SETs before it, so replies and effects keep the requests' order.
+/// ends the connection, the replies reach [`FLUSH_AT`], or SETs are handed to the set queue.
+/// Consecutive plain SETs are held back and applied as one store batch
+/// ([`command::execute_plain_sets`]): one writer-lock round and one log append for a
+/// pipeline's SETs instead of one each. Every other command first applies the SETs before
+/// it, so replies and effects keep the requests' order. With a set queue, the SETs are
+/// returned in [`Stretch::queued`] instead (the request after them not consumed yet), for
+/// the caller to apply and answer before it executes further.
 fn execute_stretch(
     shared: &Shared,
     session: &mut Session,
@@ -528,6 +535,7 @@ fn execute_stretch(
         wrote: false,
         more: false,
         broken: false,
+        queued: None,
     };
     let mut sets = PendingSets::default();
     loop {
@@ -543,13 +551,16 @@ fn execute_stretch(
         };
         match parse_request(rest, &limits) {
             Ok(Some(req)) => {
-                *consumed += req.consumed;
                 if req.args.is_empty() {
+                    *consumed += req.consumed;
                     continue;
                 }
                 if command::is_plain_set(session, &req.args) {
+                    *consumed += req.consumed;
                     if sets.push(req.args) {
-                        sets.apply(shared, session, output, &mut stretch);
+                        if sets.apply(shared, session, output, &mut stretch) {
+                            return stretch;
+                        }
                         if output.len() >= FLUSH_AT {
                             stretch.more = true;
                             return stretch;
@@ -557,7 +568,10 @@ fn execute_stretch(
                     }
                     continue;
                 }
-                sets.apply(shared, session, output, &mut stretch);
+                if sets.apply(shared, session, output, &mut stretch) {
+                    return stretch; // this request is parsed again after the SETs
+                }
+                *consumed += req.consumed;
                 let outcome = command::execute(shared, session, &req.args);
                 stretch.wrote |= outcome.wrote;
                 if let Some(reply) = outcome.reply {
@@ -577,7 +591,9 @@ fn execute_stretch(
                 return stretch;
             }
             Err(e) => {
-                sets.apply(shared, session, output, &mut stretch);
+                if sets.apply(shared, session, output, &mut stretch) {
+                    return stretch; // the error is met again after the SETs
+                }
                 shared.stats.protocol_errors.incr();
                 Reply::error(format!("ERR {e}")).encode(session.protocol, output);
                 stretch.flow = Flow::Close;
@@ -600,6 +616,10 @@ struct PendingSets {
 impl PendingSets {
     const MAX_SETS: usize = 256;
     const MAX_BYTES: usize = 256 << 10;
+    /// Fewer SETs than this are applied by the connection itself even with a set queue: a
+    /// lone SET holds the writer mutex too briefly for threads to collide often, and a round
+    /// through the queue cost unpipelined SETs 10–15 % (docs/SERVER.md).
+    const QUEUE_FROM: usize = 2;
 
     /// Holds back one SET's arguments; true when the batch is full and must be applied now.
     fn push(&mut self, args: Vec<Vec<u8>>) -> bool {
@@ -608,30 +628,35 @@ impl PendingSets {
         self.sets.len() >= Self::MAX_SETS || self.bytes >= Self::MAX_BYTES
     }
 
-    /// Applies the SETs held back (if any) and appends their replies.
+    /// Applies the SETs held back (if any) and appends their replies; or, with a set queue,
+    /// moves them to [`Stretch::queued`] and returns true: the stretch must end here.
     fn apply(
         &mut self,
         shared: &Shared,
         session: &Session,
         output: &mut Vec<u8>,
         stretch: &mut Stretch,
-    ) {
+    ) -> bool {
         if self.sets.is_empty() {
-            return;
+            return false;
+        }
+        self.bytes = 0;
+        if shared.set_queue.is_some() && self.sets.len() >= Self::QUEUE_FROM {
+            stretch.queued = Some(std::mem::take(&mut self.sets));
+            return true;
         }
         for reply in command::execute_plain_sets(shared, &self.sets) {
             reply.encode(session.protocol, output);
         }
         stretch.wrote = true;
         self.sets.clear();
-        self.bytes = 0;
+        false
     }
 }
 
 /// Parses and executes every complete request in `input`, appending replies to `output`;
-/// a stretch that wrote is made durable (one store sync) before its replies can leave.
-/// Returns the flow and whether the connection must close after replying. `Err` when the
-/// peer is gone.
+/// replies to writes are made durable (one store sync) before they can leave. Returns the
+/// flow and whether the connection must close after replying. `Err` when the peer is gone.
 async fn run_batch(
     shared: &Arc<Shared>,
     session: &mut Session,
@@ -641,24 +666,37 @@ async fn run_batch(
     committer: Option<&Committer>,
 ) -> std::result::Result<(Flow, bool), ()> {
     let mut consumed = 0;
+    // Replies from here on are to requests not yet covered by a sync, if `wrote`.
+    let mut replies_from = output.len();
+    let mut wrote = false;
     let result = loop {
-        let replies_from = output.len();
         let mut stretch = execute_stretch(shared, session, input, &mut consumed, output);
-        if stretch.wrote
-            && let Some(committer) = committer
+        let mut going_on = false;
+        if let Some(sets) = stretch.queued.take()
+            && let Some(queue) = &shared.set_queue
         {
+            apply_queued(shared, queue, session, sets, output).await;
+            stretch.wrote = true;
+            // The requests after the SETs are executed before the replies go out.
+            going_on = stretch.flow == Flow::Continue;
+        }
+        wrote |= stretch.wrote;
+        if going_on && output.len() < FLUSH_AT {
+            continue;
+        }
+        if wrote && let Some(committer) = committer {
             let synced = committer.durable(shared.store.as_ref()).await;
             shared.stats.syncs_before_reply.incr();
             if let Err(e) = synced {
-                // Nothing of this stretch is acknowledged: its replies become the error.
+                // Nothing since the last sync is acknowledged: its replies become the error.
                 output.truncate(replies_from);
                 Reply::error(format!("ERR write not durable: {e}"))
                     .encode(session.protocol, output);
-                stretch.flow = Flow::Close;
-                stretch.broken = true;
+                break (Flow::Close, true);
             }
         }
-        if !stretch.more || stretch.flow != Flow::Continue {
+        wrote = false;
+        if !going_on && (!stretch.more || stretch.flow != Flow::Continue) {
             break (stretch.flow, stretch.broken);
         }
         // A full reply buffer mid-pipeline: send it, then go on.
@@ -669,7 +707,46 @@ async fn run_batch(
             return Err(());
         }
         output.clear();
+        replies_from = 0;
     };
     input.drain(..consumed.min(input.len()));
     Ok(result)
+}
+
+/// Applies a connection's SETs through the set queue (by this task, or by the one leading)
+/// and appends their replies.
+async fn apply_queued(
+    shared: &Shared,
+    queue: &SetQueue,
+    session: &Session,
+    sets: Vec<Vec<Vec<u8>>>,
+    output: &mut Vec<u8>,
+) {
+    let count = sets.len();
+    let replies = queue
+        .run(sets, |batches| {
+            shared
+                .stats
+                .set_batches_for_others
+                .add(batches.len() as u64 - 1);
+            batches
+                .iter()
+                .map(|sets| Ok(command::execute_plain_sets(shared, sets)))
+                .collect()
+        })
+        .await;
+    match replies {
+        Ok(replies) => {
+            for reply in replies {
+                reply.encode(session.protocol, output);
+            }
+        }
+        Err(e) => {
+            // The leader's work panicked: whether these SETs were applied is unknown.
+            let reply = Reply::error(format!("ERR write may not have been applied: {e}"));
+            for _ in 0..count {
+                reply.encode(session.protocol, output);
+            }
+        }
+    }
 }

@@ -163,6 +163,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Whether writes wait for [`Store::sync`] to become durable.
     fn defers_sync(&self) -> bool;
 
+    /// Whether the store applies one write at a time (one writer mutex), so that callers on
+    /// several threads gain nothing by writing at once: a server then hands its connections'
+    /// writes to one task instead of parking threads on the mutex. Default: false.
+    fn single_writer(&self) -> bool {
+        false
+    }
+
     /// Makes every write acknowledged so far durable (nothing to do when
     /// [`Store::defers_sync`] is false).
     fn sync(&self) -> Result<()>;

@@ -1740,6 +1740,11 @@ impl Store for BTreeStore {
         self.inner.durability != Durability::Immediate
     }
 
+    /// Writers take the tree's writer mutex (readers do not).
+    fn single_writer(&self) -> bool {
+        true
+    }
+
     fn sync(&self) -> Result<()> {
         BTreeStore::sync(self)
     }
