@@ -1519,6 +1519,10 @@ impl Inner {
                 "writer_early_descents".into(),
                 self.tree.writer_early_descents.get().to_string(),
             ),
+            (
+                "writer_parks".into(),
+                self.tree.writer_parks.get().to_string(),
+            ),
             ("restart_frames".into(), self.restart.frames.to_string()),
             ("restart_micros".into(), self.restart.micros.to_string()),
         ];
