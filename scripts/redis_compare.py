@@ -59,6 +59,7 @@ def cpu_seconds(pid):
 
 STORE = "kv"
 DRAM = "1G"
+THREADS = None
 
 
 def start(kind, durability, directory):
@@ -70,6 +71,8 @@ def start(kind, durability, directory):
                f"127.0.0.1:{port}", "--durability", level]
         if STORE == "btree":
             cmd += ["--dram", DRAM]
+        if THREADS:
+            cmd += ["--threads", str(THREADS)]
     else:
         cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", directory,
                "--save", "", "--protected-mode", "no"]
@@ -132,10 +135,13 @@ def main():
                     help="requests per test without pipelining (x5 with pipelining)")
     ap.add_argument("--store", default="kv", help="tierbase store to serve (kv, btree)")
     ap.add_argument("--dram", default="1G", help="DRAM budget of the btree store")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="tierbase serve --threads (default: the server's, one per CPU)")
     args = ap.parse_args()
-    global STORE, DRAM
+    global STORE, DRAM, THREADS
     STORE = args.store
     DRAM = args.dram
+    THREADS = args.threads
     if not os.path.exists(TIERBASE):
         sys.exit(f"build first: cargo build --release -p tierbase-cli ({TIERBASE} missing)")
     os.makedirs(args.disk_dir, exist_ok=True)
