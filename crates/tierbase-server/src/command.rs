@@ -29,8 +29,8 @@ pub(crate) struct Shared {
     pub started: Instant,
     pub stats: Stats,
     /// Connections' batches of plain SETs, applied one batch at a time by one task, for a
-    /// store with a single writer ([`Store::single_writer`]); `None`: each connection applies
-    /// its own.
+    /// store with a single writer ([`Store::single_writer`]) that leaves syncing to the
+    /// server ([`Store::defers_sync`]); `None`: each connection applies its own.
     pub set_queue: Option<SetQueue>,
 }
 

@@ -8,7 +8,8 @@
 //! runtime threads do not park on the store's writer mutex).
 //!
 //! Who works: a connection that finds nobody leading leads: it runs the work, on its runtime
-//! thread, for its own job and every job queued by then, answers their connections, and
+//! thread, for its own job and every job queued by then (at most a set number of them, if
+//! the queue has a round limit), answers their connections, and
 //! hands the lead to the first connection that queued meanwhile (which then works for
 //! everyone queued by then), or ends the run when nobody waits. A waiting connection's task
 //! is parked in the runtime, not its thread: the thread serves other connections.
@@ -41,11 +42,14 @@ struct Queue<J, A> {
 /// Connections waiting for work of one kind; see the module doc.
 pub(crate) struct LeadQueue<J, A> {
     queue: Mutex<Queue<J, A>>,
+    /// Most queued jobs a leader takes for one round besides its own.
+    round: usize,
 }
 
 /// A queued connection's end of its ticket. Dropped with an unread lead (its connection's
 /// task ended meanwhile), it passes the lead on, so the queue never waits for a leader that
-/// is gone. (A job still queued when its connection ends is done anyway, unanswered.)
+/// is gone, and its job is dropped undone. (A job still queued when its connection ends is
+/// done by a later leader, unanswered.)
 struct Follower<'a, J, A> {
     queue: &'a LeadQueue<J, A>,
     ticket: Option<oneshot::Receiver<Ticket<J, A>>>,
@@ -98,11 +102,22 @@ impl<J, A> Default for LeadQueue<J, A> {
                 leading: false,
                 stopping: false,
             }),
+            round: usize::MAX,
         }
     }
 }
 
 impl<J, A> LeadQueue<J, A> {
+    /// A queue whose leaders take at most `round` queued jobs each (the rest wait for the
+    /// next leader, handed the lead at once), so that a leader's own reply never waits for
+    /// more than that much of others' work, however many connections queue.
+    pub(crate) fn with_round(round: usize) -> Self {
+        LeadQueue {
+            round: round.max(1),
+            ..LeadQueue::default()
+        }
+    }
+
     /// Gets `job` done: by this task when nobody leads (or the lead is handed to it), else
     /// by the leader of the run it joins. `work` gets the jobs of a round, this task's
     /// first, and returns one answer per job, in order; it is called only by a leader.
@@ -148,7 +163,11 @@ impl<J, A> LeadQueue<J, A> {
         own: J,
         work: impl FnOnce(Vec<J>) -> Vec<Result<A, String>>,
     ) -> Result<A, String> {
-        let batch = std::mem::take(&mut self.queue.lock().waiting);
+        let batch: Vec<Waiter<J, A>> = {
+            let mut q = self.queue.lock();
+            let n = q.waiting.len().min(self.round);
+            q.waiting.drain(..n).collect()
+        };
         let mut jobs = Vec::with_capacity(batch.len() + 1);
         jobs.push(own);
         let mut lead = Leader {
@@ -210,16 +229,15 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    /// The first job's work holds until seven more connections have queued: the first of
-    /// them is handed the lead and does the other six jobs in one round, and every
-    /// connection gets its own job's answer (its number doubled), each job done once.
-    #[test]
-    fn a_leader_does_the_queued_jobs_in_one_round_and_each_gets_its_own_answer() {
+    /// Eight tasks on two runtime threads run a job each through `queue`; the first job's
+    /// work holds until the seven others have queued. Checks that every task gets its own
+    /// job's answer (its number doubled) and each job is done once; returns the rounds
+    /// (each leader's jobs, its own first).
+    fn eight_jobs_behind_a_held_leader(queue: Arc<LeadQueue<u64, u64>>) -> Vec<Vec<u64>> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .build()
             .unwrap();
-        let queue: Arc<LeadQueue<u64, u64>> = Arc::new(LeadQueue::default());
         let done: Arc<Mutex<Vec<Vec<u64>>>> = Arc::default();
         let release = Arc::new(AtomicBool::new(false));
         rt.block_on(async {
@@ -257,17 +275,33 @@ mod tests {
             }
         });
         let rounds = done.lock().clone();
-        assert_eq!(rounds.len(), 2, "{rounds:?}");
-        assert_eq!(rounds[0], vec![0]);
-        assert_eq!(
-            rounds[1].len(),
-            7,
-            "one round for the seven queued: {rounds:?}"
-        );
         let mut all: Vec<u64> = rounds.concat();
         all.sort_unstable();
-        assert_eq!(all, (0..8).collect::<Vec<_>>(), "each job done once");
+        assert_eq!(
+            all,
+            (0..8).collect::<Vec<_>>(),
+            "each job done once: {rounds:?}"
+        );
         assert!(!queue.leading());
+        rounds
+    }
+
+    /// Without a round limit, the first connection handed the lead does the other six
+    /// queued jobs in the same round.
+    #[test]
+    fn a_leader_does_the_queued_jobs_in_one_round_and_each_gets_its_own_answer() {
+        let rounds = eight_jobs_behind_a_held_leader(Arc::new(LeadQueue::default()));
+        let sizes: Vec<usize> = rounds.iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![1, 7], "{rounds:?}");
+    }
+
+    /// With a round limit of 3, each leader takes at most three queued jobs besides its
+    /// own: the seven queued jobs take two rounds after the first (four jobs, then three).
+    #[test]
+    fn a_round_limit_bounds_what_one_leader_does() {
+        let rounds = eight_jobs_behind_a_held_leader(Arc::new(LeadQueue::with_round(3)));
+        let sizes: Vec<usize> = rounds.iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![1, 4, 3], "{rounds:?}");
     }
 
     /// Work that answers too few jobs: the ones left out get an error, not a hang; the lead

@@ -174,7 +174,10 @@ impl Server {
             listener,
             signals,
             shared: Arc::new(Shared {
-                set_queue: store.single_writer().then(SetQueue::default),
+                // A store that syncs inside its writes shares those syncs among concurrent
+                // writers: one task writing for everyone would sync batch by batch.
+                set_queue: (store.single_writer() && store.defers_sync())
+                    .then(|| SetQueue::with_round(SET_ROUND)),
                 store,
                 policy,
                 config,
@@ -367,6 +370,11 @@ const UNAUTHENTICATED_LIMITS: Limits = Limits {
 /// Initial read buffer; it grows only as far as a request in it needs (bounded by the
 /// limits), and shrinks back after a large request.
 const READ_CHUNK: usize = 16 * 1024;
+/// Most other connections' SET batches the set queue's leader applies in one round before
+/// its own replies can go out. 16 batches of `-P 16` SETs take about half a millisecond; the
+/// bound matters with many connections (at 50, a limit of 8 changed neither throughput nor
+/// p99: docs/BENCHMARKS.md, Figure 19 (d)).
+const SET_ROUND: usize = 16;
 /// Replies buffered before they are written out mid-batch (a long pipeline of GETs must not
 /// build an unbounded reply buffer).
 const FLUSH_AT: usize = 64 * 1024;
@@ -618,7 +626,7 @@ impl PendingSets {
     const MAX_BYTES: usize = 256 << 10;
     /// Fewer SETs than this are applied by the connection itself even with a set queue: a
     /// lone SET holds the writer mutex too briefly for threads to collide often, and a round
-    /// through the queue cost unpipelined SETs 10–15 % (docs/SERVER.md).
+    /// through the queue cost unpipelined SETs 10–15 % (docs/BENCHMARKS.md, Figure 19 (b)).
     const QUEUE_FROM: usize = 2;
 
     /// Holds back one SET's arguments; true when the batch is full and must be applied now.

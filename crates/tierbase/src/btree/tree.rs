@@ -140,7 +140,8 @@ pub(crate) struct Writer {
     frame_lsn: u64,
     pub(crate) meta: Meta,
     /// The meta state last logged: a change that moves `meta` without logging it (chain
-    /// pages allocated or freed by a replace) is logged at the end of the op.
+    /// pages allocated or freed by a replace, the key count of a put that fits its leaf) is
+    /// logged once, at the batch's commit.
     logged_meta: Meta,
     pub(crate) generation: u32,
     /// Which pages have their image in the log of the current generation.
@@ -1071,8 +1072,9 @@ impl Tree {
     /// Inserts or replaces; whether the key was new.
     fn put_locked(&self, w: &mut Writer, key: &[u8], value: &[u8]) -> Result<bool> {
         let by_lines = self.pool.line_grained() && value.len() <= self.limits.max_inline;
-        // The leaf is named, not fixed: `put_entry` fixes it once, exclusively, and checks
-        // it there (a shared fix and a search of it here cost a put about 8 %).
+        // The leaf is named, not fixed: `put_entry` fixes it exclusively and checks it there
+        // (a shared fix and a search of it here cost a put about 8 %). A put by lines that
+        // falls back checks it first.
         let path = self.path_to(key, false)?;
         let leaf_pid = *path.last().expect("path has a leaf");
         if by_lines {
@@ -1098,6 +1100,8 @@ impl Tree {
         Ok(new)
     }
 
+    /// Checks that page `pid`, named as a leaf by its parent, is one (what [`Tree::path`]
+    /// checks of the leaf it fixes).
     fn check_leaf(&self, pid: u64) -> Result<()> {
         let page = self.pool.fix_shared(pid)?;
         let n = Node(page.bytes());
@@ -1177,7 +1181,9 @@ impl Tree {
         Ok(Some(new))
     }
 
-    /// Puts an entry (value stored as given) into the leaf at the end of `path`.
+    /// Puts an entry (value stored as given) into the leaf at the end of `path`, after
+    /// checking that it is a leaf; returns whether the key was new, and the overflow
+    /// reference of the value it replaced (for the caller to free).
     fn put_entry(
         &self,
         w: &mut Writer,
