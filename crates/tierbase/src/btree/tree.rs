@@ -1072,19 +1072,15 @@ impl Tree {
     /// Inserts or replaces; whether the key was new.
     fn put_locked(&self, w: &mut Writer, key: &[u8], value: &[u8]) -> Result<bool> {
         let by_lines = self.pool.line_grained() && value.len() <= self.limits.max_inline;
-        // The leaf is named, not fixed: `put_entry` fixes it exclusively and checks it there
-        // (a shared fix and a search of it here cost a put about 8 %). A put by lines that
-        // falls back checks it first.
+        // The leaf is named, not fixed: `put_by_lines` or `put_entry` fixes it and checks it
+        // there (a shared fix and a search of it here cost a put about 8 %).
         let path = self.path_to(key, false)?;
         let leaf_pid = *path.last().expect("path has a leaf");
-        if by_lines {
-            if let Some(new) = self.put_by_lines(w, leaf_pid, key, value)? {
-                if new {
-                    w.meta.count += 1;
-                }
-                return Ok(new);
+        if by_lines && let Some(new) = self.put_by_lines(w, leaf_pid, key, value)? {
+            if new {
+                w.meta.count += 1;
             }
-            self.check_leaf(leaf_pid)?;
+            return Ok(new);
         }
         let chain;
         let (value, is_ref) = if value.len() > self.limits.max_inline {
@@ -1098,19 +1094,6 @@ impl Tree {
             self.free_chain(w, &r)?;
         }
         Ok(new)
-    }
-
-    /// Checks that page `pid`, named as a leaf by its parent, is one (what [`Tree::path`]
-    /// checks of the leaf it fixes).
-    fn check_leaf(&self, pid: u64) -> Result<()> {
-        let page = self.pool.fix_shared(pid)?;
-        let n = Node(page.bytes());
-        if n.kind() != Some(Kind::Leaf) || n.level() != 0 {
-            return Err(corrupt(format!(
-                "page {pid}: not a leaf below a level-1 page"
-            )));
-        }
-        Ok(())
     }
 
     /// Puts `key` with an inline `value` into leaf `leaf_pid` fixed by lines: a leaf brought

@@ -27,7 +27,7 @@ pub fn backoff(round: &mut u32) {
 
 /// Takes `mutex`, trying for up to `spin` before it parks; whether it parked. For a mutex
 /// held for a few µs at a time: a parked waiter's futex sleep and wake-up cost more than
-/// that (two B+-tree writers on two cores: updates 0.67 → 0.91 M/s, docs/BENCHMARKS.md
+/// that (two B+-tree writers on two cores: updates 0.69 → 0.88 M/s, medians, docs/BENCHMARKS.md
 /// Figure 19), and the time bound (not a count of pause hints, whose length differs 10×
 /// between CPUs) caps what a waiter burns when the holder was preempted or is in I/O.
 pub fn lock_spin_then_park<T>(
