@@ -35,7 +35,7 @@ pub(crate) struct Shared {
 }
 
 /// Batches of plain SETs (each `SET key value`) and their replies; see [`Shared::set_queue`].
-pub(crate) type SetQueue = LeadQueue<Vec<Vec<Vec<u8>>>, Vec<Reply>>;
+pub(crate) type SetQueue = LeadQueue<SetBatch, Vec<Reply>>;
 
 /// Server-wide counters (`INFO stats`, `INFO clients`): the engine's per-thread sharded
 /// counters, so runtime threads counting every command do not share a cache line.
@@ -214,8 +214,8 @@ fn parse_i64(arg: &[u8]) -> Option<i64> {
     s.parse().ok()
 }
 
-fn unknown_command(args: &[Vec<u8>]) -> Reply {
-    let name = String::from_utf8_lossy(args.first().map_or(&[][..], Vec::as_slice)).into_owned();
+fn unknown_command(args: &[&[u8]]) -> Reply {
+    let name = String::from_utf8_lossy(args.first().copied().unwrap_or_default()).into_owned();
     let mut rest = String::new();
     for a in args.iter().skip(1).take(16) {
         rest.push_str(&format!("'{}' ", String::from_utf8_lossy(a)));
@@ -226,7 +226,7 @@ fn unknown_command(args: &[Vec<u8>]) -> Reply {
 }
 
 /// Executes one command.
-pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) -> Outcome {
+pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[&[u8]]) -> Outcome {
     shared.stats.commands.incr();
     let Some(first) = args.first() else {
         return Outcome::read(Reply::error("ERR empty command"));
@@ -251,10 +251,10 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
     match name {
         "ping" => Outcome::read(match rest {
             [] => Reply::Simple("PONG".into()),
-            [msg] => Reply::bulk(msg.clone()),
+            [msg] => Reply::bulk(*msg),
             _ => wrong_args("ping"),
         }),
-        "echo" => Outcome::read(Reply::bulk(rest[0].clone())),
+        "echo" => Outcome::read(Reply::bulk(rest[0])),
         "quit" => Outcome {
             reply: Some(Reply::ok()),
             wrote: false,
@@ -262,7 +262,7 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
         },
         "hello" => hello(shared, session, rest),
         "auth" => Outcome::read(auth(shared, session, rest)),
-        "select" => Outcome::read(match parse_i64(&rest[0]) {
+        "select" => Outcome::read(match parse_i64(rest[0]) {
             Some(0) => Reply::ok(),
             Some(_) => Reply::error("ERR DB index is out of range"),
             None => not_integer(),
@@ -272,7 +272,7 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
         "config" => Outcome::read(config(shared, rest)),
         "info" => Outcome::read(Reply::Verbatim(info(shared, rest))),
         "dbsize" => Outcome::read(Reply::Integer(store.len() as i64)),
-        "get" => Outcome::read(match store.get(&rest[0]) {
+        "get" => Outcome::read(match store.get(rest[0]) {
             Ok(v) => {
                 count_hit(shared, v.is_some());
                 v.map_or(Reply::Nil, Reply::Bulk)
@@ -282,12 +282,12 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
         "set" => set(store, rest),
         "setnx" => {
             let mut created = false;
-            let value = rest[1].clone();
+            let value = rest[1];
             write_outcome(
-                store.modify(&rest[0], &mut |old| {
+                store.modify(rest[0], &mut |old| {
                     created = old.is_none();
                     if created {
-                        Change::Put(value.clone())
+                        Change::Put(value.to_vec())
                     } else {
                         Change::Keep
                     }
@@ -297,11 +297,11 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
         }
         "getset" => {
             let mut previous = None;
-            let value = rest[1].clone();
+            let value = rest[1];
             write_outcome(
-                store.modify(&rest[0], &mut |old| {
+                store.modify(rest[0], &mut |old| {
                     previous = old.map(<[u8]>::to_vec);
-                    Change::Put(value.clone())
+                    Change::Put(value.to_vec())
                 }),
                 || previous.take().map_or(Reply::Nil, Reply::Bulk),
             )
@@ -309,7 +309,7 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
         "getdel" => {
             let mut previous = None;
             write_outcome(
-                store.modify(&rest[0], &mut |old| {
+                store.modify(rest[0], &mut |old| {
                     previous = old.map(<[u8]>::to_vec);
                     if previous.is_some() {
                         Change::Delete
@@ -343,7 +343,7 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
             }
             let pairs: Vec<(&[u8], &[u8])> = rest
                 .chunks_exact(2)
-                .map(|pair| (pair[0].as_slice(), pair[1].as_slice()))
+                .map(|pair| (pair[0], pair[1]))
                 .collect();
             match store.put_many(&pairs) {
                 Ok(_) => Outcome::write(Reply::ok()),
@@ -372,19 +372,19 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
             }
             Outcome::read(Reply::Integer(found))
         }
-        "incr" => incr_by(store, &rest[0], Some(1)),
-        "decr" => incr_by(store, &rest[0], Some(-1)),
-        "incrby" => incr_by(store, &rest[0], parse_i64(&rest[1])),
-        "decrby" => match parse_i64(&rest[1]) {
+        "incr" => incr_by(store, rest[0], Some(1)),
+        "decr" => incr_by(store, rest[0], Some(-1)),
+        "incrby" => incr_by(store, rest[0], parse_i64(rest[1])),
+        "decrby" => match parse_i64(rest[1]) {
             // Its negation does not fit: Redis's own message.
             Some(i64::MIN) => Outcome::read(Reply::error("ERR decrement would overflow")),
-            delta => incr_by(store, &rest[0], delta.map(|d| -d)),
+            delta => incr_by(store, rest[0], delta.map(|d| -d)),
         },
         "append" => {
             let mut len = 0;
-            let suffix = &rest[1];
+            let suffix = rest[1];
             write_outcome(
-                store.modify(&rest[0], &mut |old| {
+                store.modify(rest[0], &mut |old| {
                     let mut v = old.map(<[u8]>::to_vec).unwrap_or_default();
                     v.extend_from_slice(suffix);
                     len = v.len();
@@ -393,16 +393,16 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Vec<u8>]) 
                 || Reply::Integer(len as i64),
             )
         }
-        "strlen" => Outcome::read(match store.get(&rest[0]) {
+        "strlen" => Outcome::read(match store.get(rest[0]) {
             Ok(v) => Reply::Integer(v.map_or(0, |v| v.len() as i64)),
             Err(e) => store_error(&e),
         }),
-        "type" => Outcome::read(match store.get(&rest[0]) {
+        "type" => Outcome::read(match store.get(rest[0]) {
             Ok(Some(_)) => Reply::Simple("string".into()),
             Ok(None) => Reply::Simple("none".into()),
             Err(e) => store_error(&e),
         }),
-        "ttl" | "pttl" => Outcome::read(match store.get(&rest[0]) {
+        "ttl" | "pttl" => Outcome::read(match store.get(rest[0]) {
             // No key expires: -1 for a key, -2 for none (Redis's convention).
             Ok(Some(_)) => Reply::Integer(-1),
             Ok(None) => Reply::Integer(-2),
@@ -471,28 +471,75 @@ fn incr_by(store: &dyn Store, key: &[u8], delta: Option<i64>) -> Outcome {
 
 /// Whether `args` is a plain `SET key value` (no options) that `session` may run: the one
 /// command the server groups with its pipelined neighbours ([`execute_plain_sets`]).
-pub(crate) fn is_plain_set(session: &Session, args: &[Vec<u8>]) -> bool {
+pub(crate) fn is_plain_set(session: &Session, args: &[&[u8]]) -> bool {
     session.authenticated && args.len() == 3 && args[0].eq_ignore_ascii_case(b"set")
 }
 
-/// Runs plain SETs (see [`is_plain_set`]; each `args` is `SET key value`) in order as one
-/// [`Store::put_many`]; one reply per SET, as if each had run alone. If the batch fails, each
-/// SET runs alone, so each gets its own reply: a batch the store refuses whole (too large, a
-/// value over the limit) or one that stopped half-way (each SET only sets a value, so running
-/// the applied ones again changes nothing).
-pub(crate) fn execute_plain_sets(shared: &Shared, sets: &[Vec<Vec<u8>>]) -> Vec<Reply> {
+/// Plain SETs' keys and values, held back to run as one store batch
+/// ([`execute_plain_sets`]): copied end to end into one buffer, so a pipeline of SETs costs a
+/// few growths of one buffer instead of allocations per SET.
+#[derive(Debug, Default)]
+pub(crate) struct SetBatch {
+    bytes: Vec<u8>,
+    /// Per SET: where its key ends and its value begins, and where its value ends.
+    ends: Vec<(usize, usize)>,
+}
+
+impl SetBatch {
+    pub(crate) fn push(&mut self, key: &[u8], value: &[u8]) {
+        self.bytes.extend_from_slice(key);
+        let key_end = self.bytes.len();
+        self.bytes.extend_from_slice(value);
+        self.ends.push((key_end, self.bytes.len()));
+    }
+
+    /// Empties the batch, keeping its buffers for the next SETs.
+    pub(crate) fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    /// SETs held.
+    pub(crate) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Bytes of keys and values held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// The SETs' keys and values, in order.
+    pub(crate) fn pairs(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let mut start = 0;
+        self.ends.iter().map(move |&(key_end, end)| {
+            let key = self.bytes.get(start..key_end).unwrap_or_default();
+            let value = self.bytes.get(key_end..end).unwrap_or_default();
+            start = end;
+            (key, value)
+        })
+    }
+}
+
+/// Runs plain SETs (see [`is_plain_set`]) in order as one [`Store::put_many`]; one reply per
+/// SET, as if each had run alone. If the batch fails, each SET runs alone, so each gets its
+/// own reply: a batch the store refuses whole (too large, a value over the limit) or one
+/// that stopped half-way (each SET only sets a value, so running the applied ones again
+/// changes nothing).
+pub(crate) fn execute_plain_sets(shared: &Shared, sets: &SetBatch) -> Vec<Reply> {
     shared.stats.commands.add(sets.len() as u64);
     let store = shared.store.as_ref();
-    let pairs: Vec<(&[u8], &[u8])> = sets
-        .iter()
-        .map(|args| (args[1].as_slice(), args[2].as_slice()))
-        .collect();
+    let pairs: Vec<(&[u8], &[u8])> = sets.pairs().collect();
     match store.put_many(&pairs) {
-        Ok(_) => sets.iter().map(|_| Reply::ok()).collect(),
-        Err(_) => sets
+        Ok(_) => pairs.iter().map(|_| Reply::ok()).collect(),
+        Err(_) => pairs
             .iter()
-            .map(|args| {
-                set(store, &args[1..])
+            .map(|&(key, value)| {
+                set(store, &[key, value])
                     .reply
                     .unwrap_or_else(|| Reply::error("ERR no reply"))
             })
@@ -501,8 +548,8 @@ pub(crate) fn execute_plain_sets(shared: &Shared, sets: &[Vec<Vec<u8>>]) -> Vec<
 }
 
 /// SET key value [NX | XX] [GET]; expiry options are refused (no key expires in tierbase).
-fn set(store: &dyn Store, rest: &[Vec<u8>]) -> Outcome {
-    let (key, value) = (&rest[0], &rest[1]);
+fn set(store: &dyn Store, rest: &[&[u8]]) -> Outcome {
+    let (key, value) = (rest[0], rest[1]);
     let (mut nx, mut xx, mut get) = (false, false, false);
     for opt in &rest[2..] {
         match lower(opt).as_str() {
@@ -528,7 +575,7 @@ fn set(store: &dyn Store, rest: &[Vec<u8>]) -> Outcome {
         previous = old.map(<[u8]>::to_vec);
         applied = !(nx && old.is_some() || xx && old.is_none());
         if applied {
-            Change::Put(value.clone())
+            Change::Put(value.to_vec())
         } else {
             Change::Keep
         }
@@ -545,8 +592,8 @@ fn set(store: &dyn Store, rest: &[Vec<u8>]) -> Outcome {
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT n] [TYPE type].
-fn scan(store: &dyn Store, rest: &[Vec<u8>]) -> Reply {
-    let Some(cursor) = std::str::from_utf8(&rest[0])
+fn scan(store: &dyn Store, rest: &[&[u8]]) -> Reply {
+    let Some(cursor) = std::str::from_utf8(rest[0])
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
     else {
@@ -559,7 +606,7 @@ fn scan(store: &dyn Store, rest: &[Vec<u8>]) -> Reply {
             return syntax_error();
         };
         match lower(opt).as_str() {
-            "match" => pattern = Some(value.clone()),
+            "match" => pattern = Some(*value),
             "count" => match parse_i64(value) {
                 Some(n) if n >= 1 => count = usize::try_from(n).unwrap_or(usize::MAX),
                 Some(_) => return syntax_error(),
@@ -576,14 +623,14 @@ fn scan(store: &dyn Store, rest: &[Vec<u8>]) -> Reply {
     };
     let keys = keys
         .into_iter()
-        .filter(|k| type_ok && pattern.as_deref().is_none_or(|p| glob_match(p, k)))
+        .filter(|k| type_ok && pattern.is_none_or(|p| glob_match(p, k)))
         .map(Reply::Bulk)
         .collect();
     Reply::Array(vec![Reply::bulk(next.to_string()), Reply::Array(keys)])
 }
 
 /// FLUSHDB [ASYNC | SYNC]: deletes every key (a walk, not one atomic step).
-fn flushdb(store: &dyn Store, rest: &[Vec<u8>]) -> Outcome {
+fn flushdb(store: &dyn Store, rest: &[&[u8]]) -> Outcome {
     match rest {
         [] => {}
         [mode] if matches!(lower(mode).as_str(), "async" | "sync") => {}
@@ -609,7 +656,7 @@ fn flushdb(store: &dyn Store, rest: &[Vec<u8>]) -> Outcome {
 }
 
 /// HELLO [protover [AUTH username password] [SETNAME clientname]].
-fn hello(shared: &Shared, session: &mut Session, rest: &[Vec<u8>]) -> Outcome {
+fn hello(shared: &Shared, session: &mut Session, rest: &[&[u8]]) -> Outcome {
     let mut protocol = session.protocol;
     let mut opts = rest.iter();
     if let Some(v) = opts.next() {
@@ -633,7 +680,7 @@ fn hello(shared: &Shared, session: &mut Session, rest: &[Vec<u8>]) -> Outcome {
                 let (Some(user), Some(pass)) = (opts.next(), opts.next()) else {
                     return Outcome::read(syntax_error());
                 };
-                let reply = auth(shared, session, &[user.clone(), pass.clone()]);
+                let reply = auth(shared, session, &[*user, *pass]);
                 if matches!(reply, Reply::Error(_)) {
                     return Outcome::read(reply);
                 }
@@ -645,7 +692,7 @@ fn hello(shared: &Shared, session: &mut Session, rest: &[Vec<u8>]) -> Outcome {
                 if let Err(reply) = check_client_name(n) {
                     return Outcome::read(reply);
                 }
-                name = Some(n.clone());
+                name = Some(n.to_vec());
             }
             _ => return Outcome::read(syntax_error()),
         }
@@ -689,10 +736,10 @@ fn hello(shared: &Shared, session: &mut Session, rest: &[Vec<u8>]) -> Outcome {
 pub(crate) const REDIS_VERSION: &str = "7.2.0";
 
 /// AUTH [username] password (only the `default` user exists).
-fn auth(shared: &Shared, session: &mut Session, rest: &[Vec<u8>]) -> Reply {
+fn auth(shared: &Shared, session: &mut Session, rest: &[&[u8]]) -> Reply {
     let (user, pass) = match rest {
         [pass] => (&b"default"[..], pass),
-        [user, pass] => (user.as_slice(), pass),
+        [user, pass] => (*user, pass),
         _ => return syntax_error(),
     };
     let Some(expected) = &shared.config.requirepass else {
@@ -729,11 +776,11 @@ fn check_client_name(name: &[u8]) -> Result<(), Reply> {
 }
 
 /// CLIENT SETNAME | GETNAME | ID | SETINFO | INFO.
-fn client(session: &mut Session, rest: &[Vec<u8>]) -> Reply {
-    match (lower(&rest[0]).as_str(), &rest[1..]) {
+fn client(session: &mut Session, rest: &[&[u8]]) -> Reply {
+    match (lower(rest[0]).as_str(), &rest[1..]) {
         ("setname", [name]) => match check_client_name(name) {
             Ok(()) => {
-                session.name = (!name.is_empty()).then(|| name.clone());
+                session.name = (!name.is_empty()).then(|| name.to_vec());
                 Reply::ok()
             }
             Err(reply) => reply,
@@ -773,7 +820,7 @@ fn command_entry(spec: &Spec) -> Reply {
 }
 
 /// COMMAND, COMMAND COUNT, COMMAND INFO name…, COMMAND DOCS [name…].
-fn command(rest: &[Vec<u8>]) -> Reply {
+fn command(rest: &[&[u8]]) -> Reply {
     match rest.first().map(|s| lower(s)).as_deref() {
         None => Reply::Array(COMMANDS.iter().map(command_entry).collect()),
         Some("count") => Reply::Integer(COMMANDS.len() as i64),
@@ -791,8 +838,8 @@ fn command(rest: &[Vec<u8>]) -> Reply {
 
 /// CONFIG GET pattern…; CONFIG SET and the rest are refused (start-up flags configure the
 /// server).
-fn config(shared: &Shared, rest: &[Vec<u8>]) -> Reply {
-    let sub = lower(&rest[0]);
+fn config(shared: &Shared, rest: &[&[u8]]) -> Reply {
+    let sub = lower(rest[0]);
     if sub != "get" {
         return Reply::error(format!(
             "ERR CONFIG {} is not supported by tierbase (configure the server with its start-up flags)",
@@ -861,7 +908,7 @@ fn rss_bytes() -> u64 {
 }
 
 /// INFO [section…]: server, clients, stats, memory, persistence, cpu, keyspace, tierbase.
-fn info(shared: &Shared, rest: &[Vec<u8>]) -> String {
+fn info(shared: &Shared, rest: &[&[u8]]) -> String {
     let wanted: Vec<String> = rest.iter().map(|s| lower(s)).collect();
     let all = wanted.is_empty()
         || wanted
@@ -989,4 +1036,31 @@ fn info(shared: &Shared, rest: &[Vec<u8>]) -> String {
     store_lines.extend(store_metrics);
     section("Tierbase", store_lines);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys and values come back whole and in order, empty ones and ones that look alike
+    /// included; a cleared batch starts over.
+    #[test]
+    fn a_set_batch_gives_back_each_key_and_value() {
+        let mut batch = SetBatch::default();
+        let sets: [(&[u8], &[u8]); 4] = [(b"k1", b"v1"), (b"", b"x"), (b"k3", b""), (b"k1v", b"1")];
+        for (k, v) in sets {
+            batch.push(k, v);
+        }
+        assert_eq!(batch.len(), 4);
+        assert_eq!(batch.bytes(), 11);
+        assert_eq!(batch.pairs().collect::<Vec<_>>(), sets.to_vec());
+        batch.clear();
+        assert!(batch.is_empty());
+        assert_eq!(batch.pairs().count(), 0);
+        batch.push(b"a", b"bc");
+        assert_eq!(
+            batch.pairs().collect::<Vec<_>>(),
+            vec![(&b"a"[..], &b"bc"[..])]
+        );
+    }
 }

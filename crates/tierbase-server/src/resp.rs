@@ -2,6 +2,8 @@
 //!
 //! This module owns the bytes on the wire and nothing else:
 //! - [`parse_request`] turns the start of a connection's read buffer into one [`Request`]
+//!   ([`parse_request_into`]: the same, a multibulk request's arguments borrowed from the
+//!   buffer instead of copied)
 //!   (a multibulk `*<n>\r\n$<len>\r\n...` request or an inline `cmd arg "quoted arg"\r\n`
 //!   line), following Redis's server rules (`networking.c`: `processMultibulkBuffer`,
 //!   `processInlineBuffer`, and `sdssplitargs` for inline quoting), including its error
@@ -84,15 +86,59 @@ pub struct Request {
 /// a header line must be followed by `\n`; and an over-long inline or header line is
 /// reported as too big even when its line end arrived in the same read.
 pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolError> {
+    let mut args = Vec::new();
+    Ok(match parse_request_into(buf, limits, &mut args)? {
+        None => None,
+        Some(Parsed::Borrowed { consumed }) => Some(Request {
+            args: args.iter().map(|a| a.to_vec()).collect(),
+            consumed,
+        }),
+        Some(Parsed::Owned(req)) => Some(req),
+    })
+}
+
+/// A request parsed by [`parse_request_into`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// A multibulk request, its arguments in the caller's list, borrowed from the buffer.
+    Borrowed {
+        /// Bytes at the start of the buffer it used.
+        consumed: usize,
+    },
+    /// An inline request: its arguments are unescaped, so they are owned (people type these;
+    /// clients send multibulk).
+    Owned(Request),
+}
+
+/// [`parse_request`] without copying a multibulk request's arguments: they are put in `args`
+/// (emptied first) as slices of `buf`, so a server reading a pipeline allocates nothing per
+/// request. `args` is left empty unless the result is `Ok(Some(Parsed::Borrowed { .. }))`.
+pub fn parse_request_into<'a>(
+    buf: &'a [u8],
+    limits: &Limits,
+    args: &mut Vec<&'a [u8]>,
+) -> Result<Option<Parsed>, ProtocolError> {
+    args.clear();
     match buf.first() {
         None => Ok(None),
-        Some(b'*') => parse_multibulk(buf, limits),
-        Some(_) => parse_inline(buf, limits),
+        Some(b'*') => match parse_multibulk(buf, limits, args) {
+            Ok(Some(consumed)) => Ok(Some(Parsed::Borrowed { consumed })),
+            incomplete_or_bad => {
+                // Not a request: nothing of it stays in the list.
+                args.clear();
+                incomplete_or_bad.map(|_| None)
+            }
+        },
+        Some(_) => Ok(parse_inline(buf, limits)?.map(Parsed::Owned)),
     }
 }
 
-/// Parses a request starting with `*`.
-fn parse_multibulk(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolError> {
+/// Parses a request starting with `*` into `args`; the bytes it used.
+fn parse_multibulk<'a>(
+    buf: &'a [u8],
+    limits: &Limits,
+    args: &mut Vec<&'a [u8]>,
+) -> Result<Option<usize>, ProtocolError> {
     const INVALID: &str = "invalid multibulk length";
     let Some(cr) = find_header_end(buf, 0, limits, "too big mbulk count string")? else {
         return Ok(None);
@@ -103,28 +149,22 @@ fn parse_multibulk(buf: &[u8], limits: &Limits) -> Result<Option<Request>, Proto
         return Ok(None);
     };
     if count <= 0 {
-        return Ok(Some(Request {
-            args: Vec::new(),
-            consumed: pos,
-        }));
+        return Ok(Some(pos));
     }
     let count = usize::try_from(count)
         .ok()
         .filter(|&n| n <= limits.max_args)
         .ok_or_else(|| ProtocolError::new(INVALID))?;
 
-    let mut args = Vec::with_capacity(count.min(MAX_PREALLOC_ARGS));
+    args.reserve(count.min(MAX_PREALLOC_ARGS));
     for _ in 0..count {
         let Some((arg, next)) = parse_bulk(buf, pos, limits)? else {
             return Ok(None);
         };
-        args.push(arg.to_vec());
+        args.push(arg);
         pos = next;
     }
-    Ok(Some(Request {
-        args,
-        consumed: pos,
-    }))
+    Ok(Some(pos))
 }
 
 /// Parses one `$<len>\r\n<payload>\r\n` element at `pos`: the payload and the position just
@@ -621,6 +661,54 @@ mod tests {
         // Empty and binary payloads.
         let req = parse(b"*2\r\n$0\r\n\r\n$3\r\n\r\n\0\r\n").unwrap().unwrap();
         assert_eq!(req.args, args(&[b"", b"\r\n\0"]));
+    }
+
+    /// A multibulk request's arguments come back as slices of the buffer itself (nothing
+    /// copied), equal to what `parse_request` copies; an inline request's are owned; the
+    /// list is emptied on every call.
+    #[test]
+    fn parse_into_borrows_multibulk_arguments() {
+        let buf: &[u8] = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n*1\r\n$4\r\nPING\r\n";
+        let limits = Limits::default();
+        let mut into = vec![&b"stale"[..]];
+        let parsed = parse_request_into(buf, &limits, &mut into)
+            .unwrap()
+            .unwrap();
+        assert_eq!(parsed, Parsed::Borrowed { consumed: 26 });
+        let copied = parse(buf).unwrap().unwrap();
+        assert_eq!(copied.consumed, 26);
+        assert_eq!(
+            into.iter().map(|a| a.to_vec()).collect::<Vec<_>>(),
+            copied.args
+        );
+        let range = buf.as_ptr_range();
+        for arg in &into {
+            assert!(
+                range.contains(&arg.as_ptr()) || arg.is_empty(),
+                "{arg:?} not borrowed"
+            );
+        }
+        assert_eq!(into[1].as_ptr(), buf[17..].as_ptr());
+        // The next request, from where the first ended.
+        let parsed = parse_request_into(&buf[26..], &limits, &mut into)
+            .unwrap()
+            .unwrap();
+        assert_eq!(parsed, Parsed::Borrowed { consumed: 14 });
+        assert_eq!(into, vec![&b"PING"[..]]);
+        // Incomplete: nothing left in the list.
+        assert_eq!(parse_request_into(&buf[..20], &limits, &mut into), Ok(None));
+        assert!(into.is_empty());
+        let parsed = parse_request_into(b"get 'a b'\r\n", &limits, &mut into)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            parsed,
+            Parsed::Owned(Request {
+                args: args(&[b"get", b"a b"]),
+                consumed: 11
+            })
+        );
+        assert!(into.is_empty());
     }
 
     #[test]

@@ -24,10 +24,10 @@ use tokio::sync::watch;
 
 use tierbase::store::Store;
 
-use crate::command::{self, Flow, Session, SetQueue, Shared, Stats};
+use crate::command::{self, Flow, Session, SetBatch, SetQueue, Shared, Stats};
 use crate::commit::Committer;
 use crate::error::{Result, ServerError};
-use crate::resp::{Limits, Protocol, Reply, parse_request};
+use crate::resp::{Limits, Parsed, Protocol, Reply, Request, parse_request_into};
 use crate::stores::ReplyPolicy;
 
 /// How the server listens and what it allows.
@@ -520,7 +520,7 @@ struct Stretch {
     broken: bool,
     /// SETs to be applied through [`Shared::set_queue`] before anything after them runs:
     /// their replies come next.
-    queued: Option<Vec<Vec<Vec<u8>>>>,
+    queued: Option<SetBatch>,
 }
 
 /// Executes complete requests from `input[*consumed..]` until the input runs out, a command
@@ -546,6 +546,8 @@ fn execute_stretch(
         queued: None,
     };
     let mut sets = PendingSets::default();
+    // A request's arguments, borrowed from `input` (reused: nothing is allocated per request).
+    let mut args: Vec<&[u8]> = Vec::with_capacity(8);
     loop {
         let rest = input.get(*consumed..).unwrap_or_default();
         if rest.is_empty() {
@@ -557,42 +559,15 @@ fn execute_stretch(
         } else {
             UNAUTHENTICATED_LIMITS
         };
-        match parse_request(rest, &limits) {
-            Ok(Some(req)) => {
-                if req.args.is_empty() {
-                    *consumed += req.consumed;
-                    continue;
-                }
-                if command::is_plain_set(session, &req.args) {
-                    *consumed += req.consumed;
-                    if sets.push(req.args) {
-                        if sets.apply(shared, session, output, &mut stretch) {
-                            return stretch;
-                        }
-                        if output.len() >= FLUSH_AT {
-                            stretch.more = true;
-                            return stretch;
-                        }
-                    }
-                    continue;
-                }
-                if sets.apply(shared, session, output, &mut stretch) {
-                    return stretch; // this request is parsed again after the SETs
-                }
-                *consumed += req.consumed;
-                let outcome = command::execute(shared, session, &req.args);
-                stretch.wrote |= outcome.wrote;
-                if let Some(reply) = outcome.reply {
-                    reply.encode(session.protocol, output);
-                }
-                if outcome.flow != Flow::Continue {
-                    stretch.flow = outcome.flow;
-                    return stretch;
-                }
-                if output.len() >= FLUSH_AT {
-                    stretch.more = true;
-                    return stretch;
-                }
+        let inline: Request;
+        let inline_args: Vec<&[u8]>;
+        let (request, used): (&[&[u8]], usize) = match parse_request_into(rest, &limits, &mut args)
+        {
+            Ok(Some(Parsed::Borrowed { consumed: used })) => (&args, used),
+            Ok(Some(Parsed::Owned(req))) => {
+                inline = req;
+                inline_args = inline.args.iter().map(Vec::as_slice).collect();
+                (&inline_args, inline.consumed)
             }
             Ok(None) => {
                 sets.apply(shared, session, output, &mut stretch);
@@ -608,6 +583,40 @@ fn execute_stretch(
                 stretch.broken = true;
                 return stretch;
             }
+        };
+        if request.is_empty() {
+            *consumed += used;
+            continue;
+        }
+        if command::is_plain_set(session, request) {
+            *consumed += used;
+            if sets.push(request[1], request[2]) {
+                if sets.apply(shared, session, output, &mut stretch) {
+                    return stretch;
+                }
+                if output.len() >= FLUSH_AT {
+                    stretch.more = true;
+                    return stretch;
+                }
+            }
+            continue;
+        }
+        if sets.apply(shared, session, output, &mut stretch) {
+            return stretch; // this request is parsed again after the SETs
+        }
+        *consumed += used;
+        let outcome = command::execute(shared, session, request);
+        stretch.wrote |= outcome.wrote;
+        if let Some(reply) = outcome.reply {
+            reply.encode(session.protocol, output);
+        }
+        if outcome.flow != Flow::Continue {
+            stretch.flow = outcome.flow;
+            return stretch;
+        }
+        if output.len() >= FLUSH_AT {
+            stretch.more = true;
+            return stretch;
         }
     }
 }
@@ -617,8 +626,7 @@ fn execute_stretch(
 /// store refuses in one piece (the B+-tree's log frame and half its pool).
 #[derive(Default)]
 struct PendingSets {
-    sets: Vec<Vec<Vec<u8>>>,
-    bytes: usize,
+    sets: SetBatch,
 }
 
 impl PendingSets {
@@ -629,11 +637,10 @@ impl PendingSets {
     /// through the queue cost unpipelined SETs 10–15 % (docs/BENCHMARKS.md, Figure 19 (b)).
     const QUEUE_FROM: usize = 2;
 
-    /// Holds back one SET's arguments; true when the batch is full and must be applied now.
-    fn push(&mut self, args: Vec<Vec<u8>>) -> bool {
-        self.bytes += args.iter().map(Vec::len).sum::<usize>();
-        self.sets.push(args);
-        self.sets.len() >= Self::MAX_SETS || self.bytes >= Self::MAX_BYTES
+    /// Holds back one SET; true when the batch is full and must be applied now.
+    fn push(&mut self, key: &[u8], value: &[u8]) -> bool {
+        self.sets.push(key, value);
+        self.sets.len() >= Self::MAX_SETS || self.sets.bytes() >= Self::MAX_BYTES
     }
 
     /// Applies the SETs held back (if any) and appends their replies; or, with a set queue,
@@ -648,7 +655,6 @@ impl PendingSets {
         if self.sets.is_empty() {
             return false;
         }
-        self.bytes = 0;
         if shared.set_queue.is_some() && self.sets.len() >= Self::QUEUE_FROM {
             stretch.queued = Some(std::mem::take(&mut self.sets));
             return true;
@@ -727,7 +733,7 @@ async fn apply_queued(
     shared: &Shared,
     queue: &SetQueue,
     session: &Session,
-    sets: Vec<Vec<Vec<u8>>>,
+    sets: SetBatch,
     output: &mut Vec<u8>,
 ) {
     let count = sets.len();
