@@ -188,6 +188,10 @@ pub struct BlockDevice {
     /// Operations in flight on the whole device right now (for `max_in_flight`).
     in_flight: AtomicU64,
     emulator: Option<Emulator>,
+    /// A file on tmpfs or ramfs: nothing lies below the page cache, so a write is as durable
+    /// as it will ever be once it returns, and `fdatasync` does nothing (Linux's
+    /// `noop_fsync`); [`BlockDevice::sync`] skips the system call.
+    memory_fs: bool,
 }
 
 /// In-flight limits for one batch.
@@ -325,7 +329,9 @@ impl BlockDevice {
             },
         };
         let emulator = opts.emulate.as_ref().map(Emulator::new).transpose()?;
+        let memory_fs = super::fs_kind(path) == super::FsKind::Memory;
         Ok(BlockDevice {
+            memory_fs,
             backing: Backing::File(file),
             path: path.to_path_buf(),
             len: AtomicU64::new(len),
@@ -401,6 +407,7 @@ impl BlockDevice {
             counters: DeviceCounters::default(),
             in_flight: AtomicU64::new(0),
             emulator: None,
+            memory_fs: false,
         })
     }
 
@@ -434,6 +441,7 @@ impl BlockDevice {
             counters: DeviceCounters::default(),
             in_flight: AtomicU64::new(0),
             emulator,
+            memory_fs: false,
         })
     }
 
@@ -627,9 +635,11 @@ impl BlockDevice {
         self.submit(&mut [Io::Write { offset, buf }])
     }
 
-    /// Makes every completed write durable (`fdatasync`).
+    /// Makes every completed write durable (`fdatasync`; on tmpfs or ramfs nothing: a
+    /// completed write is already all the durability that medium has, see `memory_fs`).
     pub fn sync(&self) -> Result<()> {
         match &self.backing {
+            Backing::File(_) if self.memory_fs => {}
             Backing::File(file) => file
                 .sync_data()
                 .map_err(|e| Error::io("fdatasync", Some(&self.path), e))?,
@@ -1161,5 +1171,39 @@ mod tests {
         assert_eq!(pick_next(&mut r, &mut w, out, lim), None, "total limit");
         out.0 -= 1;
         assert_eq!(pick_next(&mut r, &mut w, out, lim), Some((5, R)));
+    }
+
+    /// A file on tmpfs skips the `fdatasync` (nothing is below the page cache), and still
+    /// counts the sync and keeps what was written; a file elsewhere does not skip it.
+    #[test]
+    fn a_tmpfs_file_is_synced_without_a_system_call() {
+        let dir = Path::new("/dev/shm");
+        if !dir.is_dir() || super::super::fs_kind(dir) != super::super::FsKind::Memory {
+            eprintln!("no tmpfs at /dev/shm: skipped");
+            return;
+        }
+        let path = dir.join(format!("tierbase-block-test-{}", std::process::id()));
+        let opts = BlockOptions::default();
+        let dev = BlockDevice::create(&path, 8192, &opts).unwrap();
+        assert!(dev.memory_fs);
+        let mut buf = AlignedBuf::new(4096).unwrap();
+        buf.fill(0xa5);
+        dev.write_at(4096, &buf).unwrap();
+        dev.sync().unwrap();
+        assert_eq!(dev.counters().syncs, 1);
+        drop(dev);
+        let dev = BlockDevice::open(&path, &opts).unwrap();
+        let mut back = AlignedBuf::new(4096).unwrap();
+        dev.read_at(4096, &mut back).unwrap();
+        assert_eq!(&back[..], &buf[..]);
+        std::fs::remove_file(&path).unwrap();
+        let here = std::env::current_dir().unwrap();
+        if super::super::fs_kind(&here) == super::super::FsKind::Disk {
+            let path = here.join(format!("tierbase-block-test-{}", std::process::id()));
+            let dev = BlockDevice::create(&path, 8192, &opts).unwrap();
+            assert!(!dev.memory_fs);
+            drop(dev);
+            std::fs::remove_file(&path).unwrap();
+        }
     }
 }
