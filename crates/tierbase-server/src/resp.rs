@@ -2,10 +2,9 @@
 //!
 //! This module owns the bytes on the wire and nothing else:
 //! - [`parse_request`] turns the start of a connection's read buffer into one [`Request`]
-//!   ([`parse_request_into`]: the same, a multibulk request's arguments borrowed from the
-//!   buffer instead of copied)
 //!   (a multibulk `*<n>\r\n$<len>\r\n...` request or an inline `cmd arg "quoted arg"\r\n`
-//!   line), following Redis's server rules (`networking.c`: `processMultibulkBuffer`,
+//!   line; [`parse_request_into`] does the same but lends a multibulk request's arguments
+//!   from the buffer instead of copying them), following Redis's server rules (`networking.c`: `processMultibulkBuffer`,
 //!   `processInlineBuffer`, and `sdssplitargs` for inline quoting), including its error
 //!   messages and its size limits ([`Limits`]);
 //! - [`Reply::encode`] appends a reply value in the connection's [`Protocol`], mapping
@@ -14,7 +13,8 @@
 //!
 //! It must not touch sockets, buffering or connection state (callers own the read buffer
 //! and drop `consumed` bytes themselves), command names or semantics, or the store. Every
-//! function is pure, allocation-bounded by the bytes actually received (never by a length a
+//! function is pure (`parse_request_into` writes only into the argument list it is lent),
+//! allocation-bounded by the bytes actually received (never by a length a
 //! client merely claims) and panic-free on arbitrary input.
 
 use std::borrow::Cow;

@@ -188,9 +188,10 @@ pub struct BlockDevice {
     /// Operations in flight on the whole device right now (for `max_in_flight`).
     in_flight: AtomicU64,
     emulator: Option<Emulator>,
-    /// A file on tmpfs or ramfs: nothing lies below the page cache, so a write is as durable
-    /// as it will ever be once it returns, and `fdatasync` does nothing (Linux's
-    /// `noop_fsync`); [`BlockDevice::sync`] skips the system call.
+    /// A regular file on tmpfs or ramfs (asked of the open file, never true for a device
+    /// node): nothing lies below the page cache, so a write is as durable as it will ever be
+    /// once it returns, and `fdatasync` does nothing (Linux's `noop_fsync`);
+    /// [`BlockDevice::sync`] skips the system call.
     memory_fs: bool,
 }
 
@@ -329,7 +330,7 @@ impl BlockDevice {
             },
         };
         let emulator = opts.emulate.as_ref().map(Emulator::new).transpose()?;
-        let memory_fs = super::fs_kind(path) == super::FsKind::Memory;
+        let memory_fs = super::regular_file_on_memory_fs(&file);
         Ok(BlockDevice {
             memory_fs,
             backing: Backing::File(file),
@@ -635,8 +636,9 @@ impl BlockDevice {
         self.submit(&mut [Io::Write { offset, buf }])
     }
 
-    /// Makes every completed write durable (`fdatasync`; on tmpfs or ramfs nothing: a
-    /// completed write is already all the durability that medium has, see `memory_fs`).
+    /// Makes every completed write durable (`fdatasync`; for a regular file on tmpfs or ramfs
+    /// no system call: a completed write is already all the durability that medium has, see
+    /// `memory_fs`). Counted either way.
     pub fn sync(&self) -> Result<()> {
         match &self.backing {
             Backing::File(_) if self.memory_fs => {}
@@ -1173,37 +1175,39 @@ mod tests {
         assert_eq!(pick_next(&mut r, &mut w, out, lim), Some((5, R)));
     }
 
-    /// A file on tmpfs skips the `fdatasync` (nothing is below the page cache), and still
-    /// counts the sync and keeps what was written; a file elsewhere does not skip it.
+    /// A regular file on tmpfs skips the `fdatasync` (nothing is below the page cache), and
+    /// still counts the sync and keeps what was written. A device node never does, though
+    /// devtmpfs reports tmpfs's magic; nor does a file on a disk file system.
     #[test]
-    fn a_tmpfs_file_is_synced_without_a_system_call() {
-        let dir = Path::new("/dev/shm");
-        if !dir.is_dir() || super::super::fs_kind(dir) != super::super::FsKind::Memory {
-            eprintln!("no tmpfs at /dev/shm: skipped");
-            return;
-        }
-        let path = dir.join(format!("tierbase-block-test-{}", std::process::id()));
-        let opts = BlockOptions::default();
-        let dev = BlockDevice::create(&path, 8192, &opts).unwrap();
-        assert!(dev.memory_fs);
-        let mut buf = AlignedBuf::new(4096).unwrap();
-        buf.fill(0xa5);
-        dev.write_at(4096, &buf).unwrap();
-        dev.sync().unwrap();
-        assert_eq!(dev.counters().syncs, 1);
-        drop(dev);
-        let dev = BlockDevice::open(&path, &opts).unwrap();
-        let mut back = AlignedBuf::new(4096).unwrap();
-        dev.read_at(4096, &mut back).unwrap();
-        assert_eq!(&back[..], &buf[..]);
-        std::fs::remove_file(&path).unwrap();
-        let here = std::env::current_dir().unwrap();
-        if super::super::fs_kind(&here) == super::super::FsKind::Disk {
-            let path = here.join(format!("tierbase-block-test-{}", std::process::id()));
+    fn only_a_regular_file_on_tmpfs_skips_its_sync() {
+        let shm = Path::new("/dev/shm");
+        if shm.is_dir() && super::super::fs_kind(shm) == super::super::FsKind::Memory {
+            let dir = tempfile::tempdir_in(shm).unwrap();
+            let path = dir.path().join("dev");
+            let opts = BlockOptions::default();
             let dev = BlockDevice::create(&path, 8192, &opts).unwrap();
-            assert!(!dev.memory_fs);
+            assert!(dev.memory_fs);
+            let mut buf = AlignedBuf::new(4096).unwrap();
+            buf.fill(0xa5);
+            dev.write_at(4096, &buf).unwrap();
+            dev.sync().unwrap();
+            assert_eq!(dev.counters().syncs, 1);
             drop(dev);
-            std::fs::remove_file(&path).unwrap();
+            let dev = BlockDevice::open(&path, &opts).unwrap();
+            let mut back = AlignedBuf::new(4096).unwrap();
+            dev.read_at(4096, &mut back).unwrap();
+            assert_eq!(&back[..], &buf[..]);
+        } else {
+            eprintln!("no tmpfs at /dev/shm: its half skipped");
+        }
+        // A character device on devtmpfs (whose magic is tmpfs's) is not a regular file.
+        if let Ok(null) = std::fs::File::open("/dev/null") {
+            assert!(!super::super::regular_file_on_memory_fs(&null));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        if super::super::fs_kind(dir.path()) == super::super::FsKind::Disk {
+            let file = std::fs::File::create(dir.path().join("f")).unwrap();
+            assert!(!super::super::regular_file_on_memory_fs(&file));
         }
     }
 }

@@ -147,7 +147,8 @@ pub struct DeviceCounters {
     pub flushes: Counter,
     /// Fences issued (persistent regions).
     pub fences: Counter,
-    /// `msync`/`fdatasync` calls.
+    /// Syncs made: `msync`/`fdatasync` calls, and syncs of a regular file on tmpfs or ramfs,
+    /// which need no system call ([`crate::device::BlockDevice::sync`]).
     pub syncs: Counter,
     /// Persists deferred to a later sync (durability levels `Eventual` and `None`).
     pub deferred_persists: Counter,
@@ -215,7 +216,7 @@ pub struct CounterSnapshot {
     pub flushes: u64,
     /// Fences issued.
     pub fences: u64,
-    /// `msync`/`fdatasync` calls.
+    /// Syncs made (see [`DeviceCounters::syncs`]).
     pub syncs: u64,
     /// Persists deferred to a later sync.
     #[serde(default)]

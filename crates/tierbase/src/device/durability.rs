@@ -192,8 +192,6 @@ pub enum FsKind {
 
 /// Looks at the file system holding `path` (or its nearest existing ancestor).
 pub fn fs_kind(path: &Path) -> FsKind {
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    const RAMFS_MAGIC: i64 = 0x8584_58f6;
     let mut probe = path;
     loop {
         if probe.exists() {
@@ -219,6 +217,32 @@ pub fn fs_kind(path: &Path) -> FsKind {
     }
     // SAFETY: statfs returned 0, so it initialised the struct.
     let st = unsafe { st.assume_init() };
+    kind_of(&st)
+}
+
+/// Whether `file` is a regular file on tmpfs or ramfs, asked of the open file itself
+/// (`fstatfs`), not of a path: a device node such as `/dev/nvme0n1` lives on devtmpfs, which
+/// reports tmpfs's magic, but its `fdatasync` flushes the device's write cache.
+pub fn regular_file_on_memory_fs(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    if !file.metadata().is_ok_and(|m| m.file_type().is_file()) {
+        return false;
+    }
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: the descriptor is open for the borrow of `file`, and `st` points to writable
+    // storage of the right type; fstatfs writes only into it.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return false;
+    }
+    // SAFETY: fstatfs returned 0, so it initialised the struct.
+    let st = unsafe { st.assume_init() };
+    kind_of(&st) == FsKind::Memory
+}
+
+fn kind_of(st: &libc::statfs) -> FsKind {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
     #[allow(clippy::unnecessary_cast)]
     let magic = st.f_type as i64;
     if magic == TMPFS_MAGIC || magic == RAMFS_MAGIC {

@@ -69,7 +69,7 @@ pub struct WalCounters {
     pub frames: Counter,
     /// Payload bytes appended.
     pub bytes: Counter,
-    /// `fdatasync` calls on the log (a file on a block device).
+    /// Syncs of the log (a file on a block device: an `fdatasync`, none on tmpfs or ramfs).
     pub syncs: Counter,
     /// Persists of the log's new lines (the log on persistent memory).
     pub persists: Counter,
