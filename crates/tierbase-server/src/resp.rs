@@ -4,9 +4,9 @@
 //! - [`parse_request`] turns the start of a connection's read buffer into one [`Request`]
 //!   (a multibulk `*<n>\r\n$<len>\r\n...` request or an inline `cmd arg "quoted arg"\r\n`
 //!   line; [`parse_request_into`] does the same but lends a multibulk request's arguments
-//!   from the buffer instead of copying them), following Redis's server rules (`networking.c`: `processMultibulkBuffer`,
-//!   `processInlineBuffer`, and `sdssplitargs` for inline quoting), including its error
-//!   messages and its size limits ([`Limits`]);
+//!   from the buffer instead of copying them), following Redis's server rules
+//!   (`networking.c`: `processMultibulkBuffer`, `processInlineBuffer`, and `sdssplitargs`
+//!   for inline quoting), including its error messages and its size limits ([`Limits`]);
 //! - [`Reply::encode`] appends a reply value in the connection's [`Protocol`], mapping
 //!   RESP3-only types (maps, sets, doubles, booleans, verbatim strings, null) onto their
 //!   RESP2 equivalents the way Redis does.
@@ -14,8 +14,8 @@
 //! It must not touch sockets, buffering or connection state (callers own the read buffer
 //! and drop `consumed` bytes themselves), command names or semantics, or the store. Every
 //! function is pure (`parse_request_into` writes only into the argument list it is lent),
-//! allocation-bounded by the bytes actually received (never by a length a
-//! client merely claims) and panic-free on arbitrary input.
+//! allocation-bounded by the bytes actually received (never by a length a client merely
+//! claims) and panic-free on arbitrary input.
 
 use std::borrow::Cow;
 use std::io::Write as _;

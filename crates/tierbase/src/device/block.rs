@@ -188,11 +188,12 @@ pub struct BlockDevice {
     /// Operations in flight on the whole device right now (for `max_in_flight`).
     in_flight: AtomicU64,
     emulator: Option<Emulator>,
-    /// A regular file on tmpfs or ramfs (asked of the open file, never true for a device
-    /// node): nothing lies below the page cache, so a write is as durable as it will ever be
-    /// once it returns, and `fdatasync` does nothing (Linux's `noop_fsync`);
-    /// [`BlockDevice::sync`] skips the system call.
-    memory_fs: bool,
+    /// The file system of a regular file (`None`: a device node, a simulated or in-memory
+    /// device), asked of the open file once. On tmpfs or ramfs nothing lies below the page
+    /// cache, so a write is as durable as it will ever be once it returns and `fdatasync`
+    /// does nothing (Linux's `noop_fsync`): [`BlockDevice::sync`] skips the system call, and
+    /// [`BlockDevice::zero_fill_pays`] is false.
+    file_fs: Option<super::FsKind>,
 }
 
 /// In-flight limits for one batch.
@@ -330,9 +331,9 @@ impl BlockDevice {
             },
         };
         let emulator = opts.emulate.as_ref().map(Emulator::new).transpose()?;
-        let memory_fs = super::regular_file_on_memory_fs(&file);
+        let file_fs = super::regular_file_fs(&file);
         Ok(BlockDevice {
-            memory_fs,
+            file_fs,
             backing: Backing::File(file),
             path: path.to_path_buf(),
             len: AtomicU64::new(len),
@@ -408,7 +409,7 @@ impl BlockDevice {
             counters: DeviceCounters::default(),
             in_flight: AtomicU64::new(0),
             emulator: None,
-            memory_fs: false,
+            file_fs: None,
         })
     }
 
@@ -442,7 +443,7 @@ impl BlockDevice {
             counters: DeviceCounters::default(),
             in_flight: AtomicU64::new(0),
             emulator,
-            memory_fs: false,
+            file_fs: None,
         })
     }
 
@@ -503,8 +504,7 @@ impl BlockDevice {
     /// disk file system. Not tmpfs or ramfs (no extents to convert: the zeros would only cost
     /// memory bandwidth), raw devices, simulated or in-memory devices.
     pub fn zero_fill_pays(&self) -> bool {
-        matches!(self.backing, Backing::File(_))
-            && super::fs_kind(&self.path) == super::FsKind::Disk
+        self.file_fs == Some(super::FsKind::Disk)
     }
 
     fn grow_with(&self, new_len: u64, zero_fill: bool) -> Result<()> {
@@ -638,10 +638,10 @@ impl BlockDevice {
 
     /// Makes every completed write durable (`fdatasync`; for a regular file on tmpfs or ramfs
     /// no system call: a completed write is already all the durability that medium has, see
-    /// `memory_fs`). Counted either way.
+    /// `file_fs`). Counted either way.
     pub fn sync(&self) -> Result<()> {
         match &self.backing {
-            Backing::File(_) if self.memory_fs => {}
+            Backing::File(_) if self.file_fs == Some(super::FsKind::Memory) => {}
             Backing::File(file) => file
                 .sync_data()
                 .map_err(|e| Error::io("fdatasync", Some(&self.path), e))?,
@@ -1186,7 +1186,8 @@ mod tests {
             let path = dir.path().join("dev");
             let opts = BlockOptions::default();
             let dev = BlockDevice::create(&path, 8192, &opts).unwrap();
-            assert!(dev.memory_fs);
+            assert_eq!(dev.file_fs, Some(super::super::FsKind::Memory));
+            assert!(!dev.zero_fill_pays());
             let mut buf = AlignedBuf::new(4096).unwrap();
             buf.fill(0xa5);
             dev.write_at(4096, &buf).unwrap();
@@ -1202,12 +1203,21 @@ mod tests {
         }
         // A character device on devtmpfs (whose magic is tmpfs's) is not a regular file.
         if let Ok(null) = std::fs::File::open("/dev/null") {
-            assert!(!super::super::regular_file_on_memory_fs(&null));
+            assert_eq!(super::super::regular_file_fs(&null), None);
         }
         let dir = tempfile::tempdir().unwrap();
         if super::super::fs_kind(dir.path()) == super::super::FsKind::Disk {
+            let dev = BlockDevice::create(&dir.path().join("dev"), 8192, &BlockOptions::default())
+                .unwrap();
+            assert!(
+                dev.zero_fill_pays(),
+                "a file on a disk file system keeps its zeros"
+            );
             let file = std::fs::File::create(dir.path().join("f")).unwrap();
-            assert!(!super::super::regular_file_on_memory_fs(&file));
+            assert_eq!(
+                super::super::regular_file_fs(&file),
+                Some(super::super::FsKind::Disk)
+            );
         }
     }
 }

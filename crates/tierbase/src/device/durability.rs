@@ -220,24 +220,25 @@ pub fn fs_kind(path: &Path) -> FsKind {
     kind_of(&st)
 }
 
-/// Whether `file` is a regular file on tmpfs or ramfs, asked of the open file itself
-/// (`fstatfs`), not of a path: a device node such as `/dev/nvme0n1` lives on devtmpfs, which
-/// reports tmpfs's magic, but its `fdatasync` flushes the device's write cache.
-pub fn regular_file_on_memory_fs(file: &std::fs::File) -> bool {
+/// The file system of `file` when it is a regular file (`None` for a device node and the
+/// like), asked of the open file itself (`fstatfs`), not of a path: a device node such as
+/// `/dev/nvme0n1` lives on devtmpfs, which reports tmpfs's magic, but its `fdatasync` flushes
+/// the device's write cache. `Disk` when the file system cannot be asked, as [`fs_kind`].
+pub fn regular_file_fs(file: &std::fs::File) -> Option<FsKind> {
     use std::os::fd::AsRawFd;
     if !file.metadata().is_ok_and(|m| m.file_type().is_file()) {
-        return false;
+        return None;
     }
     let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
     // SAFETY: the descriptor is open for the borrow of `file`, and `st` points to writable
     // storage of the right type; fstatfs writes only into it.
     let rc = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
     if rc != 0 {
-        return false;
+        return Some(FsKind::Disk);
     }
     // SAFETY: fstatfs returned 0, so it initialised the struct.
     let st = unsafe { st.assume_init() };
-    kind_of(&st) == FsKind::Memory
+    Some(kind_of(&st))
 }
 
 fn kind_of(st: &libc::statfs) -> FsKind {
