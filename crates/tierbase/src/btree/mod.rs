@@ -4,7 +4,8 @@
 //!
 //! Owns: the store's files (a directory holding `pages.tb`, `wal-0.tb` and `wal-1.tb`), the
 //! superblock, creating, opening (restart: redo from the last checkpoint), checkpoints, the
-//! durability levels, the background thread that flushes the log and checkpoints, the
+//! durability levels, the background thread that flushes the log and checkpoints (and the
+//! log's write-behind thread, [`crate::wal::Wal::spawn_write_behind`]), the
 //! store's counters, and its [`crate::store::Store`] adapter. Must not touch: the page layout
 //! ([`node`]), the tree's algorithms (`tree`), frames and eviction ([`crate::buffer`]) or the
 //! log's framing ([`crate::wal`]).
@@ -107,7 +108,7 @@ pub struct BTreeOptions {
     /// from 2112 KiB on, the log's buffers when the log is in files (264 KiB up to an 8 MiB
     /// budget, then 1/32 of it, 16 MiB + 8 KiB at most; below 2112 KiB they come on top).
     /// Frames larger than the log's tail limit (1/128 of the budget, at least 64 KiB) get a
-    /// copy of their own while they are written out.
+    /// buffer of their own until they are written out.
     pub dram_bytes: u64,
     /// When a write is durable.
     pub durability: Durability,
@@ -450,16 +451,23 @@ pub struct BTreeStore {
 }
 
 struct BackgroundGuard {
-    thread: Mutex<Option<Background>>,
+    /// The store's background thread and the log's write-behind thread.
+    threads: Mutex<Vec<Background>>,
     inner: Arc<Inner>,
     closed: AtomicBool,
 }
 
+impl BackgroundGuard {
+    fn stop_threads(&self) {
+        for mut thread in self.threads.lock().drain(..) {
+            thread.stop();
+        }
+    }
+}
+
 impl Drop for BackgroundGuard {
     fn drop(&mut self) {
-        if let Some(mut b) = self.thread.lock().take() {
-            b.stop();
-        }
+        self.stop_threads();
         // While unwinding from a panic, no checkpoint: the log holds every acknowledged write,
         // and I/O during an unwind must not start (the next open replays instead).
         if !self.closed.swap(true, Ordering::AcqRel)
@@ -976,6 +984,7 @@ impl BTreeStore {
             flags,
         )?;
         tree.writer.lock().generation = end.generation + 1;
+        let write_behind = wal.spawn_write_behind()?;
         log.0.set(wal).expect("log set once");
         restart.micros = started.elapsed().as_micros() as u64;
         let inner = Arc::new(Inner {
@@ -1038,7 +1047,7 @@ impl BTreeStore {
         .map_err(|e| Error::io("spawn the B-tree background thread", None, e))?;
         Ok(BTreeStore {
             _background: Arc::new(BackgroundGuard {
-                thread: Mutex::new(Some(bg)),
+                threads: Mutex::new([Some(bg), write_behind].into_iter().flatten().collect()),
                 inner: inner.clone(),
                 closed: AtomicBool::new(false),
             }),
@@ -1163,13 +1172,11 @@ impl BTreeStore {
         self.inner.tree.pool.direct().map(|d| d.region())
     }
 
-    /// Closes the store cleanly: stops the background thread and checkpoints, so the next
+    /// Closes the store cleanly: stops the background threads and checkpoints, so the next
     /// open replays nothing. Dropping the last handle does the same, logging any error.
     pub fn close(self) -> Result<()> {
         let guard = &self._background;
-        if let Some(mut b) = guard.thread.lock().take() {
-            b.stop();
-        }
+        guard.stop_threads();
         if guard.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
@@ -1179,9 +1186,7 @@ impl BTreeStore {
     /// Abandons the store without the closing checkpoint, as a crash would (tests).
     pub fn abandon(self) {
         let guard = &self._background;
-        if let Some(mut b) = guard.thread.lock().take() {
-            b.stop();
-        }
+        guard.stop_threads();
         guard.closed.store(true, Ordering::Release);
     }
 }
@@ -1640,6 +1645,10 @@ impl Inner {
                     .to_string(),
                 ),
                 ("wal_fsyncs".into(), w.counters.syncs.get().to_string()),
+                (
+                    "wal_writes_behind".into(),
+                    w.counters.writes_behind.get().to_string(),
+                ),
                 (
                     "wal_nvm_persists".into(),
                     w.counters.persists.get().to_string(),

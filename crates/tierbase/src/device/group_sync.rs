@@ -42,6 +42,11 @@ impl GroupSync {
         self.done.notify_all();
     }
 
+    /// The sticky error, if the group has failed.
+    pub(crate) fn failed(&self) -> Option<String> {
+        self.state.lock().failed.clone()
+    }
+
     /// Makes every write the caller finished before this call durable, with `sync` (run by at
     /// most one caller at a time). Returns how many syncs this caller ran (0 or 1), or the
     /// sticky error text.

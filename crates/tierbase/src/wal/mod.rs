@@ -17,7 +17,10 @@
 //! other file if that holds generation `g + 1` starting exactly there.
 //!
 //! Tail blocks are rewritten as the log grows: a group commit writes from the block holding
-//! the written end (see [`Wal::write_out`]). A torn rewrite cannot hurt frames already
+//! the written end (see [`Wal::write_out`]). An unwritten tail is also written out, without a
+//! sync, once it holds half its limit, by the log's write-behind thread
+//! ([`Wal::spawn_write_behind`]; the appender does it only at the full limit), so that DRAM
+//! stays bounded under a durability level nobody waits on. A torn rewrite cannot hurt frames already
 //! durable because the rewrite carries the same bytes for them, and media tear at sector
 //! granularity (512 B, the unit disks write atomically), never inside a sector.
 //!
@@ -26,12 +29,16 @@
 //! the durable end to the appended end (flush, one fence): nothing is rewritten, and a torn
 //! persist leaves a frame whose checksum fails, which ends replay as a torn block does.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::Thread;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
 use crate::device::{AlignedBuf, BlockDevice, Counter, GroupSync, PmemRegion};
 use crate::error::{Error, Result};
+use crate::sync::Background;
 
 /// Bytes of a frame's header.
 pub const FRAME_HEADER: u64 = 24;
@@ -58,8 +65,58 @@ struct Tail {
     gen_start: u64,
     /// Bytes from `buf_lsn` to the appended end (a log file's unwritten tail; always empty
     /// on persistent memory, where frames go straight to the region).
-    buf: Vec<u8>,
+    buf: TailBuf,
     buf_lsn: u64,
+}
+
+/// A log file's unwritten tail: an aligned buffer, so that a write-out hands it to the device
+/// as it is (`O_DIRECT` needs alignment) and swaps in another instead of copying it while
+/// appenders wait.
+#[derive(Default)]
+struct TailBuf {
+    /// `None` until the first append.
+    bytes: Option<AlignedBuf>,
+    /// Bytes of `bytes` that hold frames.
+    filled: usize,
+}
+
+impl TailBuf {
+    fn len(&self) -> usize {
+        self.filled
+    }
+
+    fn capacity(&self) -> usize {
+        self.bytes.as_ref().map_or(0, AlignedBuf::capacity)
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        self.bytes.as_ref().map_or(&[], |b| &b[..self.filled])
+    }
+
+    /// Appends `parts` and `pad` zero bytes, growing to exactly what is needed (at least
+    /// `least`) when they do not fit: a doubling buffer would hold up to twice what the limit
+    /// allows. Nothing changes if the allocation fails.
+    fn push(&mut self, parts: [&[u8]; 2], pad: usize, least: usize) -> Result<()> {
+        let need = self.filled + parts[0].len() + parts[1].len() + pad;
+        if need > self.capacity() {
+            let mut grown = AlignedBuf::new(need.max(least).next_multiple_of(BLOCK as usize))?;
+            grown[..self.filled].copy_from_slice(self.as_slice());
+            self.bytes = Some(grown);
+        }
+        let bytes = self.bytes.as_mut().expect("allocated above");
+        let mut at = self.filled;
+        for part in parts {
+            bytes[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        bytes[at..need].fill(0);
+        self.filled = need;
+        Ok(())
+    }
+
+    fn clear(&mut self) {
+        self.filled = 0;
+    }
 }
 
 /// Log counters.
@@ -75,6 +132,9 @@ pub struct WalCounters {
     pub persists: Counter,
     /// Bytes written to the log files (including rewritten tail blocks).
     pub bytes_written: Counter,
+    /// Tails written out (unsynced) by the write-behind thread ([`Wal::spawn_write_behind`])
+    /// rather than by an appender or a commit.
+    pub writes_behind: Counter,
 }
 
 /// The write-ahead log. See the module docs.
@@ -92,11 +152,17 @@ pub struct Wal {
     /// Unwritten tail bytes at which an append writes the tail out (see
     /// [`Wal::with_tail_limit`]).
     tail_limit: usize,
-    /// The aligned copy of the tail a write-out hands to the device (`O_DIRECT` needs an
-    /// aligned buffer), kept between write-outs: one allocation instead of one per commit.
-    /// Taken under the tail lock and held through the write, which orders overlapping
-    /// write-outs (see [`Wal::write_out`]).
-    stage: Mutex<Option<AlignedBuf>>,
+    /// The buffer the tail continues in after the next write-out (the one written out last),
+    /// kept between write-outs: no allocation per commit. Its lock is taken before the tail's
+    /// and held through the write, which orders overlapping write-outs (see
+    /// [`Wal::write_out`]).
+    spare: Mutex<Option<AlignedBuf>>,
+    /// The thread that writes tails out behind the appenders ([`Wal::spawn_write_behind`]).
+    write_behind: OnceLock<Thread>,
+    /// An appender asked the write-behind thread for a write-out it has not started yet.
+    write_behind_asked: AtomicBool,
+    /// A write or sync outside the group commit failed ([`Wal::fail`]): appends fail too.
+    broken: AtomicBool,
     /// Counters.
     pub counters: WalCounters,
 }
@@ -282,7 +348,7 @@ impl Wal {
             tail: Mutex::new(Tail {
                 generation,
                 gen_start: start,
-                buf: Vec::new(),
+                buf: TailBuf::default(),
                 buf_lsn: start,
             }),
             group: GroupSync::default(),
@@ -291,7 +357,10 @@ impl Wal {
             written: AtomicU64::new(start),
             prepared_at: AtomicU64::new(start),
             tail_limit: DEFAULT_TAIL_LIMIT,
-            stage: Mutex::new(None),
+            spare: Mutex::new(None),
+            write_behind: OnceLock::new(),
+            write_behind_asked: AtomicBool::new(false),
+            broken: AtomicBool::new(false),
             counters: WalCounters::default(),
         }
     }
@@ -303,10 +372,10 @@ impl Wal {
         self
     }
 
-    /// The most DRAM the log's buffers hold with a tail limit of `limit` (the tail and its
-    /// aligned copy for the device), while no single frame is larger than the limit: the tail
-    /// keeps at most the limit, the partial block a write-out leaves and the frame that
-    /// reached the limit. Zero for a log on persistent memory, whose frames go straight into
+    /// The most DRAM the log's buffers hold with a tail limit of `limit` (the tail, and the
+    /// spare it continues in while the last tail is written), while no single frame is larger
+    /// than the limit: the tail keeps at most the limit, the partial block a write-out leaves
+    /// and the frame that reached the limit. Zero for a log on persistent memory, whose frames go straight into
     /// the mapping.
     pub fn buffer_bytes(limit: usize, on_pmem: bool) -> u64 {
         if on_pmem {
@@ -316,8 +385,8 @@ impl Wal {
         2 * Self::stage_len(limit)
     }
 
-    /// Length of the kept aligned copy (and capacity of the tail) for a tail limit: the
-    /// limit, a frame that reached it, and the partial block before it, in whole blocks.
+    /// Capacity of the tail's buffer and of the spare for a tail limit: the limit, a frame
+    /// that reached it, and the partial block before it, in whole blocks.
     fn stage_len(limit: u64) -> u64 {
         (2 * limit + BLOCK).next_multiple_of(BLOCK)
     }
@@ -440,6 +509,9 @@ impl Wal {
                 payload.len()
             )));
         }
+        if self.broken.load(Ordering::Acquire) {
+            return Err(self.failure());
+        }
         let len = (FRAME_HEADER as usize + payload.len()).next_multiple_of(8);
         let mut t = self.tail.lock();
         let lsn = self.appended.load(Ordering::Acquire);
@@ -456,18 +528,9 @@ impl Wal {
         let mut unwritten = 0;
         match &self.files[generation as usize % 2] {
             LogFile::Block(_) => {
-                let need = t.buf.len() + len;
-                if need > t.buf.capacity() {
-                    // Exactly: a doubling `Vec` would hold up to twice what the limit allows.
-                    let want = need.max(Self::stage_len(self.tail_limit as u64) as usize);
-                    let more = want - t.buf.len();
-                    t.buf.reserve_exact(more);
-                }
-                t.buf.extend_from_slice(&header);
-                t.buf.extend_from_slice(payload);
-                let padded = t.buf.len() + pad;
-                t.buf.resize(padded, 0);
-                unwritten = padded;
+                let least = Self::stage_len(self.tail_limit as u64) as usize;
+                t.buf.push([&header, payload], pad, least)?;
+                unwritten = t.buf.len();
             }
             LogFile::Pmem(region) => {
                 // Straight into the mapping, no staging copy; the padding is zeroed because a
@@ -486,10 +549,64 @@ impl Wal {
         self.counters.bytes.add(payload.len() as u64);
         if unwritten >= self.tail_limit {
             // Written, not synced: what bounds DRAM is the write. The next flush's sync makes
-            // it durable (an `fdatasync` covers every earlier write of the file).
+            // it durable (an `fdatasync` covers every earlier write of the file). Reached only
+            // when no write-behind thread runs or it fell behind by half the limit.
             self.write_out(false).map_err(|e| self.fail(e))?;
+        } else if unwritten >= self.tail_limit / 2 {
+            self.ask_write_behind();
         }
         Ok(end)
+    }
+
+    /// Wakes the write-behind thread, if there is one, for the tail (once per write-out).
+    fn ask_write_behind(&self) {
+        if let Some(thread) = self.write_behind.get()
+            && !self.write_behind_asked.swap(true, Ordering::AcqRel)
+        {
+            thread.unpark();
+        }
+    }
+
+    /// Starts a thread that writes the tail out (unsynced) once it holds half the tail limit,
+    /// so that appenders rarely write it themselves: an appender that reaches the limit holds
+    /// the store's writer while its write runs (4 MiB by default, milliseconds). `None` for a
+    /// log on persistent memory, whose frames go straight into the mapping. Stop the returned
+    /// thread before the log is closed; appends then write the tail themselves again.
+    pub fn spawn_write_behind(self: &Arc<Self>) -> Result<Option<Background>> {
+        if self.files[0].region().is_some() {
+            return Ok(None);
+        }
+        // The interval only matters if a wake-up were lost; appenders wake the thread.
+        let thread = Background::spawn(
+            "tierbase-wal",
+            self.clone(),
+            Duration::from_secs(1),
+            |wal, ticker| {
+                while ticker.next() {
+                    wal.write_behind_asked.store(false, Ordering::Release);
+                    let unwritten = wal
+                        .appended
+                        .load(Ordering::Acquire)
+                        .saturating_sub(wal.written.load(Ordering::Acquire));
+                    if unwritten < (wal.tail_limit / 2) as u64 {
+                        continue;
+                    }
+                    match wal.write_out(false) {
+                        Ok(()) => wal.counters.writes_behind.incr(),
+                        Err(e) => {
+                            let e = wal.fail(e);
+                            tracing::warn!("log write-behind: {e}");
+                        }
+                    }
+                }
+            },
+        )
+        .map_err(|e| Error::io("spawn the log's write-behind thread", None, e))?;
+        if let Some(handle) = thread.handle() {
+            // Set once: a second thread would only wait for the first one's writes.
+            let _ = self.write_behind.set(handle);
+        }
+        Ok(Some(thread))
     }
 
     /// Makes every frame up to `lsn` durable; concurrent callers share one write and sync.
@@ -512,7 +629,19 @@ impl Wal {
     fn fail(&self, e: Error) -> Error {
         let reason = e.to_string();
         self.group.fail(reason.clone());
+        self.broken.store(true, Ordering::Release);
         Error::ReadOnly { path: None, reason }
+    }
+
+    /// The error of a log that [`Wal::fail`] failed.
+    fn failure(&self) -> Error {
+        Error::ReadOnly {
+            path: None,
+            reason: self
+                .group
+                .failed()
+                .unwrap_or_else(|| "the log failed".to_string()),
+        }
     }
 
     /// Makes every appended frame durable.
@@ -524,16 +653,24 @@ impl Wal {
     /// `sync`, syncs the file; on persistent memory, with `sync`, persists the lines from the
     /// durable end to the appended end (without, nothing: frames are in the mapping).
     ///
-    /// Write-outs may overlap (a group commit's leader, and an append at the tail limit):
-    /// each takes the staging copy while it holds the tail lock and keeps it until its write
-    /// returned, so their writes reach the file in the order their copies were taken, and a
-    /// copy's zero padding never lands over frames a later copy wrote.
+    /// The tail's buffer is handed to the device as it is: under the tail lock it is swapped
+    /// for the spare, which continues with the last partial block (the next write starts
+    /// there), so appenders wait for a copy of less than a block, not for the write.
+    /// Write-outs may overlap (a group commit's leader, the write-behind thread, an append at
+    /// the tail limit): each takes the spare's lock first and holds it through its write, so
+    /// writes reach the file in the order their tails were taken, and a write's zero padding
+    /// never lands over frames a later write put there.
     fn write_out(&self, sync: bool) -> Result<()> {
-        let t = self.tail.lock();
-        if let LogFile::Pmem(region) = &self.files[t.generation as usize % 2] {
+        if self.files[0].region().is_some() {
             if !sync {
                 return Ok(());
             }
+            let t = self.tail.lock();
+            let Some(region) = self.files[t.generation as usize % 2].region() else {
+                return Err(Error::InvalidArgument(
+                    "a log in one file and one persistent-memory region".into(),
+                ));
+            };
             // Frames are complete in the mapping up to `appended` (stored under the tail
             // lock), and everything before the generation's start is durable already (a
             // switch flushes first), so the range lies inside this generation's file.
@@ -550,6 +687,8 @@ impl Wal {
             self.durable.fetch_max(end, Ordering::AcqRel);
             return Ok(());
         }
+        let mut spare = self.spare.lock();
+        let mut t = self.tail.lock();
         let end = t.buf_lsn + t.buf.len() as u64;
         let done = if sync { &self.durable } else { &self.written };
         if end <= done.load(Ordering::Acquire) {
@@ -557,59 +696,57 @@ impl Wal {
         }
         let file = &self.files[t.generation as usize % 2];
         let LogFile::Block(device) = file else {
-            unreachable!("the persistent-memory log returned above");
+            return Err(Error::InvalidArgument(
+                "a log in one file and one persistent-memory region".into(),
+            ));
         };
-        if t.buf.is_empty() {
-            // An unsynced write-out that ended on a block boundary wrote it all (`end` is the
-            // written end, so this is a sync): only the sync is left.
+        if end <= self.written.load(Ordering::Acquire) {
+            // Everything is in the file (no write runs: this holds the spare's lock), e.g. an
+            // unsynced write-out that ended on a block boundary: only the sync is left.
             drop(t);
+            drop(spare);
             device.sync()?;
             self.counters.syncs.incr();
             self.durable.fetch_max(end, Ordering::AcqRel);
             return Ok(());
         }
         let offset = BLOCK + (t.buf_lsn - t.gen_start);
-        let padded = (t.buf.len() as u64).next_multiple_of(BLOCK) as usize;
         let kept = Self::stage_len(self.tail_limit as u64) as usize;
-        let mut stage = self.stage.lock();
-        let mut one_off = None;
-        let out: &mut AlignedBuf = if padded <= kept {
-            match &mut *stage {
-                Some(buf) => buf,
-                empty => empty.insert(AlignedBuf::new(kept)?),
-            }
-        } else {
-            // A frame larger than the limit: its copy is not kept.
-            one_off.insert(AlignedBuf::new(padded)?)
+        // The tail continues with the last partial block, whose rest the next write fills.
+        let keep_from = t.gen_start + (end - t.gen_start) / BLOCK * BLOCK;
+        let carried = (keep_from - t.buf_lsn) as usize;
+        let mut next = match spare.take() {
+            Some(buf) => buf,
+            None => AlignedBuf::new(kept)?,
         };
-        out.set_len(padded)?;
-        out[..t.buf.len()].copy_from_slice(&t.buf);
-        out[t.buf.len()..].fill(0);
-        let (buf_lsn, gen_start, generation) = (t.buf_lsn, t.gen_start, t.generation);
+        next.set_len(next.capacity())?;
+        let filled = t.buf.len();
+        next[..filled - carried].copy_from_slice(&t.buf.as_slice()[carried..]);
+        let mut out = t
+            .buf
+            .bytes
+            .replace(next)
+            .expect("a tail with frames has a buffer");
+        t.buf.filled = filled - carried;
+        t.buf_lsn = keep_from;
         drop(t);
+        // The buffer's capacity is whole blocks, so the padded length fits.
+        let padded = filled.next_multiple_of(BLOCK as usize);
+        out.set_len(out.capacity())?;
+        out[filled..padded].fill(0);
+        out.set_len(padded)?;
         file.ensure_len(offset + padded as u64)?;
-        device.write_at(offset, out)?;
-        drop(stage);
+        device.write_at(offset, &out)?;
         self.counters.bytes_written.add(padded as u64);
+        self.written.fetch_max(end, Ordering::AcqRel);
+        // A buffer grown for a frame larger than the limit is given back, not kept.
+        if out.capacity() <= kept {
+            *spare = Some(out);
+        }
+        drop(spare);
         if sync {
             device.sync()?;
             self.counters.syncs.incr();
-        }
-        // Keep only the last partial block: the next write starts there. (An overlapping
-        // write-out may have drained part of it already; what is left up to `keep_from` was
-        // in this write too, since the tail only moves forward within a generation.)
-        let keep_from = gen_start + (end - gen_start) / BLOCK * BLOCK;
-        let mut t = self.tail.lock();
-        if t.generation == generation && keep_from > t.buf_lsn && t.buf_lsn >= buf_lsn {
-            let cut = (keep_from - t.buf_lsn) as usize;
-            t.buf.drain(..cut);
-            t.buf_lsn = keep_from;
-        }
-        // After a frame larger than the limit, give its room back.
-        t.buf.shrink_to(kept);
-        drop(t);
-        self.written.fetch_max(end, Ordering::AcqRel);
-        if sync {
             self.durable.fetch_max(end, Ordering::AcqRel);
         }
         Ok(())
@@ -835,7 +972,7 @@ mod tests {
             let bound = Wal::buffer_bytes(limit, false) as usize;
             let held = |wal: &Wal| {
                 wal.tail.lock().buf.capacity()
-                    + wal.stage.lock().as_ref().map_or(0, AlignedBuf::capacity)
+                    + wal.spare.lock().as_ref().map_or(0, AlignedBuf::capacity)
             };
             let syncs = wal.counters.syncs.get();
             let payload = vec![3u8; 10_000];
@@ -879,7 +1016,7 @@ mod tests {
         let wal = wal.with_tail_limit(BLOCK as usize);
         let payload = vec![9u8; (BLOCK - FRAME_HEADER) as usize];
         wal.append(&payload).unwrap();
-        assert!(wal.tail.lock().buf.is_empty());
+        assert_eq!(wal.tail.lock().buf.len(), 0);
         assert_eq!(wal.durable_lsn(), end.lsn);
         let syncs = wal.counters.syncs.get();
         wal.flush().unwrap();
@@ -893,7 +1030,6 @@ mod tests {
     /// was appended before it.
     #[test]
     fn write_outs_at_the_limit_overlapping_flushes_keep_every_frame() {
-        use std::sync::atomic::AtomicBool;
         let dir = tempfile::tempdir().unwrap();
         let (wal, end) = started(files(dir.path()), 0);
         let wal = wal.with_tail_limit(2 * BLOCK as usize);
@@ -941,7 +1077,7 @@ mod tests {
     #[test]
     fn power_loss_after_unsynced_write_outs_keeps_every_flushed_frame() {
         use crate::device::{BlockCrashConfig, SimPower};
-        for seed in 0..12u64 {
+        for (seed, behind) in (0..12u64).flat_map(|s| [(s, false), (s, true)]) {
             let power = SimPower::new(BlockCrashConfig {
                 torn_survival: 0.5,
                 seed,
@@ -953,7 +1089,9 @@ mod tests {
                     .into()
             };
             let (wal, end) = started([make(0), make(1)], 0);
-            let wal = wal.with_tail_limit(BLOCK as usize);
+            let wal = Arc::new(wal.with_tail_limit(BLOCK as usize));
+            // With a write-behind thread, write-outs also come from it, racing the appends.
+            let writer = behind.then(|| wal.spawn_write_behind().unwrap().unwrap());
             let frame = |i: u64| -> Vec<u8> {
                 let len = 40 + (i * 977 + seed * 131) % 3_000;
                 (0..len).map(|j| (i * 7 + j) as u8).collect()
@@ -974,6 +1112,7 @@ mod tests {
             );
             let generation = wal.generation();
             power.cut();
+            drop(writer);
             let images: Vec<Vec<u8>> = wal
                 .files()
                 .iter()
@@ -991,16 +1130,127 @@ mod tests {
             });
             let mut got = 0u64;
             Wal::replay(&files, generation, end.lsn, |_, p| {
-                assert_eq!(p, &frame(got)[..], "seed {seed}: frame {got}");
+                assert_eq!(p, &frame(got)[..], "seed {seed} ({behind}): frame {got}");
                 got += 1;
                 Ok(())
             })
             .unwrap();
             assert!(
                 (flushed..=total).contains(&got),
-                "seed {seed}: {got} frames back, {flushed} flushed of {total}"
+                "seed {seed} ({behind}): {got} frames back, {flushed} flushed of {total}"
             );
         }
+    }
+
+    /// Waits until `done` holds, failing the test if it never does (a generous bound: this
+    /// checks that the write-behind thread acts at all, not how fast).
+    fn wait_for(what: &str, done: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "never: {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Once the tail holds half its limit, the write-behind thread writes it out (unsynced)
+    /// and appenders do not; with appends, flushes and write-behind racing, every frame comes
+    /// back whole and in order.
+    #[test]
+    fn the_write_behind_thread_writes_the_tail_out_and_keeps_every_frame() {
+        let dir = tempfile::tempdir().unwrap();
+        let (wal, end) = started(files(dir.path()), 0);
+        let limit = 16 * BLOCK as usize;
+        let wal = Arc::new(wal.with_tail_limit(limit));
+        let writer = wal.spawn_write_behind().unwrap().expect("a log in files");
+        let frame = |i: u64| -> Vec<u8> {
+            let len = 1 + (i * 613) % 1_500;
+            (0..len).map(|j| (i * 13 + j * 5) as u8).collect()
+        };
+        // Half the limit, not all of it: only the thread may write this out.
+        let mut i = 0u64;
+        while wal.tail.lock().buf.len() < limit / 2 {
+            wal.append(&frame(i)).unwrap();
+            i += 1;
+        }
+        wait_for("the write-behind thread wrote the tail", || {
+            wal.counters.writes_behind.get() == 1
+        });
+        assert!(wal.written.load(Ordering::Acquire) >= wal.next_lsn());
+        assert_eq!(wal.durable_lsn(), end.lsn, "written out, not synced");
+        assert!(
+            wal.tail.lock().buf.len() < BLOCK as usize,
+            "only a partial block left"
+        );
+        // Appends racing write-behind and group commits.
+        let n = 6_000u64;
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let flusher = s.spawn(|| {
+                while !stop.load(Ordering::Acquire) {
+                    let target = wal.next_lsn();
+                    wal.flush_to(target).unwrap();
+                    assert!(wal.durable_lsn() >= target);
+                }
+            });
+            while i < n {
+                wal.append(&frame(i)).unwrap();
+                i += 1;
+            }
+            stop.store(true, Ordering::Release);
+            flusher.join().unwrap();
+        });
+        wal.flush().unwrap();
+        drop(writer);
+        let (generation, appended) = (wal.generation(), wal.next_lsn());
+        drop(wal);
+        let mut got = 0u64;
+        let replayed = Wal::replay(&reopen(dir.path()), generation, end.lsn, |_, p| {
+            assert_eq!(p, &frame(got)[..], "frame {got}");
+            got += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((got, replayed.lsn), (n, appended));
+    }
+
+    /// A write-out by the write-behind thread that fails fails the log: the next append and
+    /// every flush report the error, and nothing is reported durable.
+    #[test]
+    fn a_failed_write_behind_fails_later_appends_and_flushes() {
+        use crate::device::{BlockCrashConfig, SimPower};
+        let make = |power: &Arc<SimPower>| -> [LogFile; 2] {
+            [0, 1].map(|i| {
+                BlockDevice::simulated(&format!("log{i}"), 4096, 512, power)
+                    .unwrap()
+                    .into()
+            })
+        };
+        // The syncs a new log takes, after which every write fails.
+        let probe = SimPower::new(BlockCrashConfig::default());
+        let _ = started(make(&probe), 0);
+        let power = SimPower::new(BlockCrashConfig {
+            fail_syncs_after: Some(probe.syncs()),
+            ..BlockCrashConfig::default()
+        });
+        let (wal, end) = started(make(&power), 0);
+        let limit = 16 * BLOCK as usize;
+        let wal = Arc::new(wal.with_tail_limit(limit));
+        let _writer = wal.spawn_write_behind().unwrap().unwrap();
+        let payload = vec![1u8; 1000];
+        while wal.tail.lock().buf.len() < limit / 2 {
+            wal.append(&payload).unwrap();
+        }
+        wait_for("the failed write-behind failed the log", || {
+            wal.broken.load(Ordering::Acquire)
+        });
+        let err = wal.append(&payload).unwrap_err();
+        assert!(
+            matches!(&err, Error::ReadOnly { reason, .. } if reason.contains("injected")),
+            "{err}"
+        );
+        assert!(matches!(wal.flush(), Err(Error::ReadOnly { .. })));
+        assert_eq!(wal.durable_lsn(), end.lsn);
+        assert_eq!(wal.counters.writes_behind.get(), 0);
     }
 
     /// Replay reads the file in 1 MiB chunks: frames larger than a chunk and frames that
