@@ -119,8 +119,8 @@ pub struct BTreeOptions {
     /// Dirty pages written together when an eviction meets a dirty victim (ACE's `n_w`,
     /// see [`BufferPool::with_write_back_batch`]). 0 (the default) takes `k_w` of the
     /// emulated device profile when one is set; else, for a page file on a disk's file system
-    /// opened with `O_DIRECT` and no NVM tier, [`DISK_WRITE_BACK_BATCH`] (at most an eighth of
-    /// the pool); else (tmpfs, an NVM tier, simulated devices) 1, plain Clock.
+    /// or a raw device, opened with `O_DIRECT`, and no NVM tier, [`DISK_WRITE_BACK_BATCH`] (at
+    /// most an eighth of the pool); else (tmpfs, an NVM tier, simulated devices) 1, plain Clock.
     pub write_back_batch: usize,
     /// Bytes of persistent memory for the NVM tier of a new store, or of a store opened
     /// without one (0, the default: no NVM tier, the DRAM-over-SSD design). A store that has
@@ -896,9 +896,8 @@ impl BTreeStore {
                 log.clone(),
             )?;
             let device = pool.device();
-            let on_disk = devs.nvm.is_none()
-                && device.is_direct()
-                && matches!(fs_kind(&device.info().path), FsKind::Disk);
+            // Asked of the open file, not its path: a raw device under /dev is a disk.
+            let on_disk = devs.nvm.is_none() && device.is_direct() && !device.on_memory_fs();
             let n_w = match (opts.write_back_batch, device.emulator()) {
                 (0, Some(e)) => e.profile().k_w as usize,
                 (0, None) if on_disk => DISK_WRITE_BACK_BATCH.min(pool.frames() / 8).max(1),

@@ -507,6 +507,13 @@ impl BlockDevice {
         self.file_fs == Some(super::FsKind::Disk)
     }
 
+    /// Whether the device is a regular file on tmpfs or ramfs, whose writes never reach a
+    /// disk. Asked of the open file: a raw device under `/dev` (a devtmpfs, whose path a
+    /// `statfs` would report as tmpfs) is not.
+    pub fn on_memory_fs(&self) -> bool {
+        self.file_fs == Some(super::FsKind::Memory)
+    }
+
     fn grow_with(&self, new_len: u64, zero_fill: bool) -> Result<()> {
         let _serial = self.grow_lock.lock();
         let len = self.len();
@@ -1187,6 +1194,7 @@ mod tests {
             let opts = BlockOptions::default();
             let dev = BlockDevice::create(&path, 8192, &opts).unwrap();
             assert_eq!(dev.file_fs, Some(super::super::FsKind::Memory));
+            assert!(dev.on_memory_fs());
             assert!(!dev.zero_fill_pays());
             let mut buf = AlignedBuf::new(4096).unwrap();
             buf.fill(0xa5);
@@ -1213,6 +1221,7 @@ mod tests {
                 dev.zero_fill_pays(),
                 "a file on a disk file system keeps its zeros"
             );
+            assert!(!dev.on_memory_fs());
             let file = std::fs::File::create(dir.path().join("f")).unwrap();
             assert_eq!(
                 super::super::regular_file_fs(&file),
