@@ -928,6 +928,25 @@ mod tests {
         })
     }
 
+    /// Replay of the log in `dir` from `(generation, start)` returns frames `frame(0..n)` in
+    /// order and ends at `appended`.
+    fn replays_exactly(
+        dir: &std::path::Path,
+        (generation, start): (u32, u64),
+        n: u64,
+        appended: u64,
+        frame: impl Fn(u64) -> Vec<u8>,
+    ) {
+        let mut got = 0u64;
+        let replayed = Wal::replay(&reopen(dir), generation, start, |_, p| {
+            assert_eq!(p, &frame(got)[..], "frame {got}");
+            got += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((got, replayed.lsn), (n, appended));
+    }
+
     /// A new log in `files` (generation 1 from LSN `start`, replayed: no frames) continued in
     /// generation 2, as a store's create and open leave it; and where generation 1 ended.
     fn started(files: [LogFile; 2], start: u64) -> (Wal, LogEnd) {
@@ -1092,14 +1111,7 @@ mod tests {
         );
         let (generation, appended) = (wal.generation(), wal.next_lsn());
         drop(wal);
-        let mut got = 0u64;
-        let replayed = Wal::replay(&reopen(dir.path()), generation, end.lsn, |_, p| {
-            assert_eq!(p, &frame(got)[..], "frame {got}");
-            got += 1;
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!((got, replayed.lsn), (n, appended));
+        replays_exactly(dir.path(), (generation, end.lsn), n, appended, frame);
     }
 
     /// A power loss after tails were written out unsynced, on a device that tears unsynced
@@ -1236,20 +1248,11 @@ mod tests {
         drop(writer);
         let (generation, appended) = (wal.generation(), wal.next_lsn());
         drop(wal);
-        let mut got = 0u64;
-        let replayed = Wal::replay(&reopen(dir.path()), generation, end.lsn, |_, p| {
-            assert_eq!(p, &frame(got)[..], "frame {got}");
-            got += 1;
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!((got, replayed.lsn), (n, appended));
+        replays_exactly(dir.path(), (generation, end.lsn), n, appended, frame);
     }
 
-    /// A write-out by the write-behind thread that fails fails the log: the next append and
-    /// every flush report the error, and nothing is reported durable.
-    #[test]
-    fn a_failed_write_behind_fails_later_appends_and_flushes() {
+    /// A new log on simulated devices whose every write and sync fails once it is started.
+    fn started_failing() -> (Wal, LogEnd) {
         use crate::device::{BlockCrashConfig, SimPower};
         let make = |power: &Arc<SimPower>| -> [LogFile; 2] {
             [0, 1].map(|i| {
@@ -1258,14 +1261,21 @@ mod tests {
                     .into()
             })
         };
-        // The syncs a new log takes, after which every write fails.
+        // The syncs starting a log takes, after which every write fails.
         let probe = SimPower::new(BlockCrashConfig::default());
         let _ = started(make(&probe), 0);
         let power = SimPower::new(BlockCrashConfig {
             fail_syncs_after: Some(probe.syncs()),
             ..BlockCrashConfig::default()
         });
-        let (wal, end) = started(make(&power), 0);
+        started(make(&power), 0)
+    }
+
+    /// A write-out by the write-behind thread that fails fails the log: the next append and
+    /// every flush report the error, and nothing is reported durable.
+    #[test]
+    fn a_failed_write_behind_fails_later_appends_and_flushes() {
+        let (wal, end) = started_failing();
         let limit = 16 * BLOCK as usize;
         let wal = Arc::new(wal.with_tail_limit(limit));
         let _writer = wal.spawn_write_behind().unwrap().unwrap();
@@ -1291,21 +1301,7 @@ mod tests {
     /// is reported written or durable.
     #[test]
     fn a_failed_write_out_fails_the_log_before_the_next_one_runs() {
-        use crate::device::{BlockCrashConfig, SimPower};
-        let make = |power: &Arc<SimPower>| -> [LogFile; 2] {
-            [0, 1].map(|i| {
-                BlockDevice::simulated(&format!("log{i}"), 4096, 512, power)
-                    .unwrap()
-                    .into()
-            })
-        };
-        let probe = SimPower::new(BlockCrashConfig::default());
-        let _ = started(make(&probe), 0);
-        let power = SimPower::new(BlockCrashConfig {
-            fail_syncs_after: Some(probe.syncs()),
-            ..BlockCrashConfig::default()
-        });
-        let (wal, end) = started(make(&power), 0);
+        let (wal, end) = started_failing();
         for _ in 0..3 {
             wal.append(&[4u8; 3000]).unwrap();
         }
