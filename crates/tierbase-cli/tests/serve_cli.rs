@@ -49,9 +49,14 @@ fn free_port() -> u16 {
 /// for its "listening on" line. Retries with another port when the one picked was taken in
 /// between.
 fn serve(path: &Path, extra: &[&str]) -> Served {
+    serve_on("127.0.0.1", path, extra)
+}
+
+/// [`serve`] listening on `host` (an IPv4 address) instead of loopback.
+fn serve_on(host: &str, path: &Path, extra: &[&str]) -> Served {
     let mut last = String::new();
     for _ in 0..5 {
-        match try_serve(path, extra) {
+        match try_serve(host, path, extra) {
             Ok(s) => return s,
             Err(err) if err.contains("in use") => last = err,
             Err(err) => panic!("tierbase serve did not start: {err}"),
@@ -60,9 +65,9 @@ fn serve(path: &Path, extra: &[&str]) -> Served {
     panic!("tierbase serve did not find a free port: {last}");
 }
 
-fn try_serve(path: &Path, extra: &[&str]) -> Result<Served, String> {
+fn try_serve(host: &str, path: &Path, extra: &[&str]) -> Result<Served, String> {
     let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
+    let listen = format!("{host}:{port}");
     let mut child = Command::new(BIN)
         .args([
             "serve",
@@ -192,11 +197,35 @@ impl Served {
         c.send(&[b"SHUTDOWN"]).expect("send SHUTDOWN");
         // Redis answers SHUTDOWN by closing the connection.
         assert!(c.read().is_err(), "SHUTDOWN must not reply");
+        let port = self.port;
         let (status, err) = self.wait_exit();
         assert!(status.success(), "after SHUTDOWN: {status}\n{err}");
         assert!(err.contains("stopped (SHUTDOWN command)"), "{err}");
-        assert!(err.contains("store closed cleanly"), "{err}");
+        assert_stop_line_names_what_was_served(&err, port);
         err
+    }
+}
+
+/// The stop line says the store closed cleanly and repeats what the start line said was
+/// served: address, store, medium, commit level and guarantee.
+fn assert_stop_line_names_what_was_served(stderr: &str, port: u16) {
+    let start = stderr
+        .lines()
+        .find_map(|l| l.split_once("listening on "))
+        .map(|(_, what)| what)
+        .expect("a start line");
+    let stop = stderr
+        .lines()
+        .find(|l| l.contains("tierbase serve: stopped ("))
+        .expect("a stop line");
+    assert!(stop.contains("store closed cleanly"), "{stop}");
+    assert!(
+        stop.ends_with(&format!("served {start}")),
+        "{stop}\nstarted: {start}"
+    );
+    assert!(start.contains(&format!(":{port} — store ")), "{start}");
+    for part in ["; commit ", "; guarantee: "] {
+        assert!(start.contains(part), "{start}");
     }
 }
 
@@ -535,12 +564,27 @@ fn info_field(c: &mut Conn, field: &str) -> Option<String> {
 
 #[test]
 fn kill_9_under_load_loses_no_acknowledged_write() {
+    kill_9_under_load("kv");
+}
+
+#[test]
+fn kill_9_under_load_loses_no_acknowledged_write_btree() {
+    kill_9_under_load("btree");
+}
+
+fn kill_9_under_load(store: &str) {
     // On a disk file system this covers what the server promises at `immediate` (fsync
     // before reply); on tmpfs it covers a process crash only.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("crash.tb");
+    let args = ["--store", store];
     let mut models = vec![WriterModel::default(); WRITERS];
-    let mut server = serve(&path, &[]);
+    let mut server = serve(&path, &args);
+    assert!(
+        server.ready_line.contains(&format!("store {store} ")),
+        "{}",
+        server.ready_line
+    );
     assert!(
         server.ready_line.contains("commit immediate"),
         "{}",
@@ -577,7 +621,7 @@ fn kill_9_under_load_loses_no_acknowledged_write() {
                 .unwrap_or_else(|e| panic!("writer {t}, cycle {cycle}: {e}"));
         }
 
-        server = serve(&path, &[]);
+        server = serve(&path, &args);
         let mut c = server.connect();
         let mut in_flight_applied = 0;
         for (t, model) in models.iter_mut().enumerate() {
@@ -599,7 +643,7 @@ fn kill_9_under_load_loses_no_acknowledged_write() {
 
     // A clean stop after the last restart, and the state survives it exactly.
     server.shutdown();
-    let server = serve(&path, &[]);
+    let server = serve(&path, &args);
     let mut c = server.connect();
     for (t, model) in models.iter().enumerate() {
         for (key, state) in &model.keys {
@@ -629,7 +673,7 @@ fn graceful_stop_on(signal: &str) {
     let (status, err) = server.wait_exit();
     assert!(status.success(), "after SIG{signal}: {status}\n{err}");
     assert!(err.contains(&format!("stopped (SIG{signal})")), "{err}");
-    assert!(err.contains("store closed cleanly"), "{err}");
+    assert_stop_line_names_what_was_served(&err, server.port);
     for bad in ["panicked", "error"] {
         assert!(!err.contains(bad), "{err}");
     }
@@ -683,6 +727,42 @@ fn public_listen_without_password_is_refused_before_creating_the_store() {
     let err = assert_one_line_error(&o, "public listen");
     assert!(err.contains("requirepass"), "{err}");
     assert!(!path.exists(), "the store file must not be created");
+}
+
+/// `--protected-mode no` lets a non-loopback address be served without a password. (It once
+/// could not be given at all: the flag was parsed as a switch that takes no value.)
+#[test]
+fn protected_mode_no_serves_a_public_address_without_a_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("public.tb");
+    let server = serve_on("0.0.0.0", &path, &["--protected-mode", "no"]);
+    assert!(
+        server.ready_line.contains("listening on 0.0.0.0:"),
+        "{}",
+        server.ready_line
+    );
+    let mut c = server.connect();
+    c.set("k", "public");
+    assert_eq!(c.get("k"), Some(b"public".to_vec()));
+    drop(c);
+    server.shutdown();
+}
+
+#[test]
+fn protected_mode_takes_yes_or_no_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("never.tb");
+    let p = path.to_str().unwrap();
+    for bad in [
+        &["--protected-mode", "maybe"][..],
+        &["--protected-mode"][..],
+    ] {
+        let o = tierbase(&[&["serve", "--path", p][..], bad].concat());
+        let err = assert_one_line_error(&o, "bad --protected-mode");
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("protected-mode"), "{err}");
+    }
+    assert!(!path.exists());
 }
 
 #[test]
@@ -766,14 +846,16 @@ fn none_starts_and_keeps_data() {
     level_starts_and_keeps_data("none", "none");
 }
 
-/// The start line promises that at `eventual` and `none` acknowledged writes survive a
-/// process crash (the page cache keeps them); kill -9 must not lose them.
+/// The KV store's start line promises that at `eventual` and `none` acknowledged writes
+/// survive a process crash (records are written into the mapped file, which the page cache
+/// keeps); kill -9 must not lose them.
 #[test]
 fn relaxed_levels_survive_kill_9() {
     for level in ["eventual:50", "none"] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("relaxed.tb");
-        let mut server = serve(&path, &["--durability", level]);
+        let args = ["--store", "kv", "--durability", level];
+        let mut server = serve(&path, &args);
         assert!(
             server.ready_line.contains("survive a process crash"),
             "{}",
@@ -784,7 +866,7 @@ fn relaxed_levels_survive_kill_9() {
             c.set(&format!("k{i}"), &format!("{level}-{i}"));
         }
         server.kill9();
-        let server = serve(&path, &["--durability", level]);
+        let server = serve(&path, &args);
         let mut c = server.connect();
         for i in 0..200 {
             assert_eq!(
@@ -793,6 +875,51 @@ fn relaxed_levels_survive_kill_9() {
                 "k{i} at {level} after kill -9"
             );
         }
+        drop(c);
+        server.shutdown();
+    }
+}
+
+/// The B+-tree keeps its log's tail in the process until a sync: at `eventual` and `none`
+/// its start line says a process crash may take acknowledged writes (it once promised they
+/// survived one), and after kill -9 what is left of one client's SETs is a prefix of them.
+#[test]
+fn btree_relaxed_levels_say_what_kill_9_may_take() {
+    for (level, says) in [
+        (
+            "eventual:50",
+            "may take the last 50 ms of acknowledged writes",
+        ),
+        (
+            "none",
+            "may take every acknowledged write since the last sync",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relaxed");
+        let args = ["--store", "btree", "--durability", level];
+        let mut server = serve(&path, &args);
+        assert!(server.ready_line.contains(says), "{}", server.ready_line);
+        let mut c = server.connect();
+        let n = 2_000;
+        for i in 0..n {
+            c.set(&format!("k{i:05}"), &format!("{level}-{i}"));
+        }
+        server.kill9();
+        let server = serve(&path, &args);
+        let mut c = server.connect();
+        let present: Vec<bool> = (0..n)
+            .map(|i| {
+                let v = c.get(&format!("k{i:05}"));
+                assert!(v.is_none() || v == Some(format!("{level}-{i}").into_bytes()));
+                v.is_some()
+            })
+            .collect();
+        let kept = present.iter().take_while(|p| **p).count();
+        assert!(
+            present[kept..].iter().all(|p| !p),
+            "{level}: not a prefix (first {kept} kept)"
+        );
         drop(c);
         server.shutdown();
     }

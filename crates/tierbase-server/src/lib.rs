@@ -34,4 +34,6 @@ mod stores;
 pub use error::{Result, ServerError};
 pub use glob::glob_match;
 pub use server::{Ready, Server, ServerConfig, ShutdownHandle, Summary};
-pub use stores::{ReplyPolicy, STORES, open_store, open_store_with, reply_policy};
+pub use stores::{
+    AUTO, ReplyPolicy, STORES, open_store, open_store_with, reply_policy, resolve_store,
+};

@@ -4,10 +4,11 @@
 //! go out ([`ReplyPolicy`]). Must not touch: the protocol or commands. Adding a store is one
 //! arm here: open it, and say whether the server syncs before replying.
 
+use std::io::Read;
 use std::path::Path;
 
 use tierbase::btree::{BTreeOptions, BTreeStore};
-use tierbase::device::Durability;
+use tierbase::device::{Durability, FsKind, REGION_HEADER_LEN, REGION_MAGIC, fs_kind};
 use tierbase::hash::{PlushOptions, PlushStore};
 use tierbase::kv::{KvOptions, KvStore};
 use tierbase::store::Store;
@@ -16,6 +17,60 @@ use crate::error::{Result, ServerError};
 
 /// Store names `--store` accepts.
 pub const STORES: &[&str] = &["kv", "btree", "plush"];
+
+/// The store to serve at `path` when none is named ([`resolve_store`]).
+pub const AUTO: &str = "auto";
+
+/// The store `kind` names, or for [`AUTO`] the one `path` holds or suits: an existing
+/// directory is a `btree` store; an existing file is the `kv` or `plush` store its header
+/// names; a new path on tmpfs or ramfs gets `kv` (records in the mapped file, no log), and on
+/// any other file system `btree` (a sequential log and page writes a disk takes well: the KV
+/// store's in-place invalidations are random page writes there, docs/BENCHMARKS.md Figure 6).
+pub fn resolve_store(kind: &str, path: &Path) -> Result<&'static str> {
+    if kind != AUTO {
+        return STORES.iter().copied().find(|s| *s == kind).ok_or_else(|| {
+            ServerError::Config(format!(
+                "unknown store '{kind}' (stores: {}, {AUTO})",
+                STORES.join(", ")
+            ))
+        });
+    }
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(match fs_kind(path) {
+                FsKind::Memory => "kv",
+                FsKind::Disk => "btree",
+            });
+        }
+        Err(e) => return Err(which_store(path, &e.to_string())),
+    };
+    if meta.is_dir() {
+        return Ok("btree");
+    }
+    // A region's header, then the store's own magic at the start of its data.
+    let mut head = vec![0u8; REGION_HEADER_LEN + 8];
+    let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head));
+    if let Err(e) = read {
+        return Err(which_store(path, &e.to_string()));
+    }
+    let magic = &head[REGION_HEADER_LEN..];
+    if &head[..8] == REGION_MAGIC && magic == tierbase::kv::layout::MAGIC {
+        Ok("kv")
+    } else if &head[..8] == REGION_MAGIC && magic == tierbase::hash::layout::MAGIC {
+        Ok("plush")
+    } else {
+        Err(which_store(path, "neither a kv nor a plush store file"))
+    }
+}
+
+fn which_store(path: &Path, why: &str) -> ServerError {
+    ServerError::Config(format!(
+        "cannot tell which store {} holds ({why}): name it with --store ({})",
+        path.display(),
+        STORES.join(", ")
+    ))
+}
 
 /// When a write's reply is sent, and what the reply then promises.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,6 +123,16 @@ pub fn open_store_with(
             Ok((Box::new(store), policy))
         }
         "btree" => {
+            // As the file stores refuse it: a store directory is made, its parents are not.
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
+                && !parent.is_dir()
+            {
+                return Err(ServerError::Config(format!(
+                    "{}: the directory {} does not exist",
+                    path.display(),
+                    parent.display()
+                )));
+            }
             let store_level = match level {
                 Durability::Immediate => Durability::None,
                 other => other,
@@ -107,8 +172,24 @@ pub fn open_store_with(
 pub fn reply_policy(store: &dyn Store, level: Durability) -> ReplyPolicy {
     let medium = store.describe().guarantee;
     let defers = store.defers_sync();
+    let in_process = !store.applied_survives_process_crash();
     let (guarantee, class) = match (medium.as_str(), level) {
         ("nothing", _) => ("nothing survives the process".to_string(), "none"),
+        // Applied writes may wait in the process's memory until the store's next sync.
+        (_, Durability::Eventual(d)) if in_process => (
+            format!(
+                "a crash of the process or a power loss may take the last {} ms of \
+                 acknowledged writes",
+                d.as_millis()
+            ),
+            "none",
+        ),
+        (_, Durability::None) if in_process => (
+            "a crash of the process or a power loss may take every acknowledged write since \
+             the last sync (a checkpoint or a clean close)"
+                .to_string(),
+            "none",
+        ),
         ("power loss", Durability::Immediate) => (
             "every acknowledged write survives power loss".to_string(),
             "power-loss",
@@ -161,6 +242,49 @@ mod tests {
                 .unwrap();
             assert!(dram <= budget && dram > budget / 2, "{dram} of {budget}");
             store.close().unwrap();
+        }
+    }
+
+    /// `auto` serves what a path holds (a B+-tree directory, a KV or Plush file, told apart
+    /// by their headers), refuses a file it cannot tell, and for a new path picks by the file
+    /// system; a named store is taken as named.
+    #[test]
+    fn auto_serves_the_store_a_path_holds_or_suits() {
+        use super::{AUTO, resolve_store};
+        use tierbase::device::{FsKind, fs_kind};
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+        for kind in ["kv", "btree", "plush"] {
+            let path = dir.path().join(format!("made.{kind}"));
+            let (store, _) =
+                super::open_store_with(kind, &path, Durability::Immediate, Some(1 << 20)).unwrap();
+            store.close().unwrap();
+            assert_eq!(resolve_store(AUTO, &path).unwrap(), kind);
+            assert_eq!(resolve_store(kind, &path).unwrap(), kind);
+        }
+        let junk = dir.path().join("junk");
+        std::fs::write(&junk, vec![7u8; 8192]).unwrap();
+        let e = resolve_store(AUTO, &junk).unwrap_err().to_string();
+        assert!(e.contains("cannot tell") && e.contains("--store"), "{e}");
+        std::fs::write(&junk, b"short").unwrap();
+        assert!(resolve_store(AUTO, &junk).is_err());
+        assert!(resolve_store("nope", &junk).is_err());
+        let fresh = dir.path().join("fresh.tb");
+        let expect = match fs_kind(dir.path()) {
+            FsKind::Memory => "kv",
+            FsKind::Disk => "btree",
+        };
+        assert_eq!(resolve_store(AUTO, &fresh).unwrap(), expect);
+        // A file system of the other kind where there is one.
+        let other = tempfile::tempdir().unwrap();
+        if fs_kind(other.path()) != fs_kind(dir.path()) {
+            let expect = match fs_kind(other.path()) {
+                FsKind::Memory => "kv",
+                FsKind::Disk => "btree",
+            };
+            assert_eq!(
+                resolve_store(AUTO, &other.path().join("x")).unwrap(),
+                expect
+            );
         }
     }
 }

@@ -1122,6 +1122,72 @@ fn max_clients_rejects_and_recovers() {
     assert!(summary.connections >= 4, "{summary:?}");
 }
 
+/// A request that never completes cannot grow the input buffer without bound: past the
+/// largest request the limits allow to complete, it is refused and the connection closed;
+/// other clients go on.
+#[test]
+fn an_endless_request_reaches_the_query_buffer_limit() {
+    let mut server = TestServer::start_with(|c| c.limits.max_bulk_len = 1024);
+    let mut other = server.raw();
+    // The limit: the longest bulk plus 64 read chunks of 16 KiB (server.rs).
+    let limit = 1024 + 64 * 16 * 1024;
+    let mut request = b"*100000\r\n".to_vec();
+    while request.len() <= limit {
+        request.extend_from_slice(b"$1000\r\n");
+        request.extend_from_slice(&[b'x'; 1000]);
+        request.extend_from_slice(b"\r\n");
+    }
+    let r = server.reply_then_close(&request);
+    assert!(
+        r.starts_with(b"-ERR Protocol error: query buffer limit reached"),
+        "{:?}",
+        show(&r)
+    );
+    assert_eq!(show(&other.cmd(&[b"PING"])), "+PONG\r\n");
+    drop(other);
+    server.stop();
+}
+
+/// COMMAND INFO describes the commands asked for (nil for unknown ones) as COMMAND lists
+/// them; COMMAND DOCS answers with an empty map (no hints), which redis-cli accepts.
+#[test]
+fn command_info_and_docs() {
+    let mut server = TestServer::start();
+    let mut c = server.client();
+    let info: Vec<redis::Value> = cmd("COMMAND")
+        .arg("INFO")
+        .arg("get")
+        .arg("SET")
+        .arg("nosuch")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(info.len(), 3);
+    let entry = |v: &redis::Value| -> (String, i64, i64) {
+        let redis::Value::Array(fields) = v else {
+            panic!("{v:?}")
+        };
+        let name: String = redis::from_redis_value(fields[0].clone()).unwrap();
+        let arity: i64 = redis::from_redis_value(fields[1].clone()).unwrap();
+        let first_key: i64 = redis::from_redis_value(fields[3].clone()).unwrap();
+        (name, arity, first_key)
+    };
+    assert_eq!(entry(&info[0]), ("get".to_string(), 2, 1));
+    assert_eq!(entry(&info[1]), ("set".to_string(), -3, 1));
+    assert_eq!(info[2], redis::Value::Nil);
+    let all: Vec<redis::Value> = cmd("COMMAND").query(&mut c).unwrap();
+    assert!(all.contains(&info[0]) && all.contains(&info[1]));
+    let docs: redis::Value = cmd("COMMAND").arg("DOCS").query(&mut c).unwrap();
+    assert!(
+        matches!(&docs, redis::Value::Array(v) if v.is_empty())
+            || matches!(&docs, redis::Value::Map(v) if v.is_empty()),
+        "{docs:?}"
+    );
+    let e = query_err(&mut c, cmd("COMMAND").arg("NOSUCH"));
+    assert!(e.starts_with("ERR unknown subcommand"), "{e}");
+    drop(c);
+    server.stop();
+}
+
 #[test]
 fn oversized_bulk_is_a_protocol_error() {
     let mut server = TestServer::start_with(|c| c.limits.max_bulk_len = 1024);
@@ -1597,4 +1663,74 @@ fn redis_cli_works() {
     );
     let summary = server.wait();
     assert!(summary.reason.contains("SHUTDOWN"), "{summary:?}");
+}
+
+fn redis_benchmark_installed() -> bool {
+    Command::new("redis-benchmark")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// redis-benchmark (what docs/BENCHMARKS.md measures with) runs against the server, with and
+/// without pipelining, and what it wrote is there: 200-byte values under its random keys.
+#[test]
+fn redis_benchmark_runs_and_its_sets_are_stored() {
+    if !redis_benchmark_installed() {
+        println!("redis-benchmark not installed: skipping");
+        return;
+    }
+    let mut server = TestServer::start();
+    let port = server.port().to_string();
+    for pipeline in ["1", "16"] {
+        let out = Command::new("redis-benchmark")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-t",
+                "set,get",
+                "-n",
+                "2000",
+            ])
+            .args([
+                "-c", "8", "-d", "200", "-r", "1000", "-P", pipeline, "--csv",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = show(&out.stdout);
+        assert!(out.status.success(), "{text}\n{}", show(&out.stderr));
+        for test in ["\"SET\"", "\"GET\""] {
+            let row = text
+                .lines()
+                .find(|l| l.starts_with(test))
+                .unwrap_or_else(|| panic!("no {test} row: {text}"));
+            let rps: f64 = row
+                .split(',')
+                .nth(1)
+                .unwrap()
+                .trim_matches('"')
+                .parse()
+                .unwrap();
+            assert!(rps > 0.0, "{row}");
+        }
+    }
+    let mut c = server.client();
+    let keys: Vec<String> = scan_all(&mut c, &[]);
+    assert!(
+        !keys.is_empty() && keys.len() <= 1000,
+        "{} keys",
+        keys.len()
+    );
+    for key in keys.iter().take(20) {
+        assert!(key.starts_with("key:"), "{key}");
+        let value: Vec<u8> = cmd("GET").arg(key).query(&mut c).unwrap();
+        assert_eq!(value.len(), 200, "{key}");
+    }
+    drop(c);
+    server.stop();
 }

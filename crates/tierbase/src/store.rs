@@ -163,6 +163,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Whether writes wait for [`Store::sync`] to become durable.
     fn defers_sync(&self) -> bool;
 
+    /// Whether a write, once applied, survives a crash of the process before its sync: true
+    /// when it is in the operating system's page cache or a mapping by then (the default),
+    /// false when it may wait in the process's memory (a log tail) until a sync or a write-out.
+    fn applied_survives_process_crash(&self) -> bool {
+        true
+    }
+
     /// Whether the store applies one write at a time (one writer mutex), so that callers on
     /// several threads gain nothing by writing at once: a server then hands its connections'
     /// writes to one task instead of parking threads on the mutex. Default: false.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tierbase::device::Durability;
 use tierbase_server::resp::Limits;
-use tierbase_server::{STORES, Server, ServerConfig, open_store_with};
+use tierbase_server::{AUTO, STORES, Server, ServerConfig, open_store_with, resolve_store};
 
 use super::Ctx;
 use crate::util::parse_size;
@@ -16,8 +16,9 @@ use crate::util::parse_size;
 /// Arguments of `tierbase serve`.
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
-    /// The store to serve.
-    #[arg(long, default_value = "kv", value_parser = clap::builder::PossibleValuesParser::new(STORES))]
+    /// The store to serve. `auto`: the one the path holds; for a new path, `kv` on tmpfs or
+    /// ramfs and `btree` on any other file system.
+    #[arg(long, default_value = AUTO, value_parser = store_names())]
     store: String,
     /// The store's file (`kv`, `plush`) or directory (`btree`), created if missing. A file on
     /// tmpfs survives a process crash; on a disk or DAX file system, power loss.
@@ -36,7 +37,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PASSWORD")]
     requirepass: Option<String>,
     /// Refuse a non-loopback --listen without --requirepass (yes|no).
-    #[arg(long, default_value = "yes", value_parser = parse_yes_no)]
+    #[arg(long, default_value = "yes", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
     protected_mode: bool,
     /// Most clients connected at once.
     #[arg(long, default_value_t = 10_000)]
@@ -58,6 +59,11 @@ pub struct ServeArgs {
     /// existing store keeps its own) [default: 2^14 entries, about 137 MiB].
     #[arg(long, value_parser = parse_size)]
     dram: Option<u64>,
+}
+
+/// The stores `--store` accepts, `auto` last (so that usage errors list the stores first).
+fn store_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(STORES.iter().copied().chain([AUTO]))
 }
 
 fn parse_durability(s: &str) -> Result<Durability, String> {
@@ -92,17 +98,20 @@ pub fn run(args: ServeArgs, _ctx: &Ctx) -> anyhow::Result<()> {
         handle_signals: true,
     };
     config.validate()?;
-    let (store, policy) = open_store_with(&args.store, &args.path, args.durability, args.dram)
+    let kind = resolve_store(&args.store, &args.path)?;
+    let (store, policy) = open_store_with(kind, &args.path, args.durability, args.dram)
         .with_context(|| format!("opening {}", args.path.display()))?;
     let server = Server::bind(store, policy, config)?;
     let ready = server.ready()?;
-    eprintln!(
-        "tierbase serve: listening on {} — store {} on {}; commit {}; guarantee: {}",
+    let serving = format!(
+        "{} — store {} on {}; commit {}; guarantee: {}",
         ready.addr, ready.store, ready.medium, ready.policy.commit, ready.policy.guarantee
     );
+    eprintln!("tierbase serve: listening on {serving}");
     let summary = server.serve()?;
     eprintln!(
-        "tierbase serve: stopped ({}) after {} connections and {} commands; store closed cleanly",
+        "tierbase serve: stopped ({}) after {} connections and {} commands; store closed \
+         cleanly; served {serving}",
         summary.reason, summary.connections, summary.commands
     );
     Ok(())

@@ -1752,6 +1752,15 @@ impl Store for BTreeStore {
         self.inner.durability != Durability::Immediate
     }
 
+    /// A log in files keeps its tail in DRAM until a commit, the write-behind thread or a
+    /// checkpoint writes it out; a log on NVM stores each frame into the mapping.
+    fn applied_survives_process_crash(&self) -> bool {
+        self.inner
+            .log
+            .get()
+            .is_some_and(|w| w.files()[0].region().is_some())
+    }
+
     /// Writers take the tree's writer mutex (readers do not).
     fn single_writer(&self) -> bool {
         true
