@@ -661,9 +661,16 @@ fn kill_9_under_load(store: &str) {
 // ---------------------------------------------------------------------------------------------
 
 fn graceful_stop_on(signal: &str) {
+    for store in ["kv", "btree"] {
+        graceful_stop_of(store, signal);
+    }
+}
+
+fn graceful_stop_of(store: &str, signal: &str) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("signal.tb");
-    let mut server = serve(&path, &[]);
+    let args = ["--store", store];
+    let mut server = serve(&path, &args);
     let mut c = server.connect();
     for i in 0..5 {
         c.set(&format!("k{i}"), &format!("v{i}-{signal}"));
@@ -679,7 +686,7 @@ fn graceful_stop_on(signal: &str) {
     }
     assert!(c.read().is_err(), "the open connection is closed");
 
-    let server = serve(&path, &[]);
+    let server = serve(&path, &args);
     let mut c = server.connect();
     for i in 0..5 {
         assert_eq!(
@@ -805,9 +812,16 @@ fn unknown_store_lists_the_valid_stores() {
 // ---------------------------------------------------------------------------------------------
 
 fn level_starts_and_keeps_data(level: &str, shown: &str) {
+    for store in ["kv", "btree"] {
+        level_starts_and_keeps_data_in(store, level, shown);
+    }
+}
+
+fn level_starts_and_keeps_data_in(store: &str, level: &str, shown: &str) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("level.tb");
-    let server = serve(&path, &["--durability", level]);
+    let args = ["--store", store, "--durability", level];
+    let server = serve(&path, &args);
     assert!(
         server.ready_line.contains(&format!("commit {shown};")),
         "{}",
@@ -821,7 +835,7 @@ fn level_starts_and_keeps_data(level: &str, shown: &str) {
     drop(c);
     server.shutdown();
 
-    let server = serve(&path, &["--durability", level]);
+    let server = serve(&path, &args);
     let mut c = server.connect();
     for i in 0..100 {
         assert_eq!(

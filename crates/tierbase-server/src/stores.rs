@@ -46,7 +46,24 @@ pub fn resolve_store(kind: &str, path: &Path) -> Result<&'static str> {
         Err(e) => return Err(which_store(path, &e.to_string())),
     };
     if meta.is_dir() {
-        return Ok("btree");
+        // A B+-tree store's directory, or an empty one to make it in; never files of a store
+        // dropped into a directory that holds other things.
+        let holds_store = path.join(tierbase::btree::PAGES_FILE).exists();
+        let empty = std::fs::read_dir(path)
+            .map_err(|e| which_store(path, &e.to_string()))?
+            .next()
+            .is_none();
+        return if holds_store || empty {
+            Ok("btree")
+        } else {
+            Err(which_store(
+                path,
+                "a directory without a B+-tree store in it, and not empty",
+            ))
+        };
+    }
+    if !meta.is_file() {
+        return Err(which_store(path, "neither a file nor a directory"));
     }
     // A region's header, then the store's own magic at the start of its data.
     let mut head = vec![0u8; REGION_HEADER_LEN + 8];
@@ -176,7 +193,7 @@ pub fn reply_policy(store: &dyn Store, level: Durability) -> ReplyPolicy {
     let (guarantee, class) = match (medium.as_str(), level) {
         ("nothing", _) => ("nothing survives the process".to_string(), "none"),
         // Applied writes may wait in the process's memory until the store's next sync.
-        (_, Durability::Eventual(d)) if in_process => (
+        ("power loss", Durability::Eventual(d)) if in_process => (
             format!(
                 "a crash of the process or a power loss may take the last {} ms of \
                  acknowledged writes",
@@ -184,9 +201,23 @@ pub fn reply_policy(store: &dyn Store, level: Durability) -> ReplyPolicy {
             ),
             "none",
         ),
-        (_, Durability::None) if in_process => (
+        ("power loss", Durability::None) if in_process => (
             "a crash of the process or a power loss may take every acknowledged write since \
              the last sync (a checkpoint or a clean close)"
+                .to_string(),
+            "none",
+        ),
+        (_, Durability::Eventual(d)) if in_process => (
+            format!(
+                "a crash of the process may take the last {} ms of acknowledged writes, and a \
+                 power loss all of them",
+                d.as_millis()
+            ),
+            "none",
+        ),
+        (_, Durability::None) if in_process => (
+            "a crash of the process may take every acknowledged write since the last sync (a \
+             checkpoint or a clean close), and a power loss all of them"
                 .to_string(),
             "none",
         ),
@@ -245,6 +276,60 @@ mod tests {
         }
     }
 
+    /// The guarantee each store states at each level on each medium there is here: the KV
+    /// store's applied writes are in the mapped file (a process crash keeps them), the
+    /// B+-tree's may wait in its log tail in the process until a sync; memory keeps nothing
+    /// through a power loss.
+    #[test]
+    fn the_reply_policy_says_what_each_store_keeps() {
+        use std::time::Duration;
+        use tierbase::device::{FsKind, fs_kind};
+        let shm = tempfile::tempdir_in("/dev/shm").ok();
+        let disk = tempfile::tempdir().unwrap();
+        let eventual = Durability::Eventual(Duration::from_millis(50));
+        for dir in shm.iter().chain([&disk]).map(|d| d.path()) {
+            let memory = fs_kind(dir) == FsKind::Memory;
+            for kind in ["kv", "btree"] {
+                for level in [Durability::Immediate, eventual, Durability::None] {
+                    let path = dir.join(format!("{kind}-{}", level.name()));
+                    let (store, policy) =
+                        super::open_store_with(kind, &path, level, Some(4 << 20)).unwrap();
+                    let ctx = format!("{kind} at {} (memory: {memory}): {policy:?}", level.name());
+                    let (class, says) = match (kind, level, memory) {
+                        (_, Durability::Immediate, false) => ("power-loss", "survives power loss"),
+                        (_, Durability::Immediate, true) => ("process-crash", "not a power loss"),
+                        ("kv", _, true) => ("process-crash", "not a power loss"),
+                        ("kv", Durability::None, false) => (
+                            "process-crash",
+                            "a power loss may take everything since the last clean close",
+                        ),
+                        ("kv", _, false) => {
+                            ("process-crash", "a power loss may take the last 50 ms")
+                        }
+                        (_, Durability::None, true) => (
+                            "none",
+                            "since the last sync (a checkpoint or a clean close), and a power loss all",
+                        ),
+                        (_, _, true) => (
+                            "none",
+                            "process may take the last 50 ms of acknowledged writes, and a power loss all",
+                        ),
+                        (_, Durability::None, false) => (
+                            "none",
+                            "process or a power loss may take every acknowledged write since",
+                        ),
+                        (_, _, false) => {
+                            ("none", "process or a power loss may take the last 50 ms")
+                        }
+                    };
+                    assert_eq!(policy.guarantee_class, class, "{ctx}");
+                    assert!(policy.guarantee.contains(says), "{ctx}");
+                    store.close().unwrap();
+                }
+            }
+        }
+    }
+
     /// `auto` serves what a path holds (a B+-tree directory, a KV or Plush file, told apart
     /// by their headers), refuses a file it cannot tell, and for a new path picks by the file
     /// system; a named store is taken as named.
@@ -268,6 +353,13 @@ mod tests {
         std::fs::write(&junk, b"short").unwrap();
         assert!(resolve_store(AUTO, &junk).is_err());
         assert!(resolve_store("nope", &junk).is_err());
+        // A directory: a B+-tree's, or an empty one; never one that holds other things.
+        let empty = dir.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        assert_eq!(resolve_store(AUTO, &empty).unwrap(), "btree");
+        std::fs::write(empty.join("notes.txt"), b"mine").unwrap();
+        let e = resolve_store(AUTO, &empty).unwrap_err().to_string();
+        assert!(e.contains("without a B+-tree store"), "{e}");
         let fresh = dir.path().join("fresh.tb");
         let expect = match fs_kind(dir.path()) {
             FsKind::Memory => "kv",

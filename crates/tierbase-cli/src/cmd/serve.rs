@@ -20,8 +20,9 @@ pub struct ServeArgs {
     /// ramfs and `btree` on any other file system.
     #[arg(long, default_value = AUTO, value_parser = store_names())]
     store: String,
-    /// The store's file (`kv`, `plush`) or directory (`btree`), created if missing. A file on
-    /// tmpfs survives a process crash; on a disk or DAX file system, power loss.
+    /// The store's file (`kv`, `plush`) or directory (`btree`), created if missing (its parent
+    /// directory must exist). What an acknowledged write survives depends on the medium, the
+    /// store and --durability; the start line says it (docs/SERVER.md).
     #[arg(long, value_name = "FILE")]
     path: PathBuf,
     /// Address to listen on. Anything but loopback needs --requirepass (or

@@ -488,9 +488,12 @@ impl std::fmt::Debug for BTreeStore {
     }
 }
 
+/// The page file's name in a store's directory (its presence marks a B+-tree store).
+pub const PAGES_FILE: &str = "pages.tb";
+
 fn file_names(dir: &Path) -> [PathBuf; 3] {
     [
-        dir.join("pages.tb"),
+        dir.join(PAGES_FILE),
         dir.join("wal-0.tb"),
         dir.join("wal-1.tb"),
     ]
@@ -819,7 +822,7 @@ impl BTreeStore {
         let path = dir.map(Path::to_path_buf);
         let sb = read_superblock(
             &devs.pages,
-            path.as_deref().map(|d| d.join("pages.tb")).as_deref(),
+            path.as_deref().map(|d| d.join(PAGES_FILE)).as_deref(),
         )?;
         let (page_size, seq, redo_gen, redo_lsn) = (sb.page_size, sb.seq, sb.generation, sb.lsn);
         let log_on_nvm = devs.log_on_nvm();
@@ -1753,12 +1756,15 @@ impl Store for BTreeStore {
     }
 
     /// A log in files keeps its tail in DRAM until a commit, the write-behind thread or a
-    /// checkpoint writes it out; a log on NVM stores each frame into the mapping.
+    /// checkpoint writes it out; a log on NVM stores each frame into the mapping; NVM direct
+    /// persists every batch in place before it returns.
     fn applied_survives_process_crash(&self) -> bool {
-        self.inner
-            .log
-            .get()
-            .is_some_and(|w| w.files()[0].region().is_some())
+        self.inner.tree.pool.direct().is_some()
+            || self
+                .inner
+                .log
+                .get()
+                .is_some_and(|w| w.files()[0].region().is_some())
     }
 
     /// Writers take the tree's writer mutex (readers do not).
