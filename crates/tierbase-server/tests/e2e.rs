@@ -1552,13 +1552,18 @@ fn hello_setname_sets_the_name() {
 // 13. redis-cli
 // ---------------------------------------------------------------------------------------
 
-fn redis_cli_installed() -> bool {
-    Command::new("redis-cli")
+/// Whether `tool --version` runs (redis-cli, redis-benchmark).
+fn installed(tool: &str) -> bool {
+    Command::new(tool)
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+fn redis_cli_installed() -> bool {
+    installed("redis-cli")
 }
 
 /// Runs redis-cli against `port` with `args`, feeding `stdin`. A redis-cli that does not
@@ -1665,20 +1670,11 @@ fn redis_cli_works() {
     assert!(summary.reason.contains("SHUTDOWN"), "{summary:?}");
 }
 
-fn redis_benchmark_installed() -> bool {
-    Command::new("redis-benchmark")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// redis-benchmark (what docs/BENCHMARKS.md measures with) runs against the server, with and
 /// without pipelining, and what it wrote is there: 200-byte values under its random keys.
 #[test]
 fn redis_benchmark_runs_and_its_sets_are_stored() {
-    if !redis_benchmark_installed() {
+    if !installed("redis-benchmark") {
         println!("redis-benchmark not installed: skipping");
         return;
     }
