@@ -20,9 +20,9 @@
 //! the written end (see [`Wal::write_out`]). An unwritten tail is also written out, without a
 //! sync, once it holds half its limit, by the log's write-behind thread
 //! ([`Wal::spawn_write_behind`]; the appender does it only at the full limit), so that DRAM
-//! stays bounded under a durability level nobody waits on. A torn rewrite cannot hurt frames already
-//! durable because the rewrite carries the same bytes for them, and media tear at sector
-//! granularity (512 B, the unit disks write atomically), never inside a sector.
+//! stays bounded under a durability level nobody waits on. A torn rewrite cannot hurt frames
+//! already durable because the rewrite carries the same bytes for them, and media tear at
+//! sector granularity (512 B, the unit disks write atomically), never inside a sector.
 //!
 //! On persistent memory the same bytes sit at the same offsets of the region's data area, but
 //! an append stores its frame straight into the mapping and a commit persists the lines from
@@ -161,7 +161,7 @@ pub struct Wal {
     write_behind: OnceLock<Thread>,
     /// An appender asked the write-behind thread for a write-out it has not started yet.
     write_behind_asked: AtomicBool,
-    /// A write or sync outside the group commit failed ([`Wal::fail`]): appends fail too.
+    /// A write or sync of the log failed ([`Wal::fail`]): later write-outs and appends fail.
     broken: AtomicBool,
     /// Counters.
     pub counters: WalCounters,
