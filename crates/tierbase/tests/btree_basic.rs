@@ -360,40 +360,54 @@ fn the_dram_budget_holds_the_pool_and_the_logs_buffers() {
     }
 }
 
-/// Once the data has outgrown the pool, a writer reads its leaf in before it takes the writer
-/// mutex (a device read under the mutex would hold up every writer); while the data fits, it
-/// does not (the extra descent would only cost).
+/// Once the data has outgrown the pool, a writer that takes the writer lock exclusively reads
+/// its leaves in first (a device read under the lock would hold up every writer); while the
+/// data fits, it does not (the extra descent would only cost).
 #[test]
 fn writers_read_their_leaves_in_before_the_mutex_once_the_data_outgrew_the_pool() {
     let dir = tempfile::tempdir().unwrap();
     // 64 frames of 4 KiB.
     let s = BTreeStore::create(dir.path().join("t"), &opts()).unwrap();
     let mut model = BTreeMap::new();
-    let mut put = |s: &BTreeStore, i: u64, fill: u8| {
+    let put = |s: &BTreeStore, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, i: u64, fill: u8| {
         let v = vec![fill; 100];
         s.put(&key(i), &v).unwrap();
         model.insert(key(i), v);
     };
     // ~40 leaves: the data fits.
     for i in 0..1_000 {
-        put(&s, i, 1);
+        put(&s, &mut model, i, 1);
     }
     assert_eq!(stat(&s, "evictions"), 0);
     assert_eq!(stat(&s, "writer_early_descents"), 0);
     // ~600 leaves against 64 frames.
     for i in 1_000..20_000 {
-        put(&s, i, 2);
+        put(&s, &mut model, i, 2);
     }
     assert!(stat(&s, "evictions") > 0);
     let (warmed, misses) = (stat(&s, "writer_early_descents"), stat(&s, "dram_misses"));
     let updates = 500;
     for j in 0..updates {
-        put(&s, j * 37 % 20_000, 3);
+        // Two keys a batch: a batch takes the writer lock exclusively.
+        let (a, b) = (j * 37 % 20_000, (j * 37 + 1) % 20_000);
+        let v = vec![3u8; 100];
+        s.write_batch(&[(&key(a), Some(&v)), (&key(b), Some(&v))])
+            .unwrap();
+        model.insert(key(a), v.clone());
+        model.insert(key(b), v);
     }
-    // Every update's leaf was read in before the mutex, and the updates did meet leaves on
+    // Every batch's leaves were read in before the lock, and the batches did meet leaves on
     // the device (else this proves nothing).
-    assert_eq!(stat(&s, "writer_early_descents") - warmed, updates);
+    assert_eq!(stat(&s, "writer_early_descents") - warmed, 2 * updates);
     assert!(stat(&s, "dram_misses") - misses > updates / 2);
+    // A single put that fits its leaf reads it in under the lock shared: other such puts go
+    // on meanwhile, so it needs no early descent.
+    let (warmed, leaf_puts) = (stat(&s, "writer_early_descents"), stat(&s, "leaf_puts"));
+    for j in 0..updates {
+        put(&s, &mut model, j * 41 % 20_000, 4);
+    }
+    assert_eq!(stat(&s, "leaf_puts") - leaf_puts, updates);
+    assert_eq!(stat(&s, "writer_early_descents"), warmed);
     check_all(&s, &model);
 }
 

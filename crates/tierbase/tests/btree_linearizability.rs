@@ -1,5 +1,5 @@
 //! Linearizability of the B+-tree store under concurrency: worker threads hammer a handful of
-//! shared hot keys with puts, deletes, gets, `Store::modify` (update-if-present, put, and
+//! shared hot keys with puts, deletes, gets, `update`, `Store::modify` (update-if-present, put, and
 //! delete-if-present decisions) and two-key write batches, every call is recorded with its
 //! invocation and response times, and the history is checked against the sequential model of
 //! a key (`tierbase::testing::linearizability`). Every written value is unique (thread and op
@@ -181,8 +181,18 @@ fn worker(
             0..25 => rec.record(k, || put_op(store, k, val)),
             25..37 => rec.record(k, || delete_op(store, k)),
             37..62 => rec.record(k, || get_op(store, k)),
-            // Update-if-present (SET XX).
-            62..72 => rec.record(k, || modify_op(store, k, Decision::SetIfPresent(val))),
+            // Update-if-present (SET XX), through `modify` and through `update` (a leaf
+            // writer's, beside other writers, when the value fits the leaf).
+            62..67 => rec.record(k, || modify_op(store, k, Decision::SetIfPresent(val))),
+            67..72 => rec.record(k, || {
+                let existed = store
+                    .update(k, &val)
+                    .unwrap_or_else(|e| panic!("update: {e}"));
+                Op::Update {
+                    value: val,
+                    existed,
+                }
+            }),
             72..80 => rec.record(k, || modify_op(store, k, Decision::Put(val))),
             80..86 => rec.record(k, || modify_op(store, k, Decision::DeleteIfPresent)),
             _ => {

@@ -23,7 +23,7 @@ use std::ops::Bound;
 use tierbase::btree::{BTreeOptions, BTreeStore};
 use tierbase::buffer::nvm::Admission;
 use tierbase::device::{BlockOptions, Durability, RegionOptions};
-use tierbase::store::{Change, Store as _};
+use tierbase::store::Store as _;
 
 use super::common::{create_dir, found_into, note_emulation, synced_durability};
 use super::{Capabilities, Client, Store, StoreInfo, StoreOptions, file_medium};
@@ -297,16 +297,7 @@ impl Client for BTreeBenchClient<'_> {
     }
 
     fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
-        let mut found = false;
-        self.store.modify(key, &mut |old| {
-            found = old.is_some();
-            if found {
-                Change::Put(value.to_vec())
-            } else {
-                Change::Keep
-            }
-        })?;
-        Ok(found)
+        Ok(self.store.update(key, value)?)
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<bool> {

@@ -985,7 +985,7 @@ impl BTreeStore {
             (end.generation + 1, end.lsn),
             flags,
         )?;
-        tree.writer.lock().generation = end.generation + 1;
+        tree.writer.write().generation = end.generation + 1;
         let write_behind = wal.spawn_write_behind()?;
         log.0.set(wal).expect("log set once");
         restart.micros = started.elapsed().as_micros() as u64;
@@ -1068,6 +1068,14 @@ impl BTreeStore {
         Ok(!self.write_batch(&[(key, Some(value))])?[0])
     }
 
+    /// Replaces the value of `key` if it has one (a missing key stays missing); whether it
+    /// had.
+    pub fn update(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        let (existed, lsn) = self.inner.tree.update(key, value)?;
+        self.inner.wait(lsn)?;
+        Ok(existed)
+    }
+
     /// Removes `key`; whether it existed.
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
         Ok(self.write_batch(&[(key, None)])?[0])
@@ -1116,7 +1124,7 @@ impl BTreeStore {
     }
 
     /// Checks the whole tree (levels, key order across pages, key count); returns (pages,
-    /// keys).
+    /// keys). Writers wait until it is done; readers do not.
     pub fn verify(&self) -> Result<(u64, u64)> {
         self.inner.tree.verify()
     }
@@ -1381,7 +1389,7 @@ impl Inner {
 
     /// A log or page write failed: the store refuses writes from now on.
     fn failed(&self, e: Error) -> Error {
-        let mut w = self.tree.writer.lock();
+        let mut w = self.tree.writer.write();
         if w.failed.is_none() {
             w.failed = Some(e.to_string());
         }
@@ -1413,12 +1421,17 @@ impl Inner {
     fn checkpoint(&self) -> Result<()> {
         let mut seq = self.superblock.lock();
         let (generation, start) = {
-            let mut w = self.tree.writer.lock();
+            let mut w = self.tree.writer.write();
             if let Some(reason) = &w.failed {
                 return Err(Error::ReadOnly {
                     path: self.path.clone(),
                     reason: reason.clone(),
                 });
+            }
+            // The generation the checkpoint starts must not need the older one's count.
+            if let Err(e) = self.tree.settle_meta(&mut w) {
+                drop(w);
+                return Err(self.failed(e));
             }
             match self.wal().switch_generation() {
                 Ok((g, s)) => {
@@ -1530,6 +1543,7 @@ impl Inner {
                 "writer_parks".into(),
                 self.tree.writer_parks.get().to_string(),
             ),
+            ("leaf_puts".into(), self.tree.leaf_puts.get().to_string()),
             ("restart_frames".into(), self.restart.frames.to_string()),
             ("restart_micros".into(), self.restart.micros.to_string()),
         ];
@@ -1658,7 +1672,7 @@ impl Inner {
                 ("wal_durable_lsn".into(), w.durable_lsn().to_string()),
             ]);
         }
-        if let Some(reason) = &self.tree.writer.lock().failed {
+        if let Some(reason) = &self.tree.writer.read().failed {
             out.push(("read_only".into(), reason.clone()));
         }
         out

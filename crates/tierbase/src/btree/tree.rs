@@ -27,10 +27,11 @@
 //! separator as a `Put` into the parent (itself an image on its first change); other structure
 //! changes log images of every page they touch.
 
+use std::cell::RefCell;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 
 use super::node::{self, Kind, Node, NodeMut};
 use crate::buffer::{BufferPool, Fixed, ForWrite, PageBytes, PageRead, PageWrite, Verify};
@@ -158,9 +159,13 @@ pub(crate) struct Writer {
 /// page evicted and loaded again in the same generation already has its image in the log,
 /// and logging another one on each load cost ~9 KB of log per YCSB update once the data
 /// outgrew DRAM (docs/BENCHMARKS.md, Figure 14).
+///
+/// Entries are atomic so that leaf writers ([`Tree::put_in_leaf`]), which share the writer
+/// lock, can mark the leaf they hold exclusively; only the writer that holds the lock
+/// exclusively adds entries.
 #[derive(Debug, Default)]
 struct ImagedPages {
-    generation: Vec<u32>,
+    generation: Vec<AtomicU32>,
 }
 
 impl ImagedPages {
@@ -168,33 +173,61 @@ impl ImagedPages {
     /// the worst a wrap can do is log an image too many).
     const NONE: u32 = u32::MAX;
 
+    /// Entries for pages `0..pages`.
+    fn with_pages(pages: u64) -> ImagedPages {
+        let mut imaged = ImagedPages::default();
+        if let Ok(n) = usize::try_from(pages) {
+            imaged.grow_to(n);
+        }
+        imaged
+    }
+
+    fn grow_to(&mut self, len: usize) {
+        if len > self.generation.len() {
+            self.generation
+                .resize_with(len, || AtomicU32::new(Self::NONE));
+        }
+    }
+
+    fn entry(&self, pid: u64) -> Option<&AtomicU32> {
+        usize::try_from(pid)
+            .ok()
+            .and_then(|i| self.generation.get(i))
+    }
+
     fn has(&self, pid: u64, generation: u32) -> bool {
         generation != Self::NONE
-            && usize::try_from(pid)
-                .ok()
-                .and_then(|i| self.generation.get(i))
-                .is_some_and(|&g| g == generation)
+            && self
+                .entry(pid)
+                .is_some_and(|g| g.load(Ordering::Relaxed) == generation)
     }
 
     fn set(&mut self, pid: u64, generation: u32) {
         let Ok(i) = usize::try_from(pid) else {
             return;
         };
-        if i >= self.generation.len() {
-            self.generation.resize(i + 1, Self::NONE);
-        }
-        self.generation[i] = generation;
+        self.grow_to(i + 1);
+        *self.generation[i].get_mut() = generation;
+    }
+
+    /// [`ImagedPages::set`] by a writer that shares the lock and holds page `pid`
+    /// exclusively; false (nothing set) if the page has no entry yet.
+    fn set_shared(&self, pid: u64, generation: u32) -> bool {
+        self.entry(pid)
+            .map(|g| g.store(generation, Ordering::Relaxed))
+            .is_some()
     }
 
     /// The page is (re)allocated: what the log holds of its former life does not describe it.
+    /// Gives the page an entry, so that leaf writers can mark it.
     fn forget(&mut self, pid: u64) {
-        if let Some(g) = usize::try_from(pid)
-            .ok()
-            .and_then(|i| self.generation.get_mut(i))
-        {
-            *g = Self::NONE;
-        }
+        self.set(pid, Self::NONE);
     }
+}
+
+thread_local! {
+    /// A leaf writer's log frame ([`Tree::put_in_leaf`]), reused from put to put.
+    static LEAF_FRAME: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The tree. See the module docs.
@@ -202,7 +235,13 @@ impl ImagedPages {
 pub(crate) struct Tree {
     pub(crate) pool: BufferPool,
     pub(crate) log: std::sync::Arc<super::LogLink>,
-    pub(crate) writer: Mutex<Writer>,
+    /// Held exclusively by a writer that may change the tree's structure, its meta page or
+    /// more than one page, and by checkpoints; shared by leaf writers
+    /// ([`Tree::put_in_leaf`]), which change one leaf each, concurrently.
+    pub(crate) writer: RwLock<Writer>,
+    /// Whether single puts may go to [`Tree::put_in_leaf`]: not in NVM direct (changes in
+    /// place under one undo log) nor in a line-grained pool (puts by lines).
+    leaf_writers: bool,
     root: AtomicU64,
     count: AtomicU64,
     pub(crate) limits: Limits,
@@ -211,6 +250,8 @@ pub(crate) struct Tree {
     pub(crate) writer_early_descents: Counter,
     /// Writers that waited for the writer mutex longer than [`WRITER_SPIN`] and parked.
     pub(crate) writer_parks: Counter,
+    /// Puts made by a leaf writer, beside other writers ([`Tree::put_in_leaf`]).
+    pub(crate) leaf_puts: Counter,
 }
 
 /// Where a descent goes.
@@ -302,24 +343,27 @@ impl Tree {
         };
         let limits = Limits::for_pool(pool.page_size(), batch_room);
         let direct = pool.direct().is_some();
+        let leaf_writers = !direct && !pool.line_grained();
         Tree {
             pool,
             log,
-            writer: Mutex::new(Writer {
+            writer: RwLock::new(Writer {
                 rec: Vec::new(),
                 frame_lsn: 0,
                 meta,
                 logged_meta: meta,
                 generation,
-                imaged: ImagedPages::default(),
+                imaged: ImagedPages::with_pages(meta.next_pid),
                 failed: None,
                 direct,
             }),
+            leaf_writers,
             root: AtomicU64::new(meta.root),
             count: AtomicU64::new(meta.count),
             limits,
             writer_early_descents: Counter::default(),
             writer_parks: Counter::default(),
+            leaf_puts: Counter::default(),
         }
     }
 
@@ -734,6 +778,13 @@ impl Tree {
         for (k, v) in ops {
             self.check_entry(k, *v)?;
         }
+        if let [(key, Some(value))] = ops
+            && self.leaf_writers
+            && value.len() <= self.limits.max_inline
+            && let Some((existed, end)) = self.put_in_leaf(key, value, false)?
+        {
+            return Ok((vec![existed], end));
+        }
         self.check_batch_fits(ops)?;
         let mut w = self.lock_writer(ops.iter().map(|(k, _)| *k));
         self.begin(&mut w)?;
@@ -813,6 +864,28 @@ impl Tree {
         Ok(())
     }
 
+    /// Replaces the value of `key` if it has one; whether it had, and the LSN that makes the
+    /// change durable.
+    pub(crate) fn update(&self, key: &[u8], value: &[u8]) -> Result<(bool, u64)> {
+        self.check_entry(key, Some(value))?;
+        if self.leaf_writers
+            && value.len() <= self.limits.max_inline
+            && let Some(done) = self.put_in_leaf(key, value, true)?
+        {
+            return Ok(done);
+        }
+        let mut existed = false;
+        let end = self.modify(key, &mut |old| {
+            existed = old.is_some();
+            if existed {
+                crate::store::Change::Put(value.to_vec())
+            } else {
+                crate::store::Change::Keep
+            }
+        })?;
+        Ok((existed, end))
+    }
+
     /// Reads `key` and applies what `decide` returns, under the writer mutex.
     pub(crate) fn modify(
         &self,
@@ -852,9 +925,9 @@ impl Tree {
     fn lock_writer<'k>(
         &self,
         keys: impl Iterator<Item = &'k [u8]>,
-    ) -> parking_lot::MutexGuard<'_, Writer> {
+    ) -> parking_lot::RwLockWriteGuard<'_, Writer> {
         if !self.pool.outgrown()
-            && let Some(w) = self.writer.try_lock()
+            && let Some(w) = self.writer.try_write()
         {
             return w;
         }
@@ -867,7 +940,7 @@ impl Tree {
     fn warm_then_lock<'k>(
         &self,
         keys: impl Iterator<Item = &'k [u8]>,
-    ) -> parking_lot::MutexGuard<'_, Writer> {
+    ) -> parking_lot::RwLockWriteGuard<'_, Writer> {
         // NVM direct has nothing to read in: its pages are the region's. A line-grained pool
         // reads inner pages only: its writers fix leaves in NVM by lines, which costs the
         // mutex little, and a whole leaf read here would load every line. A frozen pool (the
@@ -883,7 +956,11 @@ impl Tree {
                 self.writer_early_descents.incr();
             }
         }
-        let (w, parked) = crate::sync::lock_spin_then_park(&self.writer, WRITER_SPIN);
+        let (w, parked) = crate::sync::spin_then_park(
+            || self.writer.try_write(),
+            || self.writer.write(),
+            WRITER_SPIN,
+        );
         if parked {
             self.writer_parks.incr();
         }
@@ -906,7 +983,21 @@ impl Tree {
         }
         w.rec.clear();
         w.frame_lsn = self.wal()?.next_lsn();
+        // Leaf writers count the keys they add (and log the count) without the meta page: it
+        // gets the count when this batch commits (`logged_meta` still holds the old one).
+        w.meta.count = self.count.load(Ordering::Acquire);
         Ok(())
+    }
+
+    /// Brings the meta page up to date with the keys leaf writers added, logging it: before a
+    /// checkpoint writes the page out, since the log it starts from no longer holds their
+    /// counts.
+    pub(crate) fn settle_meta(&self, w: &mut Writer) -> Result<()> {
+        self.begin(w)?;
+        let guard = FreezeOnUnwind(&self.pool);
+        let end = self.commit(w).map(|_| ());
+        drop(guard);
+        end
     }
 
     /// Hands the batch's records to the log; returns the LSN to wait for.
@@ -1002,14 +1093,27 @@ impl Tree {
             return;
         }
         let lsn = Self::next_lsn(w);
+        Self::image_record(&mut w.rec, page, lsn);
+        w.imaged.set(page.pid(), w.generation);
+    }
+
+    /// Stamps `page` with `lsn` and appends its `Image` record (which must land at `lsn`).
+    fn image_record(rec: &mut Vec<u8>, page: &mut PageWrite<'_>, lsn: u64) {
         let pid = page.pid();
         edit(page).set_lsn(lsn);
         let img = node::image(page.bytes());
-        w.rec.push(REC_IMAGE);
-        w.rec.extend_from_slice(&pid.to_le_bytes());
-        w.rec.extend_from_slice(&(img.len() as u32).to_le_bytes());
-        w.rec.extend_from_slice(&img);
-        w.imaged.set(pid, w.generation);
+        rec.push(REC_IMAGE);
+        rec.extend_from_slice(&pid.to_le_bytes());
+        rec.extend_from_slice(&(img.len() as u32).to_le_bytes());
+        rec.extend_from_slice(&img);
+    }
+
+    /// Appends a `Meta` record.
+    fn meta_record(rec: &mut Vec<u8>, m: Meta) {
+        rec.push(REC_META);
+        for v in [m.root, m.next_pid, m.free_head, m.count] {
+            rec.extend_from_slice(&v.to_le_bytes());
+        }
     }
 
     fn log_meta(&self, w: &mut Writer) -> Result<()> {
@@ -1017,10 +1121,7 @@ impl Tree {
         let m = w.meta;
         w.logged_meta = m;
         if !w.direct {
-            w.rec.push(REC_META);
-            for v in [m.root, m.next_pid, m.free_head, m.count] {
-                w.rec.extend_from_slice(&v.to_le_bytes());
-            }
+            Self::meta_record(&mut w.rec, m);
         }
         let mut page = self.pool.fix_exclusive(META_PID)?;
         let mut n = edit(&mut page);
@@ -1065,6 +1166,93 @@ impl Tree {
                     page = next;
                 }
                 _ => return Err(corrupt(format!("page {}: not a tree page", page.pid()))),
+            }
+        }
+    }
+
+    /// A put that changes its leaf only (no split, no overflow pages), made beside other such
+    /// puts: under the writer lock shared, with the leaf fixed exclusively from the change
+    /// until its log frame is appended and the leaf stamped with the frame's LSN (so each
+    /// page's changes reach the log in the order they were made). A new key's frame also
+    /// carries the meta record with the key count, taken in the log's order. `None`, with
+    /// nothing changed, when the put needs the writer lock exclusively: the leaf is full, the
+    /// old value is in overflow pages, the leaf has no image entry yet, or the store refuses
+    /// writes (the exclusive path reports why). With `existing_only`, a key that is not there
+    /// is left out. Returns whether the key existed and the LSN that makes the put durable.
+    fn put_in_leaf(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        existing_only: bool,
+    ) -> Result<Option<(bool, u64)>> {
+        let w = self.writer.read();
+        if w.failed.is_some() || self.pool.frozen() {
+            return Ok(None);
+        }
+        let wal = self.wal()?;
+        // The structure cannot change while the lock is shared: the path stays valid.
+        let path = self.path_to(key, false)?;
+        let leaf_pid = *path.last().expect("path has a leaf");
+        let mut leaf = self.pool.fix_exclusive(leaf_pid)?;
+        let imaged = w.imaged.has(leaf_pid, w.generation);
+        if !imaged && w.imaged.entry(leaf_pid).is_none() {
+            return Ok(None);
+        }
+        let new = {
+            let n = Node(leaf.bytes());
+            if n.kind() != Some(Kind::Leaf) || n.level() != 0 {
+                return Err(corrupt(format!(
+                    "page {leaf_pid}: not a leaf below a level-1 page"
+                )));
+            }
+            match n.search(key) {
+                Ok(i) if n.is_ref(i) || n.free_space() + n.value(i).len() < value.len() => {
+                    return Ok(None);
+                }
+                Ok(_) => false,
+                Err(_) if existing_only => return Ok(Some((false, wal.next_lsn()))),
+                Err(_) if n.free_space() < node::entry_size(key.len(), value.len()) => {
+                    return Ok(None);
+                }
+                Err(_) => true,
+            }
+        };
+        let guard = FreezeOnUnwind(&self.pool);
+        let appended = match edit(&mut leaf).upsert_cell(key, value, false) {
+            Ok(_) => LEAF_FRAME.with_borrow_mut(|frame| {
+                wal.append_with(frame, |frame_lsn, rec| {
+                    let lsn = frame_lsn + FRAME_HEADER;
+                    if imaged {
+                        Self::put_record(rec, leaf_pid, key, value, false);
+                        edit(&mut leaf).set_lsn(lsn);
+                    } else {
+                        Self::image_record(rec, &mut leaf, lsn);
+                        w.imaged.set_shared(leaf_pid, w.generation);
+                    }
+                    if new {
+                        let count = self.count.fetch_add(1, Ordering::AcqRel) + 1;
+                        Self::meta_record(rec, Meta { count, ..w.meta });
+                    }
+                })
+            }),
+            Err(()) => Err(corrupt(format!(
+                "page {leaf_pid}: a leaf refused an entry that fits"
+            ))),
+        };
+        match appended {
+            Ok(end) => {
+                drop(leaf);
+                drop(guard);
+                self.leaf_puts.incr();
+                Ok(Some((!new, end)))
+            }
+            Err(e) => {
+                // The leaf may hold the change without its record: it must not reach media.
+                self.pool.freeze();
+                drop(leaf);
+                drop(guard);
+                drop(w);
+                Err(self.fail(&mut self.writer.write(), e))
             }
         }
     }
@@ -1611,11 +1799,13 @@ impl Tree {
 
     /// Adopts the meta page after redo.
     pub(crate) fn adopt_meta(&self, meta: Meta) {
-        self.install_meta(&mut self.writer.lock(), meta);
+        self.install_meta(&mut self.writer.write(), meta);
     }
 
     /// Makes `meta` the writer's, and its root and count the readers'.
     fn install_meta(&self, w: &mut Writer, meta: Meta) {
+        w.imaged
+            .grow_to(usize::try_from(meta.next_pid).unwrap_or(0));
         w.meta = meta;
         w.logged_meta = meta;
         self.root.store(meta.root, Ordering::Release);
@@ -1624,7 +1814,9 @@ impl Tree {
 
     /// Checks every page reachable from the root: levels, key order across pages (fences),
     /// and that the leaves hold `count` keys. Returns (pages, keys).
+    /// Writers wait meanwhile (the count and the leaves must agree).
     pub(crate) fn verify(&self) -> Result<(u64, u64)> {
+        let _writers = self.writer.write();
         let mut pages = 0;
         let mut keys = 0;
         let root = self.root.load(Ordering::Acquire);

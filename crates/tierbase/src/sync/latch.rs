@@ -25,21 +25,23 @@ pub fn backoff(round: &mut u32) {
     }
 }
 
-/// Takes `mutex`, trying for up to `spin` before it parks; whether it parked. For a mutex
-/// held for a few µs at a time: a parked waiter's futex sleep and wake-up cost more than
-/// that (two B+-tree writers on two cores: updates 0.69 → 0.88 M/s, medians, docs/BENCHMARKS.md
-/// Figure 19), and the time bound (not a count of pause hints, whose length differs 10×
-/// between CPUs) caps what a waiter burns when the holder was preempted or is in I/O.
-pub fn lock_spin_then_park<T>(
-    mutex: &parking_lot::Mutex<T>,
+/// Takes a lock with `try_take`, trying for up to `spin` before it blocks in `take`; whether it
+/// blocked. For a lock held for a few µs at a time: a parked waiter's futex sleep and wake-up
+/// cost more than that (two B+-tree writers on two cores: updates 0.69 → 0.88 M/s, medians,
+/// docs/BENCHMARKS.md Figure 19), and the time bound (not a count of pause hints, whose length
+/// differs 10× between CPUs) caps what a waiter burns when the holder was preempted or is in
+/// I/O.
+pub fn spin_then_park<G>(
+    mut try_take: impl FnMut() -> Option<G>,
+    take: impl FnOnce() -> G,
     spin: std::time::Duration,
-) -> (parking_lot::MutexGuard<'_, T>, bool) {
+) -> (G, bool) {
     #[cfg(not(feature = "shuttle"))]
     {
         let start = std::time::Instant::now();
         loop {
             for _ in 0..32 {
-                if let Some(guard) = mutex.try_lock() {
+                if let Some(guard) = try_take() {
                     return (guard, false);
                 }
                 std::hint::spin_loop();
@@ -50,8 +52,8 @@ pub fn lock_spin_then_park<T>(
         }
     }
     #[cfg(feature = "shuttle")]
-    let _ = spin;
-    (mutex.lock(), true)
+    let _ = (spin, &mut try_take);
+    (take(), true)
 }
 
 /// A version latch. Even = free, odd = held exclusively.
@@ -257,19 +259,20 @@ impl KeyLocks {
 mod tests {
     use super::*;
 
-    /// Uncontended, the mutex is taken without parking; contended by another thread (no
-    /// time to spin), every increment made under it still counts exactly once.
+    /// Uncontended, the lock is taken without parking; contended by another thread (no time
+    /// to spin), every increment made under it still counts exactly once.
     #[test]
-    fn lock_spin_then_park_excludes() {
-        let m = parking_lot::Mutex::new(0u64);
-        let (g, parked) = lock_spin_then_park(&m, std::time::Duration::from_micros(50));
+    fn spin_then_park_excludes() {
+        let m = parking_lot::RwLock::new(0u64);
+        let take = |spin| spin_then_park(|| m.try_write(), || m.write(), spin);
+        let (g, parked) = take(std::time::Duration::from_micros(50));
         assert!(!parked);
         drop(g);
         std::thread::scope(|s| {
             for _ in 0..2 {
                 s.spawn(|| {
                     for _ in 0..20_000 {
-                        let (mut g, _) = lock_spin_then_park(&m, std::time::Duration::ZERO);
+                        let (mut g, _) = take(std::time::Duration::ZERO);
                         let v = *g;
                         std::hint::black_box(&v);
                         *g = v + 1;
@@ -277,7 +280,7 @@ mod tests {
                 });
             }
         });
-        assert_eq!(*m.lock(), 40_000);
+        assert_eq!(*m.read(), 40_000);
     }
 
     #[test]

@@ -11,4 +11,4 @@ mod latch;
 
 pub use background::{Background, Ticker};
 pub use clock::SequenceClock;
-pub use latch::{KeyLocks, LatchGuard, LatchRun, VersionLatch, backoff, lock_spin_then_park};
+pub use latch::{KeyLocks, LatchGuard, LatchRun, VersionLatch, backoff, spin_then_park};

@@ -503,17 +503,50 @@ impl Wal {
     /// Appends one frame; returns the LSN after it. On persistent memory the frame is stored
     /// into the region here (durable at the next [`Wal::flush_to`] that covers it).
     pub fn append(&self, payload: &[u8]) -> Result<u64> {
-        if payload.len() > MAX_FRAME {
-            return Err(Error::InvalidArgument(format!(
-                "log frame of {} bytes (at most {MAX_FRAME})",
-                payload.len()
-            )));
-        }
+        Self::check_frame_len(payload.len())?;
         if self.broken.load(Ordering::Acquire) {
             return Err(self.failure());
         }
+        let t = self.tail.lock();
+        self.append_locked(t, payload)
+    }
+
+    /// Appends one frame that `build` writes into `payload` (cleared first), given the LSN the
+    /// frame gets, while no other frame can be appended: for appenders that run concurrently
+    /// and must stamp their pages with their records' LSNs, or write fields that must follow
+    /// the log's order. Keep `build` short: every appender waits for it. Returns the LSN after
+    /// the frame.
+    pub fn append_with(
+        &self,
+        payload: &mut Vec<u8>,
+        build: impl FnOnce(u64, &mut Vec<u8>),
+    ) -> Result<u64> {
+        if self.broken.load(Ordering::Acquire) {
+            return Err(self.failure());
+        }
+        let t = self.tail.lock();
+        payload.clear();
+        build(self.appended.load(Ordering::Acquire), payload);
+        Self::check_frame_len(payload.len())?;
+        self.append_locked(t, payload)
+    }
+
+    fn check_frame_len(len: usize) -> Result<()> {
+        if len > MAX_FRAME {
+            return Err(Error::InvalidArgument(format!(
+                "log frame of {len} bytes (at most {MAX_FRAME})"
+            )));
+        }
+        Ok(())
+    }
+
+    /// [`Wal::append`] once the tail is locked; unlocks it.
+    fn append_locked(
+        &self,
+        mut t: parking_lot::MutexGuard<'_, Tail>,
+        payload: &[u8],
+    ) -> Result<u64> {
         let len = (FRAME_HEADER as usize + payload.len()).next_multiple_of(8);
-        let mut t = self.tail.lock();
         let lsn = self.appended.load(Ordering::Acquire);
         let generation = t.generation;
         let mut header = [0u8; FRAME_HEADER as usize];
