@@ -5,7 +5,7 @@
 //! touch: the work itself (the caller passes it in), commands or sockets. Two users: the
 //! group commit ([`crate::commit`]: one store sync for everyone queued) and the write queue
 //! of stores with a single writer (one task applies every connection's SETs in turn, so
-//! runtime threads do not park on the store's writer mutex).
+//! runtime threads do not park on the store's writer lock).
 //!
 //! Who works: a connection that finds nobody leading leads: it runs the work, on its runtime
 //! thread, for its own job and every job queued by then (at most a set number of them, if

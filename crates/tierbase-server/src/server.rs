@@ -633,7 +633,8 @@ impl PendingSets {
     const MAX_SETS: usize = 256;
     const MAX_BYTES: usize = 256 << 10;
     /// Fewer SETs than this are applied by the connection itself even with a set queue: a
-    /// lone SET holds the writer mutex too briefly for threads to collide often, and a round
+    /// lone SET holds the writer lock too briefly for threads to collide often (a B+-tree
+    /// makes it beside other lone SETs when it fits its leaf), and a round
     /// through the queue cost unpipelined SETs 10–15 % (docs/BENCHMARKS.md, Figure 19 (b)).
     const QUEUE_FROM: usize = 2;
 

@@ -170,9 +170,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         true
     }
 
-    /// Whether the store applies one write at a time (one writer mutex), so that callers on
-    /// several threads gain nothing by writing at once: a server then hands its connections'
-    /// writes to one task instead of parking threads on the mutex. Default: false.
+    /// Whether the store applies one write batch at a time (one writer lock), so that callers
+    /// on several threads gain nothing by writing batches at once: a server then hands its
+    /// connections' batches to one task instead of parking threads on the lock. Default:
+    /// false.
     fn single_writer(&self) -> bool {
         false
     }

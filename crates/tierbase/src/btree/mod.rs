@@ -1072,6 +1072,7 @@ impl BTreeStore {
     /// had.
     pub fn update(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         let (existed, lsn) = self.inner.tree.update(key, value)?;
+        self.inner.counters.batches.incr();
         self.inner.wait(lsn)?;
         Ok(existed)
     }
@@ -1781,7 +1782,8 @@ impl Store for BTreeStore {
                 .is_some_and(|w| w.files()[0].region().is_some())
     }
 
-    /// Writers take the tree's writer mutex (readers do not).
+    /// Batches (`put_many`) take the tree's writer lock exclusively, one at a time; readers,
+    /// and single puts that fit their leaf, go on beside each other.
     fn single_writer(&self) -> bool {
         true
     }

@@ -1,19 +1,26 @@
-//! The B+-tree over the buffer manager: lookups and range scans with latch coupling, and one
-//! writer at a time applying inserts, updates, deletes, splits and merges, each change logged
-//! physiologically before its batch is handed to the log.
+//! The B+-tree over the buffer manager: lookups and range scans with latch coupling; puts
+//! that fit their leaf made side by side, and one writer at a time applying everything else
+//! (batches, splits, merges, deletes, overflow values); each change logged physiologically.
 //!
 //! Owns: the tree's algorithms, the log records they write (their bytes are in
 //! docs/FORMAT-wal.md) and their redo. Must not touch: files, the log's framing or group commit
 //! (`wal`), frames and eviction (`buffer`), or the page byte layout (`node`).
 //!
 //! Concurrency: readers fix pages shared, top-down, holding the parent until the child is
-//! fixed (latch coupling); the root is re-checked after it is fixed. Writers are serialised by
-//! one mutex (the writer), as in LMDB and redb; their durability waits (group commit) happen
-//! after the mutex is released, so concurrent committers still share one `fdatasync`. A writer
-//! that finds the mutex held, or any writer once pages are read from the device after
-//! evictions, first descends to its leaves with shared latches (to their parents in a
-//! line-grained pool; not at all in NVM direct), so that most device reads overlap other
-//! writers' work instead of being made under the mutex (`Tree::lock_writer`). A writer fixes a
+//! fixed (latch coupling); the root is re-checked after it is fixed. Writers share one
+//! reader-writer lock (the writer lock). A single put or update whose value is kept in its leaf
+//! and fits there takes it shared (a leaf writer, [`Tree::put_in_leaf`]): the structure cannot
+//! change meanwhile, so it descends, fixes its leaf exclusive, changes it, and appends its own
+//! log frame while it still holds the leaf (the frame's LSN stamps the leaf, so each page's
+//! changes reach the log in the order they were made). Every other write takes the lock
+//! exclusively, as the one writer of LMDB and redb does, and so does a checkpoint. Durability
+//! waits (group commit) happen after the lock is released, so concurrent committers still
+//! share one `fdatasync`. An exclusive writer that finds the lock held, or any once pages are
+//! read from the device after evictions, first descends to its leaves with shared latches (to
+//! their parents in a line-grained pool; not at all in NVM direct), so that most device reads
+//! overlap other writers' work instead of being made under the lock (`Tree::lock_writer`).
+//! Leaf writers are not used in NVM direct (pages changed in place under one undo log) nor in
+//! a line-grained pool (puts by lines). A writer fixes a
 //! leaf exclusive for an ordinary change; a split or merge fixes the whole path exclusive,
 //! top-down, so a reader never sees half a structure change. Scans keep no
 //! sibling links: they continue from the fence key of the leaf they finished, by a new
@@ -47,8 +54,8 @@ pub const FIRST_ROOT: u64 = 3;
 const MAX_DEPTH: usize = 48;
 /// Most keys of a batch whose leaves a waiting writer reads in ([`Tree::lock_writer`]).
 const WARM_KEYS: usize = 64;
-/// How long a waiting writer tries for the writer mutex before it parks
-/// ([`crate::sync::lock_spin_then_park`]): a put holds it for 1–2 µs in DRAM.
+/// How long a waiting exclusive writer tries for the writer lock before it parks
+/// ([`crate::sync::spin_then_park`]): a put holds it for 1–2 µs in DRAM.
 const WRITER_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
 const REC_PUT: u8 = 1;
@@ -134,15 +141,17 @@ impl Limits {
     }
 }
 
-/// The writer's state (behind the writer mutex).
+/// The writer's state (behind the writer lock: read by leaf writers, changed by exclusive
+/// ones).
 #[derive(Debug)]
 pub(crate) struct Writer {
     rec: Vec<u8>,
     frame_lsn: u64,
     pub(crate) meta: Meta,
-    /// The meta state last logged: a change that moves `meta` without logging it (chain
-    /// pages allocated or freed by a replace, the key count of a put that fits its leaf) is
-    /// logged once, at the batch's commit.
+    /// The meta state last logged by an exclusive writer: a change that moves `meta` without
+    /// logging it (chain pages allocated or freed by a replace, the key count of a put that
+    /// fits its leaf) is logged once, at the batch's commit. Leaf writers log the count of
+    /// each new key themselves, without the meta page; [`Tree::begin`] takes it over.
     logged_meta: Meta,
     pub(crate) generation: u32,
     /// Which pages have their image in the log of the current generation.
@@ -246,9 +255,10 @@ pub(crate) struct Tree {
     count: AtomicU64,
     pub(crate) limits: Limits,
     /// Descents (to a leaf, or to its parent in a line-grained pool) a writer made before it
-    /// took the writer mutex ([`Tree::lock_writer`]).
+    /// took the writer lock exclusively ([`Tree::lock_writer`]).
     pub(crate) writer_early_descents: Counter,
-    /// Writers that waited for the writer mutex longer than [`WRITER_SPIN`] and parked.
+    /// Exclusive writers that waited for the writer lock longer than [`WRITER_SPIN`] and
+    /// parked.
     pub(crate) writer_parks: Counter,
     /// Puts made by a leaf writer, beside other writers ([`Tree::put_in_leaf`]).
     pub(crate) leaf_puts: Counter,
@@ -312,7 +322,7 @@ struct LeafAt<'a> {
     high: Option<Vec<u8>>,
 }
 
-/// Freezes the pool's write-back if a change panics half-way (the writer mutex does not
+/// Freezes the pool's write-back if a change panics half-way (the writer lock does not
 /// poison, so without this a later batch could commit pages holding part of this one).
 struct FreezeOnUnwind<'a>(&'a BufferPool);
 
@@ -886,7 +896,7 @@ impl Tree {
         Ok((existed, end))
     }
 
-    /// Reads `key` and applies what `decide` returns, under the writer mutex.
+    /// Reads `key` and applies what `decide` returns, under the writer lock (exclusive).
     pub(crate) fn modify(
         &self,
         key: &[u8],
@@ -915,10 +925,10 @@ impl Tree {
         end
     }
 
-    /// Takes the writer mutex. While another writer holds it, or once the data has outgrown
+    /// Takes the writer lock exclusively. While another writer holds it, or once the data has outgrown
     /// the pool ([`BufferPool::outgrown`]), this one first descends to the leaves of `keys`
     /// with shared latches (at most [`WARM_KEYS`] of them): a page read from the device
-    /// then overlaps the other writers' work instead of being made under the mutex, where it
+    /// then overlaps the other writers' work instead of being made under the lock, where it
     /// holds up every writer. Only a hint: the writer fixes the pages again (an evicted one
     /// is read again), and reports any error itself.
     #[inline]
@@ -943,8 +953,8 @@ impl Tree {
     ) -> parking_lot::RwLockWriteGuard<'_, Writer> {
         // NVM direct has nothing to read in: its pages are the region's. A line-grained pool
         // reads inner pages only: its writers fix leaves in NVM by lines, which costs the
-        // mutex little, and a whole leaf read here would load every line. A frozen pool (the
-        // store is read-only) is not read from: the write is refused under the mutex. Each
+        // lock little, and a whole leaf read here would load every line. A frozen pool (the
+        // store is read-only) is not read from: the write is refused under the lock. Each
         // waiting writer reads in at most an eighth of the pool, so that waiting writers do not
         // evict each other's pages.
         if self.pool.direct().is_none() && !self.pool.frozen() {
@@ -1135,7 +1145,7 @@ impl Tree {
     }
 
     /// The pids from the root to the leaf for `key` (the writer is the only one changing the
-    /// structure, so the path stays valid while it holds the writer mutex).
+    /// structure, so the path stays valid while it holds the writer lock, shared or not).
     fn path(&self, key: &[u8]) -> Result<Vec<u64>> {
         self.path_to(key, true)
     }
@@ -1144,7 +1154,7 @@ impl Tree {
     /// fixed (nor checked: the caller fixes it as it needs, by lines or whole).
     fn path_to(&self, key: &[u8], fix_leaf: bool) -> Result<Vec<u64>> {
         let mut path = Vec::with_capacity(8);
-        // The root is re-checked: a writer waiting for the mutex descends too.
+        // The root is re-checked: a writer waiting for the lock descends too.
         let mut page = self.fix_root()?;
         loop {
             path.push(page.pid());
@@ -1194,6 +1204,10 @@ impl Tree {
         let path = self.path_to(key, false)?;
         let leaf_pid = *path.last().expect("path has a leaf");
         let mut leaf = self.pool.fix_exclusive(leaf_pid)?;
+        if self.pool.frozen() {
+            // Another writer failed meanwhile (the leaf may hold its unlogged change).
+            return Ok(None);
+        }
         let imaged = w.imaged.has(leaf_pid, w.generation);
         if !imaged && w.imaged.entry(leaf_pid).is_none() {
             return Ok(None);
@@ -1221,6 +1235,17 @@ impl Tree {
         let appended = match edit(&mut leaf).upsert_cell(key, value, false) {
             Ok(_) => LEAF_FRAME.with_borrow_mut(|frame| {
                 wal.append_with(frame, |frame_lsn, rec| {
+                    if self.pool.frozen() {
+                        // A writer failed (or panicked) after this one's check: its change
+                        // may be in pages without a record, so nothing may follow it.
+                        return Err(Error::ReadOnly {
+                            path: None,
+                            reason: self
+                                .pool
+                                .write_failure()
+                                .unwrap_or_else(|| "a change failed half-way".into()),
+                        });
+                    }
                     let lsn = frame_lsn + FRAME_HEADER;
                     if imaged {
                         Self::put_record(rec, leaf_pid, key, value, false);
@@ -1230,9 +1255,15 @@ impl Tree {
                         w.imaged.set_shared(leaf_pid, w.generation);
                     }
                     if new {
-                        let count = self.count.fetch_add(1, Ordering::AcqRel) + 1;
+                        // Only leaf writers change the count while the lock is shared, each
+                        // under the log's tail lock: a load and a store suffice. The store
+                        // comes last (a panic while building leaves the count alone); a frame
+                        // built but not stored fails the log (`append_with`).
+                        let count = self.count.load(Ordering::Acquire) + 1;
                         Self::meta_record(rec, Meta { count, ..w.meta });
+                        self.count.store(count, Ordering::Release);
                     }
+                    Ok(())
                 })
             }),
             Err(()) => Err(corrupt(format!(
@@ -1398,7 +1429,7 @@ impl Tree {
             return Ok((new, old));
         }
         drop(leaf);
-        // The writer mutex keeps the leaf as it was searched: `old` still holds.
+        // The writer lock keeps the leaf as it was searched: `old` still holds.
         let new = self.split_insert(w, path, key, value, is_ref)?;
         Ok((new, old))
     }

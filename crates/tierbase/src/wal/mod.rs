@@ -504,11 +504,14 @@ impl Wal {
     /// into the region here (durable at the next [`Wal::flush_to`] that covers it).
     pub fn append(&self, payload: &[u8]) -> Result<u64> {
         Self::check_frame_len(payload.len())?;
+        let mut t = self.tail.lock();
         if self.broken.load(Ordering::Acquire) {
             return Err(self.failure());
         }
-        let t = self.tail.lock();
-        self.append_locked(t, payload)
+        let (end, unwritten) = self.store_frame(&mut t, payload)?;
+        drop(t);
+        self.appended_frame(payload.len(), unwritten)?;
+        Ok(end)
     }
 
     /// Appends one frame that `build` writes into `payload` (cleared first), given the LSN the
@@ -516,19 +519,34 @@ impl Wal {
     /// and must stamp their pages with their records' LSNs, or write fields that must follow
     /// the log's order. Keep `build` short: every appender waits for it. Returns the LSN after
     /// the frame.
+    ///
+    /// An error from `build` appends nothing. Once `build` has run, a frame that cannot be
+    /// stored fails the log before any other frame can follow it: `build` may have changed
+    /// what later frames assume (a page, a count), so no later frame may become durable.
     pub fn append_with(
         &self,
         payload: &mut Vec<u8>,
-        build: impl FnOnce(u64, &mut Vec<u8>),
+        build: impl FnOnce(u64, &mut Vec<u8>) -> Result<()>,
     ) -> Result<u64> {
+        let mut t = self.tail.lock();
         if self.broken.load(Ordering::Acquire) {
             return Err(self.failure());
         }
-        let t = self.tail.lock();
         payload.clear();
-        build(self.appended.load(Ordering::Acquire), payload);
-        Self::check_frame_len(payload.len())?;
-        self.append_locked(t, payload)
+        build(self.appended.load(Ordering::Acquire), payload)?;
+        let stored =
+            Self::check_frame_len(payload.len()).and_then(|()| self.store_frame(&mut t, payload));
+        let (end, unwritten) = match stored {
+            Ok(done) => done,
+            Err(e) => {
+                let e = self.fail(e);
+                drop(t);
+                return Err(e);
+            }
+        };
+        drop(t);
+        self.appended_frame(payload.len(), unwritten)?;
+        Ok(end)
     }
 
     fn check_frame_len(len: usize) -> Result<()> {
@@ -540,12 +558,9 @@ impl Wal {
         Ok(())
     }
 
-    /// [`Wal::append`] once the tail is locked; unlocks it.
-    fn append_locked(
-        &self,
-        mut t: parking_lot::MutexGuard<'_, Tail>,
-        payload: &[u8],
-    ) -> Result<u64> {
+    /// Stores one frame at the end of the log (the tail locked); returns the LSN after it and
+    /// how many bytes the tail holds unwritten.
+    fn store_frame(&self, t: &mut Tail, payload: &[u8]) -> Result<(u64, usize)> {
         let len = (FRAME_HEADER as usize + payload.len()).next_multiple_of(8);
         let lsn = self.appended.load(Ordering::Acquire);
         let generation = t.generation;
@@ -577,9 +592,14 @@ impl Wal {
         }
         let end = lsn + len as u64;
         self.appended.store(end, Ordering::Release);
-        drop(t);
+        Ok((end, unwritten))
+    }
+
+    /// After a frame of `payload_len` bytes was stored (the tail unlocked): counts it, and has
+    /// the tail written out if it holds `unwritten` bytes past half its limit.
+    fn appended_frame(&self, payload_len: usize, unwritten: usize) -> Result<()> {
         self.counters.frames.incr();
-        self.counters.bytes.add(payload.len() as u64);
+        self.counters.bytes.add(payload_len as u64);
         if unwritten >= self.tail_limit {
             // Written, not synced: what bounds DRAM is the write. The next flush's sync makes
             // it durable (an `fdatasync` covers every earlier write of the file). Reached only
@@ -588,7 +608,7 @@ impl Wal {
         } else if unwritten >= self.tail_limit / 2 {
             self.ask_write_behind();
         }
-        Ok(end)
+        Ok(())
     }
 
     /// Wakes the write-behind thread, if there is one, for the tail (once per write-out).
@@ -1554,5 +1574,49 @@ mod tests {
             after, 30,
             "frames replayed once must survive a later power loss"
         );
+    }
+
+    /// `append_with`: the builder sees the frame's LSN; a builder's error appends nothing and
+    /// leaves the log working; a frame built but not stored (here: too long) fails the log at
+    /// once, so no later frame (of another appender) can follow it.
+    #[test]
+    fn a_built_frame_that_cannot_be_stored_fails_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let (wal, end) = started(files(dir.path()), 0);
+        let mut frame = Vec::new();
+        let mut seen = None;
+        let after = wal
+            .append_with(&mut frame, |lsn, p| {
+                seen = Some(lsn);
+                p.extend_from_slice(b"first");
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(seen, Some(end.lsn));
+        assert_eq!(wal.next_lsn(), after);
+        let refused = wal.append_with(&mut frame, |_, p| {
+            p.extend_from_slice(b"never");
+            Err(Error::InvalidArgument("no".into()))
+        });
+        assert!(
+            matches!(refused, Err(Error::InvalidArgument(_))),
+            "{refused:?}"
+        );
+        assert_eq!(wal.next_lsn(), after, "nothing appended");
+        let too_long = wal.append_with(&mut frame, |_, p| {
+            p.resize(MAX_FRAME + 1, 7);
+            Ok(())
+        });
+        assert!(
+            matches!(too_long, Err(Error::ReadOnly { .. })),
+            "{too_long:?}"
+        );
+        assert!(matches!(wal.append(b"later"), Err(Error::ReadOnly { .. })));
+        let later = wal.append_with(&mut frame, |_, p| {
+            p.extend_from_slice(b"later");
+            Ok(())
+        });
+        assert!(matches!(later, Err(Error::ReadOnly { .. })), "{later:?}");
+        assert_eq!(wal.next_lsn(), after);
     }
 }
