@@ -402,11 +402,11 @@ fn writers_read_their_leaves_in_before_the_mutex_once_the_data_outgrew_the_pool(
     assert!(stat(&s, "dram_misses") - misses > updates / 2);
     // A single put that fits its leaf reads it in under the lock shared: other such puts go
     // on meanwhile, so it needs no early descent.
-    let (warmed, leaf_puts) = (stat(&s, "writer_early_descents"), stat(&s, "leaf_puts"));
+    let (warmed, leaf_writes) = (stat(&s, "writer_early_descents"), stat(&s, "leaf_writes"));
     for j in 0..updates {
         put(&s, &mut model, j * 41 % 20_000, 4);
     }
-    assert_eq!(stat(&s, "leaf_puts") - leaf_puts, updates);
+    assert_eq!(stat(&s, "leaf_writes") - leaf_writes, updates);
     assert_eq!(stat(&s, "writer_early_descents"), warmed);
     check_all(&s, &model);
 }
@@ -442,4 +442,47 @@ fn the_write_back_batch_defaults_by_medium() {
             );
         }
     }
+}
+
+/// Single deletes that leave their leaf at least a quarter full are made by leaf writers
+/// (beside other writers); one that would leave it emptier goes to the exclusive writer, which
+/// merges: deleting nearly every key one by one shrinks the tree back, and it survives a
+/// restart with the right count.
+#[test]
+fn deletes_stay_in_their_leaf_until_it_would_underflow_and_then_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t");
+    let s = BTreeStore::create(&path, &opts()).unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..4_000 {
+        s.put(&key(i), &[5u8; 60]).unwrap();
+        model.insert(key(i), vec![5u8; 60]);
+    }
+    let (pages_full, _) = s.verify().unwrap();
+    let height_full = stat(&s, "height");
+    assert!(height_full >= 2, "height {height_full}");
+    let leaf_writes = stat(&s, "leaf_writes");
+    for i in 10..4_000 {
+        assert!(s.delete(&key(i)).unwrap());
+        model.remove(&key(i));
+    }
+    assert!(!s.delete(&key(5_000)).unwrap(), "a missing key");
+    let by_leaf_writers = stat(&s, "leaf_writes") - leaf_writes;
+    // Most deletes stay in their leaf; those that would underflow it do not.
+    assert!(
+        by_leaf_writers > 2_000,
+        "{by_leaf_writers} of 3,991 deletes"
+    );
+    assert!(by_leaf_writers < 3_991, "{by_leaf_writers}: none merged");
+    let (pages, keys) = s.verify().unwrap();
+    assert_eq!(keys, 10);
+    assert!(
+        pages * 10 < pages_full,
+        "{pages} pages left of {pages_full}"
+    );
+    check_all(&s, &model);
+    s.close().unwrap();
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    s.verify().unwrap();
+    check_all(&s, &model);
 }

@@ -628,8 +628,8 @@ fn power_loss_with_concurrent_leaf_writers_keeps_every_acknowledged_put() {
                 Err(e) => panic!("reopen at point {point:?}: {e}"),
             };
             // The puts went beside each other, not all through the exclusive writer.
-            let leaf_puts: u64 = stats["leaf_puts"].parse().unwrap();
-            assert!(leaf_puts > PER_WRITER as u64, "leaf puts {leaf_puts}");
+            let leaf_writes: u64 = stats["leaf_writes"].parse().unwrap();
+            assert!(leaf_writes > PER_WRITER as u64, "leaf writes {leaf_writes}");
             s.verify()
                 .unwrap_or_else(|e| panic!("verify at point {point:?}: {e}"));
             let got = contents(&s);

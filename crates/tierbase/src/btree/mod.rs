@@ -1544,7 +1544,10 @@ impl Inner {
                 "writer_parks".into(),
                 self.tree.writer_parks.get().to_string(),
             ),
-            ("leaf_puts".into(), self.tree.leaf_puts.get().to_string()),
+            (
+                "leaf_writes".into(),
+                self.tree.leaf_writes.get().to_string(),
+            ),
             ("restart_frames".into(), self.restart.frames.to_string()),
             ("restart_micros".into(), self.restart.micros.to_string()),
         ];
@@ -1783,7 +1786,7 @@ impl Store for BTreeStore {
     }
 
     /// Batches (`put_many`) take the tree's writer lock exclusively, one at a time; readers,
-    /// and single puts that fit their leaf, go on beside each other.
+    /// and single changes that stay in their leaf, go on beside each other.
     fn single_writer(&self) -> bool {
         true
     }

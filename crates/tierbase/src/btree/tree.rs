@@ -1,6 +1,7 @@
-//! The B+-tree over the buffer manager: lookups and range scans with latch coupling; puts
-//! that fit their leaf made side by side, and one writer at a time applying everything else
-//! (batches, splits, merges, deletes, overflow values); each change logged physiologically.
+//! The B+-tree over the buffer manager: lookups and range scans with latch coupling; single
+//! changes that stay in their leaf made side by side, and one writer at a time applying
+//! everything else (batches, splits, merges, overflow values); each change logged
+//! physiologically.
 //!
 //! Owns: the tree's algorithms, the log records they write (their bytes are in
 //! docs/FORMAT-wal.md) and their redo. Must not touch: files, the log's framing or group commit
@@ -8,8 +9,9 @@
 //!
 //! Concurrency: readers fix pages shared, top-down, holding the parent until the child is
 //! fixed (latch coupling); the root is re-checked after it is fixed. Writers share one
-//! reader-writer lock (the writer lock). A single put or update whose value is kept in its leaf
-//! and fits there takes it shared (a leaf writer, [`Tree::put_in_leaf`]): the structure cannot
+//! reader-writer lock (the writer lock). A single put, update or delete that changes its leaf
+//! only (a value kept in the leaf that fits there; a delete that leaves the leaf at least a
+//! quarter full) takes it shared (a leaf writer, [`Tree::change_in_leaf`]): the structure cannot
 //! change meanwhile, so it descends, fixes its leaf exclusive, changes it, and appends its own
 //! log frame while it still holds the leaf (the frame's LSN stamps the leaf, so each page's
 //! changes reach the log in the order they were made). Every other write takes the lock
@@ -169,7 +171,7 @@ pub(crate) struct Writer {
 /// and logging another one on each load cost ~9 KB of log per YCSB update once the data
 /// outgrew DRAM (docs/BENCHMARKS.md, Figure 14).
 ///
-/// Entries are atomic so that leaf writers ([`Tree::put_in_leaf`]), which share the writer
+/// Entries are atomic so that leaf writers ([`Tree::change_in_leaf`]), which share the writer
 /// lock, can mark the leaf they hold exclusively; only the writer that holds the lock
 /// exclusively adds entries.
 #[derive(Debug, Default)]
@@ -235,7 +237,7 @@ impl ImagedPages {
 }
 
 thread_local! {
-    /// A leaf writer's log frame ([`Tree::put_in_leaf`]), reused from put to put.
+    /// A leaf writer's log frame ([`Tree::change_in_leaf`]), reused from put to put.
     static LEAF_FRAME: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -246,9 +248,9 @@ pub(crate) struct Tree {
     pub(crate) log: std::sync::Arc<super::LogLink>,
     /// Held exclusively by a writer that may change the tree's structure, its meta page or
     /// more than one page, and by checkpoints; shared by leaf writers
-    /// ([`Tree::put_in_leaf`]), which change one leaf each, concurrently.
+    /// ([`Tree::change_in_leaf`]), which change one leaf each, concurrently.
     pub(crate) writer: RwLock<Writer>,
-    /// Whether single puts may go to [`Tree::put_in_leaf`]: not in NVM direct (changes in
+    /// Whether single puts may go to [`Tree::change_in_leaf`]: not in NVM direct (changes in
     /// place under one undo log) nor in a line-grained pool (puts by lines).
     leaf_writers: bool,
     root: AtomicU64,
@@ -260,8 +262,20 @@ pub(crate) struct Tree {
     /// Exclusive writers that waited for the writer lock longer than [`WRITER_SPIN`] and
     /// parked.
     pub(crate) writer_parks: Counter,
-    /// Puts made by a leaf writer, beside other writers ([`Tree::put_in_leaf`]).
-    pub(crate) leaf_puts: Counter,
+    /// Puts, updates and deletes made by leaf writers, beside other writers
+    /// ([`Tree::change_in_leaf`]).
+    pub(crate) leaf_writes: Counter,
+}
+
+/// What a leaf writer does ([`Tree::change_in_leaf`]).
+#[derive(Clone, Copy, Debug)]
+enum LeafChange<'v> {
+    /// Insert or replace.
+    Put(&'v [u8]),
+    /// Replace if present.
+    Update(&'v [u8]),
+    /// Remove if present.
+    Delete,
 }
 
 /// Where a descent goes.
@@ -373,7 +387,7 @@ impl Tree {
             limits,
             writer_early_descents: Counter::default(),
             writer_parks: Counter::default(),
-            leaf_puts: Counter::default(),
+            leaf_writes: Counter::default(),
         }
     }
 
@@ -788,10 +802,11 @@ impl Tree {
         for (k, v) in ops {
             self.check_entry(k, *v)?;
         }
-        if let [(key, Some(value))] = ops
+        if let [(key, value)] = ops
             && self.leaf_writers
-            && value.len() <= self.limits.max_inline
-            && let Some((existed, end)) = self.put_in_leaf(key, value, false)?
+            && value.is_none_or(|v| v.len() <= self.limits.max_inline)
+            && let Some((existed, end)) =
+                self.change_in_leaf(key, value.map_or(LeafChange::Delete, LeafChange::Put))?
         {
             return Ok((vec![existed], end));
         }
@@ -880,7 +895,7 @@ impl Tree {
         self.check_entry(key, Some(value))?;
         if self.leaf_writers
             && value.len() <= self.limits.max_inline
-            && let Some(done) = self.put_in_leaf(key, value, true)?
+            && let Some(done) = self.change_in_leaf(key, LeafChange::Update(value))?
         {
             return Ok(done);
         }
@@ -1013,7 +1028,9 @@ impl Tree {
     /// Hands the batch's records to the log; returns the LSN to wait for.
     fn commit(&self, w: &mut Writer) -> Result<u64> {
         let wal = self.wal()?;
-        if w.meta != w.logged_meta {
+        // The count may be back where the last record left it while leaf writers moved it
+        // since (the readers' count then differs).
+        if w.meta != w.logged_meta || w.meta.count != self.count.load(Ordering::Acquire) {
             // A count changed by puts that fitted their leaves: one meta record per batch.
             if let Err(e) = self.log_meta(w) {
                 return Err(self.fail(w, e));
@@ -1180,21 +1197,18 @@ impl Tree {
         }
     }
 
-    /// A put that changes its leaf only (no split, no overflow pages), made beside other such
-    /// puts: under the writer lock shared, with the leaf fixed exclusively from the change
-    /// until its log frame is appended and the leaf stamped with the frame's LSN (so each
-    /// page's changes reach the log in the order they were made). A new key's frame also
-    /// carries the meta record with the key count, taken in the log's order. `None`, with
-    /// nothing changed, when the put needs the writer lock exclusively: the leaf is full, the
-    /// old value is in overflow pages, the leaf has no image entry yet, or the store refuses
-    /// writes (the exclusive path reports why). With `existing_only`, a key that is not there
-    /// is left out. Returns whether the key existed and the LSN that makes the put durable.
-    fn put_in_leaf(
-        &self,
-        key: &[u8],
-        value: &[u8],
-        existing_only: bool,
-    ) -> Result<Option<(bool, u64)>> {
+    /// A change to one leaf only (no split or merge, no overflow pages), made beside other such
+    /// changes (a leaf writer): under the writer lock shared, with the leaf fixed exclusively
+    /// from the change until its log frame is appended and the leaf stamped with the frame's
+    /// LSN (so each page's changes reach the log in the order they were made). A frame that
+    /// adds or removes a key also carries the meta record with the key count, taken in the
+    /// log's order. `None`, with nothing changed, when the change needs the writer lock
+    /// exclusively: a put's leaf is full, a delete would leave its leaf underfull (a merge),
+    /// the old value is in overflow pages, the leaf has no image entry yet, or the store
+    /// refuses writes (the exclusive path reports why). A missing key is left out by
+    /// [`LeafChange::Update`] and [`LeafChange::Delete`]. Returns whether the key existed and
+    /// the LSN that makes the change durable.
+    fn change_in_leaf(&self, key: &[u8], change: LeafChange<'_>) -> Result<Option<(bool, u64)>> {
         let w = self.writer.read();
         if w.failed.is_some() || self.pool.frozen() {
             return Ok(None);
@@ -1212,28 +1226,58 @@ impl Tree {
         if !imaged && w.imaged.entry(leaf_pid).is_none() {
             return Ok(None);
         }
-        let new = {
+        // How the key count moves: +1, 0 or -1.
+        let keys: i8 = {
             let n = Node(leaf.bytes());
             if n.kind() != Some(Kind::Leaf) || n.level() != 0 {
                 return Err(corrupt(format!(
                     "page {leaf_pid}: not a leaf below a level-1 page"
                 )));
             }
-            match n.search(key) {
-                Ok(i) if n.is_ref(i) || n.free_space() + n.value(i).len() < value.len() => {
-                    return Ok(None);
+            match (n.search(key), change) {
+                (Ok(i), _) if n.is_ref(i) => return Ok(None),
+                (Ok(i), LeafChange::Put(v) | LeafChange::Update(v)) => {
+                    if n.free_space() + n.value(i).len() < v.len() {
+                        return Ok(None);
+                    }
+                    0
                 }
-                Ok(_) => false,
-                Err(_) if existing_only => return Ok(Some((false, wal.next_lsn()))),
-                Err(_) if n.free_space() < node::entry_size(key.len(), value.len()) => {
-                    return Ok(None);
+                (Ok(i), LeafChange::Delete) => {
+                    // The entry's bytes with its whole key: at most what the removal frees
+                    // (keys may be stored without their page's prefix), so the leaf stays at
+                    // least a quarter full, as the exclusive path's merge rule wants.
+                    let freed = node::entry_size(key.len(), n.value(i).len());
+                    if path.len() > 1 && n.used() < self.pool.page_size() / 4 + freed {
+                        return Ok(None);
+                    }
+                    -1
                 }
-                Err(_) => true,
+                (Err(_), LeafChange::Update(_) | LeafChange::Delete) => {
+                    return Ok(Some((false, wal.next_lsn())));
+                }
+                (Err(_), LeafChange::Put(v)) => {
+                    if n.free_space() < node::entry_size(key.len(), v.len()) {
+                        return Ok(None);
+                    }
+                    1
+                }
             }
         };
         let guard = FreezeOnUnwind(&self.pool);
-        let appended = match edit(&mut leaf).upsert_cell(key, value, false) {
-            Ok(_) => LEAF_FRAME.with_borrow_mut(|frame| {
+        let changed = match change {
+            LeafChange::Put(v) | LeafChange::Update(v) => {
+                edit(&mut leaf).upsert_cell(key, v, false).map(|_| ())
+            }
+            LeafChange::Delete => {
+                if edit(&mut leaf).remove(key) {
+                    Ok(())
+                } else {
+                    Err(())
+                }
+            }
+        };
+        let appended = match changed {
+            Ok(()) => LEAF_FRAME.with_borrow_mut(|frame| {
                 wal.append_with(frame, |frame_lsn, rec| {
                     if self.pool.frozen() {
                         // A writer failed (or panicked) after this one's check: its change
@@ -1246,20 +1290,38 @@ impl Tree {
                                 .unwrap_or_else(|| "a change failed half-way".into()),
                         });
                     }
+                    // Only leaf writers change the count while the lock is shared, each under
+                    // the log's tail lock: a load and a store suffice. The store comes last
+                    // (an error or a panic while building leaves the count alone); a frame
+                    // built but not stored fails the log (`append_with`).
+                    let count = match keys {
+                        0 => None,
+                        1 => Some(self.count.load(Ordering::Acquire) + 1),
+                        _ => Some(
+                            self.count
+                                .load(Ordering::Acquire)
+                                .checked_sub(1)
+                                .ok_or_else(|| {
+                                    corrupt("the meta page counts no keys, the tree holds one")
+                                })?,
+                        ),
+                    };
                     let lsn = frame_lsn + FRAME_HEADER;
                     if imaged {
-                        Self::put_record(rec, leaf_pid, key, value, false);
+                        match change {
+                            LeafChange::Put(v) | LeafChange::Update(v) => {
+                                Self::put_record(rec, leaf_pid, key, v, false);
+                            }
+                            LeafChange::Delete => {
+                                Self::key_record(rec, REC_REMOVE, leaf_pid, key);
+                            }
+                        }
                         edit(&mut leaf).set_lsn(lsn);
                     } else {
                         Self::image_record(rec, &mut leaf, lsn);
                         w.imaged.set_shared(leaf_pid, w.generation);
                     }
-                    if new {
-                        // Only leaf writers change the count while the lock is shared, each
-                        // under the log's tail lock: a load and a store suffice. The store
-                        // comes last (a panic while building leaves the count alone); a frame
-                        // built but not stored fails the log (`append_with`).
-                        let count = self.count.load(Ordering::Acquire) + 1;
+                    if let Some(count) = count {
                         Self::meta_record(rec, Meta { count, ..w.meta });
                         self.count.store(count, Ordering::Release);
                     }
@@ -1267,15 +1329,15 @@ impl Tree {
                 })
             }),
             Err(()) => Err(corrupt(format!(
-                "page {leaf_pid}: a leaf refused an entry that fits"
+                "page {leaf_pid}: a leaf refused a change its search allowed"
             ))),
         };
         match appended {
             Ok(end) => {
                 drop(leaf);
                 drop(guard);
-                self.leaf_puts.incr();
-                Ok(Some((!new, end)))
+                self.leaf_writes.incr();
+                Ok(Some((keys <= 0, end)))
             }
             Err(e) => {
                 // The leaf may hold the change without its record: it must not reach media.
