@@ -60,6 +60,9 @@ const WARM_KEYS: usize = 64;
 /// ([`crate::sync::spin_then_park`]): a put holds it for 1–2 µs in DRAM.
 const WRITER_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
+/// The LSN of a leaf a leaf writer has changed but not yet logged ([`Tree::change_in_leaf`]).
+const UNLOGGED_LSN: u64 = u64::MAX;
+
 const REC_PUT: u8 = 1;
 const REC_REMOVE: u8 = 2;
 const REC_IMAGE: u8 = 3;
@@ -153,7 +156,7 @@ pub(crate) struct Writer {
     /// The meta state last logged by an exclusive writer: a change that moves `meta` without
     /// logging it (chain pages allocated or freed by a replace, the key count of a put that
     /// fits its leaf) is logged once, at the batch's commit. Leaf writers log the count of
-    /// each new key themselves, without the meta page; [`Tree::begin`] takes it over.
+    /// each key they add or remove themselves, without the meta page; [`Tree::begin`] takes it over.
     logged_meta: Meta,
     pub(crate) generation: u32,
     /// Which pages have their image in the log of the current generation.
@@ -237,7 +240,7 @@ impl ImagedPages {
 }
 
 thread_local! {
-    /// A leaf writer's log frame ([`Tree::change_in_leaf`]), reused from put to put.
+    /// A leaf writer's log frame ([`Tree::change_in_leaf`]), reused from change to change.
     static LEAF_FRAME: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -250,7 +253,7 @@ pub(crate) struct Tree {
     /// more than one page, and by checkpoints; shared by leaf writers
     /// ([`Tree::change_in_leaf`]), which change one leaf each, concurrently.
     pub(crate) writer: RwLock<Writer>,
-    /// Whether single puts may go to [`Tree::change_in_leaf`]: not in NVM direct (changes in
+    /// Whether single changes may go to [`Tree::change_in_leaf`]: not in NVM direct (changes in
     /// place under one undo log) nor in a line-grained pool (puts by lines).
     leaf_writers: bool,
     root: AtomicU64,
@@ -1243,8 +1246,7 @@ impl Tree {
                     0
                 }
                 (Ok(i), LeafChange::Delete) => {
-                    // The entry's bytes with its whole key: at most what the removal frees
-                    // (keys may be stored without their page's prefix), so the leaf stays at
+                    // What the removal frees (cells hold whole keys), so the leaf stays at
                     // least a quarter full, as the exclusive path's merge rule wants.
                     let freed = node::entry_size(key.len(), n.value(i).len());
                     if path.len() > 1 && n.used() < self.pool.page_size() / 4 + freed {
@@ -1264,6 +1266,10 @@ impl Tree {
             }
         };
         let guard = FreezeOnUnwind(&self.pool);
+        // Until its record is in the log the leaf carries an LSN no commit reaches, so that
+        // write-back leaves it alone (`WalRule::committed_lsn`), also when the record never
+        // comes (the store then fails, and only redo from the log rebuilds the page).
+        edit(&mut leaf).set_lsn(UNLOGGED_LSN);
         let changed = match change {
             LeafChange::Put(v) | LeafChange::Update(v) => {
                 edit(&mut leaf).upsert_cell(key, v, false).map(|_| ())
