@@ -22,8 +22,8 @@
 //! their parents in a line-grained pool; not at all in NVM direct), so that most device reads
 //! overlap other writers' work instead of being made under the lock (`Tree::lock_writer`).
 //! Leaf writers are not used in NVM direct (pages changed in place under one undo log) nor in
-//! a line-grained pool (puts by lines). A writer fixes a
-//! leaf exclusive for an ordinary change; a split or merge fixes the whole path exclusive,
+//! a line-grained pool (puts by lines). A writer fixes a leaf exclusive for an ordinary
+//! change; a split or merge fixes the whole path exclusive,
 //! top-down, so a reader never sees half a structure change. Scans keep no
 //! sibling links: they continue from the fence key of the leaf they finished, by a new
 //! descent, so a scan is never confused by a split or merge it raced.
@@ -156,7 +156,8 @@ pub(crate) struct Writer {
     /// The meta state last logged by an exclusive writer: a change that moves `meta` without
     /// logging it (chain pages allocated or freed by a replace, the key count of a put that
     /// fits its leaf) is logged once, at the batch's commit. Leaf writers log the count of
-    /// each key they add or remove themselves, without the meta page; [`Tree::begin`] takes it over.
+    /// each key they add or remove themselves, without the meta page; [`Tree::begin`] takes
+    /// it over.
     logged_meta: Meta,
     pub(crate) generation: u32,
     /// Which pages have their image in the log of the current generation.
@@ -943,9 +944,9 @@ impl Tree {
         end
     }
 
-    /// Takes the writer lock exclusively. While another writer holds it, or once the data has outgrown
-    /// the pool ([`BufferPool::outgrown`]), this one first descends to the leaves of `keys`
-    /// with shared latches (at most [`WARM_KEYS`] of them): a page read from the device
+    /// Takes the writer lock exclusively. While another writer holds it, or once the data has
+    /// outgrown the pool ([`BufferPool::outgrown`]), this one first descends to the leaves of
+    /// `keys` with shared latches (at most [`WARM_KEYS`] of them): a page read from the device
     /// then overlaps the other writers' work instead of being made under the lock, where it
     /// holds up every writer. Only a hint: the writer fixes the pages again (an evicted one
     /// is read again), and reports any error itself.
@@ -1896,15 +1897,20 @@ impl Tree {
         Ok(records)
     }
 
-    /// Adopts the meta page after redo.
+    /// Adopts the meta page after redo. Gives the pages the file holds entries for their
+    /// images, so that leaf writers can take their first changes (at most the file's pages:
+    /// a damaged meta page's high-water mark does not size anything; pages past the file get
+    /// entries from the exclusive writer as it changes them).
     pub(crate) fn adopt_meta(&self, meta: Meta) {
-        self.install_meta(&mut self.writer.write(), meta);
+        let mut w = self.writer.write();
+        let file_pages = self.pool.device().len() / self.pool.page_size() as u64;
+        w.imaged
+            .grow_to(usize::try_from(meta.next_pid.min(file_pages)).unwrap_or(0));
+        self.install_meta(&mut w, meta);
     }
 
     /// Makes `meta` the writer's, and its root and count the readers'.
     fn install_meta(&self, w: &mut Writer, meta: Meta) {
-        w.imaged
-            .grow_to(usize::try_from(meta.next_pid).unwrap_or(0));
         w.meta = meta;
         w.logged_meta = meta;
         self.root.store(meta.root, Ordering::Release);
