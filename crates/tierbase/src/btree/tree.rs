@@ -807,8 +807,6 @@ impl Tree {
             self.check_entry(k, *v)?;
         }
         if let [(key, value)] = ops
-            && self.leaf_writers
-            && value.is_none_or(|v| v.len() <= self.limits.max_inline)
             && let Some((existed, end)) =
                 self.change_in_leaf(key, value.map_or(LeafChange::Delete, LeafChange::Put))?
         {
@@ -897,10 +895,7 @@ impl Tree {
     /// change durable.
     pub(crate) fn update(&self, key: &[u8], value: &[u8]) -> Result<(bool, u64)> {
         self.check_entry(key, Some(value))?;
-        if self.leaf_writers
-            && value.len() <= self.limits.max_inline
-            && let Some(done) = self.change_in_leaf(key, LeafChange::Update(value))?
-        {
+        if let Some(done) = self.change_in_leaf(key, LeafChange::Update(value))? {
             return Ok(done);
         }
         let mut existed = false;
@@ -1208,11 +1203,19 @@ impl Tree {
     /// adds or removes a key also carries the meta record with the key count, taken in the
     /// log's order. `None`, with nothing changed, when the change needs the writer lock
     /// exclusively: a put's leaf is full, a delete would leave its leaf underfull (a merge),
-    /// the old value is in overflow pages, the leaf has no image entry yet, or the store
-    /// refuses writes (the exclusive path reports why). A missing key is left out by
+    /// the new or the old value goes to overflow pages, the leaf has no image entry yet, the
+    /// store has no leaf writers (NVM direct, a line-grained pool), or the store refuses
+    /// writes (the exclusive path reports why). A missing key is left out by
     /// [`LeafChange::Update`] and [`LeafChange::Delete`]. Returns whether the key existed and
     /// the LSN that makes the change durable.
     fn change_in_leaf(&self, key: &[u8], change: LeafChange<'_>) -> Result<Option<(bool, u64)>> {
+        let inline = match change {
+            LeafChange::Put(v) | LeafChange::Update(v) => v.len() <= self.limits.max_inline,
+            LeafChange::Delete => true,
+        };
+        if !self.leaf_writers || !inline {
+            return Ok(None);
+        }
         let w = self.writer.read();
         if w.failed.is_some() || self.pool.frozen() {
             return Ok(None);

@@ -648,7 +648,7 @@ impl BlockDevice {
     /// `file_fs`). Counted either way.
     pub fn sync(&self) -> Result<()> {
         match &self.backing {
-            Backing::File(_) if self.file_fs == Some(super::FsKind::Memory) => {}
+            Backing::File(_) if self.on_memory_fs() => {}
             Backing::File(file) => file
                 .sync_data()
                 .map_err(|e| Error::io("fdatasync", Some(&self.path), e))?,
