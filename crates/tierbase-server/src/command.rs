@@ -2,7 +2,8 @@
 //! [`Store`] interface.
 //!
 //! Owns: the command table (names, arities, flags), argument checking, Redis's error texts,
-//! each command's semantics, and `INFO`/`CONFIG GET`/`COMMAND` contents. Must not touch:
+//! each command's semantics, and `INFO`/`CONFIG GET`/`COMMAND` contents (`COMMAND DOCS`'s
+//! texts are `command_docs`'s). Must not touch:
 //! sockets or framing (`server`, `resp`) or any store's internals — every key operation is a
 //! [`Store`] call, and read-modify-write commands (INCR, APPEND, SET NX/XX/GET, GETDEL) are
 //! one [`Store::modify`] each, so they are atomic per key.
@@ -13,6 +14,7 @@ use std::time::Instant;
 use tierbase::device::Counter;
 use tierbase::store::{Change, Store};
 
+use crate::command_docs::{DOCS, Doc, find_doc};
 use crate::glob::glob_match;
 use crate::lead::LeadQueue;
 use crate::resp::{Protocol, Reply};
@@ -830,8 +832,14 @@ fn command(rest: &[&[u8]]) -> Reply {
                 .map(|n| find_spec(&lower(n)).map_or(Reply::Nil, command_entry))
                 .collect(),
         ),
-        // No documentation entries: clients treat an empty reply as "no hints".
-        Some("docs") => Reply::Map(Vec::new()),
+        Some("docs") if rest.len() == 1 => Reply::Map(DOCS.iter().map(Doc::entry).collect()),
+        // As Redis: names it does not serve are left out.
+        Some("docs") => Reply::Map(
+            rest[1..]
+                .iter()
+                .filter_map(|n| find_doc(&lower(n)).map(Doc::entry))
+                .collect(),
+        ),
         Some(sub) => Reply::error(format!("ERR unknown subcommand '{sub}'. Try COMMAND HELP.")),
     }
 }
@@ -1041,6 +1049,15 @@ fn info(shared: &Shared, rest: &[&[u8]]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every served command is documented, in the table's order, and nothing else is: a
+    /// command added to one table and not the other fails here.
+    #[test]
+    fn command_docs_cover_exactly_the_served_commands() {
+        let served: Vec<&str> = COMMANDS.iter().map(|s| s.name).collect();
+        let documented: Vec<&str> = DOCS.iter().map(|d| d.name).collect();
+        assert_eq!(served, documented);
+    }
 
     /// Keys and values come back whole and in order, empty ones and ones that look alike
     /// included; a cleared batch starts over.

@@ -23,6 +23,7 @@
 #![deny(missing_docs)]
 
 mod command;
+mod command_docs;
 mod commit;
 mod error;
 mod glob;

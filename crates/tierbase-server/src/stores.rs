@@ -28,12 +28,11 @@ pub const AUTO: &str = "auto";
 /// store's in-place invalidations are random page writes there, docs/BENCHMARKS.md Figure 6).
 pub fn resolve_store(kind: &str, path: &Path) -> Result<&'static str> {
     if kind != AUTO {
-        return STORES.iter().copied().find(|s| *s == kind).ok_or_else(|| {
-            ServerError::Config(format!(
-                "unknown store '{kind}' (stores: {}, {AUTO})",
-                STORES.join(", ")
-            ))
-        });
+        return STORES
+            .iter()
+            .copied()
+            .find(|s| *s == kind)
+            .ok_or_else(|| unknown_store(kind));
     }
     let meta = match std::fs::metadata(path) {
         Ok(meta) => meta,
@@ -81,6 +80,13 @@ pub fn resolve_store(kind: &str, path: &Path) -> Result<&'static str> {
     }
 }
 
+fn unknown_store(kind: &str) -> ServerError {
+    ServerError::Config(format!(
+        "unknown store '{kind}' (stores: {}, {AUTO})",
+        STORES.join(", ")
+    ))
+}
+
 fn which_store(path: &Path, why: &str) -> ServerError {
     ServerError::Config(format!(
         "cannot tell which store {} holds ({why}): name it with --store ({})",
@@ -103,7 +109,8 @@ pub struct ReplyPolicy {
     pub guarantee_class: &'static str,
 }
 
-/// Opens (or creates) the store `kind` at `path` for serving at commit level `level`.
+/// Opens (or creates) the store `kind` at `path` for serving at commit level `level`; `kind`
+/// may be [`AUTO`] ([`resolve_store`] chooses).
 ///
 /// At `immediate` a store that can defer its syncs is opened deferring, and the server syncs
 /// once per batch of writes before replying: concurrent connections share each sync (group
@@ -128,7 +135,7 @@ pub fn open_store_with(
     level: Durability,
     dram_budget: Option<u64>,
 ) -> Result<(Box<dyn Store>, ReplyPolicy)> {
-    match kind {
+    match resolve_store(kind, path)? {
         "kv" => {
             let store_level = match level {
                 Durability::Immediate => Durability::None,
@@ -178,10 +185,7 @@ pub fn open_store_with(
             let policy = reply_policy(&store, level);
             Ok((Box::new(store), policy))
         }
-        other => Err(ServerError::Config(format!(
-            "unknown store '{other}' (stores: {})",
-            STORES.join(", ")
-        ))),
+        other => Err(unknown_store(other)),
     }
 }
 
@@ -352,7 +356,18 @@ mod tests {
         assert!(e.contains("cannot tell") && e.contains("--store"), "{e}");
         std::fs::write(&junk, b"short").unwrap();
         assert!(resolve_store(AUTO, &junk).is_err());
-        assert!(resolve_store("nope", &junk).is_err());
+        let e = resolve_store("nope", &junk).unwrap_err().to_string();
+        assert_eq!(e, "unknown store 'nope' (stores: kv, btree, plush, auto)");
+        let e = super::open_store("nope", &junk, Durability::Immediate)
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(e, "unknown store 'nope' (stores: kv, btree, plush, auto)");
+        // Opening with `auto` opens what `resolve_store` chose.
+        let (store, _) =
+            super::open_store(AUTO, &dir.path().join("made.plush"), Durability::Immediate).unwrap();
+        assert_eq!(store.describe().store, "plush");
+        store.close().unwrap();
         // A directory: a B+-tree's, or an empty one; never one that holds other things.
         let empty = dir.path().join("empty");
         std::fs::create_dir(&empty).unwrap();

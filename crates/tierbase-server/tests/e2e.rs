@@ -1149,7 +1149,7 @@ fn an_endless_request_reaches_the_query_buffer_limit() {
 }
 
 /// COMMAND INFO describes the commands asked for (nil for unknown ones) as COMMAND lists
-/// them; COMMAND DOCS answers with an empty map (no hints), which redis-cli accepts.
+/// them; COMMAND DOCS gives Redis 7's summary, group and argument schema.
 #[test]
 fn command_info_and_docs() {
     let mut server = TestServer::start();
@@ -1176,12 +1176,36 @@ fn command_info_and_docs() {
     assert_eq!(info[2], redis::Value::Nil);
     let all: Vec<redis::Value> = cmd("COMMAND").query(&mut c).unwrap();
     assert!(all.contains(&info[0]) && all.contains(&info[1]));
-    let docs: redis::Value = cmd("COMMAND").arg("DOCS").query(&mut c).unwrap();
-    assert!(
-        matches!(&docs, redis::Value::Array(v) if v.is_empty())
-            || matches!(&docs, redis::Value::Map(v) if v.is_empty()),
-        "{docs:?}"
-    );
+    // COMMAND DOCS: every command, each with Redis 7's fields; named ones only, unknown
+    // names left out. RESP2 sends a map as a flat array of name, fields, name, fields, ...
+    let all_docs: Vec<redis::Value> = cmd("COMMAND").arg("DOCS").query(&mut c).unwrap();
+    assert_eq!(all_docs.len(), 2 * all.len());
+    let docs: Vec<redis::Value> = cmd("COMMAND")
+        .arg("DOCS")
+        .arg("SET")
+        .arg("nosuch")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(docs.len(), 2, "{docs:?}");
+    let name: String = redis::from_redis_value(docs[0].clone()).unwrap();
+    assert_eq!(name, "set");
+    let fields: std::collections::HashMap<String, redis::Value> =
+        redis::from_redis_value(docs[1].clone()).unwrap();
+    let text = |f: &str| -> String { redis::from_redis_value(fields[f].clone()).unwrap() };
+    assert_eq!(text("group"), "string");
+    assert_eq!(text("since"), "1.0.0");
+    assert!(text("summary").starts_with("Sets the string value of a key"));
+    let args: Vec<std::collections::HashMap<String, redis::Value>> =
+        redis::from_redis_value(fields["arguments"].clone()).unwrap();
+    let arg_names: Vec<String> = args
+        .iter()
+        .map(|a| redis::from_redis_value(a["name"].clone()).unwrap())
+        .collect();
+    assert_eq!(arg_names, ["key", "value", "condition", "get"]);
+    let kind: String = redis::from_redis_value(args[0]["type"].clone()).unwrap();
+    assert_eq!(kind, "key");
+    let token: String = redis::from_redis_value(args[3]["token"].clone()).unwrap();
+    assert_eq!(token, "GET");
     let e = query_err(&mut c, cmd("COMMAND").arg("NOSUCH"));
     assert!(e.starts_with("ERR unknown subcommand"), "{e}");
     drop(c);
