@@ -5,6 +5,10 @@ Runs `redis-benchmark -t set,get` (16 B keys `key:<12 digits>`, 200 B values, 50
 without pipelining and with -P 16) against `tierbase serve` and `redis-server` at matching
 durability, on the same medium, alternating the servers in every repetition, and prints the
 medians (throughput, p50, p99, server CPU seconds per 100k requests) as a Markdown table.
+The ratios are medians of each repetition's pair (tierbase ÷ redis, the two runs back to back),
+with the lowest and highest pair: on a shared machine whose speed drifts between repetitions,
+the median of one server's runs and the median of the other's may come from different
+repetitions.
 
   scripts/redis_compare.py --reps 3 --media tmpfs,disk [--store btree]
 
@@ -160,8 +164,9 @@ def main():
                               + ", ".join(f"{t} {v['rps']:.0f}/s p99 {v['p99']:.2f} ms"
                                           for t, v in r.items()), file=sys.stderr)
     print("| medium | durability (redis / tierbase) | pipeline | test | redis-server ops/s | "
-          "tierbase ops/s | ratio | p50 ms (r / t) | p99 ms (r / t) | server CPU s per 100k (r / t) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "tierbase ops/s | ratio (pairs) | p50 ms (r / t) | p99 ms (r / t) | p99 ratio (pairs) | "
+          "server CPU s per 100k (r / t) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     level = {"always": "appendfsync always / immediate", "everysec":
              "appendfsync everysec / eventual:1000", "none": "no persistence / none"}
     for (medium, durability, pipeline, test, kind), runs in sorted(results.items()):
@@ -171,10 +176,16 @@ def main():
         if not t:
             continue
         med = lambda rs, k: statistics.median(x[k] for x in rs)
+
+        def paired(k):
+            # Repetition i of each server ran back to back with the other's.
+            ratios = [b[k] / a[k] for a, b in zip(runs, t)]
+            return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"
+
         print(f"| {medium} | {level[durability]} | {pipeline} | {test} | {med(runs, 'rps'):,.0f} | "
-              f"{med(t, 'rps'):,.0f} | {med(t, 'rps') / med(runs, 'rps'):.2f} | "
+              f"{med(t, 'rps'):,.0f} | {paired('rps')} | "
               f"{med(runs, 'p50'):.3f} / {med(t, 'p50'):.3f} | "
-              f"{med(runs, 'p99'):.3f} / {med(t, 'p99'):.3f} | "
+              f"{med(runs, 'p99'):.3f} / {med(t, 'p99'):.3f} | {paired('p99')} | "
               f"{med(runs, 'cpu_per_100k'):.2f} / {med(t, 'cpu_per_100k'):.2f} |")
 
 
