@@ -608,6 +608,43 @@ fn structural_damage_with_a_valid_checksum_never_panics() {
     assert!(errors > 0);
 }
 
+/// A meta page whose high-water mark (checksum valid) lies beyond every page the files and
+/// the log can hold is refused at open, before the first allocation would size the writer's
+/// tables and the page file by it (with 2^40, tables of terabytes).
+#[test]
+fn a_high_water_mark_beyond_the_files_is_corrupt() {
+    let dir = scratch_dir();
+    let (path, _) = filled_store(dir.path());
+    let pages = path.join("pages.tb");
+    let original = std::fs::read(&pages).unwrap();
+    let n = (original.len() / PAGE) as u64;
+    // The meta page is page 2; its second field (from byte 48 of the page) is the mark.
+    let next_at = 2 * PAGE + 48 + 8;
+    let next = u64::from_le_bytes(original[next_at..next_at + 8].try_into().unwrap());
+    assert!(next > 3 && next <= n, "mark {next} of {n} pages");
+    let snap = Snapshot::take(&path);
+    for mark in [n + 1_000_000, 1 << 40, u64::MAX] {
+        let mut bad = original.clone();
+        bad[next_at..next_at + 8].copy_from_slice(&mark.to_le_bytes());
+        tierbase::buffer::seal(&mut bad[2 * PAGE..3 * PAGE]);
+        snap.restore();
+        std::fs::write(&pages, &bad).unwrap();
+        let e = BTreeStore::open(&path, &opts()).err().expect("opened");
+        assert!(
+            matches!(e, tierbase::Error::Corrupt { .. }) && e.to_string().contains("high-water"),
+            "mark {mark}: {e}"
+        );
+    }
+    // The store's own mark opens, and takes new pages.
+    snap.restore();
+    std::fs::write(&pages, &original).unwrap();
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    for i in 0..2000u32 {
+        s.put(&key(100_000 + i), &val(i)).unwrap();
+    }
+    s.close().unwrap();
+}
+
 /// An overflow reference rewritten (checksum valid) to point back at its own leaf: a read of
 /// that value is a clear corruption error, not a wait on the leaf's own latch (a leaf loaded
 /// a cache line at a time is held exclusively while its chain is read).

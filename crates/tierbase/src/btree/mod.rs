@@ -965,6 +965,25 @@ impl BTreeStore {
                 ),
             ));
         }
+        // Every page below the high-water mark was written to the page file or the NVM tier,
+        // or is named by a record of the log replayed since (a new page's first change logs
+        // its image; an image leaves out a page's free middle, and every record names its page
+        // in 8 bytes at least). A mark beyond them all is damage, and the first allocation
+        // would size the writer's tables and the page file by it.
+        let held = (tree.pool.device().len() / page_size as u64)
+            .saturating_add(nvm_report.0)
+            .saturating_add(restart.log_bytes / 8)
+            .saturating_add(FIRST_ROOT + 1);
+        if meta.next_pid > held {
+            return Err(Error::corrupt(
+                path.as_deref(),
+                format!(
+                    "the meta page's high-water mark, page {}, is beyond the {held} pages the \
+                     page file, the NVM tier and the log can hold",
+                    meta.next_pid
+                ),
+            ));
+        }
         tree.adopt_meta(meta);
         restart.pages_written = tree.pool.flush_dirty()?;
         let pages = tree.pool.device();
