@@ -629,7 +629,9 @@ fn a_high_water_mark_beyond_the_files_is_corrupt() {
         tierbase::buffer::seal(&mut bad[2 * PAGE..3 * PAGE]);
         snap.restore();
         std::fs::write(&pages, &bad).unwrap();
-        let e = BTreeStore::open(&path, &opts()).err().expect("opened");
+        let Err(e) = BTreeStore::open(&path, &opts()) else {
+            panic!("mark {mark}: opened");
+        };
         assert!(
             matches!(e, tierbase::Error::Corrupt { .. }) && e.to_string().contains("high-water"),
             "mark {mark}: {e}"
