@@ -159,7 +159,7 @@ def main():
                     for kind in ("tierbase", "redis") if rep % 2 == 0 else ("redis", "tierbase"):
                         r = run_one(kind, durability, media[medium], pipeline, n)
                         for test, v in r.items():
-                            results.setdefault((medium, durability, pipeline, test, kind), []).append(v)
+                            results.setdefault((medium, durability, pipeline, test, kind), {})[rep] = v
                         print(f"rep {rep} {medium} {durability} P{pipeline} {kind}: "
                               + ", ".join(f"{t} {v['rps']:.0f}/s p99 {v['p99']:.2f} ms"
                                           for t, v in r.items()), file=sys.stderr)
@@ -175,11 +175,11 @@ def main():
         t = results.get((medium, durability, pipeline, test, "tierbase"))
         if not t:
             continue
-        med = lambda rs, k: statistics.median(x[k] for x in rs)
+        med = lambda rs, k: statistics.median(x[k] for x in rs.values())
 
         def paired(k):
-            # Repetition i of each server ran back to back with the other's.
-            ratios = [b[k] / a[k] for a, b in zip(runs, t)]
+            # A repetition's two runs ran back to back; pairs only repetitions with both.
+            ratios = [t[rep][k] / runs[rep][k] for rep in runs if rep in t]
             return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"
 
         print(f"| {medium} | {level[durability]} | {pipeline} | {test} | {med(runs, 'rps'):,.0f} | "

@@ -412,10 +412,13 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[&[u8]]) ->
         }),
         "scan" => Outcome::read(scan(store, rest)),
         "flushdb" => flushdb(store, rest),
-        "shutdown" => Outcome {
-            reply: None,
-            wrote: false,
-            flow: Flow::Shutdown,
+        "shutdown" => match shutdown_args(rest) {
+            Ok(()) => Outcome {
+                reply: None,
+                wrote: false,
+                flow: Flow::Shutdown,
+            },
+            Err(reply) => Outcome::read(reply),
         },
         _ => Outcome::read(unknown_command(args)),
     }
@@ -773,6 +776,29 @@ fn check_client_name(name: &[u8]) -> Result<(), Reply> {
         return Err(Reply::error(
             "ERR Client names cannot contain spaces, newlines or special characters.",
         ));
+    }
+    Ok(())
+}
+
+/// SHUTDOWN [NOSAVE | SAVE] [NOW] [FORCE] [ABORT], checked as Redis 7 does. NOSAVE/SAVE,
+/// NOW and FORCE change nothing here (no snapshot to save, no replicas to wait for); ABORT
+/// cancels a shutdown in progress, and there never is one a client could cancel, so it is
+/// Redis's error for that case rather than a shutdown.
+fn shutdown_args(rest: &[&[u8]]) -> Result<(), Reply> {
+    let (mut save, mut abort, mut other) = (0, false, false);
+    for arg in rest {
+        match lower(arg).as_str() {
+            "save" | "nosave" => save += 1,
+            "now" | "force" => other = true,
+            "abort" => abort = true,
+            _ => return Err(syntax_error()),
+        }
+    }
+    if save > 1 || (abort && (save > 0 || other)) {
+        return Err(syntax_error());
+    }
+    if abort {
+        return Err(Reply::error("ERR No shutdown in progress."));
     }
     Ok(())
 }

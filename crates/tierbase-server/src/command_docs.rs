@@ -66,9 +66,9 @@ impl Arg {
         }
     }
 
-    /// Whether the argument carries a value a user types (a pure token or a group does not).
-    fn has_value(&self) -> bool {
-        !matches!(self.kind, "pure-token" | "oneof" | "block")
+    /// Whether Redis shows the argument with a display text: all but groups.
+    fn has_display_text(&self) -> bool {
+        !matches!(self.kind, "oneof" | "block")
     }
 
     fn reply(&self) -> Reply {
@@ -76,7 +76,7 @@ impl Arg {
             (Reply::bulk("name"), Reply::bulk(self.name)),
             (Reply::bulk("type"), Reply::bulk(self.kind)),
         ];
-        if self.has_value() {
+        if self.has_display_text() {
             fields.push((Reply::bulk("display_text"), Reply::bulk(self.name)));
         }
         if self.kind == "key" {
@@ -323,7 +323,7 @@ pub(crate) static DOCS: &[Doc] = &[
         "string",
         "1.0.1",
         ON_KEYS,
-        "Creates or modifies the string values of one or more keys (atomically with btree).",
+        "Creates or modifies the string values of one or more keys (with btree all or none after a crash; other clients may see it partly applied).",
         &[block("data", &[key("key"), string("value")]).multiple()],
     ),
     doc(
@@ -452,12 +452,17 @@ pub(crate) static DOCS: &[Doc] = &[
         "server",
         "1.0.0",
         "O(N) when saving, where N is the total number of keys in all databases when saving data, otherwise O(1)",
-        "Finishes in-flight commands, closes the store cleanly and shuts the server down.",
-        &[one_of(
-            "save-selector",
-            &[pure_token("NOSAVE", "nosave"), pure_token("SAVE", "save")],
-        )
-        .optional()],
+        "Finishes in-flight commands, closes the store cleanly and shuts the server down (NOSAVE, SAVE, NOW and FORCE change nothing; ABORT is refused: no shutdown waits to be cancelled).",
+        &[
+            one_of(
+                "save-selector",
+                &[pure_token("NOSAVE", "nosave"), pure_token("SAVE", "save")],
+            )
+            .optional(),
+            pure_token("NOW", "now").optional(),
+            pure_token("FORCE", "force").optional(),
+            pure_token("ABORT", "abort").optional(),
+        ],
     ),
 ];
 

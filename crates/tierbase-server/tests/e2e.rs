@@ -1352,8 +1352,22 @@ fn shutdown_command_closes_the_store_cleanly() {
     );
     assert_eq!(cmd("DEL").arg("k99").query::<i64>(&mut con).unwrap(), 1);
 
+    // Redis 7's arguments are checked: ABORT (which cancels a shutdown in Redis) and unknown
+    // or contradictory ones are errors, and the server goes on.
     let mut raw = server.raw();
-    raw.send(&resp(&[b"SHUTDOWN"]));
+    for (args, error) in [
+        (
+            &[&b"SHUTDOWN"[..], b"ABORT"][..],
+            "-ERR No shutdown in progress.\r\n",
+        ),
+        (&[b"SHUTDOWN", b"NOSAVE", b"ABORT"], "-ERR syntax error\r\n"),
+        (&[b"SHUTDOWN", b"SAVE", b"NOSAVE"], "-ERR syntax error\r\n"),
+        (&[b"SHUTDOWN", b"LATER"], "-ERR syntax error\r\n"),
+    ] {
+        assert_eq!(show(&raw.cmd(args)), error, "{args:?}");
+    }
+    assert_eq!(show(&raw.cmd(&[b"PING"])), "+PONG\r\n");
+    raw.send(&resp(&[b"SHUTDOWN", b"NOSAVE", b"NOW", b"FORCE"]));
     raw.expect_eof();
     let summary = server.wait();
     assert!(summary.reason.contains("SHUTDOWN"), "{summary:?}");
