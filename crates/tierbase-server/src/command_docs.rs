@@ -79,9 +79,8 @@ impl Arg {
         if self.has_display_text() {
             fields.push((Reply::bulk("display_text"), Reply::bulk(self.name)));
         }
-        if self.kind == "key" {
-            fields.push((Reply::bulk("key_spec_index"), Reply::Integer(0)));
-        }
+        // No `key_spec_index`: COMMAND INFO gives Redis 6's six fields, no key-spec table for
+        // it to point into.
         if let Some(token) = self.token {
             fields.push((Reply::bulk("token"), Reply::bulk(token)));
         }
