@@ -7,8 +7,7 @@ durability, on the same medium, alternating the servers in every repetition, and
 medians (throughput, p50, p99, server CPU seconds per 100k requests) as a Markdown table.
 The ratios are medians of each repetition's pair (tierbase ÷ redis, the two runs back to back),
 with the lowest and highest pair: on a shared machine whose speed drifts between repetitions,
-the median of one server's runs and the median of the other's may come from different
-repetitions.
+a ratio of the two servers' separate medians follows whichever repetitions hold them.
 
   scripts/redis_compare.py --reps 3 --media tmpfs,disk [--store btree]
 
