@@ -1567,6 +1567,10 @@ impl Inner {
                 "leaf_writes".into(),
                 self.tree.leaf_writes.get().to_string(),
             ),
+            (
+                "leaf_writer_parks".into(),
+                self.tree.leaf_writer_parks.get().to_string(),
+            ),
             ("restart_frames".into(), self.restart.frames.to_string()),
             ("restart_micros".into(), self.restart.micros.to_string()),
         ];
