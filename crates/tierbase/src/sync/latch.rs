@@ -31,6 +31,7 @@ pub fn backoff(round: &mut u32) {
 /// docs/BENCHMARKS.md Figure 19), and the time bound (not a count of pause hints, whose length
 /// differs 10× between CPUs) caps what a waiter burns when the holder was preempted or is in
 /// I/O.
+#[inline]
 pub fn spin_then_park<G>(
     mut try_take: impl FnMut() -> Option<G>,
     take: impl FnOnce() -> G,
@@ -38,6 +39,11 @@ pub fn spin_then_park<G>(
 ) -> (G, bool) {
     #[cfg(not(feature = "shuttle"))]
     {
+        // The uncontended case first, without reading the clock (callers take such locks on
+        // every write).
+        if let Some(guard) = try_take() {
+            return (guard, false);
+        }
         let start = std::time::Instant::now();
         loop {
             for _ in 0..32 {

@@ -551,10 +551,10 @@ impl Wal {
         Ok(end)
     }
 
-    /// The tail, for an appender. Appenders hold it for well under a microsecond (a frame's
-    /// copy and checksum), so a waiter spins before it parks: parking, and being woken, cost
-    /// each of two appenders on two cores more than the wait (the B+-tree's load with two
-    /// writers: docs/BENCHMARKS.md, Figure 24).
+    /// The tail, for an appender. Appenders hold it briefly (a frame's copy and checksum:
+    /// under a microsecond for a record, a few for a page image), so a waiter spins before it
+    /// parks: parking, and being woken, cost each of two appenders on two cores more than the
+    /// wait (the B+-tree's load with two writers: docs/BENCHMARKS.md, Figure 24).
     #[inline]
     fn lock_tail(&self) -> parking_lot::MutexGuard<'_, Tail> {
         crate::sync::spin_then_park(|| self.tail.try_lock(), || self.tail.lock(), TAIL_SPIN).0
