@@ -56,8 +56,10 @@ pub const FIRST_ROOT: u64 = 3;
 const MAX_DEPTH: usize = 48;
 /// Most keys of a batch whose leaves a waiting writer reads in ([`Tree::lock_writer`]).
 const WARM_KEYS: usize = 64;
-/// How long a waiting exclusive writer tries for the writer lock before it parks
-/// ([`crate::sync::spin_then_park`]): a put holds it for 1–2 µs in DRAM.
+/// How long a writer tries for the writer lock before it parks
+/// ([`crate::sync::spin_then_park`]): an exclusive writer waits for leaf writers, which hold it
+/// shared for 1–2 µs in DRAM; a leaf writer waits for an exclusive one, which splits a leaf in
+/// microseconds (a batch or a checkpoint takes longer, and the waiter then parks).
 const WRITER_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// The LSN of a leaf a leaf writer has changed but not yet logged ([`Tree::change_in_leaf`]).
@@ -267,7 +269,7 @@ pub(crate) struct Tree {
     /// parked.
     pub(crate) writer_parks: Counter,
     /// Leaf writers ([`Tree::change_in_leaf`]) that waited for an exclusive writer longer than
-    /// [`WRITER_SPIN`] and parked.
+    /// [`WRITER_SPIN`] and then took the lock's blocking path (where they may park).
     pub(crate) leaf_writer_parks: Counter,
     /// Puts, updates and deletes made by leaf writers, beside other writers
     /// ([`Tree::change_in_leaf`]).
@@ -1220,10 +1222,11 @@ impl Tree {
         if !self.leaf_writers || !inline {
             return Ok(None);
         }
-        // A leaf writer waits only while an exclusive writer splits, merges or applies a
-        // batch (microseconds): it spins before it parks, as exclusive writers do. Parking at
-        // once (the lock's own wait) put one of two loading writers to sleep at every split:
-        // 20,000 context switches in a load of 1.5 M keys (docs/BENCHMARKS.md, Figure 24).
+        // A leaf writer waits while an exclusive writer splits, merges or applies a batch
+        // (mostly microseconds): it spins before it parks, as exclusive writers do. The lock's
+        // own wait spins only briefly: in a load of 1.5 M keys by two writers, one of them
+        // went to sleep at most splits, the largest of the three sources of 20,000 context
+        // switches (docs/BENCHMARKS.md, Figure 24).
         let (w, parked) = crate::sync::spin_then_park(
             || self.writer.try_read(),
             || self.writer.read(),

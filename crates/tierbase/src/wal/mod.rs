@@ -551,10 +551,13 @@ impl Wal {
         Ok(end)
     }
 
-    /// The tail, for an appender. Appenders hold it briefly (a frame's copy and checksum:
-    /// under a microsecond for a record, a few for a page image), so a waiter spins before it
-    /// parks: parking, and being woken, cost each of two appenders on two cores more than the
-    /// wait (the B+-tree's load with two writers: docs/BENCHMARKS.md, Figure 24).
+    /// The tail, for an appender. Appenders mostly hold it briefly (a frame's copy and
+    /// checksum: under a microsecond for a record, a few for a page image), so a waiter spins
+    /// up to [`TAIL_SPIN`] before it parks: parking, and being woken, cost each of two
+    /// appenders on two cores more than the wait (the B+-tree's load with two writers:
+    /// docs/BENCHMARKS.md, Figure 24). Longer holds — a batch's frame of many images, a tail
+    /// buffer that grows because write-behind fell behind, a log on persistent memory that
+    /// grows its file — cost a waiter the bounded spin, then it parks as before.
     #[inline]
     fn lock_tail(&self) -> parking_lot::MutexGuard<'_, Tail> {
         crate::sync::spin_then_park(|| self.tail.try_lock(), || self.tail.lock(), TAIL_SPIN).0
