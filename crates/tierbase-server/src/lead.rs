@@ -7,7 +7,8 @@
 //! of stores with a single writer (one task applies every connection's SETs in turn, so
 //! runtime threads do not park on the store's writer lock).
 //!
-//! Who works: a connection that finds nobody leading leads: it runs the work, on its runtime
+//! Who works: a connection that finds nobody leading leads: it runs the work (in a gathering
+//! queue, after yielding to its runtime once), on its runtime
 //! thread, for its own job and every job queued by then (at most a set number of them, if
 //! the queue has a round limit), answers their connections, and
 //! hands the lead to the first connection that queued meanwhile (which then works for
@@ -44,6 +45,9 @@ pub(crate) struct LeadQueue<J, A> {
     queue: Mutex<Queue<J, A>>,
     /// Most queued jobs a leader takes for one round besides its own.
     round: usize,
+    /// A new leader yields to its runtime once before it takes the queue
+    /// ([`LeadQueue::gathering`]).
+    gather: bool,
 }
 
 /// A queued connection's end of its ticket. Dropped with an unread lead (its connection's
@@ -103,6 +107,7 @@ impl<J, A> Default for LeadQueue<J, A> {
                 stopping: false,
             }),
             round: usize::MAX,
+            gather: false,
         }
     }
 }
@@ -118,6 +123,17 @@ impl<J, A> LeadQueue<J, A> {
         }
     }
 
+    /// A queue whose new leaders first yield to their runtime once, so that every connection
+    /// ready on the leader's thread runs its request and queues before the round is taken:
+    /// one round then covers what Redis's event loop covers with one pass (it syncs its AOF
+    /// once per pass), not just the jobs that happened to queue before the lead was free.
+    pub(crate) fn gathering() -> Self {
+        LeadQueue {
+            gather: true,
+            ..LeadQueue::default()
+        }
+    }
+
     /// Gets `job` done: by this task when nobody leads (or the lead is handed to it), else
     /// by the leader of the run it joins. `work` gets the jobs of a round, this task's
     /// first, and returns one answer per job, in order; it is called only by a leader.
@@ -127,22 +143,27 @@ impl<J, A> LeadQueue<J, A> {
         job: J,
         work: impl FnOnce(Vec<J>) -> Vec<Result<A, String>>,
     ) -> Result<A, String> {
-        let mut follower = {
+        // `Err(job)`: this task leads (the queue's guard is gone before the lead awaits).
+        let joined = {
             let mut q = self.queue.lock();
             if q.stopping {
                 return Err("the server is shutting down".into());
             }
-            if !q.leading {
+            if q.leading {
+                let (tx, rx) = oneshot::channel();
+                q.waiting.push_back((job, tx));
+                Ok(rx)
+            } else {
                 q.leading = true;
-                drop(q);
-                return self.lead(job, work);
+                Err(job)
             }
-            let (tx, rx) = oneshot::channel();
-            q.waiting.push_back((job, tx));
-            Follower {
+        };
+        let mut follower = match joined {
+            Ok(rx) => Follower {
                 queue: self,
                 ticket: Some(rx),
-            }
+            },
+            Err(job) => return self.lead(job, work).await,
         };
         let rx = follower
             .ticket
@@ -152,17 +173,26 @@ impl<J, A> LeadQueue<J, A> {
         follower.ticket = None;
         match ticket {
             Ok(Ticket::Done(answer)) => answer,
-            Ok(Ticket::Lead(job)) => self.lead(job, work),
+            Ok(Ticket::Lead(job)) => self.lead(job, work).await,
             Err(_) => Err("the queue was dropped".into()),
         }
     }
 
-    /// Works for `own` and every job queued now; answers their connections.
-    fn lead(
+    /// Works for `own` and every job queued now (after one yield, for a gathering queue);
+    /// answers their connections.
+    async fn lead(
         &self,
         own: J,
         work: impl FnOnce(Vec<J>) -> Vec<Result<A, String>>,
     ) -> Result<A, String> {
+        // Built first: a leader dropped while it yields passes the lead on.
+        let mut lead = Leader {
+            queue: self,
+            answer_to: Vec::new(),
+        };
+        if self.gather {
+            tokio::task::yield_now().await;
+        }
         let batch: Vec<Waiter<J, A>> = {
             let mut q = self.queue.lock();
             let n = q.waiting.len().min(self.round);
@@ -170,10 +200,7 @@ impl<J, A> LeadQueue<J, A> {
         };
         let mut jobs = Vec::with_capacity(batch.len() + 1);
         jobs.push(own);
-        let mut lead = Leader {
-            queue: self,
-            answer_to: Vec::with_capacity(batch.len()),
-        };
+        lead.answer_to.reserve(batch.len());
         for (job, tx) in batch {
             jobs.push(job);
             lead.answer_to.push(tx);

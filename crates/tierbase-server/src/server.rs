@@ -221,11 +221,13 @@ impl Server {
             shared,
             shutdown,
         } = self;
-        // Replies to writes wait for a sync only when the store defers them.
+        // Replies to writes wait for a sync only when the store defers them. With one runtime
+        // thread, a new leader first lets the other ready connections queue (module `commit`).
+        let one_thread = runtime.metrics().num_workers() == 1;
         let committer = shared
             .policy
             .sync_before_reply
-            .then(|| Arc::new(Committer::new()));
+            .then(|| Arc::new(Committer::new(one_thread)));
         let served = runtime.block_on(accept_loop(
             listener,
             signals,
