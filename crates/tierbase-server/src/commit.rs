@@ -14,11 +14,13 @@
 //! the ready connections, with nothing else running).
 //!
 //! With one runtime thread, nobody can queue while the only thread syncs, so a leader that
-//! synced at once synced for itself alone: one sync per write (measured on a disk: 4.4 k
-//! against 25–26 k durable SETs/s, docs/BENCHMARKS.md Figure 25). There a new leader first
-//! yields to the runtime once, so that every connection ready on the thread runs its request
-//! and queues, as Redis's pass does. With more threads the others queue during the sync, and
-//! the yield only delays the leader (measured: p99 up 10–25 %), so it is not made.
+//! synced at once synced for itself alone: one sync per write (measured on a disk: 4.3 k
+//! durable SETs/s before, 28–30 k after, docs/BENCHMARKS.md Figure 25). There a leader (a
+//! connection that finds no sync running, or is handed the lead) first yields to the runtime
+//! once, so that the connections already scheduled on the thread run their requests and
+//! queue, about as Redis's pass does. With more threads the others queue during the sync, and
+//! the yield only delays the leader (measured: throughput 0.80–1.04×, p99 up 1–26 %), so it
+//! is not made.
 //!
 //! Order: a connection queues only after its writes returned; a leader takes the whole queue
 //! and only then syncs; so each sync covers every write of every connection it answers.
@@ -33,8 +35,8 @@ pub(crate) struct Committer {
 }
 
 impl Committer {
-    /// `gather`: a new leader yields to its runtime once before it takes the queue (for a
-    /// runtime with one thread; see the module doc).
+    /// `gather`: a leader yields to its runtime once before it takes the queue (for a runtime
+    /// with one thread; see the module doc).
     pub(crate) fn new(gather: bool) -> Self {
         Committer {
             lead: if gather {
@@ -194,12 +196,18 @@ mod tests {
     /// some of them into the first round.)
     #[test]
     fn a_panicking_sync_answers_its_waiters_and_frees_the_lead() {
+        for gather in [false, true] {
+            panicking_sync_answers_and_frees_the_lead(gather);
+        }
+    }
+
+    fn panicking_sync_answers_and_frees_the_lead(gather: bool) {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .build()
             .unwrap();
         let store = Arc::new(PanicsOnce::default());
-        let committer = Arc::new(Committer::new(true));
+        let committer = Arc::new(Committer::new(gather));
         rt.block_on(async {
             let mut tasks = Vec::new();
             for i in 0..8 {
@@ -288,9 +296,15 @@ mod tests {
                     }
                 }));
             }
-            for t in tasks {
-                t.await.unwrap();
-            }
+            // A lead lost with an abandoned wait would leave the rest waiting forever.
+            let all = async {
+                for t in tasks {
+                    t.await.unwrap();
+                }
+            };
+            tokio::time::timeout(std::time::Duration::from_secs(60), all)
+                .await
+                .expect("every wait ended");
         });
         let (syncs, waited) = (
             store.syncs.load(Ordering::SeqCst),
@@ -303,21 +317,24 @@ mod tests {
         assert!(rt.block_on(committer.durable(store.as_ref())).is_err());
     }
 
-    /// On one runtime thread, eight connections that write and wait share one sync: the
-    /// first leader yields before it takes the queue, so the other seven run their writes
-    /// and queue first. (Without the yield each would sync alone: nobody can queue while
-    /// the only thread syncs.)
+    /// On one runtime thread (a multi-thread runtime with one worker, as `serve --threads 1`
+    /// builds), eight connections that write and wait share one sync: the first leader yields
+    /// before it takes the queue, so the other seven run their writes and queue first.
+    /// (Without the yield each syncs alone: nobody can queue while the only thread syncs.)
     #[test]
     fn one_runtime_thread_gathers_every_ready_connection_into_one_sync() {
-        let rt = tokio::runtime::Builder::new_current_thread()
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
             .build()
             .unwrap();
         let store = Arc::new(Counting::default());
         let committer = Arc::new(Committer::new(true));
-        rt.block_on(async {
+        let (s, c) = (store.clone(), committer.clone());
+        // Spawned from a task on the worker, so all eight are scheduled before any runs.
+        rt.block_on(rt.spawn(async move {
             let mut tasks = Vec::new();
             for _ in 0..8 {
-                let (store, committer) = (store.clone(), committer.clone());
+                let (store, committer) = (s.clone(), c.clone());
                 tasks.push(tokio::spawn(async move {
                     store.put(b"k", b"v").unwrap();
                     committer.durable(store.as_ref()).await.unwrap();
@@ -327,12 +344,41 @@ mod tests {
             for t in tasks {
                 t.await.unwrap();
             }
-        });
+        }))
+        .unwrap();
         assert_eq!(
             store.syncs.load(Ordering::SeqCst),
             1,
             "one sync for all eight"
         );
         assert!(!committer.lead.leading());
+    }
+
+    /// A leader dropped while it yields (its connection's task ended) passes the lead on: the
+    /// next wait leads and syncs instead of queueing behind a leader that is gone.
+    #[test]
+    fn a_leader_dropped_while_it_yields_frees_the_lead() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let store = Counting::default();
+        let committer = Committer::new(true);
+        rt.block_on(async {
+            store.put(b"k", b"v").unwrap();
+            {
+                // Polled once (it takes the lead and yields), then dropped.
+                let mut wait = std::pin::pin!(committer.durable(&store));
+                let first = std::future::poll_fn(|cx| {
+                    std::task::Poll::Ready(wait.as_mut().poll(cx).is_pending())
+                })
+                .await;
+                assert!(first, "the leader yields before it syncs");
+                assert!(committer.lead.leading());
+            }
+            assert_eq!(store.syncs.load(Ordering::SeqCst), 0, "it never synced");
+            assert!(!committer.lead.leading(), "it passed the lead on");
+            committer.durable(&store).await.unwrap();
+        });
+        assert_eq!(store.syncs.load(Ordering::SeqCst), 1);
     }
 }

@@ -8,7 +8,7 @@
 //! runtime threads do not park on the store's writer lock).
 //!
 //! Who works: a connection that finds nobody leading leads: it runs the work (in a gathering
-//! queue, after yielding to its runtime once), on its runtime
+//! queue, after yielding to its runtime once, as does one handed the lead), on its runtime
 //! thread, for its own job and every job queued by then (at most a set number of them, if
 //! the queue has a round limit), answers their connections, and
 //! hands the lead to the first connection that queued meanwhile (which then works for
@@ -45,8 +45,8 @@ pub(crate) struct LeadQueue<J, A> {
     queue: Mutex<Queue<J, A>>,
     /// Most queued jobs a leader takes for one round besides its own.
     round: usize,
-    /// A new leader yields to its runtime once before it takes the queue
-    /// ([`LeadQueue::gathering`]).
+    /// A task that takes the lead (finding none, or handed it) yields to its runtime once
+    /// before it takes the queue ([`LeadQueue::gathering`]).
     gather: bool,
 }
 
@@ -73,6 +73,8 @@ impl<J, A> Drop for Follower<'_, J, A> {
 
 /// A leader's round: the connections it works for. Dropped before it answered them (the work
 /// panicked), it answers them with an error and passes the lead on, so nobody waits forever.
+/// Dropped before it took any (its task was dropped while it yielded, in a gathering queue),
+/// it passes the lead on, and its own job is dropped undone.
 struct Leader<'a, J, A> {
     queue: &'a LeadQueue<J, A>,
     answer_to: Vec<oneshot::Sender<Ticket<J, A>>>,
@@ -123,10 +125,11 @@ impl<J, A> LeadQueue<J, A> {
         }
     }
 
-    /// A queue whose new leaders first yield to their runtime once, so that every connection
-    /// ready on the leader's thread runs its request and queues before the round is taken:
-    /// one round then covers what Redis's event loop covers with one pass (it syncs its AOF
-    /// once per pass), not just the jobs that happened to queue before the lead was free.
+    /// A queue whose leaders (a task that finds no leader, or is handed the lead) first yield
+    /// to their runtime once, so that connections already scheduled on the leader's thread run
+    /// their requests and queue before the round is taken: one round then covers about what
+    /// Redis's event loop covers with one pass (it syncs its AOF once per pass), not just the
+    /// jobs that happened to queue before the lead was free.
     pub(crate) fn gathering() -> Self {
         LeadQueue {
             gather: true,

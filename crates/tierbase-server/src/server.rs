@@ -222,7 +222,7 @@ impl Server {
             shutdown,
         } = self;
         // Replies to writes wait for a sync only when the store defers them. With one runtime
-        // thread, a new leader first lets the other ready connections queue (module `commit`).
+        // thread, a leader first lets the other scheduled connections queue (module `commit`).
         let one_thread = runtime.metrics().num_workers() == 1;
         let committer = shared
             .policy
