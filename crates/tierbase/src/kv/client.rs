@@ -256,7 +256,10 @@ impl Writer<'_> {
         let off = self.write_record(key, value, version)?;
         let scratch = &mut self.st.scratch;
         let old = inner.index.upsert(kw, off.0, &mut |o| {
-            o != off.0 && inner.holds_key(RecordOffset(o), key, scratch)
+            o != off.0 && {
+                inner.prefetch_invalidation(RecordOffset(o));
+                inner.holds_key(RecordOffset(o), key, scratch)
+            }
         });
         if let Some(old) = old {
             // The new record reaches media before the old one's invalidation can.
@@ -308,6 +311,8 @@ impl Writer<'_> {
         self.inner.check_writable()?;
         let inner = self.inner;
         let kw = inner.key_word(key);
+        // As in `put`: the index buckets' miss overlaps the key lock's.
+        inner.index.prefetch(kw);
         let key_lock = inner.lock_key(kw);
         let result = match inner.geo.fixed_sizes() {
             Some((_, vsize)) if vsize <= 8 => self.update_in_place(key, value),
@@ -322,7 +327,7 @@ impl Writer<'_> {
 
     fn update_copy(&mut self, key: &[u8], value: &[u8], kw: u64, version: u32) -> Result<bool> {
         let inner = self.inner;
-        let Some(cur) = inner.locate(key, &mut self.st.scratch) else {
+        let Some(cur) = inner.locate_to_replace(key, &mut self.st.scratch) else {
             return Ok(false);
         };
         let off = self.write_record(key, value, version)?;
@@ -383,20 +388,7 @@ impl Writer<'_> {
         loop {
             let b = self.current_block()?;
             let guard = inner.lock_page(b, self.st.page)?;
-            let page_off = geo.page_offset(b, self.st.page);
-            let mut free_slot = None;
-            for w in 0..geo.bitset_words {
-                let bits = inner
-                    .region
-                    .atomic_u64(page_off + u64::from(w) * 8)?
-                    .load(Ordering::Acquire);
-                let free = !bits & geo.bitset_mask(w);
-                if free != 0 {
-                    free_slot = Some(w * 64 + free.trailing_zeros());
-                    break;
-                }
-            }
-            let Some(slot) = free_slot else {
+            let Some(slot) = self.first_free_slot(b, self.st.page)? else {
                 drop(guard);
                 self.st.page = (self.st.page + 1) % geo.pages_per_block;
                 self.st.tried += 1;
@@ -424,9 +416,42 @@ impl Writer<'_> {
             }
             inner.block_meta(b)?.live.fetch_add(1, Ordering::Relaxed);
             inner.metrics.live_bytes_written.add(geo.slot_size);
+            self.prefetch_next_slot(b, self.st.page);
             drop(guard);
             return Ok(off);
         }
+    }
+
+    /// Starts loading the lines of the next free slot of page `page` of block `b` (this
+    /// writer's next record most likely goes there; the caller holds the page's lock, so the
+    /// bitset is stable). Their misses then overlap the next operation's lookups instead of
+    /// adding to its persist, which waits for every line it writes back (+10 % 2-thread
+    /// loads, docs/BENCHMARKS.md Figure 26). A hint: the record is written by now, so nothing
+    /// here may fail the write.
+    fn prefetch_next_slot(&self, b: u64, page: u32) {
+        let geo = self.inner.geo;
+        if let Ok(Some(slot)) = self.first_free_slot(b, page) {
+            let at = geo.slot_offset(b, page, slot);
+            self.inner.region.prefetch(at, geo.slot_size as usize);
+        }
+    }
+
+    /// Fixed layout: the first free slot of page `page` of block `b` by its bitset.
+    fn first_free_slot(&self, b: u64, page: u32) -> Result<Option<u32>> {
+        let geo = self.inner.geo;
+        let page_off = geo.page_offset(b, page);
+        for w in 0..geo.bitset_words {
+            let bits = self
+                .inner
+                .region
+                .atomic_u64(page_off + u64::from(w) * 8)?
+                .load(Ordering::Acquire);
+            let free = !bits & geo.bitset_mask(w);
+            if free != 0 {
+                return Ok(Some(w * 64 + free.trailing_zeros()));
+            }
+        }
+        Ok(None)
     }
 
     /// Slot bytes: `[check u32][version u32][key, zero-padded][value, zero-padded]`, the check

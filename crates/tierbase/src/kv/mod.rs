@@ -49,7 +49,7 @@ mod walk;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
@@ -414,6 +414,7 @@ impl KvStore {
             opened: AtomicBool::new(false),
             failure: WriteFailure::default(),
             retired: Mutex::new(store::Retired::default()),
+            retired_len: AtomicUsize::new(0),
         });
         // A clean close means no write was cut short; whatever happens from here on must not
         // pass for one, so the mark goes before the first write can.

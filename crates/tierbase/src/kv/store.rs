@@ -27,7 +27,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
@@ -146,6 +146,10 @@ pub(crate) struct Inner {
     /// Replaced records whose invalidation waits for a sync (deferring durability levels; see
     /// [`Inner::retire`]).
     pub retired: Mutex<Retired>,
+    /// `retired`'s record count, stored under its lock after each change: every write checks
+    /// it, and a mutex taken by every write of every thread is a cache line the writers pass
+    /// back and forth (the list stays empty unless the durability level defers persists).
+    pub retired_len: AtomicUsize,
 }
 
 /// Replaced records still valid on media, by key word: their invalidation is written only
@@ -331,6 +335,16 @@ impl Inner {
     #[inline]
     pub fn slot_pos(&self, off: RecordOffset) -> u64 {
         self.geo.slot_offset(off.block(), off.page(), off.pos())
+    }
+
+    /// Starts loading the line that invalidating the record at `off` changes besides the
+    /// record's own first line: a fixed slot's bitset word, at the start of its page. (A
+    /// variable record's invalidation is its header word, on the line its key starts on.)
+    #[inline]
+    pub fn prefetch_invalidation(&self, off: RecordOffset) {
+        if self.geo.fixed_sizes().is_some() {
+            self.region.prefetch(self.bit_of(off).0, 8);
+        }
     }
 
     /// Fixed: region offset and bit of the slot's bitset word.
@@ -733,9 +747,28 @@ impl Inner {
 
     /// Finds the offset of `key`'s current record. Exact when the caller holds the key's lock.
     pub fn locate(&self, key: &[u8], scratch: &mut Vec<u8>) -> Option<RecordOffset> {
+        self.locate_with(key, scratch, false)
+    }
+
+    /// [`Inner::locate`] for a writer about to invalidate the record it finds: each candidate's
+    /// invalidation line is requested before its key is read, so the two misses overlap.
+    pub fn locate_to_replace(&self, key: &[u8], scratch: &mut Vec<u8>) -> Option<RecordOffset> {
+        self.locate_with(key, scratch, true)
+    }
+
+    #[inline]
+    fn locate_with(
+        &self,
+        key: &[u8],
+        scratch: &mut Vec<u8>,
+        to_replace: bool,
+    ) -> Option<RecordOffset> {
         let kw = self.key_word(key);
         let mut found = None;
         self.index.find(kw, &mut |o| {
+            if to_replace {
+                self.prefetch_invalidation(RecordOffset(o));
+            }
             if self.holds_key(RecordOffset(o), key, scratch) {
                 found = Some(RecordOffset(o));
                 true
@@ -915,6 +948,7 @@ impl Inner {
                 invalidated: false,
             });
             retired.count += 1;
+            self.retired_len.store(retired.count, Ordering::Release);
             return Ok(());
         }
         self.region.sync_deferred()?;
@@ -944,7 +978,7 @@ impl Inner {
 
     /// Whether so many records wait for their invalidation that the writer should sync.
     pub fn retired_over_limit(&self) -> bool {
-        self.retired.lock().count > RETIRED_LIMIT
+        self.retired_len.load(Ordering::Acquire) > RETIRED_LIMIT
     }
 
     /// Before the key's current record is invalidated (a delete; the caller holds the key's
@@ -952,11 +986,18 @@ impl Inner {
     /// could bring one back in place of the delete. Costs two syncs when the key has retired
     /// records, none otherwise.
     pub fn settle_key(&self, kw: u64) -> Result<()> {
+        // None at all (always so unless the level defers persists): a record of this key was
+        // retired by an earlier holder of the key's lock, which the caller's lock orders
+        // before this load, and the count only drops once records leave the list.
+        if self.retired_len.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
         let records = {
             let mut retired = self.retired.lock();
             match retired.by_key.remove(&kw) {
                 Some(records) => {
                     retired.count -= records.len();
+                    self.retired_len.store(retired.count, Ordering::Release);
                     records
                 }
                 None => return Ok(()),
@@ -998,6 +1039,7 @@ impl Inner {
             for (kw, id) in to_forget {
                 retired.forget(kw, id);
             }
+            self.retired_len.store(retired.count, Ordering::Release);
         }
         for (kw, id, off) in to_invalidate {
             // Under the key's lock: no writer of the key retires or settles meanwhile, and
@@ -1034,7 +1076,7 @@ impl Inner {
     pub fn settle(&self) -> Result<()> {
         for _ in 0..3 {
             self.sync()?;
-            if self.retired.lock().count == 0 {
+            if self.retired_len.load(Ordering::Acquire) == 0 {
                 return Ok(());
             }
         }
@@ -1055,7 +1097,7 @@ impl Inner {
     }
 
     pub fn delete_locked(&self, key: &[u8], kw: u64, scratch: &mut Vec<u8>) -> Result<bool> {
-        let Some(off) = self.locate(key, scratch) else {
+        let Some(off) = self.locate_to_replace(key, scratch) else {
             return Ok(false);
         };
         self.settle_key(kw)?;
