@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """Side by side: the original Viper (../shared/anchors/viper-bench) against a tierbase store
-(`--store kv`, the default, or `plush`), the same shapes on the same medium, runs alternating,
-medians reported.
+(`--store kv`, the default, or `plush`), the same shapes on the same medium, back to back, the
+order alternating by repetition; medians and ratios by pairs reported.
 
 Usage (from the repository root, after `cargo build --release -p tierbase-cli`):
 
     python3 scripts/viper_compare.py --reps 3 --threads 1,2 \
-        --rows insert,load,get,update,ycsba,recover --out viper-compare.json
+        --rows insert,get,update,ycsba,recover --out viper-compare.json
 
-Each row runs Viper, then tierbase, `--reps` times, deleting both pools between runs. The
-`load` row is read from the prefill phase of every run (Viper) and from the load phase of every
-YCSB run (tierbase), so it has more samples than the other rows. Prints a Markdown table.
+Each row runs Viper and tierbase back to back, `--reps` times, deleting both pools between
+runs: Viper first in even repetitions (the first is 0), tierbase first in odd ones, so use an
+even `--reps` for a balanced order. The `load` row is read from the prefill phase of every run (Viper) and from the load phase of every
+YCSB run (tierbase), so it has more samples than the other rows. Prints a Markdown table
+with the ratio of the medians and the median (and range) of the ratios of each repetition's
+two runs, which drifts least on a machine whose speed changes between repetitions.
 """
 
 import argparse
@@ -134,7 +137,7 @@ def main():
     ap.add_argument("--out", default="viper-compare.json")
     ap.add_argument("--tb-variant", action="append", default=None, metavar="ARGS",
                     help="extra `tierbase bench ycsb` arguments, e.g. '--read-batch 16'; "
-                         "repeat for several variants (each runs after Viper in every rep; "
+                         "repeat for several variants (each runs beside Viper in every rep; "
                          "'' is the plain one) [default: '']")
     ap.add_argument("--after-crash", action="store_true",
                     help="time tierbase's recovery from a crash image, not after a clean close")
@@ -153,19 +156,27 @@ def main():
     for rep in range(args.reps):
         for row in rows:
             for t in threads:
+                # The order alternates by repetition: on a shared machine whichever runs
+                # second may inherit the first one's leftovers (freed tmpfs pages, a warm or
+                # cold CPU), and a fixed order would bias every pair the same way.
                 if row == "recover":
+                    tb = tierbase_recover(t, args) if rep % 2 == 1 else None
                     v = viper_recover(t, args)
                     add(row, t, "viper", float(v["secs"]))
-                    tb = tierbase_recover(t, args)
+                    tb = tb or tierbase_recover(t, args)
                     add(row, t, "tierbase", tb["secs"])
                     print(f"rep {rep} {row} t={t}: viper {v['secs']} s, tierbase {tb['secs']} s",
                           flush=True)
                     continue
+                tb_runs = {}
+                if rep % 2 == 1:
+                    for variant in variants:
+                        tb_runs[variant] = tierbase(row, t, args, variant.split())
                 v = viper(row, t, args)
                 add(row, t, "viper", float(v[row]["ops_per_s"]))
                 add("load", t, "viper", float(v["prefill"]["ops_per_s"]))
                 for variant in variants:
-                    tb = tierbase(row, t, args, variant.split())
+                    tb = tb_runs.get(variant) or tierbase(row, t, args, variant.split())
                     name = f"tierbase {variant}".strip()
                     add(row, t, name, tb["run"])
                     add(row, t, f"{name} max_ns", tb["max_ns"])
@@ -177,13 +188,21 @@ def main():
 
     with open(args.out, "w") as f:
         json.dump({"args": vars(args), "samples": samples}, f, indent=1)
-    print("\n| row | threads | Viper (median) | tierbase (median) | ratio | samples | tb max latency |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| row | threads | Viper (median) | tierbase (median) | ratio of medians | "
+          "ratio by pairs: median (range) | samples | tb max latency |")
+    print("|---|---|---|---|---|---|---|---|")
     for key, s in samples.items():
         row, t = key.split("/")
         vm = statistics.median(s["viper"])
         for name in [n for n in s if n.startswith("tierbase") and not n.endswith("max_ns")]:
             tm = statistics.median(s[name])
+            # Each repetition's two runs ran back to back: their ratio is what drifts least
+            # on a machine whose speed changes between repetitions. Samples are appended in
+            # the same order for Viper and for each variant, so the i-th ones pair up.
+            pairs = sorted(b / a for a, b in zip(s["viper"], s[name]))
+            pr = f"{statistics.median(pairs):.2f} ({pairs[0]:.2f}–{pairs[-1]:.2f})"
+            if row == "recover":
+                pr += " (time)"
             if row == "recover":
                 ratio = f"{tm / vm:.2f} (time)"
                 vs, ts = f"{vm:.2f} s", f"{tm:.2f} s"
@@ -193,7 +212,7 @@ def main():
             mx = s.get(f"{name} max_ns")
             mxs = f"{max(mx) / 1e6:.1f} ms" if mx else ""
             label = row if name == "tierbase" else f"{row} ({name[len('tierbase '):]})"
-            print(f"| {label} | {t} | {vs} | {ts} | {ratio} | {len(s['viper'])} | {mxs} |")
+            print(f"| {label} | {t} | {vs} | {ts} | {ratio} | {pr} | {len(s['viper'])} | {mxs} |")
 
 
 if __name__ == "__main__":

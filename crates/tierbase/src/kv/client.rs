@@ -311,7 +311,8 @@ impl Writer<'_> {
         self.inner.check_writable()?;
         let inner = self.inner;
         let kw = inner.key_word(key);
-        // As in `put`: the index buckets' miss overlaps the key lock's.
+        // The index buckets' miss overlaps the key lock's (and, for a copy, the record's
+        // write), as in `put`.
         inner.index.prefetch(kw);
         let key_lock = inner.lock_key(kw);
         let result = match inner.geo.fixed_sizes() {
@@ -422,12 +423,12 @@ impl Writer<'_> {
         }
     }
 
-    /// Starts loading the lines of the next free slot of page `page` of block `b` (this
-    /// writer's next record most likely goes there; the caller holds the page's lock, so the
-    /// bitset is stable). Their misses then overlap the next operation's lookups instead of
-    /// adding to its persist, which waits for every line it writes back (+10 % 2-thread
-    /// loads, docs/BENCHMARKS.md Figure 26). A hint: the record is written by now, so nothing
-    /// here may fail the write.
+    /// Starts loading the lines of the first free slot of page `page` of block `b`: this
+    /// writer's next record most likely goes there (no other writer inserts into the page,
+    /// though an invalidation may free an earlier slot meanwhile). Their misses then overlap
+    /// the next operation's lookups instead of adding to its persist, which waits for every
+    /// line it writes back (docs/BENCHMARKS.md, Figure 26). A hint: the record is written by
+    /// now, so nothing here may fail the write.
     fn prefetch_next_slot(&self, b: u64, page: u32) {
         let geo = self.inner.geo;
         if let Ok(Some(slot)) = self.first_free_slot(b, page) {

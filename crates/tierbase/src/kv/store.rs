@@ -148,7 +148,8 @@ pub(crate) struct Inner {
     pub retired: Mutex<Retired>,
     /// `retired`'s record count, stored under its lock after each change: every write checks
     /// it, and a mutex taken by every write of every thread is a cache line the writers pass
-    /// back and forth (the list stays empty unless the durability level defers persists).
+    /// back and forth (the list stays empty unless invalidations are deferred: see
+    /// [`Inner::retire`]).
     pub retired_len: AtomicUsize,
 }
 
@@ -750,8 +751,9 @@ impl Inner {
         self.locate_with(key, scratch, false)
     }
 
-    /// [`Inner::locate`] for a writer about to invalidate the record it finds: each candidate's
-    /// invalidation line is requested before its key is read, so the two misses overlap.
+    /// [`Inner::locate`] for a writer about to invalidate the record it finds: in the fixed
+    /// layout each candidate's bitset line is requested before its key is read, so the two
+    /// misses overlap (a candidate is a tag match: rarely, a line is loaded for nothing).
     pub fn locate_to_replace(&self, key: &[u8], scratch: &mut Vec<u8>) -> Option<RecordOffset> {
         self.locate_with(key, scratch, true)
     }
@@ -986,9 +988,10 @@ impl Inner {
     /// could bring one back in place of the delete. Costs two syncs when the key has retired
     /// records, none otherwise.
     pub fn settle_key(&self, kw: u64) -> Result<()> {
-        // None at all (always so unless the level defers persists): a record of this key was
-        // retired by an earlier holder of the key's lock, which the caller's lock orders
-        // before this load, and the count only drops once records leave the list.
+        // None at all (always so unless invalidations are deferred). Had an earlier holder of
+        // this key's lock retired a record (every retire holds the key's lock), the lock
+        // orders that store before this load; and the count drops only when records leave
+        // the list (durably invalid, or settled under this lock).
         if self.retired_len.load(Ordering::Acquire) == 0 {
             return Ok(());
         }
