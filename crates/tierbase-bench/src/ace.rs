@@ -829,7 +829,8 @@ pub struct AceRun {
     pub medium: String,
     /// Whether the runtime is modelled (no real I/O).
     pub virtual_time: bool,
-    /// The cost model of a virtual device (`pio` or `ace-sim`); `null` on a real device.
+    /// The cost model of a virtual device (`pio`, `ace-sim` or `throughput`); `null` on a real
+    /// device.
     #[serde(default)]
     pub cost_model: Option<String>,
     /// The device's profile (the model, or the measured figures given with `--profile`).

@@ -166,7 +166,7 @@ fn bad_arguments_are_one_clear_error() {
         (&["--prefetch", "magic"], "unknown prefetcher \"magic\""),
         (
             &["--cost-model", "fio"],
-            "unknown cost model \"fio\" (known: pio, ace-sim)",
+            "unknown cost model \"fio\" (known: pio, ace-sim, throughput)",
         ),
         (&["--locality", "90"], "invalid locality '90'"),
         (

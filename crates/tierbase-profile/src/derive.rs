@@ -9,8 +9,14 @@
 //!   its repetitions);
 //! - **k** = the smallest depth (or thread count) whose throughput reaches `threshold` (0.9) of
 //!   the plateau;
-//! - **α** = read plateau ÷ write plateau; reported next to it is the depth-1 ratio
-//!   (read IOPS ÷ write IOPS at depth 1 = write latency ÷ read latency at depth 1).
+//! - **α** = the cost of one write in reads: write latency ÷ read latency at depth 1 (read IOPS
+//!   ÷ write IOPS at depth 1). This is the PIO cost view the ACE paper's α follows — a batch of
+//!   up to k_w writes costs α reads, as a batch of up to k_r reads costs one — and what the
+//!   emulator's block model reproduces (docs/EMULATION.md says why, and why the section 6.6
+//!   recipe "read plateau ÷ write plateau" agrees with it only when k_r = k_w). Without a
+//!   depth-1 point on both curves, α falls back to the slot-time ratio
+//!   (write plateau time per op × k_w) ÷ (read plateau time per op × k_r). The plateau ratio
+//!   itself is reported as `throughput_ratio`.
 //!
 //! The curve is **saturated** when the plateau was already (within the threshold) reached at
 //! half the largest depth measured; otherwise it is still climbing and k is only a lower bound
@@ -130,11 +136,16 @@ pub struct AlphaK {
     pub k_r: u32,
     /// k_w.
     pub k_w: u32,
-    /// Read plateau ÷ write plateau.
+    /// α, the cost of one write in reads: `alpha_qd1` when both depth-1 points were measured,
+    /// else the slot-time ratio `throughput_ratio · k_w / k_r`.
     pub alpha: f64,
     /// Read ÷ write throughput at depth 1 (= write ÷ read latency at depth 1), if both were
     /// measured.
     pub alpha_qd1: Option<f64>,
+    /// Read plateau ÷ write plateau (the section 6.6 recipe; α · k_r / k_w on the emulator's
+    /// block model). Absent from results written before it was reported.
+    #[serde(default)]
+    pub throughput_ratio: f64,
 }
 
 /// Derives α, k_r and k_w from a read and a write curve.
@@ -146,16 +157,18 @@ pub fn derive_alpha_k(read: &[(u32, f64)], write: &[(u32, f64)], threshold: f64)
         (Some(a), Some(b)) if b > 0.0 => Some(a / b),
         _ => None,
     };
+    let throughput_ratio = if w.plateau > 0.0 {
+        r.plateau / w.plateau
+    } else {
+        f64::INFINITY
+    };
     Some(AlphaK {
         read: r,
         write: w,
         k_r: r.k,
         k_w: w.k,
-        alpha: if w.plateau > 0.0 {
-            r.plateau / w.plateau
-        } else {
-            f64::INFINITY
-        },
+        alpha: alpha_qd1.unwrap_or(throughput_ratio * f64::from(w.k) / f64::from(r.k)),
         alpha_qd1,
+        throughput_ratio,
     })
 }

@@ -65,15 +65,27 @@ fn refinement_recovers_k_between_powers_of_two() {
     let rk = derive_knee(&reads, 0.9).unwrap();
     assert_eq!(rk.peak_depth, 80);
     assert_eq!(rk.k, 72);
-    let w_service = 2.8 * 212.425 * 8.0 / 80.0;
+    // The emulator's block model: a write slot is α·t_r.
+    let w_service = 2.8 * 212.425;
     let writes = sweep(|d| batched(d, 8, w_service), 256);
     let wk = derive_knee(&writes, 0.9).unwrap();
     assert_eq!(wk.k, 8);
     let ak = derive_alpha_k(&reads, &writes, 0.9).unwrap();
+    // α is the depth-1 cost ratio, exact whatever the knee rule's bias on k.
     assert!((ak.alpha - 2.8).abs() < 1e-9, "{}", ak.alpha);
+    assert_eq!(ak.alpha_qd1, Some(ak.alpha));
     assert_eq!((ak.k_r, ak.k_w), (72, 8));
-    // Depth 1: one read costs t_r, one write α·t_r·k_w/k_r = 0.28 t_r.
-    assert!((ak.alpha_qd1.unwrap() - 0.28).abs() < 1e-9);
+    // The plateaus differ by α·k_r/k_w.
+    assert!(
+        (ak.throughput_ratio - 28.0).abs() < 1e-9,
+        "{}",
+        ak.throughput_ratio
+    );
+    // Without depth 1, α is the slot-time ratio: exact but for the knee's ⌈0.9·k⌉ bias.
+    let no_qd1 = |c: &[(u32, f64)]| c.iter().copied().filter(|p| p.0 > 1).collect::<Vec<_>>();
+    let ak = derive_alpha_k(&no_qd1(&reads), &no_qd1(&writes), 0.9).unwrap();
+    assert!(ak.alpha_qd1.is_none());
+    assert!((ak.alpha - 28.0 * 8.0 / 72.0).abs() < 1e-9, "{}", ak.alpha);
     // Refinement stays within the depth limit and never repeats a depth.
     let next = refine_depths(&reads, 0.9, 256);
     assert!(next.iter().all(|d| (1..=256).contains(d)));
@@ -90,13 +102,14 @@ fn noisy_curves_stay_within_tolerance() {
             .into_iter()
             .map(|(d, v)| (d, noise(v, &mut rng)))
             .collect();
-        let writes = curve(1..=64, |d| pio(d, 8, 59.5));
+        let writes = curve(1..=64, |d| pio(d, 8, 2.8 * 212.0));
         let writes: Vec<(u32, f64)> = writes
             .into_iter()
             .map(|(d, v)| (d, noise(v, &mut rng)))
             .collect();
         let ak = derive_alpha_k(&reads, &writes, 0.9).unwrap();
-        // ±3% noise moves the plateau by at most 3% and the 90% line with it.
+        // ±3% noise moves the plateau by at most 3% and the 90% line with it; α, a ratio of
+        // two noisy depth-1 points, by at most about 6%.
         assert!((68..=78).contains(&ak.k_r), "trial {trial}: k_r {}", ak.k_r);
         assert!((7..=9).contains(&ak.k_w), "trial {trial}: k_w {}", ak.k_w);
         assert!(
@@ -140,5 +153,6 @@ fn degenerate_inputs() {
     // A write curve of zeros gives an infinite α rather than a panic.
     let ak = derive_alpha_k(&[(1, 5.0)], &[(1, 0.0)], 0.9).unwrap();
     assert!(ak.alpha.is_infinite());
+    assert!(ak.throughput_ratio.is_infinite());
     assert!(ak.alpha_qd1.is_none());
 }

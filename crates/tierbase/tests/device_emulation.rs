@@ -75,10 +75,10 @@ fn saturated_reads_run_in_waves_of_k_r() {
 }
 
 #[test]
-fn write_service_makes_the_saturated_ratio_alpha() {
-    // Write slot time = alpha * t_r * k_w / k_r = 3 * 1000 * 2 / 4 = 1500 ns.
+fn a_block_write_costs_alpha_reads_and_k_w_writes_cost_the_same() {
+    // Block write slot time = alpha * t_r = 3 * 1000 = 3000 ns.
     let p = profile("w", DeviceKind::Block, 1000.0, 3.0, 4, 2, UNLIMITED);
-    assert_eq!(p.write_service_ns(), 1500.0);
+    assert_eq!(p.write_service_ns(), 3000.0);
     let e = Emulator::new(&p).unwrap();
     let n = 40u64;
     let w_end = (0..n)
@@ -86,7 +86,7 @@ fn write_service_makes_the_saturated_ratio_alpha() {
             let t = e.schedule_at(Direction::Write, 4096, 0);
             assert_eq!(
                 (t.start_ns, t.in_flight),
-                ((i / 2) * 1500, i % 2 + 1),
+                ((i / 2) * 3000, i % 2 + 1),
                 "write {i}"
             );
             t.end_ns
@@ -97,16 +97,35 @@ fn write_service_makes_the_saturated_ratio_alpha() {
         .map(|_| e.schedule_at(Direction::Read, 4096, 0).end_ns)
         .max()
         .unwrap();
-    assert_eq!(w_end, n / 2 * 1500);
+    assert_eq!(w_end, n / 2 * 3000);
     assert_eq!(
         r_end,
         n / 4 * 1000,
         "reads use their own slots: writes do not delay them"
     );
-    // Throughput ratio read/write at saturation is exactly alpha.
-    assert_eq!(w_end * 1000 / r_end, 3000);
+    // The saturated throughputs differ by alpha * k_r / k_w = 6.
+    assert_eq!(w_end * 1000 / r_end, 6000);
     let s = e.stats();
     assert_eq!((s.max_reads_in_flight, s.max_writes_in_flight), (4, 2));
+}
+
+#[test]
+fn a_memory_write_slot_makes_the_saturated_ratio_alpha() {
+    // Memory write slot time = alpha * t_r * k_w / k_r = 3 * 1000 * 2 / 4 = 1500 ns.
+    let p = profile("m", DeviceKind::Memory, 1000.0, 3.0, 4, 2, UNLIMITED);
+    assert_eq!(p.write_service_ns(), 1500.0);
+    let e = Emulator::new(&p).unwrap();
+    let n = 40u64;
+    let w_end = (0..n)
+        .map(|_| e.schedule_at(Direction::Write, 64, 0).end_ns)
+        .max()
+        .unwrap();
+    let r_end = (0..n)
+        .map(|_| e.schedule_at(Direction::Read, 64, 0).end_ns)
+        .max()
+        .unwrap();
+    assert_eq!((w_end, r_end), (n / 2 * 1500, n / 4 * 1000));
+    assert_eq!(w_end * 1000 / r_end, 3000);
 }
 
 #[test]
@@ -166,9 +185,19 @@ fn catalogue_devices_reproduce_their_alpha_and_k() {
         if p.kind != DeviceKind::Block {
             continue;
         }
+        let gran = p.access_granularity;
+        // α: a lone write against a lone read, on an idle device.
+        let lone = |dir| Emulator::new(p).unwrap().schedule_at(dir, gran, 0).end_ns as f64;
+        let alpha = lone(Direction::Write) / lone(Direction::Read);
+        assert!(
+            (alpha - p.alpha).abs() / p.alpha < 0.01,
+            "{}: depth-1 write/read time {alpha:.3}, profile alpha {}",
+            p.name,
+            p.alpha
+        );
+        // k: the batch of k costs one slot time, in-flight never exceeds k.
         let e = Emulator::new(p).unwrap();
         let n = 20 * u64::from(p.k_r.max(p.k_w));
-        let gran = p.access_granularity;
         let r_end = (0..n)
             .map(|_| e.schedule_at(Direction::Read, gran, 0).end_ns)
             .max()
@@ -180,12 +209,13 @@ fn catalogue_devices_reproduce_their_alpha_and_k() {
         let s = e.stats();
         assert_eq!(s.max_reads_in_flight, u64::from(p.k_r), "{}", p.name);
         assert_eq!(s.max_writes_in_flight, u64::from(p.k_w), "{}", p.name);
-        let alpha = w_end as f64 / r_end as f64;
+        // Saturated, the throughputs differ by α · k_r / k_w (bandwidth lanes aside).
+        let ratio = w_end as f64 / r_end as f64;
+        let expect = p.alpha * f64::from(p.k_r) / f64::from(p.k_w);
         assert!(
-            (alpha - p.alpha).abs() / p.alpha < 0.25,
-            "{}: saturated write/read time {alpha:.2}, profile alpha {}",
-            p.name,
-            p.alpha
+            (ratio - expect).abs() / expect < 0.25,
+            "{}: saturated write/read time {ratio:.2}, expected {expect:.2}",
+            p.name
         );
         assert_eq!(e.label(), format!("emulated {}", p.name));
     }

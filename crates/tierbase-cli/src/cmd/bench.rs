@@ -359,10 +359,11 @@ struct AceArgs {
     /// ACE's prefetcher: none, sequential or history.
     #[arg(long, default_value = "none", value_name = "NAME")]
     prefetch: String,
-    /// How a device profile's virtual time charges I/O: pio (the PIO model the emulator and
-    /// the profiler share; α is the ratio of saturated read and write throughput) or ace-sim
-    /// (the ACE authors' simulator: every write costs α reads, up to k_w writes at once cost
-    /// one). Real page files take what they take.
+    /// How a device profile's virtual time charges I/O: pio (the device model the emulator
+    /// and the profiler share: a write costs α reads, up to k_w writes at once cost one, with
+    /// bandwidth lanes), ace-sim (the ACE authors' simulator: the same costs without the
+    /// lanes) or throughput (α read as the saturated-throughput ratio: a write costs α·k_w/k_r
+    /// reads). Real page files take what they take.
     #[arg(long, default_value = "pio", value_name = "MODEL")]
     cost_model: String,
     /// Pages ACE writes back concurrently, comma-separated for a sweep (e.g. 1,2,4,8,16,32)

@@ -614,8 +614,8 @@ fn print_derived(run: &BlockRun) {
         let f = &d.figures;
         let ge = |s: bool| if s { "=" } else { ">=" };
         println!(
-            "{} random I/O ({}): k_r {} {}, k_w {} {}, alpha = {:.2} (plateaus {} / {} IOPS), \
-             depth-1 ratio {} (read {}, write {})",
+            "{} random I/O ({}): k_r {} {}, k_w {} {}, alpha = {:.2} (a write in reads: depth-1 \
+             write latency {} / read {}), plateaus {} / {} IOPS (ratio {:.2})",
             format_bytes(d.access_size),
             run.label(),
             ge(f.read.saturated),
@@ -623,14 +623,13 @@ fn print_derived(run: &BlockRun) {
             ge(f.write.saturated),
             f.k_w,
             f.alpha,
-            ValueFormat::Count.format(f.read.plateau),
-            ValueFormat::Count.format(f.write.plateau),
-            f.alpha_qd1
-                .map_or_else(|| "n/a".to_string(), |v| format!("{v:.2}")),
-            d.read_qd1_latency_ns
-                .map_or_else(|| "n/a".into(), |v| ValueFormat::Nanos.format(v)),
             d.write_qd1_latency_ns
                 .map_or_else(|| "n/a".into(), |v| ValueFormat::Nanos.format(v)),
+            d.read_qd1_latency_ns
+                .map_or_else(|| "n/a".into(), |v| ValueFormat::Nanos.format(v)),
+            ValueFormat::Count.format(f.read.plateau),
+            ValueFormat::Count.format(f.write.plateau),
+            f.throughput_ratio,
         );
     }
     if let Some(e) = &run.emulation {

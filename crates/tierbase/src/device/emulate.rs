@@ -6,8 +6,10 @@
 //!
 //! The model is the PIO model (docs/EMULATION.md):
 //! - a read occupies one of `k_r` service slots for `read_latency_ns`;
-//! - a write occupies one of `k_w` slots for `alpha * read_latency_ns * k_w / k_r`, so that the
-//!   saturated write throughput is the saturated read throughput divided by α;
+//! - a write occupies one of `k_w` slots for [`DeviceProfile::write_service_ns`]: on a block
+//!   device `alpha * read_latency_ns` (a write costs α reads, a batch of up to k_w writes costs
+//!   α reads), on memory `alpha * read_latency_ns * k_w / k_r` (the saturated write throughput
+//!   is the saturated read throughput divided by α);
 //! - each direction has a device-wide bandwidth timeline (`bytes / bandwidth`), so throughput
 //!   never exceeds the profile's bandwidth;
 //! - an operation completes at the later of its slot's end and its transfer's end.
@@ -329,22 +331,42 @@ mod tests {
     }
 
     #[test]
-    fn write_plateau_is_read_plateau_over_alpha() {
+    fn a_block_write_batch_of_k_w_costs_alpha_reads() {
         let p = profile("pcie-ssd-p4510");
+        let e = Emulator::new(&p).unwrap();
+        let read = e.schedule_at(Direction::Read, 4096, 0).end_ns;
+        let batch = (0..p.k_w)
+            .map(|_| e.schedule_at(Direction::Write, 4096, 0).end_ns)
+            .max()
+            .unwrap();
+        let alpha = batch as f64 / read as f64;
+        assert!((alpha - 2.8).abs() < 0.01, "measured alpha {alpha}");
+        // One more write waits for a second round.
+        let late = e.schedule_at(Direction::Write, 4096, 0).end_ns;
+        assert_eq!(late, 2 * batch);
+    }
+
+    #[test]
+    fn memory_write_plateau_is_read_plateau_over_alpha() {
+        let p = profile("optane-pmem-100");
         let reads = Emulator::new(&p).unwrap();
         let writes = Emulator::new(&p).unwrap();
         let n = 8000;
+        let size = p.access_granularity;
         let r_end = (0..n)
-            .map(|_| reads.schedule_at(Direction::Read, 4096, 0).end_ns)
+            .map(|_| reads.schedule_at(Direction::Read, size, 0).end_ns)
             .max()
             .unwrap();
         let w_end = (0..n)
-            .map(|_| writes.schedule_at(Direction::Write, 4096, 0).end_ns)
+            .map(|_| writes.schedule_at(Direction::Write, size, 0).end_ns)
             .max()
             .unwrap();
         let alpha = w_end as f64 / r_end as f64;
-        assert!((alpha - 2.8).abs() < 0.05, "measured alpha {alpha}");
-        assert_eq!(writes.stats().max_writes_in_flight, 8);
+        assert!(
+            (alpha - p.alpha).abs() < 0.05 * p.alpha,
+            "measured alpha {alpha}"
+        );
+        assert_eq!(writes.stats().max_writes_in_flight, u64::from(p.k_w));
     }
 
     #[test]

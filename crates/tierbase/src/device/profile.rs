@@ -55,7 +55,11 @@ pub struct DeviceProfile {
     pub write_bandwidth_mb_s: f64,
     /// Smallest unit the medium reads or writes internally, in bytes.
     pub access_granularity: u64,
-    /// Asymmetry α: saturated read throughput ÷ saturated write throughput.
+    /// Asymmetry α. Block devices (PIO, ACE): the cost of one write in reads — a lone write
+    /// takes α read times, and a batch of up to `k_w` writes costs α reads as a batch of up to
+    /// `k_r` reads costs one; measured as the depth-1 write ÷ read latency. Memory devices
+    /// (PerMA-Bench): saturated read throughput ÷ saturated write throughput. docs/EMULATION.md
+    /// says why the two kinds read α differently.
     pub alpha: f64,
     /// Concurrency k_r: outstanding reads needed to saturate the device.
     pub k_r: u32,
@@ -119,10 +123,23 @@ impl DeviceProfile {
         Ok(())
     }
 
-    /// Service time of one write slot in the PIO model: α · t_r · k_w / k_r, which makes the
-    /// saturated write throughput equal to the saturated read throughput divided by α.
+    /// Service time of one write slot. Block devices: α · t_r, so a lone write costs α reads
+    /// and a batch of up to k_w writes costs the same (the PIO cost view; the saturated write
+    /// throughput is then α · k_r / k_w times below the read throughput). Memory devices:
+    /// α · t_r · k_w / k_r, which makes the saturated write throughput the saturated read
+    /// throughput divided by α.
     pub fn write_service_ns(&self) -> f64 {
-        self.alpha * self.read_latency_ns * f64::from(self.k_w) / f64::from(self.k_r)
+        match self.kind {
+            DeviceKind::Block => self.alpha * self.read_latency_ns,
+            DeviceKind::Memory => {
+                self.alpha * self.read_latency_ns * f64::from(self.k_w) / f64::from(self.k_r)
+            }
+        }
+    }
+
+    /// Saturated write operations per second in the slot model (before bandwidth caps).
+    pub fn write_plateau_ops(&self) -> f64 {
+        f64::from(self.k_w) * 1e9 / self.write_service_ns()
     }
 
     /// Saturated read operations per second in the PIO model (before bandwidth caps).
@@ -319,6 +336,13 @@ mod tests {
                 p.name,
                 p.read_bandwidth_mb_s
             );
+            let write_plateau_mb_s = p.write_plateau_ops() * p.access_granularity as f64 / 1e6;
+            assert!(
+                write_plateau_mb_s <= p.write_bandwidth_mb_s * 1.3,
+                "{}: write slot plateau {write_plateau_mb_s:.0} MB/s vs cap {}",
+                p.name,
+                p.write_bandwidth_mb_s
+            );
         }
     }
 
@@ -369,11 +393,17 @@ mod tests {
     }
 
     #[test]
-    fn write_service_time_gives_alpha_at_plateau() {
+    fn a_block_write_costs_alpha_reads_and_a_memory_write_alpha_at_the_plateau() {
         let cat = Catalogue::builtin();
-        let p = cat.require("pcie-ssd-p4510").unwrap();
-        let read_plateau = f64::from(p.k_r) / p.read_latency_ns;
-        let write_plateau = f64::from(p.k_w) / p.write_service_ns();
-        assert!((read_plateau / write_plateau - p.alpha).abs() < 1e-9);
+        let ssd = cat.require("pcie-ssd-p4510").unwrap();
+        assert!((ssd.write_service_ns() / ssd.read_latency_ns - ssd.alpha).abs() < 1e-9);
+        let plateaus = ssd.read_plateau_ops() / ssd.write_plateau_ops();
+        assert!(
+            (plateaus - ssd.alpha * 80.0 / 8.0).abs() < 1e-9,
+            "{plateaus}"
+        );
+        let pmem = cat.require("optane-pmem-100").unwrap();
+        let plateaus = pmem.read_plateau_ops() / pmem.write_plateau_ops();
+        assert!((plateaus - pmem.alpha).abs() < 1e-9, "{plateaus}");
     }
 }
