@@ -277,6 +277,12 @@ fn speedup_grows_with_writes_and_follows_each_models_write_cost() {
         let file = ace::run_ace(&p, &quiet).unwrap();
         assert_eq!(file.runs.len(), 4, "one run per policy");
         for r in &file.runs {
+            assert_eq!(
+                r.medium.contains("ACE simulator"),
+                model == CostModel::AceSim,
+                "{}",
+                r.medium
+            );
             assert!(
                 r.runtime_reduction_pct >= 25.0,
                 "{model:?} {}: {r:?}",

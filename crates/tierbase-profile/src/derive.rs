@@ -127,6 +127,7 @@ pub fn refine_depths(points: &[(u32, f64)], threshold: f64, max_depth: u32) -> V
 
 /// α and k for one access size.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(from = "AlphaKFile")]
 pub struct AlphaK {
     /// Read knee.
     pub read: Knee,
@@ -143,16 +144,57 @@ pub struct AlphaK {
     /// measured.
     pub alpha_qd1: Option<f64>,
     /// Read plateau ÷ write plateau (the section 6.6 recipe; α · k_r / k_w on the emulator's
-    /// block model). Absent from results written before it was reported.
-    #[serde(default)]
+    /// block model).
     pub throughput_ratio: f64,
+}
+
+/// [`AlphaK`] as result files hold it. Files written before 2026-11-30 have no
+/// `throughput_ratio`, and their `alpha` is the plateau ratio (α's reading then); reading
+/// one moves that figure to `throughput_ratio` and takes α from the depth-1 ratio they also
+/// hold, so a report never shows an old plateau ratio as a per-write α.
+#[derive(Deserialize)]
+struct AlphaKFile {
+    read: Knee,
+    write: Knee,
+    k_r: u32,
+    k_w: u32,
+    alpha: f64,
+    alpha_qd1: Option<f64>,
+    throughput_ratio: Option<f64>,
+}
+
+impl From<AlphaKFile> for AlphaK {
+    fn from(f: AlphaKFile) -> Self {
+        let (alpha, throughput_ratio) = match f.throughput_ratio {
+            Some(ratio) => (f.alpha, ratio),
+            None => (
+                f.alpha_qd1
+                    .unwrap_or(f.alpha * f64::from(f.k_w) / f64::from(f.k_r.max(1))),
+                f.alpha,
+            ),
+        };
+        AlphaK {
+            read: f.read,
+            write: f.write,
+            k_r: f.k_r,
+            k_w: f.k_w,
+            alpha,
+            alpha_qd1: f.alpha_qd1,
+            throughput_ratio,
+        }
+    }
 }
 
 /// Derives α, k_r and k_w from a read and a write curve.
 pub fn derive_alpha_k(read: &[(u32, f64)], write: &[(u32, f64)], threshold: f64) -> Option<AlphaK> {
     let r = derive_knee(read, threshold)?;
     let w = derive_knee(write, threshold)?;
-    let at1 = |pts: &[(u32, f64)]| pts.iter().find(|p| p.0 == 1).map(|p| p.1);
+    let at1 = |pts: &[(u32, f64)]| {
+        pts.iter()
+            .find(|p| p.0 == 1)
+            .map(|p| p.1)
+            .filter(|v| v.is_finite() && *v > 0.0)
+    };
     let alpha_qd1 = match (at1(read), at1(write)) {
         (Some(a), Some(b)) if b > 0.0 => Some(a / b),
         _ => None,

@@ -25,7 +25,8 @@
 //!                          mb_s, rep_iops, mean_latency_ns, round_latency_ns } ],
 //!                          knee: { k, plateau, peak_depth, saturated, threshold } } ],
 //!              derived: [ { access_size, figures: { read: knee, write: knee, k_r, k_w, alpha,
-//!                           alpha_qd1 }, read_qd1_latency_ns, write_qd1_latency_ns,
+//!                           alpha_qd1, throughput_ratio }, read_qd1_latency_ns,
+//!                           write_qd1_latency_ns,
 //!                           read_mb_s, write_mb_s } ],
 //!              sweep_s } ],
 //!   saved_profile: { name, catalogue, profile: { ..DeviceProfile.. } } or null }

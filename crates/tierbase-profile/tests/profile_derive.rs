@@ -73,7 +73,6 @@ fn refinement_recovers_k_between_powers_of_two() {
     let ak = derive_alpha_k(&reads, &writes, 0.9).unwrap();
     // α is the depth-1 cost ratio, exact whatever the knee rule's bias on k.
     assert!((ak.alpha - 2.8).abs() < 1e-9, "{}", ak.alpha);
-    assert_eq!(ak.alpha_qd1, Some(ak.alpha));
     assert_eq!((ak.k_r, ak.k_w), (72, 8));
     // The plateaus differ by α·k_r/k_w.
     assert!(
@@ -155,4 +154,43 @@ fn degenerate_inputs() {
     assert!(ak.alpha.is_infinite());
     assert!(ak.throughput_ratio.is_infinite());
     assert!(ak.alpha_qd1.is_none());
+}
+
+#[test]
+fn result_files_keep_alpha_a_per_write_cost_old_and_new() {
+    let reads = sweep(|d| batched(d, 80, 212.425), 256);
+    let writes = sweep(|d| batched(d, 8, 2.8 * 212.425), 256);
+    let ak = derive_alpha_k(&reads, &writes, 0.9).unwrap();
+    // A file written now reads back as it was written.
+    let json = serde_json::to_string(&ak).unwrap();
+    let back: tierbase_profile::derive::AlphaK = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, ak);
+    // A file written before 2026-11-30: `alpha` was the plateau ratio and there was no
+    // `throughput_ratio`. It reads back with α from its depth-1 ratio.
+    let mut old: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let obj = old.as_object_mut().unwrap();
+    obj.remove("throughput_ratio");
+    obj.insert("alpha".into(), serde_json::json!(28.0));
+    let back: tierbase_profile::derive::AlphaK = serde_json::from_value(old.clone()).unwrap();
+    assert!((back.alpha - 2.8).abs() < 1e-9, "{}", back.alpha);
+    assert_eq!(back.throughput_ratio, 28.0);
+    // Without a depth-1 ratio either, α is the slot-time ratio of the plateaus.
+    old.as_object_mut().unwrap().remove("alpha_qd1");
+    let back: tierbase_profile::derive::AlphaK = serde_json::from_value(old).unwrap();
+    assert!(
+        (back.alpha - 28.0 * 8.0 / 72.0).abs() < 1e-9,
+        "{}",
+        back.alpha
+    );
+    assert_eq!(back.alpha_qd1, None);
+}
+
+#[test]
+fn an_unusable_depth_one_point_leaves_alpha_to_the_plateaus() {
+    let reads = curve(POW2, |d| pio(d, 8, 100.0));
+    let mut writes = curve(POW2, |d| pio(d, 8, 200.0));
+    writes[0].1 = f64::INFINITY;
+    let ak = derive_alpha_k(&reads, &writes, 0.9).unwrap();
+    assert_eq!(ak.alpha_qd1, None);
+    assert!((ak.alpha - 2.0).abs() < 1e-9, "{}", ak.alpha);
 }
