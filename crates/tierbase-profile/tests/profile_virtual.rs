@@ -17,10 +17,7 @@ fn point(profile: &DeviceProfile, dir: Direction, depth: u32) -> f64 {
     let rounds = OPS_PER_POINT.div_ceil(u64::from(depth));
     let mut now = 0;
     for _ in 0..rounds {
-        now = (0..depth)
-            .map(|_| e.schedule_at(dir, profile.access_granularity, now).end_ns)
-            .max()
-            .unwrap();
+        now = e.schedule_batch_at(dir, profile.access_granularity, u64::from(depth), now);
     }
     (rounds * u64::from(depth)) as f64 * 1e9 / now as f64
 }

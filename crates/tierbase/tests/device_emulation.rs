@@ -93,10 +93,7 @@ fn a_block_write_costs_alpha_reads_and_k_w_writes_cost_the_same() {
         })
         .max()
         .unwrap();
-    let r_end = (0..n)
-        .map(|_| e.schedule_at(Direction::Read, 4096, 0).end_ns)
-        .max()
-        .unwrap();
+    let r_end = e.schedule_batch_at(Direction::Read, 4096, n, 0);
     assert_eq!(w_end, n / 2 * 3000);
     assert_eq!(
         r_end,
@@ -116,14 +113,8 @@ fn a_memory_write_slot_makes_the_saturated_ratio_alpha() {
     assert_eq!(p.write_service_ns(), 1500.0);
     let e = Emulator::new(&p).unwrap();
     let n = 40u64;
-    let w_end = (0..n)
-        .map(|_| e.schedule_at(Direction::Write, 64, 0).end_ns)
-        .max()
-        .unwrap();
-    let r_end = (0..n)
-        .map(|_| e.schedule_at(Direction::Read, 64, 0).end_ns)
-        .max()
-        .unwrap();
+    let w_end = e.schedule_batch_at(Direction::Write, 64, n, 0);
+    let r_end = e.schedule_batch_at(Direction::Read, 64, n, 0);
     assert_eq!((w_end, r_end), (n / 2 * 1500, n / 4 * 1000));
     assert_eq!(w_end * 1000 / r_end, 3000);
 }
@@ -198,14 +189,8 @@ fn catalogue_devices_reproduce_their_alpha_and_k() {
         // k: the batch of k costs one slot time, in-flight never exceeds k.
         let e = Emulator::new(p).unwrap();
         let n = 20 * u64::from(p.k_r.max(p.k_w));
-        let r_end = (0..n)
-            .map(|_| e.schedule_at(Direction::Read, gran, 0).end_ns)
-            .max()
-            .unwrap();
-        let w_end = (0..n)
-            .map(|_| e.schedule_at(Direction::Write, gran, 0).end_ns)
-            .max()
-            .unwrap();
+        let r_end = e.schedule_batch_at(Direction::Read, gran, n, 0);
+        let w_end = e.schedule_batch_at(Direction::Write, gran, n, 0);
         let s = e.stats();
         assert_eq!(s.max_reads_in_flight, u64::from(p.k_r), "{}", p.name);
         assert_eq!(s.max_writes_in_flight, u64::from(p.k_w), "{}", p.name);

@@ -199,10 +199,9 @@ impl VirtualPages {
     fn batch(&mut self, dir: Direction, n: usize) {
         let start = self.now_ns;
         self.now_ns = match self.model {
-            CostModel::Pio => (0..n)
-                .map(|_| self.emulator.schedule_at(dir, self.page_size, start).end_ns)
-                .max()
-                .unwrap_or(start),
+            CostModel::Pio => self
+                .emulator
+                .schedule_batch_at(dir, self.page_size, n as u64, start),
             CostModel::AceSim | CostModel::Throughput => {
                 let p = self.emulator.profile();
                 let write_reads = match self.model {

@@ -198,6 +198,15 @@ impl Emulator {
         t
     }
 
+    /// Schedules `n` operations of `bytes` in one direction, all issued at virtual time
+    /// `now_ns` (one batch); returns when the last completes (`now_ns` for an empty batch).
+    pub fn schedule_batch_at(&self, dir: Direction, bytes: u64, n: u64, now_ns: u64) -> u64 {
+        (0..n)
+            .map(|_| self.schedule_at(dir, bytes, now_ns).end_ns)
+            .max()
+            .unwrap_or(now_ns)
+    }
+
     /// Schedules one operation issued now.
     pub fn schedule(&self, dir: Direction, bytes: u64) -> Ticket {
         self.schedule_at(dir, bytes, now_ns())
@@ -335,10 +344,7 @@ mod tests {
         let p = profile("pcie-ssd-p4510");
         let e = Emulator::new(&p).unwrap();
         let read = e.schedule_at(Direction::Read, 4096, 0).end_ns;
-        let batch = (0..p.k_w)
-            .map(|_| e.schedule_at(Direction::Write, 4096, 0).end_ns)
-            .max()
-            .unwrap();
+        let batch = e.schedule_batch_at(Direction::Write, 4096, u64::from(p.k_w), 0);
         let alpha = batch as f64 / read as f64;
         assert!((alpha - 2.8).abs() < 0.01, "measured alpha {alpha}");
         // One more write waits for a second round.
@@ -353,14 +359,8 @@ mod tests {
         let writes = Emulator::new(&p).unwrap();
         let n = 8000;
         let size = p.access_granularity;
-        let r_end = (0..n)
-            .map(|_| reads.schedule_at(Direction::Read, size, 0).end_ns)
-            .max()
-            .unwrap();
-        let w_end = (0..n)
-            .map(|_| writes.schedule_at(Direction::Write, size, 0).end_ns)
-            .max()
-            .unwrap();
+        let r_end = reads.schedule_batch_at(Direction::Read, size, n, 0);
+        let w_end = writes.schedule_batch_at(Direction::Write, size, n, 0);
         let alpha = w_end as f64 / r_end as f64;
         assert!(
             (alpha - p.alpha).abs() < 0.05 * p.alpha,
