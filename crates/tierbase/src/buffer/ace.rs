@@ -6,8 +6,9 @@
 //! prefetches), the prefetchers, the page devices a trace runs against ([`VirtualPages`]: a
 //! device model in virtual time under one of three [`CostModel`]s — the emulator's PIO
 //! model, the ACE authors' simulator, or α read as a throughput ratio; [`BlockPages`]: a
-//! real page file through [`BlockDevice`]) and the cache's counters. Must not touch: replacement decisions (those
-//! are [`super::policy`]'s) or page contents (a trace has none: pages carry their id only).
+//! real page file through [`BlockDevice`]) and the cache's counters. Must not touch:
+//! replacement decisions (those are [`super::policy`]'s) or page contents (a trace has none:
+//! pages carry their id only).
 //!
 //! ACE never changes which page the policy evicts next. When that victim is dirty it writes
 //! the first `n_w` dirty pages of the policy's eviction order in one concurrent batch (they
