@@ -276,6 +276,16 @@ impl LogFile {
         }
     }
 
+    /// [`LogFile::grow_to`] for [`Wal::prepare_ahead`]'s thread: a block file's zeros go in
+    /// small writes, so that commits running meanwhile queue behind 64 KiB, not 1 MiB
+    /// ([`BlockDevice::grow_written_behind`]).
+    fn grow_ahead_to(&self, len: u64) -> Result<()> {
+        match self {
+            LogFile::Block(d) => d.grow_written_behind(len),
+            LogFile::Pmem(r) => r.grow(len),
+        }
+    }
+
     /// How far a log file grows past what it must hold: its own size, at least 1 MiB, at
     /// most [`GROW_STEP_MAX`].
     fn grow_step(&self) -> u64 {
@@ -899,7 +909,7 @@ impl Wal {
             // Growing syncs the file: a failed sync fails the log as a failed commit would
             // (it may have taken the kernel's report of an earlier write's lost pages). Other
             // failures (no space) leave it to a commit that needs the room to grow the file.
-            file.grow_to((len + file.grow_step()).next_multiple_of(BLOCK))
+            file.grow_ahead_to((len + file.grow_step()).next_multiple_of(BLOCK))
                 .map_err(|e| match e {
                     Error::Io { op: "fsync", .. } => self.fail(e),
                     e => e,
