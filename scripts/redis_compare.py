@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """tierbase serve against redis-server, side by side, with redis-benchmark.
 
-Runs `redis-benchmark -t set,get` (16 B keys `key:<12 digits>`, 200 B values, 50 clients,
-without pipelining and with -P 16) against `tierbase serve` and `redis-server` at matching
-durability, on the same medium, alternating the servers in every repetition, and prints the
-medians (throughput, p50, p99, server CPU seconds per 100k requests) as a Markdown table.
+Runs `redis-benchmark -t set`, then `-t get` (16 B keys `key:<12 digits>`, 200 B values,
+50 clients, without pipelining and with -P 16) against `tierbase serve` and `redis-server` at
+matching durability, on the same medium, alternating the servers in every repetition, and
+prints the medians (throughput, p50, p99, the server's CPU seconds per 100k requests of that
+test) as a Markdown table.
 The ratios are medians of each repetition's pair (tierbase ÷ redis, the two runs back to back),
 with the lowest and highest pair: on a shared machine whose speed drifts between repetitions,
 a ratio of the two servers' separate medians follows whichever repetitions hold them.
@@ -97,31 +98,34 @@ def stop(proc):
         proc.wait()
 
 
-def bench(port, pipeline, requests):
+def bench(port, test, pipeline, requests):
     out = subprocess.run(
-        ["redis-benchmark", "-p", str(port), "-t", "set,get", "-n", str(requests), "-c", "50",
+        ["redis-benchmark", "-p", str(port), "-t", test, "-n", str(requests), "-c", "50",
          "-d", "200", "-r", "1000000", "-P", str(pipeline), "--csv"],
         check=True, capture_output=True, text=True).stdout
-    rows = {}
-    for row in csv.DictReader(io.StringIO(out)):
-        rows[row["test"]] = row
-    return rows
+    rows = list(csv.DictReader(io.StringIO(out)))
+    if len(rows) != 1:
+        raise RuntimeError(f"redis-benchmark -t {test}: expected one row, got {out!r}")
+    return rows[0]
 
 
 def run_one(kind, durability, medium_dir, pipeline, requests):
+    """SET, then GET, against one fresh server; each test's server CPU is measured alone."""
     directory = tempfile.mkdtemp(dir=medium_dir, prefix=f"cmp-{kind}-")
     try:
         proc, port = start(kind, durability, directory)
+        results = {}
         try:
-            before = cpu_seconds(proc.pid)
-            rows = bench(port, pipeline, requests)
-            cpu = cpu_seconds(proc.pid) - before
+            for test in ("set", "get"):
+                before = cpu_seconds(proc.pid)
+                r = bench(port, test, pipeline, requests)
+                cpu = cpu_seconds(proc.pid) - before
+                results[r["test"]] = {"rps": float(r["rps"]), "p50": float(r["p50_latency_ms"]),
+                                      "p99": float(r["p99_latency_ms"]),
+                                      "cpu_per_100k": cpu * 100_000 / requests}
         finally:
             stop(proc)
-        return {test: {"rps": float(r["rps"]), "p50": float(r["p50_latency_ms"]),
-                       "p99": float(r["p99_latency_ms"]),
-                       "cpu_per_100k": cpu * 100_000 / (2 * requests)}
-                for test, r in rows.items()}
+        return results
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
