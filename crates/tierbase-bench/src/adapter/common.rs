@@ -48,7 +48,7 @@ pub(super) fn refuse_emulation(name: &str, engine: &str, o: &StoreOptions) -> Re
 /// Whether `medium` (from [`super::file_medium`]) is memory-backed: there a sync reaches
 /// memory only.
 pub(super) fn on_tmpfs(medium: &str) -> bool {
-    medium == "tmpfs file"
+    medium.starts_with("tmpfs file")
 }
 
 /// The durability label of a store whose writes wait for a sync (`synced`: "wal+fsync"): on

@@ -52,7 +52,7 @@ mod rocksdb_ffi;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use tierbase::device::{DeviceProfile, FsKind, fs_kind};
+use tierbase::device::{DeviceProfile, FsKind, fs_kind, on_huge_page_tmpfs};
 use tierbase::hash::Partition;
 
 #[cfg(feature = "lmdb")]
@@ -179,10 +179,13 @@ pub fn series_label(name: &str, durability: &str, medium: &str, emulated: Option
     s
 }
 
-/// The truthful medium label of files in `dir`: `tmpfs file` on a memory-backed file system,
-/// `disk file` otherwise (see [`tierbase::device::fs_kind`]).
+/// The truthful medium label of files in `dir`: `tmpfs file` on a memory-backed file system
+/// (`tmpfs file, 2 MiB pages` where the mount backs files with huge pages, so that regions
+/// are mapped as DAX maps persistent memory), `disk file` otherwise (see
+/// [`tierbase::device::fs_kind`]).
 pub fn file_medium(dir: &Path) -> &'static str {
     match fs_kind(dir) {
+        FsKind::Memory if on_huge_page_tmpfs(dir) => "tmpfs file, 2 MiB pages",
         FsKind::Memory => "tmpfs file",
         FsKind::Disk => "disk file",
     }

@@ -45,6 +45,36 @@ pub(crate) fn map_anonymous(len: usize, prot: libc::c_int) -> std::io::Result<No
     NonNull::new(p.cast::<u8>()).ok_or_else(|| std::io::Error::other("mmap returned null"))
 }
 
+/// [`map_anonymous`] at an address that is a multiple of `align` (a power of two, a multiple
+/// of the page size; `len` a multiple of the page size too): `len + align` bytes are mapped,
+/// then the unaligned head and the tail past `len` are unmapped again.
+pub(crate) fn map_anonymous_aligned(
+    len: usize,
+    prot: libc::c_int,
+    align: usize,
+) -> std::io::Result<NonNull<u8>> {
+    let total = len
+        .checked_add(align)
+        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
+    let base = map_anonymous(total, prot)?;
+    let head = (base.as_ptr() as usize).next_multiple_of(align) - base.as_ptr() as usize;
+    let tail = total - head - len;
+    // SAFETY: `head + len + tail == total`, so both trimmed ranges and the aligned start lie
+    // inside the mapping just made, which nothing else refers to; `head` and `tail` are page
+    // multiples (the base, `align` and `len` are), as munmap needs.
+    let aligned = unsafe {
+        let aligned = base.as_ptr().add(head);
+        if head > 0 {
+            libc::munmap(base.as_ptr().cast(), head);
+        }
+        if tail > 0 {
+            libc::munmap(aligned.add(len).cast(), tail);
+        }
+        aligned
+    };
+    NonNull::new(aligned).ok_or_else(|| std::io::Error::other("mmap returned null"))
+}
+
 /// Asks for transparent huge pages for the mapping of `bytes` at `p`, past its first
 /// [`SMALL_PREFIX`] bytes (a hint: where the kernel has none, or disables them, ordinary pages).
 pub(crate) fn advise_huge_pages(p: NonNull<u8>, bytes: usize) {
@@ -378,6 +408,24 @@ mod tests {
         assert_eq!(a.get(s2, 1000).unwrap()[999].load(Ordering::Relaxed), 7);
         assert!(a.get(s2, 1001).is_none(), "beyond what is initialised");
         assert_eq!(a.bytes_used(), 1010 * 8);
+    }
+
+    #[test]
+    fn aligned_mappings_start_on_the_boundary_and_keep_their_length() {
+        const ALIGN: usize = 2 << 20;
+        for len in [4096, 3 * 4096, 5 << 20] {
+            let p = map_anonymous_aligned(len, libc::PROT_READ | libc::PROT_WRITE, ALIGN).unwrap();
+            assert_eq!(p.as_ptr() as usize % ALIGN, 0, "len {len}");
+            // SAFETY: `p` maps `len` writable bytes that this test owns; unmapped at the end.
+            unsafe {
+                p.as_ptr().write(1);
+                p.as_ptr().add(len - 1).write(2);
+                assert_eq!(p.as_ptr().add(len - 1).read(), 2);
+                // The whole length is mapped (madvise fails with ENOMEM on a hole).
+                assert_eq!(libc::madvise(p.as_ptr().cast(), len, libc::MADV_NORMAL), 0);
+                assert_eq!(libc::munmap(p.as_ptr().cast(), len), 0);
+            }
+        }
     }
 
     #[test]

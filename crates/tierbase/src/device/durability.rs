@@ -253,9 +253,82 @@ fn kind_of(st: &libc::statfs) -> FsKind {
     }
 }
 
+/// Whether files at `path` live on a tmpfs mounted to back them with 2 MiB pages
+/// (`huge=always` or `huge=within_size`): a region there is mapped with 2 MiB entries, as on
+/// DAX persistent memory, instead of 4 KiB ones. Read from `/proc/self/mountinfo` (the mount
+/// holding the path's nearest existing ancestor); false where that cannot be read.
+pub fn on_huge_page_tmpfs(path: &Path) -> bool {
+    let probe = path
+        .ancestors()
+        .chain(std::iter::once(Path::new(".")))
+        .find_map(|p| std::fs::canonicalize(p).ok());
+    let Some(probe) = probe else {
+        return false;
+    };
+    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    huge_tmpfs_in(&mountinfo, &probe)
+}
+
+/// [`on_huge_page_tmpfs`] for a mountinfo text and a canonical path: the last-mounted entry
+/// with the longest mount point that holds the path decides.
+fn huge_tmpfs_in(mountinfo: &str, path: &Path) -> bool {
+    let mut best: Option<(usize, bool)> = None;
+    for line in mountinfo.lines() {
+        // "id parent major:minor root mount-point options ... - fstype source super-options"
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(dash) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
+        let (Some(mount), Some(fstype), Some(options)) =
+            (fields.get(4), fields.get(dash + 1), fields.get(dash + 3))
+        else {
+            continue;
+        };
+        let mount = Path::new(mount);
+        if !path.starts_with(mount) {
+            continue;
+        }
+        let depth = mount.components().count();
+        let huge = *fstype == "tmpfs"
+            && options
+                .split(',')
+                .any(|o| o == "huge=always" || o == "huge=within_size");
+        if best.is_none_or(|(d, _)| depth >= d) {
+            best = Some((depth, huge));
+        }
+    }
+    best.is_some_and(|(_, huge)| huge)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn huge_page_tmpfs_is_read_from_the_innermost_mount() {
+        let info = "\
+22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw
+30 22 0:27 / /dev/shm rw,relatime - tmpfs tmpfs rw,size=24683656k
+31 22 0:28 / /mnt/huge rw,relatime - tmpfs tmpfs rw,size=20971520k,huge=always
+32 31 0:29 / /mnt/huge/inner rw,relatime - tmpfs tmpfs rw,size=1024k
+33 22 0:30 / /mnt/ws rw,relatime - tmpfs tmpfs rw,huge=within_size
+34 22 0:31 / /mnt/ext rw,relatime - ext4 /dev/sdb1 rw,huge=always
+";
+        let on = |p: &str| huge_tmpfs_in(info, Path::new(p));
+        assert!(on("/mnt/huge/pb/plush.tb"));
+        assert!(on("/mnt/huge"));
+        assert!(on("/mnt/ws/x"));
+        assert!(
+            !on("/mnt/huge/inner/x"),
+            "an inner mount without huge= decides"
+        );
+        assert!(!on("/mnt/hugeish/x"), "a path prefix that is not a parent");
+        assert!(!on("/dev/shm/x"));
+        assert!(!on("/work/x"));
+        assert!(!on("/mnt/ext/x"), "only tmpfs");
+    }
 
     #[test]
     fn mode_ordering() {

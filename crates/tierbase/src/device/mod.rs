@@ -34,7 +34,9 @@ pub use cpu::{
 };
 pub use crash::CrashSimConfig;
 pub use dram::{DramArena, DramSlice, ZeroedWords};
-pub use durability::{Durability, DurabilityMode, FsKind, fs_kind, regular_file_fs};
+pub use durability::{
+    Durability, DurabilityMode, FsKind, fs_kind, on_huge_page_tmpfs, regular_file_fs,
+};
 pub use emulate::{
     Direction, Emulator, EmulatorStats, Ticket, exit_overhead_ns, now_ns, spin_until,
 };
