@@ -1076,21 +1076,19 @@ mod tests {
         }
     }
 
-    /// A tmpfs mount that backs its files with huge pages (`huge=always`), if this machine has
-    /// one (a test can not mount one itself).
+    /// A tmpfs mount that backs its files with huge pages, if this machine has one (a test
+    /// cannot mount one itself).
     fn huge_tmpfs() -> Option<PathBuf> {
         let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
-        mounts.lines().find_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let huge = f.get(3)?.split(',').any(|o| o == "huge=always");
-            (f.get(2) == Some(&"tmpfs") && huge && f[3].split(',').any(|o| o == "rw"))
-                .then(|| PathBuf::from(f[1]))
-        })
+        mounts
+            .lines()
+            .filter_map(|line| line.split_whitespace().nth(1).map(PathBuf::from))
+            .find(|mount| crate::device::on_huge_page_tmpfs(mount))
     }
 
-    /// Kilobytes the kernel maps with 2 MiB entries in the mapping starting at `base`, from
+    /// Kilobytes the kernel maps with 2 MiB entries in the mappings inside `[base, end)`, from
     /// `/proc/self/smaps`.
-    fn pmd_mapped_kib(base: usize) -> u64 {
+    fn pmd_mapped_kib(base: usize, end: usize) -> u64 {
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let mut inside = false;
         let mut kib = 0;
@@ -1099,7 +1097,7 @@ mod tests {
                 && let Some((start, _)) = range.split_once('-')
                 && let Ok(start) = usize::from_str_radix(start, 16)
             {
-                inside = start == base;
+                inside = (base..end).contains(&start);
                 continue;
             }
             if inside
@@ -1146,7 +1144,8 @@ mod tests {
         for off in (0..6u64 << 20).step_by(4096) {
             r.write(off, &[1]).unwrap();
         }
-        let kib = pmd_mapped_kib(r.reservation.as_ptr() as usize);
+        let base = r.reservation.as_ptr() as usize;
+        let kib = pmd_mapped_kib(base, base + r.reserve);
         assert!(kib >= 4096, "{kib} KiB mapped with 2 MiB entries");
     }
 
