@@ -578,8 +578,8 @@ impl BlockDevice {
                 // `len` fits: it is at most `new_len`, which does.
                 allocate(file, &self.path, len as libc::off_t, l)?;
                 if let Some(chunk) = zero_fill.filter(|_| self.zero_fill_pays()) {
-                    let zeros =
-                        AlignedBuf::new(ZERO_FILL_CHUNK.max(chunk).min((new_len - len) as usize))?;
+                    // The largest write either kind of growth makes (`chunk` is at most this).
+                    let zeros = AlignedBuf::new(ZERO_FILL_CHUNK.min((new_len - len) as usize))?;
                     let mut at = len;
                     while at < new_len {
                         let step = if self.growing_in_front.load(Ordering::Acquire) > 0 {
@@ -587,7 +587,8 @@ impl BlockDevice {
                         } else {
                             chunk
                         };
-                        let n = step.min(zeros.len()).min((new_len - at) as usize);
+                        // At most `zeros.len()`: that is the whole step or 1 MiB.
+                        let n = step.min((new_len - at) as usize);
                         file.write_all_at(&zeros[..n], at)
                             .map_err(|e| io_err("write", Some(&self.path), e))?;
                         self.counters.record_write(n as u64);
