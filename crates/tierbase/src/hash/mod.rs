@@ -428,6 +428,7 @@ impl Inner {
         let idx = self.dram_index(probe.hash);
         self.dram.prefetch(idx);
         self.prefetch_levels(probe.hash);
+        self.prefetch_buckets(probe.hash);
         let mut restarts = 0;
         'search: loop {
             let skip_dangling = restarts >= 4;

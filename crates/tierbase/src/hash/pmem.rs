@@ -106,16 +106,10 @@ impl Inner {
         entry: u64,
         line: usize,
     ) -> Result<[u64; 8]> {
-        if let Some(f) = self.dram_filters.get(level as usize) {
-            let base = idx as usize * FILTER_WORDS + 8 * line;
-            let words: &[_; 8] = f[base..]
-                .first_chunk()
-                .ok_or_else(|| Error::corrupt(self.path.as_deref(), "filter out of range"))?;
-            let mut line = [0u64; 8];
-            for (out, w) in line.iter_mut().zip(words) {
-                *out = w.load(Ordering::Acquire);
-            }
-            return Ok(line);
+        if self.dram_filters.get(level as usize).is_some() {
+            return self
+                .dram_filter_line(level, idx, line)
+                .ok_or_else(|| Error::corrupt(self.path.as_deref(), "filter out of range"));
         }
         let line = self
             .region
@@ -147,6 +141,60 @@ impl Inner {
                 None => self
                     .region
                     .prefetch(entry + ENTRY_FILTER + 64 * line as u64, 64),
+            }
+        }
+    }
+
+    /// Line `line` of the DRAM copy of entry `idx`'s filter block at `level`; `None` if the
+    /// level's filters are not kept in DRAM (or `idx` is out of range).
+    fn dram_filter_line(&self, level: u32, idx: u64, line: usize) -> Option<[u64; 8]> {
+        let f = self.dram_filters.get(level as usize)?;
+        let words: &[_; 8] = f
+            .get(idx as usize * FILTER_WORDS + 8 * line..)?
+            .first_chunk()?;
+        let mut out = [0u64; 8];
+        for (out, w) in out.iter_mut().zip(words) {
+            *out = w.load(Ordering::Acquire);
+        }
+        Some(out)
+    }
+
+    /// Starts loading the buckets a lookup of hash `hash` will read on the levels whose filters
+    /// are in DRAM: the ones its filter line lets through. Called once the lines
+    /// [`Self::prefetch_levels`] asked for have had time to arrive, before the DRAM level is
+    /// searched, so that the buckets' misses overlap that search and one another instead of
+    /// each following its level's filter check. Only a hint: a concurrent migration may move
+    /// the records, and the search reads and validates everything again.
+    pub(super) fn prefetch_buckets(&self, hash: u64) {
+        let (line, bits) = filter::line_and_bits(hash);
+        for level in 0..self.geo.max_levels {
+            let Some(dir) = self.level_dir(level) else {
+                break;
+            };
+            let idx = self.level_index(level, hash);
+            let entry = dir + idx * ENTRY_BYTES;
+            let Ok(word) = self.region.atomic_u64(entry) else {
+                return;
+            };
+            let (size, _) = split_size_epoch(word.load(Ordering::Relaxed));
+            let buckets = (size as usize).min(ENTRY_RECORDS).div_ceil(SLOTS);
+            if buckets == 0 {
+                continue;
+            }
+            // Levels whose filters are on the medium are left alone: reading their filter
+            // line here would be a media read of its own (and counted as one).
+            let Some(lanes) = self.dram_filter_line(level, idx, line) else {
+                return;
+            };
+            let mut maybe = filter::probe(&lanes, bits) & ((1u32 << buckets) - 1) as u16;
+            while maybe != 0 {
+                let b = 15 - maybe.leading_zeros() as usize;
+                maybe &= !(1 << b);
+                if let Ok(bucket) = self.bucket_ptr(entry, b)
+                    && bucket != 0
+                {
+                    self.region.prefetch(bucket, BUCKET_BYTES as usize);
+                }
             }
         }
     }
