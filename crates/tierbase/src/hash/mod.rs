@@ -626,6 +626,8 @@ impl Inner {
             None => TOMBSTONE,
         };
         let idx = self.dram_index(probe.hash);
+        // The entry's lock word and fingerprints load while the payload is written.
+        self.dram.prefetch(idx);
         // Variable layout: the payload first, outside the entry's lock (it may collect).
         let payload = match &self.payload {
             Some(_) => Some(self.failure.record(
