@@ -118,17 +118,20 @@ impl Inner {
         Ok(line)
     }
 
+    /// Level, index and offset of the entry `hash` maps to on each existing level, top down.
+    fn entries_of(&self, hash: u64) -> impl Iterator<Item = (u32, u64, u64)> + '_ {
+        (0..self.geo.max_levels).map_while(move |level| {
+            let idx = self.level_index(level, hash);
+            Some((level, idx, self.level_dir(level)? + idx * ENTRY_BYTES))
+        })
+    }
+
     /// Starts loading what a lookup of `hash` will read on every existing level — each
     /// entry's size word and the filter line of the hash — so that the cache misses of the
     /// levels overlap instead of following one another.
     pub(super) fn prefetch_levels(&self, hash: u64) {
         let (line, _) = filter::line_and_bits(hash);
-        for level in 0..self.geo.max_levels {
-            let Some(dir) = self.level_dir(level) else {
-                break;
-            };
-            let idx = self.level_index(level, hash);
-            let entry = dir + idx * ENTRY_BYTES;
+        for (level, idx, entry) in self.entries_of(hash) {
             // The size word and the bucket pointers (three lines): a hit's pointer is then no
             // miss of its own.
             self.region.prefetch(entry, 16 + 8 * FANOUT);
@@ -167,12 +170,7 @@ impl Inner {
     /// the records, and the search reads and validates everything again.
     pub(super) fn prefetch_buckets(&self, hash: u64) {
         let (line, bits) = filter::line_and_bits(hash);
-        for level in 0..self.geo.max_levels {
-            let Some(dir) = self.level_dir(level) else {
-                break;
-            };
-            let idx = self.level_index(level, hash);
-            let entry = dir + idx * ENTRY_BYTES;
+        for (level, idx, entry) in self.entries_of(hash) {
             let Ok(word) = self.region.atomic_u64(entry) else {
                 return;
             };
