@@ -41,6 +41,24 @@ pub fn probe(line: &[u64; 8], bits: u32) -> u16 {
     crate::device::lanes_containing(line, bits)
 }
 
+/// The buckets among an entry's first `buckets` (at most 16) that may hold the hash whose
+/// filter line is `line`, highest (newest records) first.
+#[inline]
+pub fn candidate_buckets(
+    line: &[u64; 8],
+    bits: u32,
+    buckets: usize,
+) -> impl Iterator<Item = usize> {
+    let mut maybe = probe(line, bits) & ((1u32 << buckets) - 1) as u16;
+    std::iter::from_fn(move || {
+        (maybe != 0).then(|| {
+            let b = 15 - maybe.leading_zeros() as usize;
+            maybe &= !(1 << b);
+            b
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

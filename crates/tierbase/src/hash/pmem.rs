@@ -184,10 +184,7 @@ impl Inner {
             let Some(lanes) = self.dram_filter_line(level, idx, line) else {
                 return;
             };
-            let mut maybe = filter::probe(&lanes, bits) & ((1u32 << buckets) - 1) as u16;
-            while maybe != 0 {
-                let b = 15 - maybe.leading_zeros() as usize;
-                maybe &= !(1 << b);
+            for b in filter::candidate_buckets(&lanes, bits, buckets) {
                 if let Ok(bucket) = self.bucket_ptr(entry, b)
                     && bucket != 0
                 {
@@ -247,10 +244,7 @@ impl Inner {
                 self.counters.filter_probes.incr();
                 let buckets = size.div_ceil(SLOTS);
                 let lanes = self.filter_line(level, idx, entry, line)?;
-                let mut maybe = filter::probe(&lanes, bits) & ((1u32 << buckets) - 1) as u16;
-                while maybe != 0 {
-                    let b = 15 - maybe.leading_zeros() as usize;
-                    maybe &= !(1 << b);
+                for b in filter::candidate_buckets(&lanes, bits, buckets) {
                     let bucket = self.bucket_ptr(entry, b)?;
                     if bucket == 0 {
                         break; // a concurrent clear and refill: validation below retries
