@@ -181,7 +181,11 @@ impl DramLevel {
     }
 
     /// The records of a half, oldest first (the half is frozen: nothing changes it).
-    pub fn records(&self, entry: usize, half: usize) -> Vec<(u64, u64)> {
+    pub fn records(
+        &self,
+        entry: usize,
+        half: usize,
+    ) -> smallvec::SmallVec<[(u64, u64); HALF_SLOTS]> {
         let size = (self.entries[entry].halves[half]
             .size
             .load(Ordering::Acquire) as usize)

@@ -20,7 +20,7 @@ use crate::device::match_16;
 use crate::error::{Error, Result};
 
 /// A record on its way between levels: key word, value word, and the key's hash.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Rec {
     pub key: u64,
     pub value: u64,
@@ -29,6 +29,21 @@ pub(super) struct Rec {
 
 /// Words of the DRAM copy of one entry's filter block (64 lanes of 32 bits).
 const FILTER_WORDS: usize = 32;
+
+/// At most one entry's records, on the stack (migrations run beside the writers; heap
+/// allocations per migration showed in their profiles).
+pub(super) type RecList = smallvec::SmallVec<[Rec; ENTRY_RECORDS]>;
+
+/// Slots of [`Inner::dedup`]'s table: a power of two, at least twice [`ENTRY_RECORDS`].
+const DEDUP_TABLE: usize = 2 * ENTRY_RECORDS;
+
+/// Where key word `key` starts probing [`Inner::dedup`]'s table. Records of one entry share
+/// their hash's low bits (the level index), so the slot comes from a multiplicative mix's top
+/// bits.
+#[inline]
+fn dedup_slot(key: u64) -> usize {
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - DEDUP_TABLE.trailing_zeros())) as usize
+}
 
 impl Inner {
     /// Offset of PMem level `level`'s directory, if it exists.
@@ -279,7 +294,7 @@ impl Inner {
 
     /// Every record of entry `idx` at `level`, oldest first (the caller holds the subtree
     /// lock, so nothing changes it), and its epoch.
-    pub(super) fn entry_records(&self, level: u32, idx: u64) -> Result<(Vec<Rec>, u32)> {
+    pub(super) fn entry_records(&self, level: u32, idx: u64) -> Result<(RecList, u32)> {
         let dir = self
             .level_dir(level)
             .ok_or_else(|| Error::corrupt(self.path.as_deref(), "level vanished"))?;
@@ -295,7 +310,7 @@ impl Inner {
                 ),
             ));
         }
-        let mut recs = Vec::with_capacity(size);
+        let mut recs = RecList::new();
         for b in 0..size.div_ceil(SLOTS) {
             let bucket = self.bucket_ptr(entry, b)?;
             if bucket == 0 || !bucket.is_multiple_of(BUCKET_BYTES) {
@@ -330,53 +345,59 @@ impl Inner {
     /// Newest-wins de-duplication of `recs` (oldest first): keeps each key's newest record —
     /// a deletion too, which still has to cancel older records further down — and drops
     /// records whose payload was collected (a newer copy exists). Survivors stay oldest first.
-    pub(super) fn dedup(&self, recs: &[Rec]) -> Result<Vec<Rec>> {
-        // Key words with their positions, sorted by key word and newest first within one:
-        // duplicates are neighbours. A migration has at most `ENTRY_RECORDS` records, so the
-        // work lists stay on the stack (migrators run beside the writers; in a profile of
-        // inserts, allocation and the sort through the records were each about a sixth of a
-        // migrator's samples).
-        let mut order: smallvec::SmallVec<[(u64, u16); ENTRY_RECORDS]> = recs
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (r.key, u16::MAX - i as u16))
-            .collect();
-        order.sort_unstable();
-        let pos = |k: usize| usize::from(u16::MAX - order[k].1);
+    pub(super) fn dedup(&self, recs: &[Rec]) -> Result<RecList> {
+        // Newest first, each kept record's position goes into a small open-addressing table
+        // keyed by its key word, so a record meets only the kept records of its own key word:
+        // linear work on the stack. (Sorting (key word, position) pairs instead took 46 % of
+        // a migration's instructions under callgrind, docs/BENCHMARKS.md Figure 30.)
+        if recs.len() > ENTRY_RECORDS {
+            // Callers pass one entry's records (or a DRAM half's); the table needs free slots.
+            return Err(Error::corrupt(
+                self.path.as_deref(),
+                format!(
+                    "{} records in one migration (at most {ENTRY_RECORDS})",
+                    recs.len()
+                ),
+            ));
+        }
+        let mut table = [u16::MAX; DEDUP_TABLE];
         let mut keep: smallvec::SmallVec<[bool; ENTRY_RECORDS]> =
-            smallvec::smallvec![true; recs.len()];
-        let mut run_start = 0;
-        for k in 0..order.len() {
-            let i = pos(k);
-            let r = recs[i];
-            if k > 0 && order[k - 1].0 != r.key {
-                run_start = k;
-            }
+            smallvec::smallvec![false; recs.len()];
+        for (i, r) in recs.iter().enumerate().rev() {
             if self.geo.layout == PlushLayout::Variable
                 && let Some(p) = &self.payload
                 && !p.is_current(r.value)
             {
-                keep[i] = false;
                 self.counters.dangling_dropped.incr();
                 continue;
             }
-            // A newer record of the same key kept earlier in this run? (The very same record
-            // twice — a migration a crash cut short copies records it does not clear — is
-            // dropped but not dead: the kept copy points at the same payload.)
+            // A newer record of the same key kept already? (The very same record twice — a
+            // migration a crash cut short copies records it does not clear — is dropped but
+            // not dead: the kept copy points at the same payload.)
+            let mut at = dedup_slot(r.key);
             let mut newer = None;
-            for j in (run_start..k).map(pos) {
-                if keep[j] && self.same_key(&recs[j], &r)? {
+            while table[at] != u16::MAX {
+                let j = usize::from(table[at]);
+                if recs[j].key == r.key && self.same_key(&recs[j], r)? {
                     newer = Some(recs[j]);
                     break;
                 }
+                at = (at + 1) & (DEDUP_TABLE - 1);
             }
-            if let Some(n) = newer {
-                keep[i] = false;
-                self.counters.duplicates_dropped.incr();
-                if let Some(p) = &self.payload
-                    && n.value != r.value
-                {
-                    p.mark_dead(&self.region, r.value);
+            match newer {
+                Some(n) => {
+                    self.counters.duplicates_dropped.incr();
+                    if let Some(p) = &self.payload
+                        && n.value != r.value
+                    {
+                        p.mark_dead(&self.region, r.value);
+                    }
+                }
+                None => {
+                    // `at` is the empty slot the probe ended on (the table is at least twice
+                    // the records, so one exists).
+                    table[at] = i as u16;
+                    keep[i] = true;
                 }
             }
         }
@@ -528,24 +549,35 @@ impl Inner {
             return Ok(());
         }
         let survivors = self.dedup(&recs)?;
-        // Grouped by child entry, oldest first within each (one pass per child: no sorting
-        // buffer, no list per child). The children are this entry's: `idx` plus the next
-        // hash digit (a damaged record's hash cannot send it outside the locked subtree).
+        // Grouped by child entry, oldest first within each: a counting sort by child digit,
+        // on the stack. The children are this entry's: `idx` plus the next hash digit (a
+        // damaged record's hash cannot send it outside the locked subtree).
         let bits = self.geo.level_bits(level);
-        let child = |r: &Rec| (self.level_index(level + 1, r.hash) >> bits) as usize;
-        let mut grouped: Vec<Rec> = Vec::with_capacity(survivors.len());
-        let mut bounds: smallvec::SmallVec<[(u64, usize, usize); FANOUT]> =
-            smallvec::SmallVec::new();
-        for t in 0..FANOUT {
-            let start = grouped.len();
-            grouped.extend(survivors.iter().filter(|r| child(r) == t));
-            if grouped.len() > start {
-                bounds.push((idx | ((t as u64) << bits), start, grouped.len()));
-            }
-        }
-        let groups: smallvec::SmallVec<[(u64, &[Rec]); FANOUT]> = bounds
+        let digits: smallvec::SmallVec<[u8; ENTRY_RECORDS]> = survivors
             .iter()
-            .map(|&(t, start, end)| (t, &grouped[start..end]))
+            .map(|r| ((self.level_index(level + 1, r.hash) >> bits) as usize % FANOUT) as u8)
+            .collect();
+        let mut starts = [0usize; FANOUT + 1];
+        for &d in &digits {
+            starts[usize::from(d) + 1] += 1;
+        }
+        for t in 0..FANOUT {
+            starts[t + 1] += starts[t];
+        }
+        let mut next = starts;
+        let mut grouped: RecList = smallvec::smallvec![Rec::default(); survivors.len()];
+        for (r, &d) in survivors.iter().zip(&digits) {
+            grouped[next[usize::from(d)]] = *r;
+            next[usize::from(d)] += 1;
+        }
+        let groups: smallvec::SmallVec<[(u64, &[Rec]); FANOUT]> = (0..FANOUT)
+            .filter(|&t| starts[t + 1] > starts[t])
+            .map(|t| {
+                (
+                    idx | ((t as u64) << bits),
+                    &grouped[starts[t]..starts[t + 1]],
+                )
+            })
             .collect();
         self.append_batch(level + 1, &groups, epoch)?;
         // Only now empty the source: until here its records live on two levels, which is
@@ -568,7 +600,7 @@ impl Inner {
     pub(super) fn migrate_half(&self, entry: usize, half: usize) -> Result<()> {
         let h = &self.dram.entries[entry].halves[half];
         let epoch = h.epoch.load(Ordering::Acquire);
-        let recs: Vec<Rec> = self
+        let recs: RecList = self
             .dram
             .records(entry, half)
             .into_iter()
