@@ -252,21 +252,26 @@ fn scanner(store: &BTreeStore, keys: &Keys, start: &Barrier, done: &AtomicBool, 
         let from = pick(&mut rng, &keys.stable[a]);
         let to = pick(&mut rng, &keys.stable[b]);
         let reverse = rng.below(2) == 0;
+        // Every other scan says how many keys it expects (often wrong: it takes them all).
+        let hint = (rng.below(2) == 0).then(|| rng.below(40) as usize);
         let mut got: Vec<Vec<u8>> = Vec::new();
         let mut bad_value = None;
-        store
-            .range(rb(&from), rb(&to), reverse, |k, v| {
-                if let Some(want) = stable.get(k)
-                    && want.as_slice() != v
-                {
-                    bad_value = Some(k.to_vec());
-                }
-                got.push(k.to_vec());
-                true
-            })
-            .unwrap_or_else(|e| panic!("range: {e}"));
+        let visit = |k: &[u8], v: &[u8]| {
+            if let Some(want) = stable.get(k)
+                && want.as_slice() != v
+            {
+                bad_value = Some(k.to_vec());
+            }
+            got.push(k.to_vec());
+            true
+        };
+        match hint {
+            Some(h) => store.range_expecting(rb(&from), rb(&to), reverse, h, visit),
+            None => store.range(rb(&from), rb(&to), reverse, visit),
+        }
+        .unwrap_or_else(|e| panic!("range: {e}"));
         let ctx = format!(
-            "scan {from:?}..{to:?} reverse {reverse}",
+            "scan {from:?}..{to:?} reverse {reverse} hint {hint:?}",
             from = from
                 .as_ref()
                 .map(|k| String::from_utf8_lossy(k).into_owned()),

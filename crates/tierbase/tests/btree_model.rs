@@ -151,6 +151,8 @@ enum Op {
         to: Bound<Key>,
         reverse: bool,
         limit: Option<usize>,
+        /// How many keys the scan is told to expect (`range_expecting`), right or wrong.
+        hint: Option<usize>,
     },
     /// `n` single puts of consecutive large keys (grows the tree past the pool).
     Bulk(u16, u8, Len),
@@ -201,8 +203,20 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => key_strategy().prop_map(Op::ModifyOversize),
         1 => (key_strategy(), any::<bool>()).prop_map(|(k, b)| Op::PutOversize(k, b)),
         8 => key_strategy().prop_map(Op::Get),
-        6 => (bound_strategy(), bound_strategy(), any::<bool>(), proptest::option::of(1usize..40))
-            .prop_map(|(from, to, reverse, limit)| Op::Range { from, to, reverse, limit }),
+        6 => (
+            bound_strategy(),
+            bound_strategy(),
+            any::<bool>(),
+            proptest::option::of(1usize..40),
+            proptest::option::of(0usize..40)
+        )
+            .prop_map(|(from, to, reverse, limit, hint)| Op::Range {
+                from,
+                to,
+                reverse,
+                limit,
+                hint
+            }),
         3 => (any::<u16>(), 10u8..60, len_strategy()).prop_map(|(s, n, l)| Op::Bulk(s, n, l)),
         2 => Just(Op::Checkpoint),
         1 => Just(Op::Sync),
@@ -534,6 +548,7 @@ impl Run {
                 to,
                 reverse,
                 limit,
+                hint,
             } => {
                 let b = |x: &Bound<Key>| match x {
                     Bound::Included(k) => Bound::Included(key_bytes(*k, lim)),
@@ -553,15 +568,19 @@ impl Run {
                 want.truncate(limit);
                 let mut got: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
                 let mut calls_after_stop = 0;
-                self.s()
-                    .range(as_ref_bound(&from), as_ref_bound(&to), *reverse, |k, v| {
-                        if got.len() >= limit {
-                            calls_after_stop += 1;
-                        }
-                        got.push((k.to_vec(), v.to_vec()));
-                        got.len() < limit
-                    })
-                    .map_err(|e| TestCaseError::fail(format!("range: {e}")))?;
+                let f = |k: &[u8], v: &[u8]| {
+                    if got.len() >= limit {
+                        calls_after_stop += 1;
+                    }
+                    got.push((k.to_vec(), v.to_vec()));
+                    got.len() < limit
+                };
+                let (lo, hi) = (as_ref_bound(&from), as_ref_bound(&to));
+                match hint {
+                    Some(h) => self.s().range_expecting(lo, hi, *reverse, *h, f),
+                    None => self.s().range(lo, hi, *reverse, f),
+                }
+                .map_err(|e| TestCaseError::fail(format!("range: {e}")))?;
                 prop_assert_eq!(calls_after_stop, 0, "range went on after f returned false");
                 let want: Vec<(Vec<u8>, Vec<u8>)> = want
                     .into_iter()
@@ -569,11 +588,12 @@ impl Run {
                     .collect();
                 prop_assert!(
                     got == want,
-                    "range {:?}..{:?} reverse {} limit {}: got {} keys {:?}, want {} keys {:?}",
+                    "range {:?}..{:?} reverse {} limit {} hint {:?}: got {} keys {:?}, want {} keys {:?}",
                     from,
                     to,
                     reverse,
                     limit,
+                    hint,
                     got.len(),
                     got.iter()
                         .map(|(k, _)| String::from_utf8_lossy(k)

@@ -314,12 +314,17 @@ impl Client for BTreeBenchClient<'_> {
         if count == 0 {
             return Ok(0);
         }
-        self.store
-            .range(Bound::Included(start), Bound::Unbounded, false, |k, v| {
+        self.store.range_expecting(
+            Bound::Included(start),
+            Bound::Unbounded,
+            false,
+            count,
+            |k, v| {
                 visit(k, v);
                 n += 1;
                 n < count
-            })?;
+            },
+        )?;
         Ok(n)
     }
 }

@@ -124,7 +124,7 @@ pub fn run(args: BTreeArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
             let lo = from.as_deref().map_or(Bound::Unbounded, Bound::Included);
             let hi = to.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
             let mut n = 0;
-            store.range(lo, hi, reverse, |k, v| {
+            store.range_expecting(lo, hi, reverse, limit, |k, v| {
                 if n == limit {
                     return false;
                 }

@@ -1120,7 +1120,24 @@ impl BTreeStore {
         reverse: bool,
         mut f: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
-        self.inner.tree.range(from, to, !reverse, &mut f)
+        self.inner.tree.range(from, to, !reverse, None, &mut f)
+    }
+
+    /// [`BTreeStore::range`] for a caller that expects to stop after about `expected` keys
+    /// (a scan of `n` records, a page of results): the scan copies that many out of a leaf at
+    /// once, instead of starting small and re-entering the leaf by a new descent when the
+    /// caller goes on. Only a hint: `f` still decides where the scan ends.
+    pub fn range_expecting(
+        &self,
+        from: Bound<&[u8]>,
+        to: Bound<&[u8]>,
+        reverse: bool,
+        expected: usize,
+        mut f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.inner
+            .tree
+            .range(from, to, !reverse, Some(expected), &mut f)
     }
 
     /// Number of keys.
@@ -1767,7 +1784,8 @@ impl Store for BTreeStore {
         let mut got = 0;
         let mut next: Option<Vec<u8>> = None;
         let from = start.as_deref().map_or(Bound::Unbounded, Bound::Included);
-        self.range(from, Bound::Unbounded, false, |k, _| {
+        // One more than asked: the key after the last one handed out names the next cursor.
+        self.range_expecting(from, Bound::Unbounded, false, want + 1, |k, _| {
             if got == want {
                 next = Some(k.to_vec());
                 return false;

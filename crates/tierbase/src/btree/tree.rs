@@ -298,13 +298,23 @@ enum Target<'k> {
     Last,
 }
 
-/// Entries a scan copies before it first hands them out; each further copy (of the rest of the
-/// same leaf, or of the next leaf) takes four times as many. A scan that stops early then has
-/// not copied the whole leaf (YCSB E scans ~50 of a leaf's ~130 entries); one that goes on
-/// re-enters the leaf by a new descent from the last key copied.
+/// Entries a scan copies before it first hands them out, unless its caller said how many it
+/// expects ([`Tree::range`]'s `expected`); each further copy (of the rest of the same leaf, or
+/// of the next leaf) takes four times as many, or what is left of the expected number. A scan
+/// that stops early then has not copied the whole leaf (YCSB E scans ~50 of a leaf's ~130
+/// entries); one that goes on re-enters the leaf by a new descent from the last key copied.
 const FIRST_SCAN_CHUNK: usize = 32;
 /// How many entries ahead of the one it copies a scan starts loading cells.
 const SCAN_PREFETCH: usize = 12;
+
+/// The size of a scan's next copy, after `handed` entries went to the caller: what is left of
+/// what it expects, or four times the last copy once that is used up (or nothing was said).
+fn next_chunk(last: usize, expected: Option<usize>, handed: usize) -> usize {
+    match expected {
+        Some(e) if e > handed => e - handed,
+        _ => last.saturating_mul(4),
+    }
+}
 
 /// A leaf's entries copied out for a scan: every key and value in one buffer (no allocation
 /// per entry — with one `Vec` per key and value, allocating and freeing was a sixth of a YCSB
@@ -315,6 +325,53 @@ struct LeafCopy {
     /// Per entry: where its key starts in `bytes`, the key's length, the value's length (the
     /// value follows the key).
     entries: Vec<(usize, usize, usize)>,
+}
+
+thread_local! {
+    /// Each thread's spare [`LeafCopy`], so a scan starts with buffers grown by earlier ones
+    /// (growing them anew in every scan was a fifth of a YCSB E scan's instructions under
+    /// callgrind, docs/BENCHMARKS.md Figure 30).
+    static SPARE_LEAF_COPY: std::cell::Cell<Option<LeafCopy>> = const { std::cell::Cell::new(None) };
+}
+
+/// Largest buffer a thread keeps for its next scan (one that copied large values gives its
+/// buffer back to the allocator).
+const SPARE_LEAF_COPY_BYTES: usize = 1 << 20;
+
+/// A scan's [`LeafCopy`], taken from the thread's spare (a scan started from inside another
+/// scan's callback gets a new one) and given back when the scan ends.
+struct ScanBuffer(LeafCopy);
+
+impl ScanBuffer {
+    fn take() -> Self {
+        let mut b = SPARE_LEAF_COPY
+            .with(std::cell::Cell::take)
+            .unwrap_or_default();
+        b.clear();
+        ScanBuffer(b)
+    }
+}
+
+impl Drop for ScanBuffer {
+    fn drop(&mut self) {
+        if self.0.bytes.capacity() <= SPARE_LEAF_COPY_BYTES {
+            let b = std::mem::take(&mut self.0);
+            SPARE_LEAF_COPY.with(|s| s.set(Some(b)));
+        }
+    }
+}
+
+impl std::ops::Deref for ScanBuffer {
+    type Target = LeafCopy;
+    fn deref(&self) -> &LeafCopy {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ScanBuffer {
+    fn deref_mut(&mut self) -> &mut LeafCopy {
+        &mut self.0
+    }
 }
 
 impl LeafCopy {
@@ -655,11 +712,14 @@ impl Tree {
 
     /// Calls `f(key, value)` for keys in `[from, to)` order (forward) or reverse, until it
     /// returns false. Each leaf is copied out under its latch, so `f` runs latch-free.
+    /// `expected`: how many entries the caller expects to take, if it knows (the copies are
+    /// sized to it, so a scan of `n` entries within one leaf descends once).
     pub(crate) fn range(
         &self,
         from: Bound<&[u8]>,
         to: Bound<&[u8]>,
         forward: bool,
+        expected: Option<usize>,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
         let in_range = |k: &[u8]| {
@@ -673,7 +733,7 @@ impl Tree {
                 Bound::Unbounded => true,
             })
         };
-        let mut batch = LeafCopy::default();
+        let mut batch = ScanBuffer::take();
         if forward {
             let mut cursor: Option<Vec<u8>> = match from {
                 Bound::Included(s) | Bound::Excluded(s) => Some(s.to_vec()),
@@ -681,7 +741,8 @@ impl Tree {
             };
             // After a partial copy the cursor is the last key copied, and excluded.
             let mut after_cursor = false;
-            let mut chunk = FIRST_SCAN_CHUNK;
+            let mut chunk = expected.unwrap_or(FIRST_SCAN_CHUNK).max(1);
+            let mut handed = 0usize;
             loop {
                 let leaf = self.descend(Target::Key(cursor.as_deref().unwrap_or(&[])))?;
                 let n = Node(leaf.page.bytes());
@@ -705,14 +766,17 @@ impl Tree {
                     {
                         return Ok(());
                     }
-                    if in_range(k) && !f(k, v) {
-                        return Ok(());
+                    if in_range(k) {
+                        if !f(k, v) {
+                            return Ok(());
+                        }
+                        handed += 1;
                     }
                 }
+                chunk = next_chunk(chunk, expected, handed);
                 if rest_of_leaf {
                     cursor = batch.last_key().map(<[u8]>::to_vec);
                     after_cursor = true;
-                    chunk = chunk.saturating_mul(4);
                     continue;
                 }
                 match high {
@@ -731,7 +795,8 @@ impl Tree {
         } else {
             let mut cursor: Option<Vec<u8>> = None; // exclusive upper bound after the first leaf
             let mut first = true;
-            let mut chunk = FIRST_SCAN_CHUNK;
+            let mut chunk = expected.unwrap_or(FIRST_SCAN_CHUNK).max(1);
+            let mut handed = 0usize;
             loop {
                 let leaf = if first {
                     match to {
@@ -767,14 +832,17 @@ impl Tree {
                     {
                         return Ok(());
                     }
-                    if in_range(k) && !f(k, v) {
-                        return Ok(());
+                    if in_range(k) {
+                        if !f(k, v) {
+                            return Ok(());
+                        }
+                        handed += 1;
                     }
                 }
+                chunk = next_chunk(chunk, expected, handed);
                 if start > 0 {
                     // The rest of this leaf is below the last key copied.
                     cursor = batch.last_key().map(<[u8]>::to_vec);
-                    chunk = chunk.saturating_mul(4);
                     continue;
                 }
                 match low {
