@@ -1785,15 +1785,21 @@ impl Store for BTreeStore {
         let mut next: Option<Vec<u8>> = None;
         let from = start.as_deref().map_or(Bound::Unbounded, Bound::Included);
         // One more than asked: the key after the last one handed out names the next cursor.
-        self.range_expecting(from, Bound::Unbounded, false, want + 1, |k, _| {
-            if got == want {
-                next = Some(k.to_vec());
-                return false;
-            }
-            out.push(k.to_vec());
-            got += 1;
-            true
-        })?;
+        self.range_expecting(
+            from,
+            Bound::Unbounded,
+            false,
+            want.saturating_add(1),
+            |k, _| {
+                if got == want {
+                    next = Some(k.to_vec());
+                    return false;
+                }
+                out.push(k.to_vec());
+                got += 1;
+                true
+            },
+        )?;
         let Some(next) = next else {
             return Ok(0);
         };
