@@ -93,3 +93,45 @@ fn mixed_sizes_stay_bounded() {
         "region {region} bytes for {live} live bytes"
     );
 }
+
+/// A store pre-sized for its records sizes its DRAM index with them: loading them splits no
+/// index segment (the index's DRAM is the same before and after), while a store created at
+/// its default size grows its index by splits. Both hold every key afterwards.
+#[test]
+fn presized_store_loads_without_index_splits() {
+    const RECORDS: u64 = 100_000;
+    let layout = RecordLayout::Fixed {
+        key_size: 8,
+        value_size: 8,
+    };
+    let slot = tierbase::kv::layout::slot_size(8, 8);
+    let load = |initial_size: u64| {
+        let d = dir();
+        let o = KvOptions::default()
+            .layout(layout)
+            .initial_size(initial_size);
+        let store = KvStore::create(d.path().join("s.tb"), &o).unwrap();
+        let before = store.stats().index_bytes;
+        let mut c = store.client();
+        for k in 0..RECORDS {
+            c.put(&k.to_le_bytes(), &(k ^ 0x5A5A).to_le_bytes())
+                .unwrap();
+        }
+        for k in (0..RECORDS).step_by(97) {
+            assert_eq!(
+                store.get(&k.to_le_bytes()).unwrap(),
+                Some((k ^ 0x5A5A).to_le_bytes().to_vec())
+            );
+        }
+        assert_eq!(store.stats().records, RECORDS);
+        (before, store.stats().index_bytes)
+    };
+    let (before, after) = load(RECORDS * slot * 5 / 4);
+    assert_eq!(before, after, "pre-sized index split while loading");
+    let (small_before, small_after) = load(0);
+    assert!(small_before < before, "{small_before} vs {before}");
+    assert!(
+        small_after > small_before,
+        "a default-sized store's index grows by splits ({small_before} → {small_after})"
+    );
+}

@@ -92,6 +92,8 @@ pub struct KvOptions {
     pub chunk_size: u64,
     /// Bytes a new store starts with (rounded up to whole blocks; default 0: a few blocks).
     /// Set it to pre-size a store whose size you know, so that loading it does not grow it.
+    /// The DRAM index is sized with it (for the blocks 3/4 full): it takes its DRAM at once
+    /// (8–16 bytes per record the size holds) and loading needs no segment splits.
     pub initial_size: u64,
     /// Whether the region may grow. If not, inserts beyond capacity fail with
     /// [`Error::StoreFull`] and the store stays usable.
@@ -373,14 +375,17 @@ impl KvStore {
                 ),
             ));
         }
-        // Size the index for what the used blocks hold when they are 3/4 full, so that
-        // recovery rarely splits segments (sizing for completely full blocks would waste DRAM
-        // on stores with many deletes).
+        // Size the index for what the region's blocks hold when they are 3/4 full (sizing for
+        // completely full blocks would waste DRAM on stores with many deletes). The mapped
+        // blocks, not only the used ones: a store pre-sized for its records
+        // (`KvOptions::initial_size`) then fills its index without splitting a segment, as
+        // Viper sizes its index from its pool, and recovery rarely splits either. A store
+        // created at its default size maps a few blocks beyond those it uses.
         let per_block = match geo.layout {
             RecordLayout::Fixed { .. } => u64::from(geo.slots) * u64::from(geo.pages_per_block),
             RecordLayout::Variable => geo.block_size() / 256,
         };
-        let index = OffsetIndex::with_capacity(used_blocks * per_block * 3 / 4);
+        let index = OffsetIndex::with_capacity(mapped_blocks * per_block * 3 / 4);
         let short_keys =
             matches!(geo.layout, RecordLayout::Fixed { key_size, .. } if key_size <= 8);
         // Metadata for every block the region can grow to (address space only until used).
