@@ -722,17 +722,19 @@ impl Tree {
         expected: Option<usize>,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
-        let in_range = |k: &[u8]| {
-            (match from {
-                Bound::Included(s) => k >= s,
-                Bound::Excluded(s) => k > s,
-                Bound::Unbounded => true,
-            }) && (match to {
-                Bound::Included(e) => k <= e,
-                Bound::Excluded(e) => k < e,
-                Bound::Unbounded => true,
-            })
+        let below_from = |k: &[u8]| match from {
+            Bound::Included(s) => k < s,
+            Bound::Excluded(s) => k <= s,
+            Bound::Unbounded => false,
         };
+        let above_to = |k: &[u8]| match to {
+            Bound::Included(e) => k > e,
+            Bound::Excluded(e) => k >= e,
+            Bound::Unbounded => false,
+        };
+        // Entries come in scan order, so once one is past the bound the scan starts from,
+        // every later one is too: each entry is then compared with the other bound only.
+        let mut started = false;
         let mut batch = ScanBuffer::take();
         if forward {
             let mut cursor: Option<Vec<u8>> = match from {
@@ -760,18 +762,19 @@ impl Tree {
                 let high = leaf.high;
                 drop(leaf.page);
                 for (k, v) in batch.iter() {
-                    if let Bound::Included(e) | Bound::Excluded(e) = to
-                        && !in_range(k)
-                        && k >= e
-                    {
+                    if above_to(k) {
                         return Ok(());
                     }
-                    if in_range(k) {
-                        if !f(k, v) {
-                            return Ok(());
+                    if !started {
+                        if below_from(k) {
+                            continue;
                         }
-                        handed += 1;
+                        started = true;
                     }
+                    if !f(k, v) {
+                        return Ok(());
+                    }
+                    handed += 1;
                 }
                 chunk = next_chunk(chunk, expected, handed);
                 if rest_of_leaf {
@@ -826,18 +829,19 @@ impl Tree {
                 let low = leaf.low;
                 drop(leaf.page);
                 for (k, v) in batch.iter() {
-                    if let Bound::Included(s) | Bound::Excluded(s) = from
-                        && !in_range(k)
-                        && k <= s
-                    {
+                    if below_from(k) {
                         return Ok(());
                     }
-                    if in_range(k) {
-                        if !f(k, v) {
-                            return Ok(());
+                    if !started {
+                        if above_to(k) {
+                            continue;
                         }
-                        handed += 1;
+                        started = true;
                     }
+                    if !f(k, v) {
+                        return Ok(());
+                    }
+                    handed += 1;
                 }
                 chunk = next_chunk(chunk, expected, handed);
                 if start > 0 {
