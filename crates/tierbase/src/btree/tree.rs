@@ -309,6 +309,38 @@ const SCAN_PREFETCH: usize = 12;
 
 /// The size of a scan's next copy, after `handed` entries went to the caller: what is left of
 /// what it expects, or four times the last copy once that is used up (or nothing was said).
+/// Hands a scan's copied `batch` to `f` in scan order and returns false once the scan is
+/// over. Entries before the bound the scan starts from are skipped, checked only until one
+/// passes it (`started`); the first entry past the bound it ends at ends the scan. `handed`
+/// counts the entries `f` took.
+// Inlined into both directions of `range` (callgrind: 1 % more instructions per scan without).
+#[inline(always)]
+fn hand_out(
+    batch: &LeafCopy,
+    before_start: impl Fn(&[u8]) -> bool,
+    past_end: impl Fn(&[u8]) -> bool,
+    started: &mut bool,
+    handed: &mut usize,
+    f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+) -> bool {
+    for (k, v) in batch.iter() {
+        if past_end(k) {
+            return false;
+        }
+        if !*started {
+            if before_start(k) {
+                continue;
+            }
+            *started = true;
+        }
+        if !f(k, v) {
+            return false;
+        }
+        *handed += 1;
+    }
+    true
+}
+
 fn next_chunk(last: usize, expected: Option<usize>, handed: usize) -> usize {
     match expected {
         Some(e) if e > handed => e - handed,
@@ -733,7 +765,7 @@ impl Tree {
             Bound::Unbounded => false,
         };
         // Entries come in scan order, so once one is past the bound the scan starts from,
-        // every later one is too: each entry is then compared with the other bound only.
+        // every later one is too (see `hand_out`).
         let mut started = false;
         let mut batch = ScanBuffer::take();
         if forward {
@@ -761,20 +793,8 @@ impl Tree {
                 let rest_of_leaf = end < n.count();
                 let high = leaf.high;
                 drop(leaf.page);
-                for (k, v) in batch.iter() {
-                    if above_to(k) {
-                        return Ok(());
-                    }
-                    if !started {
-                        if below_from(k) {
-                            continue;
-                        }
-                        started = true;
-                    }
-                    if !f(k, v) {
-                        return Ok(());
-                    }
-                    handed += 1;
+                if !hand_out(&batch, below_from, above_to, &mut started, &mut handed, f) {
+                    return Ok(());
                 }
                 chunk = next_chunk(chunk, expected, handed);
                 if rest_of_leaf {
@@ -828,20 +848,8 @@ impl Tree {
                 }
                 let low = leaf.low;
                 drop(leaf.page);
-                for (k, v) in batch.iter() {
-                    if below_from(k) {
-                        return Ok(());
-                    }
-                    if !started {
-                        if above_to(k) {
-                            continue;
-                        }
-                        started = true;
-                    }
-                    if !f(k, v) {
-                        return Ok(());
-                    }
-                    handed += 1;
+                if !hand_out(&batch, above_to, below_from, &mut started, &mut handed, f) {
+                    return Ok(());
                 }
                 chunk = next_chunk(chunk, expected, handed);
                 if start > 0 {
