@@ -307,8 +307,6 @@ const FIRST_SCAN_CHUNK: usize = 32;
 /// How many entries ahead of the one it copies a scan starts loading cells.
 const SCAN_PREFETCH: usize = 12;
 
-/// The size of a scan's next copy, after `handed` entries went to the caller: what is left of
-/// what it expects, or four times the last copy once that is used up (or nothing was said).
 /// Hands a scan's copied `batch` to `f` in scan order and returns false once the scan is
 /// over. Entries before the bound the scan starts from are skipped, checked only until one
 /// passes it (`started`); the first entry past the bound it ends at ends the scan. `handed`
@@ -341,6 +339,8 @@ fn hand_out(
     true
 }
 
+/// The size of a scan's next copy, after `handed` entries went to the caller: what is left of
+/// what it expects, or four times the last copy once that is used up (or nothing was said).
 fn next_chunk(last: usize, expected: Option<usize>, handed: usize) -> usize {
     match expected {
         Some(e) if e > handed => e - handed,
