@@ -63,6 +63,14 @@ fn claim_shard() -> usize {
     }
 }
 
+/// A small number the calling thread owns while it lives (below [`OWNED_SHARDS`], or
+/// [`OWNED_SHARDS`] for threads beyond them): its counter shard, also usable to spread threads
+/// over other per-thread structures (a store's append logs) so that they share no lines.
+#[inline]
+pub fn thread_slot() -> usize {
+    shard_index()
+}
+
 /// The calling thread's shard (claimed on first use).
 #[inline]
 fn shard_index() -> usize {

@@ -28,7 +28,7 @@ mod shared_mem;
 pub use aligned::{AlignedBuf, IO_ALIGN};
 pub use block::{BlockDevice, BlockInfo, BlockOptions, DirectIo, Io, IoEngineKind};
 pub use block_sim::{BlockCrashConfig, SECTOR, SimPower};
-pub use counters::{Counter, CounterSnapshot, DeviceCounters};
+pub use counters::{Counter, CounterSnapshot, DeviceCounters, thread_slot};
 pub use cpu::{
     CpuFeatures, FlushInstruction, KeySearch, lanes_containing, match_16, match_bytes_128,
 };

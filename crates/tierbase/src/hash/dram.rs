@@ -140,6 +140,22 @@ impl DramLevel {
         }
     }
 
+    /// Starts loading the key and value words of the slot the next append to `entry` fills
+    /// (once the entry's own line is there, [`Self::prefetch`]): their stores then find the
+    /// lines in cache instead of waiting for them under the entry's lock. A hint: the slot
+    /// read here may be taken or the half switched by the time the append comes.
+    #[inline]
+    pub fn prefetch_next_slot(&self, entry: usize) {
+        let e = &self.entries[entry];
+        let half = halves(e).0;
+        let slot = e.halves[half].size.load(Ordering::Relaxed) as usize;
+        if slot < HALF_SLOTS {
+            let i = Self::slot(entry, half, slot);
+            crate::device::cpu::prefetch(std::ptr::from_ref(&self.keys[i]));
+            crate::device::cpu::prefetch(std::ptr::from_ref(&self.values[i]));
+        }
+    }
+
     /// The records of a half whose key word is `key` (hash `hash`), newest first, read
     /// optimistically (consistent: retried while the half is cleared under the reader).
     pub fn candidates(&self, entry: usize, half: usize, key: u64, hash: u64, out: &mut Candidates) {

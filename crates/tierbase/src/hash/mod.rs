@@ -632,17 +632,12 @@ impl Inner {
         let payload = match &self.payload {
             Some(_) => Some(self.failure.record(
                 "plush",
-                self.payload_append(
-                    probe.hash,
-                    key,
-                    value.unwrap_or(&[]),
-                    value.is_none(),
-                    true,
-                    !logged,
-                ),
+                self.payload_append(key, value.unwrap_or(&[]), value.is_none(), true, !logged),
             )?),
             None => None,
         };
+        // The entry's line has had the payload's time to arrive: the slot lines next.
+        self.dram.prefetch_next_slot(idx);
         let value_word = payload.as_ref().map_or(fixed_value, |p| p.word);
         // A logged write persists its payload with its log entry (one fence).
         let with = payload.as_ref().and_then(|p| p.unpersisted);
@@ -682,7 +677,11 @@ impl Inner {
             (Some(true), false) => {
                 self.count.fetch_sub(1, Ordering::AcqRel);
             }
-            (None, _) => self.count_known.store(false, Ordering::Release),
+            // Read first: a store on every blind write would take the line from the other
+            // writers' cores each time, though it only changes once.
+            (None, _) if self.count_known.load(Ordering::Acquire) => {
+                self.count_known.store(false, Ordering::Release);
+            }
             _ => {}
         }
         Ok(existed)
@@ -1200,8 +1199,7 @@ impl PlushStore {
             None if deleting => (TOMBSTONE, None),
             None => (inner.check_value(&new_value)?, None),
             Some(_) => {
-                let mut attempt =
-                    inner.payload_append(probe.hash, key, &new_value, deleting, false, true);
+                let mut attempt = inner.payload_append(key, &new_value, deleting, false, true);
                 if matches!(attempt, Err(Error::StoreFull { .. })) {
                     // The payload filled up under the lock. Collect without it, then apply the
                     // same decision if nothing changed the key meanwhile (decide runs once).
@@ -1223,8 +1221,7 @@ impl PlushStore {
                                 .into(),
                         });
                     }
-                    attempt =
-                        inner.payload_append(probe.hash, key, &new_value, deleting, false, true);
+                    attempt = inner.payload_append(key, &new_value, deleting, false, true);
                 }
                 let appended = inner.failure.record("plush", attempt)?;
                 (appended.word, Some(appended.pending))

@@ -19,7 +19,7 @@ use super::layout::{
     Locator, MAX_PAYLOAD_VALUE, PAYLOAD_CHUNK_HEADER, PAYLOAD_DEAD, payload_chunk,
     payload_entry_bytes, payload_header, split_payload_header,
 };
-use crate::device::PmemRegion;
+use crate::device::{Counter, PmemRegion};
 use crate::error::{Error, Result};
 
 /// Second header word of a payload entry: this magic in the low half, a CRC32C of the chunk
@@ -31,8 +31,10 @@ const HEADER: u64 = 16;
 /// How much of an entry a lookup prefetches before its header says the entry's length.
 const SPECULATIVE_ENTRY_BYTES: usize = 256;
 
-/// One payload chunk (DRAM bookkeeping).
+/// One payload chunk (DRAM bookkeeping). A line of its own: writers appending to different
+/// chunks (one per thread) would otherwise share lines through `pending`.
 #[derive(Debug, Default)]
+#[repr(align(64))]
 pub(super) struct PChunk {
     /// Offset in the region (0 = not allocated).
     pub off: AtomicU64,
@@ -65,8 +67,10 @@ impl PChunk {
     }
 }
 
-/// A payload log: its current chunk and the next free byte in it.
+/// A payload log: its current chunk and the next free byte in it. Every append writes both,
+/// so each log has its lines to itself (128 bytes: the CPU also fetches a line's neighbour).
 #[derive(Debug, Default)]
+#[repr(align(128))]
 pub(super) struct PayloadLog {
     pub current: RwLock<Option<u32>>,
     pub pos: AtomicU64,
@@ -95,7 +99,29 @@ pub(super) struct Payload {
     /// Bytes of entries not known to be dead (written, less what migrations and collections
     /// found superseded): chunks are checked for dead entries only when the payload holds
     /// clearly more than this — an insert-only load never pays for the check.
-    live: std::sync::atomic::AtomicI64,
+    live: LiveBytes,
+}
+
+/// [`Payload::live`]: bytes added and bytes found dead in per-thread counter shards (every
+/// append adds, so one shared word would move between the writers' cores on each), plus a base
+/// that an open sets.
+#[derive(Debug, Default)]
+struct LiveBytes {
+    added: Counter,
+    dead: Counter,
+    base: std::sync::atomic::AtomicI64,
+}
+
+impl LiveBytes {
+    fn get(&self) -> u64 {
+        let net = self.added.get() as i64 - self.dead.get() as i64;
+        (self.base.load(Ordering::Acquire) + net).max(0) as u64
+    }
+
+    fn set(&self, bytes: u64) {
+        let net = self.added.get() as i64 - self.dead.get() as i64;
+        self.base.store(bytes as i64 - net, Ordering::Release);
+    }
 }
 
 /// An entry written but not indexed yet: keeps the collector off its chunk.
@@ -133,7 +159,7 @@ impl Payload {
             pool: Mutex::new(Pool::default()),
             gc: RwLock::new(()),
             soft_limit: chunks.saturating_sub(logs + 1).max(logs + 1),
-            live: std::sync::atomic::AtomicI64::new(0),
+            live: LiveBytes::default(),
         }
     }
 
@@ -325,7 +351,7 @@ impl Payload {
                 let (kl, vl, _) = split_payload_header(w.load(Ordering::Acquire));
                 let bytes = HEADER + payload_entry_bytes(kl, vl) - 8;
                 c.dead.fetch_add(bytes, Ordering::Relaxed);
-                self.live.fetch_sub(bytes as i64, Ordering::AcqRel);
+                self.live.dead.add(bytes);
             }
         }
     }
@@ -356,7 +382,7 @@ impl Payload {
         }
         let (used, _) = self.usage();
         let slack = (2 * self.logs.len() as u64 + 2) * self.chunk_bytes;
-        let live = self.live.load(Ordering::Acquire).max(0) as u64;
+        let live = self.live.get();
         if used <= 2 * live + slack {
             return None; // not clearly more than twice what is live: nothing to look for
         }
@@ -378,7 +404,7 @@ impl Payload {
 
     /// Bytes not known to be superseded.
     pub fn live_bytes(&self) -> u64 {
-        self.live.load(Ordering::Acquire).max(0) as u64
+        self.live.get()
     }
 
     /// Restores the pool after an open: `free` chunks are allocated and hold nothing; what
@@ -387,7 +413,7 @@ impl Payload {
         let mut p = self.pool.lock();
         p.free = free;
         p.spare = p.free.pop();
-        self.live.store(self.usage().0 as i64, Ordering::Release);
+        self.live.set(self.usage().0);
     }
 }
 
@@ -398,14 +424,13 @@ impl Inner {
             .ok_or_else(|| Error::InvalidArgument("a fixed-layout store has no payload".into()))
     }
 
-    /// Writes a payload entry to payload log `hint % logs` and, if `persist`, makes it
+    /// Writes a payload entry to the calling thread's payload log and, if `persist`, makes it
     /// durable; else returns its range for the caller to persist with its log entry. The
     /// returned guard keeps the collector away until the caller has indexed the locator.
     /// `may_collect`: whether this call may run a collection (not while holding a DRAM entry's
     /// lock).
     pub(super) fn payload_append(
         &self,
-        hint: u64,
         key: &[u8],
         value: &[u8],
         tombstone: bool,
@@ -420,7 +445,11 @@ impl Inner {
                 max: p.max_entry() as usize,
             });
         }
-        let log = &p.logs[(hint % p.logs.len() as u64) as usize];
+        // By thread, not by key: concurrent writers then append to different logs and share
+        // none of a log's lines (its lock word, position and current chunk's pending count,
+        // which every append writes). A key's versions may lie in different logs: the index
+        // orders them, not the logs (docs/BENCHMARKS.md, Figure 32).
+        let log = &p.logs[crate::device::thread_slot() % p.logs.len()];
         loop {
             let st = log.current.read();
             if let Some(c) = *st {
@@ -448,8 +477,15 @@ impl Inner {
                     if persist {
                         self.region.persist(at, raw.len())?;
                     }
+                    // The log's next entry most likely has this one's size: load its lines
+                    // now, so that its stores find them in cache instead of waiting for them
+                    // (as the KV store's writers do for their next slot).
+                    let next = start + 2 * bytes;
+                    if next <= p.chunk_bytes {
+                        self.region.prefetch(at + bytes, bytes as usize);
+                    }
                     self.counters.payload_bytes.add(bytes);
-                    p.live.fetch_add(bytes as i64, Ordering::AcqRel);
+                    p.live.added.add(bytes);
                     let loc = Locator {
                         chunk: c,
                         epoch: epoch as u32,
@@ -923,7 +959,7 @@ impl Inner {
         let moved = s_pos - PAYLOAD_CHUNK_HEADER;
         let marked = p.chunks[victim as usize].dead.load(Ordering::Relaxed);
         let newly_dead = total.saturating_sub(moved).saturating_sub(marked);
-        p.live.fetch_sub(newly_dead as i64, Ordering::AcqRel);
+        p.live.dead.add(newly_dead);
         self.retire_victim(p, victim, spare)?;
         let mut pool = p.pool.lock();
         pool.spare = Some(victim);
@@ -1050,4 +1086,27 @@ fn entries(image: &[u8], epoch: u64) -> impl Iterator<Item = Walked<'_>> {
         }
         None
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LiveBytes;
+
+    #[test]
+    fn live_bytes_add_retire_and_reset() {
+        let live = LiveBytes::default();
+        live.added.add(1000);
+        live.dead.add(300);
+        assert_eq!(live.get(), 700);
+        // An open sets what the chunks hold; later appends and deaths move it from there.
+        live.set(5000);
+        assert_eq!(live.get(), 5000);
+        live.added.add(10);
+        assert_eq!(live.get(), 5010);
+        live.dead.add(4010);
+        assert_eq!(live.get(), 1000);
+        // More found dead than known live (estimates are approximate): never below zero.
+        live.dead.add(6000);
+        assert_eq!(live.get(), 0);
+    }
 }
