@@ -92,7 +92,8 @@ pub struct PlushOptions {
     pub log_chunk_bytes: u64,
     /// Chunks per recovery log (default: enough for twice what the DRAM level holds, plus two).
     pub log_chunks: Option<u32>,
-    /// Payload logs (variable layout; default 8).
+    /// Payload logs (variable layout; default 8). A writer appends to the log of its thread
+    /// ([`crate::device::thread_slot`] modulo this), so up to this many writers share none.
     pub payload_logs: u32,
     /// Bytes per payload chunk (default 4 MiB; bounds one record's key + value).
     pub payload_chunk_bytes: u64,
