@@ -20,8 +20,9 @@
 //!
 //! **DRAM level** (`dram_bits`, fixed for the store's life, independent of what it holds):
 //! with `StoreOptions::dram_budget` (`--dram`), the most entries that fit the budget, at about
-//! 9 KiB each (`tierbase::hash::dram_bits_for_budget`: 256 record slots, the DRAM filters of
-//! the first two PMem levels, log bookkeeping); otherwise sized from the expected records:
+//! 9 KiB each beside about 1 MiB that does not depend on them (`tierbase::hash::
+//! dram_bits_for_budget`: 256 record slots, the DRAM filters of the first two PMem levels, log
+//! bookkeeping; the payload's chunk table); otherwise sized from the expected records:
 //! `dram_bits = ⌈log2(records / 2048)⌉`, clamped to 8..=20. At most 2,048 expected records
 //! per DRAM entry means the DRAM level holds at least an eighth of them and the first two PMem
 //! levels (256 and 4,096 records per DRAM entry) hold the rest with level 1 at most half full

@@ -239,11 +239,16 @@ impl PlushOptions {
 /// measured: `tierbase plush stats`).
 pub const DRAM_BYTES_PER_ENTRY: u64 = 9 << 10;
 
+/// DRAM a store holds whatever its DRAM level, with the default geometry, rounded up: the
+/// payload's chunk table (16,384 chunks of 64 bytes: 1 MiB) and the 64 recovery logs' and 8
+/// payload logs' structs and chunk tables.
+pub const DRAM_BYTES_FIXED: u64 = 1088 << 10;
+
 /// `dram_bits` for a DRAM budget: the most entries (`2^bits`) whose DRAM
-/// ([`DRAM_BYTES_PER_ENTRY`] each) fits `budget`, within 2^4 to 2^20 entries (the limits with
-/// the default four levels).
+/// ([`DRAM_BYTES_PER_ENTRY`] each) fits `budget` beside [`DRAM_BYTES_FIXED`], within 2^4 to
+/// 2^20 entries (the limits with the default four levels).
 pub fn dram_bits_for_budget(budget: u64) -> u32 {
-    let entries = (budget / DRAM_BYTES_PER_ENTRY).max(1);
+    let entries = (budget.saturating_sub(DRAM_BYTES_FIXED) / DRAM_BYTES_PER_ENTRY).max(1);
     (63 - entries.leading_zeros()).clamp(4, 20)
 }
 
@@ -1363,11 +1368,19 @@ impl PlushStore {
             .iter()
             .map(|f| f.reserved_bytes() as u64)
             .sum();
+        // Each recovery log: its epoch table, its struct and its chunk tables; the payload's
+        // chunk table (1 MiB with the default 16,384 chunks) and its logs' positions.
         let log_bytes: u64 = inner
             .logs
             .iter()
-            .map(|l| l.max_epoch.len() as u64 * 4)
-            .sum();
+            .map(|l| {
+                let st = l.state.read();
+                (l.max_epoch.len() * 4
+                    + std::mem::size_of::<log::Log>()
+                    + (st.offsets.len() + st.gens.len()) * 8) as u64
+            })
+            .sum::<u64>()
+            + inner.payload.as_ref().map_or(0, Payload::bookkeeping_bytes);
         let info = inner.region.info();
         let counters = [
             ("puts", c.puts.get()),

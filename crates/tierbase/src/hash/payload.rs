@@ -402,6 +402,12 @@ impl Payload {
             .min_by_key(|&c| self.chunks[c as usize].started_at.load(Ordering::Acquire))
     }
 
+    /// DRAM of the chunk table and the logs' positions (fixed by the configuration).
+    pub fn bookkeeping_bytes(&self) -> u64 {
+        (self.chunks.len() * std::mem::size_of::<PChunk>()
+            + self.logs.len() * std::mem::size_of::<PayloadLog>()) as u64
+    }
+
     /// Bytes not known to be superseded.
     pub fn live_bytes(&self) -> u64 {
         self.live.get()
