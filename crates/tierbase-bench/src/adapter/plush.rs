@@ -283,7 +283,10 @@ mod tests {
     #[test]
     fn dram_budget_bounds_the_stores_dram() {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
-        for budget in [1u64 << 20, 8 << 20] {
+        // Budgets above the store's fixed part (`tierbase::hash::DRAM_BYTES_FIXED`, the payload's
+        // chunk table and the logs' bookkeeping, about 1 MiB): below it the smallest store
+        // (2^4 entries) is what a budget gets.
+        for budget in [2u64 << 20, 8 << 20] {
             let mut o = StoreOptions::new(dir.path().join(budget.to_string()));
             o.dram_budget = Some(budget);
             let s = PlushBenchStore::open(&o, Partition::Hash).unwrap();
