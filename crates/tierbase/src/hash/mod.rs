@@ -1368,17 +1368,14 @@ impl PlushStore {
             .iter()
             .map(|f| f.reserved_bytes() as u64)
             .sum();
-        // Each recovery log: its epoch table, its struct and its chunk tables; the payload's
-        // chunk table (1 MiB with the default 16,384 chunks) and its logs' positions.
+        // Each recovery log: its epoch table, its struct and its two chunk tables (offsets and
+        // generations, one word per chunk, sized by the geometry); the payload's chunk table
+        // (1 MiB with the default 16,384 chunks) and its logs' positions.
+        let log_tables = std::mem::size_of::<log::Log>() + 2 * 8 * inner.geo.log_chunks as usize;
         let log_bytes: u64 = inner
             .logs
             .iter()
-            .map(|l| {
-                let st = l.state.read();
-                (l.max_epoch.len() * 4
-                    + std::mem::size_of::<log::Log>()
-                    + (st.offsets.len() + st.gens.len()) * 8) as u64
-            })
+            .map(|l| (l.max_epoch.len() * 4 + log_tables) as u64)
             .sum::<u64>()
             + inner.payload.as_ref().map_or(0, Payload::bookkeeping_bytes);
         let info = inner.region.info();

@@ -486,8 +486,8 @@ impl Inner {
                     // The log's next entry most likely has this one's size: load its lines
                     // now, so that its stores find them in cache instead of waiting for them
                     // (as the KV store's writers do for their next slot).
-                    let next = start + 2 * bytes;
-                    if next <= p.chunk_bytes {
+                    let next_end = start + 2 * bytes;
+                    if next_end <= p.chunk_bytes {
                         self.region.prefetch(at + bytes, bytes as usize);
                     }
                     self.counters.payload_bytes.add(bytes);
