@@ -735,84 +735,13 @@ impl From<AceConfig> for RunConfig {
     }
 }
 
-/// The page cache's counters ([`CacheStats`]), in a form the result file reads back.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CacheCounters {
-    /// Page accesses.
-    pub accesses: u64,
-    /// Accesses to a resident page.
-    pub hits: u64,
-    /// Accesses that had to read the page.
-    pub misses: u64,
-    /// Pages read (misses and prefetches).
-    pub pages_read: u64,
-    /// Pages written back.
-    pub pages_written: u64,
-    /// Read batches.
-    pub read_batches: u64,
-    /// Write-back batches.
-    pub write_batches: u64,
-    /// `write_batch_sizes[n]`: write-back batches of `n` pages.
-    pub write_batch_sizes: Vec<u64>,
-    /// Pages evicted.
-    pub evictions: u64,
-    /// Pages prefetched.
-    pub prefetched: u64,
-    /// Prefetched pages accessed before eviction.
-    pub prefetch_hits: u64,
-}
-
-impl From<&CacheStats> for CacheCounters {
-    fn from(s: &CacheStats) -> Self {
-        // Destructured in full, so a counter added to the engine fails the build here until it
-        // is recorded too.
-        let CacheStats {
-            accesses,
-            hits,
-            misses,
-            pages_read,
-            pages_written,
-            read_batches,
-            write_batches,
-            write_batch_sizes,
-            evictions,
-            prefetched,
-            prefetch_hits,
-        } = s.clone();
-        CacheCounters {
-            accesses,
-            hits,
-            misses,
-            pages_read,
-            pages_written,
-            read_batches,
-            write_batches,
-            write_batch_sizes,
-            evictions,
-            prefetched,
-            prefetch_hits,
-        }
-    }
-}
-
-impl CacheCounters {
-    /// Pages per write-back batch (0 when nothing was written).
-    pub fn mean_write_batch(&self) -> f64 {
-        if self.write_batches == 0 {
-            0.0
-        } else {
-            self.pages_written as f64 / self.write_batches as f64
-        }
-    }
-}
-
 /// One replay.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Measured {
     /// The cache configuration.
     pub config: RunConfig,
     /// What the cache did.
-    pub stats: CacheCounters,
+    pub stats: CacheStats,
     /// Device time: modelled (virtual) or wall-clock time in I/O (real), in ns.
     pub runtime_ns: u64,
     /// Wall-clock time of the whole replay (CPU and I/O), in seconds.
@@ -999,7 +928,7 @@ pub fn replay<D: PageDevice>(
     Ok((
         Measured {
             config: config.into(),
-            stats: cache.stats().into(),
+            stats: cache.stats().clone(),
             runtime_ns: cache.device().elapsed_ns(),
             wall_s,
         },

@@ -19,7 +19,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::policy::ReplacementPolicy;
 use crate::device::{AlignedBuf, BlockDevice, DeviceProfile, Direction, Emulator, Io};
@@ -345,8 +345,9 @@ impl PageDevice for BlockPages {
     }
 }
 
-/// What a page cache did (always counted).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+/// What a page cache did (always counted). Serialized as is in the benchmark's result files,
+/// which read it back.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheStats {
     /// Page accesses.
     pub accesses: u64,
@@ -370,6 +371,17 @@ pub struct CacheStats {
     pub prefetched: u64,
     /// Prefetched pages accessed before they were evicted.
     pub prefetch_hits: u64,
+}
+
+impl CacheStats {
+    /// Pages per write-back batch (0 when nothing was written).
+    pub fn mean_write_batch(&self) -> f64 {
+        if self.write_batches == 0 {
+            0.0
+        } else {
+            self.pages_written as f64 / self.write_batches as f64
+        }
+    }
 }
 
 /// A page cache of `capacity` pages with a replacement policy, ACE and a page device.
