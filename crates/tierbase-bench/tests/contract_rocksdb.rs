@@ -79,3 +79,48 @@ fn short_ycsb_runs_verify() {
     assert_eq!(runs[0].operations[&OpKind::Read].not_found, 0);
     assert!(runs[1].operations[&OpKind::Scan].count > 400);
 }
+
+/// The tables carry a Bloom filter: RocksDB's own record of the options it opened with (the
+/// `OPTIONS-*` file it writes into the database) names the policy. Without one (RocksDB's
+/// default) it says `nullptr`.
+#[test]
+fn tables_carry_a_bloom_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, sub, dram) in [
+        ("rocksdb", "a", None),
+        ("rocksdb-nosync", "b", Some(8u64 << 20)),
+    ] {
+        let mut opts = StoreOptions::new(dir.path().join(sub));
+        opts.dram_budget = dram;
+        let store = open_store(name, &opts).unwrap();
+        assert!(
+            store
+                .info()
+                .notes
+                .iter()
+                .any(|n| n.contains("Bloom filter")),
+            "{name}: {:?}",
+            store.info().notes
+        );
+        store.close().unwrap();
+        let db = dir.path().join(sub).join("rocksdb");
+        let options: Vec<_> = std::fs::read_dir(&db)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("OPTIONS-"))
+            })
+            .collect();
+        assert!(!options.is_empty(), "{name}: no OPTIONS file in {db:?}");
+        for p in options {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let policy = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("filter_policy="))
+                .unwrap_or_else(|| panic!("{name}: no filter_policy in {p:?}"));
+            assert!(policy.starts_with("bloomfilter"), "{name}: {policy}");
+        }
+    }
+}

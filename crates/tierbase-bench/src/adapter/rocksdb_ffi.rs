@@ -34,6 +34,11 @@ pub struct RawTableOptions {
 pub struct RawCache {
     _private: [u8; 0],
 }
+/// Opaque `rocksdb_filterpolicy_t`.
+#[repr(C)]
+pub struct RawFilterPolicy {
+    _private: [u8; 0],
+}
 /// Opaque `rocksdb_writeoptions_t`.
 #[repr(C)]
 pub struct RawWriteOptions {
@@ -79,6 +84,11 @@ unsafe extern "C" {
         options: *mut RawTableOptions,
         block_cache: *mut RawCache,
     );
+    fn rocksdb_block_based_options_set_filter_policy(
+        options: *mut RawTableOptions,
+        filter_policy: *mut RawFilterPolicy,
+    );
+    fn rocksdb_filterpolicy_create_bloom_full(bits_per_key: f64) -> *mut RawFilterPolicy;
     fn rocksdb_cache_create_lru(capacity: usize) -> *mut RawCache;
     fn rocksdb_cache_destroy(cache: *mut RawCache);
     fn rocksdb_open(
@@ -191,6 +201,8 @@ pub struct OpenOptions {
     /// Index and filter blocks live in the block cache (counted in its capacity) instead of
     /// beside it.
     pub cache_index_and_filter_blocks: bool,
+    /// A Bloom filter of this many bits per key in every table (none by RocksDB's default).
+    pub bloom_bits_per_key: Option<f64>,
 }
 
 impl Db {
@@ -216,18 +228,26 @@ impl Db {
                 rocksdb_options_set_use_direct_reads(opts, 1);
                 rocksdb_options_set_use_direct_io_for_flush_and_compaction(opts, 1);
             }
-            if let Some(bytes) = o.block_cache_bytes {
-                // The table options and the options each keep their own reference (a
-                // shared_ptr) to the cache, and the options copy the table options: our
-                // handles can go as soon as they are handed over.
+            if o.block_cache_bytes.is_some() || o.bloom_bits_per_key.is_some() {
+                // The options copy the table options: our handle can go once handed over.
                 let table = rocksdb_block_based_options_create();
-                let cache = rocksdb_cache_create_lru(bytes);
-                rocksdb_block_based_options_set_block_cache(table, cache);
+                if let Some(bytes) = o.block_cache_bytes {
+                    // The table options and the options each keep their own reference (a
+                    // shared_ptr) to the cache: our handle can go too.
+                    let cache = rocksdb_cache_create_lru(bytes);
+                    rocksdb_block_based_options_set_block_cache(table, cache);
+                    rocksdb_cache_destroy(cache);
+                }
+                if let Some(bits) = o.bloom_bits_per_key {
+                    // The table options take the policy over (into their shared_ptr): it is
+                    // not destroyed here.
+                    let policy = rocksdb_filterpolicy_create_bloom_full(bits);
+                    rocksdb_block_based_options_set_filter_policy(table, policy);
+                }
                 if o.cache_index_and_filter_blocks {
                     rocksdb_block_based_options_set_cache_index_and_filter_blocks(table, 1);
                 }
                 rocksdb_options_set_block_based_table_factory(opts, table);
-                rocksdb_cache_destroy(cache);
                 rocksdb_block_based_options_destroy(table);
             }
             if let Some(bytes) = o.write_buffer_bytes {
