@@ -37,7 +37,7 @@ fn store_error(name: &str, operation: &'static str, detail: String) -> BenchErro
 /// Bits per key of the Bloom filter every table gets: what RocksDB's tuning guide sets for
 /// point lookups (about 1 % false positives). RocksDB's default is no filter, with which a
 /// read searches every table that may hold its key; users who read by key set one, so the
-/// baseline does too (one-thread YCSB C in DRAM 1.3–1.6× faster with it, unchanged with the
+/// baseline does too (one-thread YCSB C in DRAM 1.36–1.63× faster with it, unchanged with the
 /// data 4× beyond the cache: docs/BENCHMARKS.md, Figure 33).
 const BLOOM_BITS_PER_KEY: f64 = 10.0;
 
@@ -88,9 +88,9 @@ impl RocksDbStore {
                     "{}{}",
                     match write_buffer_bytes {
                         Some(m) => format!(
-                            "--dram holds the block cache ({} KiB, index blocks in it) and two \
-                             memtables of {} KiB (--memtables-in-budget; table readers and \
-                             compaction buffers come on top)",
+                            "--dram holds the block cache ({} KiB, index and filter blocks in \
+                             it) and two memtables of {} KiB (--memtables-in-budget; table \
+                             readers and compaction buffers come on top)",
                             b >> 10,
                             m >> 10
                         ),
