@@ -103,24 +103,64 @@ fn tables_carry_a_bloom_filter() {
             store.info().notes
         );
         store.close().unwrap();
-        let db = dir.path().join(sub).join("rocksdb");
-        let options: Vec<_> = std::fs::read_dir(&db)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("OPTIONS-"))
-            })
-            .collect();
-        assert!(!options.is_empty(), "{name}: no OPTIONS file in {db:?}");
-        for p in options {
-            let text = std::fs::read_to_string(&p).unwrap();
-            let policy = text
-                .lines()
-                .find_map(|l| l.trim().strip_prefix("filter_policy="))
-                .unwrap_or_else(|| panic!("{name}: no filter_policy in {p:?}"));
+        for text in options_files(&dir.path().join(sub).join("rocksdb")) {
+            let policy = option(&text, "filter_policy");
             assert!(policy.starts_with("bloomfilter"), "{name}: {policy}");
+        }
+    }
+}
+
+/// The texts of the `OPTIONS-*` files RocksDB wrote into the database at `db` (at least one).
+fn options_files(db: &std::path::Path) -> Vec<String> {
+    let texts: Vec<String> = std::fs::read_dir(db)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("OPTIONS-"))
+        })
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    assert!(!texts.is_empty(), "no OPTIONS file in {db:?}");
+    texts
+}
+
+/// The value of `key` in an `OPTIONS-*` file's text.
+fn option<'t>(text: &'t str, key: &str) -> &'t str {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key} in the OPTIONS file"))
+}
+
+/// With `--memtables-in-budget` the index and filter blocks live in the block cache; they are
+/// then partitioned, with their top levels pinned, as RocksDB's wiki advises. Whole, each
+/// table's filter is one block of hundreds of KiB that data blocks evict from a small cache
+/// (docs/BENCHMARKS.md, Figure 34: reads 10x slower). Without the option they stay whole,
+/// outside the cache.
+#[test]
+fn index_and_filters_in_the_cache_are_partitioned() {
+    let dir = tempfile::tempdir().unwrap();
+    for (sub, in_budget) in [("a", true), ("b", false)] {
+        let mut opts = StoreOptions::new(dir.path().join(sub));
+        opts.dram_budget = Some(8 << 20);
+        opts.memtables_in_budget = in_budget;
+        let store = open_store("rocksdb-nosync", &opts).unwrap();
+        store.close().unwrap();
+        for text in options_files(&dir.path().join(sub).join("rocksdb")) {
+            let expect = |key: &str, with: &str, without: &str| {
+                let want = if in_budget { with } else { without };
+                assert_eq!(
+                    option(&text, key),
+                    want,
+                    "{key}, in the budget: {in_budget}"
+                );
+            };
+            expect("cache_index_and_filter_blocks", "true", "false");
+            expect("index_type", "kTwoLevelIndexSearch", "kBinarySearch");
+            expect("partition_filters", "true", "false");
+            expect("pin_top_level_index_and_filter", "true", "true");
+            expect("pin_l0_filter_and_index_blocks_in_cache", "true", "false");
         }
     }
 }

@@ -89,7 +89,7 @@ impl RocksDbStore {
                     match write_buffer_bytes {
                         Some(m) => format!(
                             "--dram holds the block cache ({} KiB, index and filter blocks in \
-                             it) and two memtables of {} KiB (--memtables-in-budget; table \
+                             it, partitioned, top levels and level 0's pinned) and two memtables of {} KiB (--memtables-in-budget; table \
                              readers and compaction buffers come on top)",
                             b >> 10,
                             m >> 10

@@ -107,7 +107,6 @@ impl PageTable {
         }
     }
 
-    /// Number of mapped pages.
     /// Points `pid`'s entry from frame `old` to frame `new`; false if it did not name `old`.
     pub fn replace(&self, pid: u64, old: u32, new: u32) -> bool {
         self.slot(pid).is_some_and(|slot| {
@@ -116,6 +115,7 @@ impl PageTable {
         })
     }
 
+    /// Number of mapped pages.
     pub fn len(&self) -> usize {
         self.resident.load(Ordering::Relaxed)
     }
