@@ -905,7 +905,7 @@ impl Sweep<'_> {
         // Window mode: a device whose io_uring keeps `depth` in flight; chunks of up to 4096.
         let window_dev = if window {
             Some(BlockDevice::open(
-                self.dev.info().path.as_path(),
+                self.dev.path(),
                 &BlockOptions {
                     direct: self.cfg.direct.into(),
                     engine: self.cfg.engine,

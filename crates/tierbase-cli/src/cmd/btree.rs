@@ -32,7 +32,9 @@ pub struct BTreeArgs {
 enum BTreeCommand {
     /// Create a new, empty store.
     Create {
-        /// Page size, a power of two from 4K to 64K.
+        /// Page size, a power of two from 4K to 64K. 16K suits scans and data that fits the
+        /// DRAM budget; 4K suits data well beyond it that is read by key (more of the hot
+        /// keys fit, and a miss reads less: docs/BENCHMARKS.md, Figure 34).
         #[arg(long, default_value = "16K", value_parser = parse_size)]
         page_size: u64,
         /// Give the store an NVM tier of this size between the DRAM pool and the page file,

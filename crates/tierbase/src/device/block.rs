@@ -644,6 +644,11 @@ impl BlockDevice {
         self.counters.snapshot()
     }
 
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Facts for reports.
     pub fn info(&self) -> BlockInfo {
         BlockInfo {
