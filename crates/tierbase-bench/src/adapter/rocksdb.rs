@@ -89,8 +89,9 @@ impl RocksDbStore {
                     match write_buffer_bytes {
                         Some(m) => format!(
                             "--dram holds the block cache ({} KiB, index and filter blocks in \
-                             it, partitioned, top levels and level 0's pinned) and two memtables of {} KiB (--memtables-in-budget; table \
-                             readers and compaction buffers come on top)",
+                             it, partitioned, top levels and level 0's pinned) and two \
+                             memtables of {} KiB (--memtables-in-budget; table readers and \
+                             compaction buffers come on top)",
                             b >> 10,
                             m >> 10
                         ),
