@@ -289,7 +289,8 @@ enum LeafChange<'v> {
 
 /// The pages from the root to a leaf, by id. Inline up to 8 levels (a tree of 16 KiB pages
 /// that deep holds far more than a disk): every put and delete makes one, and a heap `Vec`
-/// cost each an allocation (1 M of them in 1 M inserts, DHAT).
+/// cost each an allocation (DHAT: 1 M in 500 k inserts, a writer that reads its leaf in first
+/// descending twice).
 type PagePath = smallvec::SmallVec<[u64; 8]>;
 
 /// Where a descent goes.

@@ -873,7 +873,7 @@ impl BufferPool {
                 }
             }
         };
-        // Borrowed, not copied: only an error names it (a copy cost every miss 3 allocations).
+        // Borrowed: only an error names it (copying it cost every miss three allocations).
         let source: Option<&Path> = match (&self.nvm, from_nvm) {
             (Some(t), true) => t.region().path(),
             _ => Some(self.device.path()),
