@@ -1,5 +1,6 @@
-//! Buffers aligned for direct I/O: on the heap one by one, or carved from one anonymous
-//! mapping on huge pages (a buffer pool's frames).
+//! Buffers aligned for direct I/O: on the heap one by one (from 128 KiB, each in an anonymous
+//! mapping of its own), or carved from one anonymous mapping on huge pages (a buffer pool's
+//! frames).
 //!
 //! Owns: allocation and freeing of block-aligned byte buffers. Must not touch: files.
 //! `O_DIRECT` requires the buffer address, the length and the file offset to be multiples of the
@@ -15,6 +16,13 @@ use crate::error::{Error, Result};
 /// Alignment of every [`AlignedBuf`]: 4 KiB covers 512-byte and 4 KiB logical blocks.
 pub const IO_ALIGN: usize = 4096;
 
+/// Buffers of at least this many bytes get an anonymous mapping of their own instead of a heap
+/// allocation. glibc serves such sizes from `mmap` too, but each free of one raises its
+/// adaptive mmap threshold to the freed size; after a log's 1 MiB growth buffers, every
+/// allocation below 1 MiB came from the arenas, and a 4 KiB-page B+-tree kept about 20 MiB
+/// of freed memory there (docs/BENCHMARKS.md, Figure 35).
+const OWN_MAPPING_FROM: usize = 128 * 1024;
+
 /// A zero-initialised, [`IO_ALIGN`]-aligned byte buffer.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
@@ -23,7 +31,7 @@ pub struct AlignedBuf {
     capacity: usize,
     /// `None`: a heap allocation of its own. Else what owns the mapping it is a slice of,
     /// kept alive by its buffers: an anonymous mapping unmapped when its last buffer goes
-    /// ([`AlignedBuf::carve`]), or a persistent region split into pages
+    /// ([`AlignedBuf::carve`], or a large buffer's own, [`OWN_MAPPING_FROM`]), or a persistent region split into pages
     /// ([`crate::device::PmemRegion::into_paged`]).
     mapping: Option<Arc<dyn Send + Sync>>,
 }
@@ -34,7 +42,8 @@ unsafe impl Send for AlignedBuf {}
 // SAFETY: shared references only allow reads of the owned bytes.
 unsafe impl Sync for AlignedBuf {}
 
-/// An anonymous mapping that carved buffers share, unmapped when the last one drops.
+/// An anonymous mapping that carved buffers share (or one large buffer owns), unmapped when
+/// the last one drops.
 struct SharedMapping {
     base: NonNull<u8>,
     bytes: usize,
@@ -62,6 +71,16 @@ impl AlignedBuf {
                 offset: 0,
                 len: len as u64,
                 alignment: IO_ALIGN as u64,
+            });
+        }
+        if len >= OWN_MAPPING_FROM
+            && let Ok(base) = map_anonymous(len, libc::PROT_READ | libc::PROT_WRITE)
+        {
+            return Ok(AlignedBuf {
+                ptr: base,
+                len,
+                capacity: len,
+                mapping: Some(Arc::new(SharedMapping { base, bytes: len })),
             });
         }
         let layout = Layout::from_size_align(len, IO_ALIGN)
@@ -231,6 +250,26 @@ mod tests {
             Err(Error::Misaligned { .. })
         ));
         assert!(matches!(AlignedBuf::new(0), Err(Error::Misaligned { .. })));
+    }
+
+    #[test]
+    fn large_buffers_are_mappings_of_their_own() {
+        let small = AlignedBuf::new(OWN_MAPPING_FROM - IO_ALIGN).unwrap();
+        assert!(small.mapping.is_none(), "below the bound: from the heap");
+        let mut b = AlignedBuf::new(OWN_MAPPING_FROM + IO_ALIGN).unwrap();
+        assert!(
+            b.mapping.is_some(),
+            "from the bound on: never from the allocator"
+        );
+        assert_eq!(b.as_ptr() as usize % IO_ALIGN, 0);
+        assert!(b.iter().all(|&x| x == 0));
+        b.fill(9);
+        b.set_len(IO_ALIGN).unwrap();
+        b.set_len(OWN_MAPPING_FROM + IO_ALIGN).unwrap();
+        assert!(b.iter().all(|&x| x == 9));
+        drop(b); // unmapped here; a second one maps afresh, zeroed
+        let again = AlignedBuf::new(OWN_MAPPING_FROM).unwrap();
+        assert!(again.iter().all(|&x| x == 0));
     }
 
     #[test]
