@@ -146,6 +146,8 @@ enum Op {
     /// A put of a key or a value one byte over the limit.
     PutOversize(Key, bool),
     Get(Key),
+    /// `get_many` of several keys (repeats and absent ones among them).
+    GetMany(Vec<Key>),
     Range {
         from: Bound<Key>,
         to: Bound<Key>,
@@ -203,6 +205,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => key_strategy().prop_map(Op::ModifyOversize),
         1 => (key_strategy(), any::<bool>()).prop_map(|(k, b)| Op::PutOversize(k, b)),
         8 => key_strategy().prop_map(Op::Get),
+        3 => proptest::collection::vec(key_strategy(), 0..=12).prop_map(Op::GetMany),
         6 => (
             bound_strategy(),
             bound_strategy(),
@@ -528,6 +531,24 @@ impl Run {
                     );
                 }
                 prop_assert_eq!(self.s().get(&k).unwrap(), self.model.get(&k).cloned());
+            }
+            Op::GetMany(keys) => {
+                let keys: Vec<Vec<u8>> = keys.iter().map(|k| key_bytes(*k, lim)).collect();
+                let asked: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+                let got = self
+                    .s()
+                    .get_many(&asked)
+                    .map_err(|e| TestCaseError::fail(format!("get_many: {e}")))?;
+                prop_assert_eq!(got.len(), keys.len());
+                for (k, v) in keys.iter().zip(&got) {
+                    prop_assert!(
+                        v.as_ref() == self.model.get(k),
+                        "get_many {:?}: {:?} bytes, model {:?}",
+                        k,
+                        v.as_ref().map(Vec::len),
+                        self.model.get(k).map(Vec::len)
+                    );
+                }
             }
             Op::Get(k) => {
                 let k = key_bytes(*k, lim);

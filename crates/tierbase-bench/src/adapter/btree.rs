@@ -296,6 +296,18 @@ impl Client for BTreeBenchClient<'_> {
         Ok(found_into(self.store.get(key)?, out))
     }
 
+    fn get_many(&mut self, keys: &[&[u8]], outs: &mut [Vec<u8>], found: &mut [bool]) -> Result<()> {
+        let values = self.store.get_many(keys)?;
+        for ((value, out), f) in values
+            .into_iter()
+            .zip(outs.iter_mut())
+            .zip(found.iter_mut())
+        {
+            *f = found_into(value, out);
+        }
+        Ok(())
+    }
+
     fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
         Ok(self.store.update(key, value)?)
     }

@@ -1082,6 +1082,13 @@ impl BTreeStore {
         self.inner.tree.get(key)
     }
 
+    /// The values of `keys`, in order: each read as [`BTreeStore::get`] reads it (the batch
+    /// is not a snapshot), with the leaves' cache misses overlapped.
+    pub fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.inner.counters.gets.add(keys.len() as u64);
+        self.inner.tree.get_many(keys)
+    }
+
     /// Inserts or replaces `key`; whether it was new.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         Ok(!self.write_batch(&[(key, Some(value))])?[0])
@@ -1736,6 +1743,10 @@ impl Store for BTreeStore {
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         BTreeStore::get(self, key)
+    }
+
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        BTreeStore::get_many(self, keys)
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {

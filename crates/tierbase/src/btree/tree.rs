@@ -8,7 +8,9 @@
 //! (`wal`), frames and eviction (`buffer`), or the page byte layout (`node`).
 //!
 //! Concurrency: readers fix pages shared, top-down, holding the parent until the child is
-//! fixed (latch coupling); the root is re-checked after it is fixed. Writers share one
+//! fixed (latch coupling); the root is re-checked after it is fixed. A batched read
+//! ([`Tree::get_many`]) routes all its keys before it fixes their leaves, holding the writer
+//! lock shared meanwhile so that the structure stays put. Writers share one
 //! reader-writer lock (the writer lock). A single put, update or delete that changes its leaf
 //! only (a value kept in the leaf that fits there; a delete that leaves the leaf at least a
 //! quarter full) takes it shared (a leaf writer, [`Tree::change_in_leaf`]): the structure cannot
@@ -618,6 +620,77 @@ impl Tree {
     /// The value of `key`.
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.get_from(key, true)
+    }
+
+    /// The values of `keys`, in order, with their leaves' cache misses overlapped: every key
+    /// is first routed to its leaf's id through the (cached) inner pages and the leaf's frame
+    /// prefetched, then each leaf is fixed and searched. The writer lock is held shared
+    /// throughout, as a leaf writer holds it, so no split or merge moves a key between the two
+    /// steps. Falls back to one [`Tree::get`] after another where that lock is not to be had
+    /// at once (an exclusive writer holds it or waits for it), and in pools whose point reads
+    /// load leaves by cache lines or that have no frames to prefetch (NVM direct).
+    pub(crate) fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        let structure =
+            if keys.len() > 1 && !self.pool.line_grained() && self.pool.direct().is_none() {
+                self.writer.try_read()
+            } else {
+                None
+            };
+        let Some(_structure) = structure else {
+            return keys.iter().map(|k| self.get_from(k, true)).collect();
+        };
+        let mut leaves: smallvec::SmallVec<[u64; 32]> =
+            smallvec::SmallVec::with_capacity(keys.len());
+        for key in keys {
+            let leaf = self.leaf_id_for(key)?;
+            self.pool.prefetch(leaf);
+            leaves.push(leaf);
+        }
+        let mut out = Vec::with_capacity(keys.len());
+        for (key, &leaf) in keys.iter().zip(&leaves) {
+            let page = self.pool.fix_shared(leaf)?;
+            if Node(page.bytes()).kind() != Some(Kind::Leaf) {
+                return Err(corrupt(format!(
+                    "page {leaf}, routed to as a leaf, is not one"
+                )));
+            }
+            out.push(self.get_in(leaf, &mut page.bytes(), key)?);
+        }
+        Ok(out)
+    }
+
+    /// The id of the leaf `key` belongs in, found through the inner pages with latch coupling
+    /// (the leaf itself is not fixed). Only meaningful while the structure cannot change: the
+    /// caller holds the writer lock.
+    fn leaf_id_for(&self, key: &[u8]) -> Result<u64> {
+        let mut page = self.fix_root()?;
+        for _ in 0..MAX_DEPTH {
+            let n = Node(page.bytes());
+            match n.kind() {
+                Some(Kind::Leaf) => return Ok(page.pid()),
+                Some(Kind::Inner) => {}
+                other => {
+                    return Err(corrupt(format!(
+                        "page {} is a {other:?} page inside the tree",
+                        page.pid()
+                    )));
+                }
+            }
+            let level = n.level();
+            let child = n.child_at(n.route(key));
+            if level == 1 {
+                return Ok(child);
+            }
+            let next = self.pool.fix_shared(child)?;
+            if u16::from(Node(next.bytes()).level()) + 1 != u16::from(level) {
+                return Err(corrupt(format!(
+                    "page {child} is a child of page {} at the wrong level",
+                    page.pid()
+                )));
+            }
+            page = next;
+        }
+        Err(corrupt(format!("tree deeper than {MAX_DEPTH} levels")))
     }
 
     /// The value of `key`, reading its leaf by lines if `by_lines` (see [`Tree::leaf_for`]).
