@@ -480,6 +480,42 @@ pub(crate) fn is_plain_set(session: &Session, args: &[&[u8]]) -> bool {
     session.authenticated && args.len() == 3 && args[0].eq_ignore_ascii_case(b"set")
 }
 
+/// Whether `args` is a plain `GET key` that may be gathered with the GETs next to it into one
+/// batched read ([`execute_plain_gets`]).
+pub(crate) fn is_plain_get(session: &Session, args: &[&[u8]]) -> bool {
+    session.authenticated && args.len() == 2 && args[0].eq_ignore_ascii_case(b"get")
+}
+
+/// Runs plain GETs (see [`is_plain_get`]) as one [`Store::get_many`], a store that can
+/// overlapping the keys' cache misses, and appends one reply per GET, as if each had run
+/// alone. If the batch fails, each GET runs alone, so each gets its own reply.
+pub(crate) fn execute_plain_gets(
+    shared: &Shared,
+    session: &mut Session,
+    keys: &[&[u8]],
+    output: &mut Vec<u8>,
+) {
+    let store = shared.store.as_ref();
+    match store.get_many(keys) {
+        Ok(values) => {
+            shared.stats.commands.add(keys.len() as u64);
+            for value in values {
+                count_hit(shared, value.is_some());
+                value
+                    .map_or(Reply::Nil, Reply::Bulk)
+                    .encode(session.protocol, output);
+            }
+        }
+        Err(_) => {
+            for key in keys {
+                if let Some(reply) = execute(shared, session, &[b"GET".as_slice(), key]).reply {
+                    reply.encode(session.protocol, output);
+                }
+            }
+        }
+    }
+}
+
 /// Plain SETs' keys and values, held back to run as one store batch
 /// ([`execute_plain_sets`]): copied end to end into one buffer, so a pipeline of SETs costs a
 /// few growths of one buffer instead of allocations per SET.

@@ -548,11 +548,16 @@ fn execute_stretch(
         queued: None,
     };
     let mut sets = PendingSets::default();
+    // Plain GETs held back to be read as one batch (their keys borrowed from `input`). At most
+    // one of `sets` and `gets` holds anything: each is applied before the other takes a
+    // request, so replies keep the requests' order.
+    let mut gets = GatheredGets::new();
     // A request's arguments, borrowed from `input` (reused: nothing is allocated per request).
     let mut args: Vec<&[u8]> = Vec::with_capacity(8);
     loop {
         let rest = input.get(*consumed..).unwrap_or_default();
         if rest.is_empty() {
+            apply_gets(shared, session, &mut gets, output);
             sets.apply(shared, session, output, &mut stretch);
             return stretch;
         }
@@ -563,33 +568,52 @@ fn execute_stretch(
         };
         let inline: Request;
         let inline_args: Vec<&[u8]>;
-        let (request, used): (&[&[u8]], usize) = match parse_request_into(rest, &limits, &mut args)
-        {
-            Ok(Some(Parsed::Borrowed { consumed: used })) => (&args, used),
-            Ok(Some(Parsed::Owned(req))) => {
-                inline = req;
-                inline_args = inline.args.iter().map(Vec::as_slice).collect();
-                (&inline_args, inline.consumed)
-            }
-            Ok(None) => {
-                sets.apply(shared, session, output, &mut stretch);
-                return stretch;
-            }
-            Err(e) => {
-                if sets.apply(shared, session, output, &mut stretch) {
-                    return stretch; // the error is met again after the SETs
+        // `borrowed`: the arguments are slices of `input` (an inline command's are copies).
+        let (request, used, borrowed): (&[&[u8]], usize, bool) =
+            match parse_request_into(rest, &limits, &mut args) {
+                Ok(Some(Parsed::Borrowed { consumed: used })) => (&args, used, true),
+                Ok(Some(Parsed::Owned(req))) => {
+                    inline = req;
+                    inline_args = inline.args.iter().map(Vec::as_slice).collect();
+                    (&inline_args, inline.consumed, false)
                 }
-                shared.stats.protocol_errors.incr();
-                Reply::error(format!("ERR {e}")).encode(session.protocol, output);
-                stretch.flow = Flow::Close;
-                stretch.broken = true;
-                return stretch;
-            }
-        };
+                Ok(None) => {
+                    apply_gets(shared, session, &mut gets, output);
+                    sets.apply(shared, session, output, &mut stretch);
+                    return stretch;
+                }
+                Err(e) => {
+                    apply_gets(shared, session, &mut gets, output);
+                    if sets.apply(shared, session, output, &mut stretch) {
+                        return stretch; // the error is met again after the SETs
+                    }
+                    shared.stats.protocol_errors.incr();
+                    Reply::error(format!("ERR {e}")).encode(session.protocol, output);
+                    stretch.flow = Flow::Close;
+                    stretch.broken = true;
+                    return stretch;
+                }
+            };
         if request.is_empty() {
             *consumed += used;
             continue;
         }
+        if borrowed && command::is_plain_get(session, request) {
+            if sets.apply(shared, session, output, &mut stretch) {
+                return stretch; // this request is parsed again after the SETs
+            }
+            *consumed += used;
+            gets.push(args[1]); // `request` is `args` here; its slices borrow `input`
+            if gets.len() >= MAX_GATHERED_GETS {
+                apply_gets(shared, session, &mut gets, output);
+                if output.len() >= FLUSH_AT {
+                    stretch.more = true;
+                    return stretch;
+                }
+            }
+            continue;
+        }
+        apply_gets(shared, session, &mut gets, output);
         if command::is_plain_set(session, request) {
             *consumed += used;
             if sets.push(request[1], request[2]) {
@@ -621,6 +645,33 @@ fn execute_stretch(
             return stretch;
         }
     }
+}
+
+/// Most plain GETs of a pipeline read as one batch ([`command::execute_plain_gets`]).
+const MAX_GATHERED_GETS: usize = 32;
+
+/// The keys of plain GETs held back, borrowed from the input (on the stack: nothing is
+/// allocated per stretch).
+type GatheredGets<'a> = smallvec::SmallVec<[&'a [u8]; MAX_GATHERED_GETS]>;
+
+/// Reads the plain GETs held back (if any) as one batch and appends their replies.
+fn apply_gets(
+    shared: &Shared,
+    session: &mut Session,
+    gets: &mut GatheredGets<'_>,
+    output: &mut Vec<u8>,
+) {
+    match gets.len() {
+        0 => {}
+        1 => {
+            let outcome = command::execute(shared, session, &[b"GET".as_slice(), gets[0]]);
+            if let Some(reply) = outcome.reply {
+                reply.encode(session.protocol, output);
+            }
+        }
+        _ => command::execute_plain_gets(shared, session, gets, output),
+    }
+    gets.clear();
 }
 
 /// Plain SETs held back to be applied as one batch: at most [`PendingSets::MAX_SETS`] of them

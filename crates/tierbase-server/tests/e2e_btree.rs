@@ -56,6 +56,84 @@ fn info_number(raw: &mut common::Raw, name: &str) -> u64 {
         .unwrap()
 }
 
+/// Pipelined plain GETs are read as store batches (one routed batched read of the B+-tree),
+/// yet each keeps its own reply, in order with the SETs, DELs and other commands around it,
+/// and each counts as a command, a hit or a miss.
+#[test]
+fn pipelined_gets_are_read_in_batches_and_answered_in_order() {
+    use common::{bulk, resp, show};
+    let dir = StoreDir::new(BTREE);
+    let mut served = dir.serve();
+    let mut raw = served.raw();
+    assert_eq!(raw.cmd(&[b"SET", b"a", b"1"]), b"+OK\r\n".to_vec());
+    assert_eq!(raw.cmd(&[b"SET", b"b", b"2"]), b"+OK\r\n".to_vec());
+    let batches_before = info_number(&mut raw, "read_batches");
+    let commands_before = info_number(&mut raw, "total_commands_processed");
+    let hits_before = info_number(&mut raw, "keyspace_hits");
+    let misses_before = info_number(&mut raw, "keyspace_misses");
+    let requests: Vec<&[&[u8]]> = vec![
+        &[b"GET", b"a"],
+        &[b"GET", b"none"],
+        &[b"get", b"b"],
+        &[b"SET", b"a", b"3"],
+        &[b"GET", b"a"],
+        &[b"GET", b"b"],
+        &[b"DEL", b"b"],
+        &[b"GET", b"b"],
+        &[b"GET", b"a"],
+        &[b"PING"],
+        &[b"GET", b"a"],
+    ];
+    let mut pipeline = Vec::new();
+    for args in &requests {
+        pipeline.extend(resp(args));
+    }
+    // Past one batch's worth of GETs: replies stay in order across batches.
+    for i in 0..100u32 {
+        let key = if i % 2 == 0 { &b"a"[..] } else { b"none" };
+        pipeline.extend(resp(&[b"GET", key]));
+    }
+    raw.send(&pipeline);
+    for want in [
+        bulk(b"1"),
+        b"$-1\r\n".to_vec(),
+        bulk(b"2"),
+        b"+OK\r\n".to_vec(),
+        bulk(b"3"),
+        bulk(b"2"),
+        b":1\r\n".to_vec(),
+        b"$-1\r\n".to_vec(),
+        bulk(b"3"),
+        b"+PONG\r\n".to_vec(),
+        bulk(b"3"),
+    ] {
+        assert_eq!(show(&raw.reply()), show(&want));
+    }
+    for i in 0..100u32 {
+        let want = if i % 2 == 0 {
+            bulk(b"3")
+        } else {
+            b"$-1\r\n".to_vec()
+        };
+        assert_eq!(show(&raw.reply()), show(&want), "GET {i} of the long run");
+    }
+    let batches = info_number(&mut raw, "read_batches") - batches_before;
+    assert!(
+        (4..=10).contains(&batches),
+        "{batches} batched reads for runs of 3, 2 and 102 GETs"
+    );
+    assert_eq!(
+        info_number(&mut raw, "total_commands_processed") - commands_before,
+        requests.len() as u64 + 100 + 4,
+        "every GET counted, and the four INFOs since the count was read"
+    );
+    // Hits: a, b, a, b, a, a and 50 of the long run; misses: none, b and 50.
+    assert_eq!(info_number(&mut raw, "keyspace_hits") - hits_before, 56);
+    assert_eq!(info_number(&mut raw, "keyspace_misses") - misses_before, 52);
+    drop(raw);
+    served.stop();
+}
+
 /// Pipelined plain SETs are applied as store batches, yet each keeps its own reply, in
 /// order with the commands around it: a SET the store refuses (a key over the limit) is an
 /// error reply while its neighbours in the same batch succeed; a SET with options and GETs in

@@ -527,4 +527,11 @@ fn batched_reads_find_every_key_while_writers_split_leaves() {
         }
     });
     assert_eq!(s.len(), 22_000);
+    // Alone, a batch is routed (the lock is free), and its keys found or not as they are.
+    let routed = stat(&s, "read_batches");
+    let got = s.get_many(&[b"p000000", b"absent", b"p007919"]).unwrap();
+    assert_eq!(stat(&s, "read_batches"), routed + 1);
+    assert_eq!(got[0].as_deref(), Some(&value(b"p000000")[..]));
+    assert_eq!(got[1], None);
+    assert_eq!(got[2].as_deref(), Some(&value(b"p007919")[..]));
 }

@@ -1595,6 +1595,10 @@ impl Inner {
                 "leaf_writer_parks".into(),
                 self.tree.leaf_writer_parks.get().to_string(),
             ),
+            (
+                "read_batches".into(),
+                self.tree.read_batches.get().to_string(),
+            ),
             ("restart_frames".into(), self.restart.frames.to_string()),
             ("restart_micros".into(), self.restart.micros.to_string()),
         ];

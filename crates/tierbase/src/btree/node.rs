@@ -355,6 +355,38 @@ pub fn search_in<B: PageBytes>(
     Ok(Err(lo))
 }
 
+/// Where in `page` (a leaf or inner page) the cell of `key`'s entry most likely starts, read
+/// from the header and the slots alone: the first entry whose key head is not below `key`'s,
+/// if its head is `key`'s. A hint for prefetching the cell before [`search_in`] compares it;
+/// `None` when the slots cannot tell (no such head, or `key` outside the page's prefix).
+/// Never reads past the slots; an offset it returns is inside the page.
+pub fn cell_hint(page: &[u8], key: &[u8]) -> Option<usize> {
+    let header = page.get(..HEADER)?;
+    let (count, p) = (u16_at(header, 6), u16_at(header, 40));
+    if key.len() < p || page.len() < HEADER + count * SLOT {
+        return None;
+    }
+    let h = head_of(key, p);
+    let head = |i: usize| {
+        let at = HEADER + i * SLOT + 2;
+        u32::from_be_bytes([page[at], page[at + 1], page[at + 2], page[at + 3]])
+    };
+    let (mut lo, mut hi) = (0, count);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if head(mid) < h {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    if lo == count || head(lo) != h {
+        return None;
+    }
+    let cell = u16_at(page, HEADER + lo * SLOT);
+    (cell < page.len()).then_some(cell)
+}
+
 /// [`search_in`] by whole keys (no heads): for keys that do not share the prefix.
 fn search_full_in<B: PageBytes>(
     b: &mut B,
@@ -824,6 +856,39 @@ pub fn check(page: &[u8], pid: Option<u64>) -> std::result::Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cell_hint_names_the_cell_of_a_present_key_and_never_reads_past_the_slots() {
+        let mut buf = vec![0u8; 4096];
+        let mut n = NodeMut::new(&mut buf);
+        n.init(Kind::Leaf, 0, 7, 0);
+        // A shared prefix ("user"), and keys whose heads collide ("user0001a" / "user0001b").
+        for i in (0..60u32).rev() {
+            n.upsert(format!("user{i:04}a").as_bytes(), &[i as u8; 20])
+                .unwrap();
+        }
+        n.upsert(b"user0001b", b"b").unwrap();
+        let v = Node(&buf);
+        for i in 0..60u32 {
+            let key = format!("user{i:04}a").into_bytes();
+            let slot = v.search(&key).unwrap();
+            let cell = u16_at(&buf, HEADER + slot * SLOT);
+            assert_eq!(cell_hint(&buf, &key), Some(cell), "key {i}");
+        }
+        // The first of the colliding heads is named; the search itself tells them apart.
+        assert!(cell_hint(&buf, b"user0001b").is_some());
+        assert_eq!(
+            cell_hint(&buf, b"user9999"),
+            None,
+            "no entry with that head"
+        );
+        assert_eq!(cell_hint(&buf, b"us"), None, "shorter than the prefix");
+        // Damaged headers: counts beyond the page, or a page shorter than a header.
+        let mut bad = buf.clone();
+        bad[6..8].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert_eq!(cell_hint(&bad, b"user0001a"), None);
+        assert_eq!(cell_hint(&buf[..20], b"user0001a"), None);
+    }
 
     #[test]
     fn insert_search_remove_compact_and_image_round_trip() {

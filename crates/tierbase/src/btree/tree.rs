@@ -56,6 +56,9 @@ pub const META_PID: u64 = 2;
 pub const FIRST_ROOT: u64 = 3;
 /// Deepest tree accepted (a deeper path means a cycle in a damaged file).
 const MAX_DEPTH: usize = 48;
+/// Cache lines of an entry's cell a batched read prefetches ([`Tree::get_many`]): its
+/// lengths, key and a value of about 200 bytes.
+const CELL_PREFETCH_LINES: usize = 4;
 /// Most keys of a batch whose leaves a waiting writer reads in ([`Tree::lock_writer`]).
 const WARM_KEYS: usize = 64;
 /// How long a writer tries for the writer lock before it parks
@@ -273,6 +276,9 @@ pub(crate) struct Tree {
     /// Leaf writers ([`Tree::change_in_leaf`]) that waited for an exclusive writer longer than
     /// [`WRITER_SPIN`] and then took the lock's blocking path (where they may park).
     pub(crate) leaf_writer_parks: Counter,
+    /// Batched reads whose keys were routed before their leaves were fixed
+    /// ([`Tree::get_many`]; the others ran one get after another).
+    pub(crate) read_batches: Counter,
     /// Puts, updates and deletes made by leaf writers, beside other writers
     /// ([`Tree::change_in_leaf`]).
     pub(crate) leaf_writes: Counter,
@@ -494,6 +500,7 @@ impl Tree {
             writer_early_descents: Counter::default(),
             writer_parks: Counter::default(),
             leaf_writer_parks: Counter::default(),
+            read_batches: Counter::default(),
             leaf_writes: Counter::default(),
         }
     }
@@ -639,12 +646,28 @@ impl Tree {
         let Some(_structure) = structure else {
             return keys.iter().map(|k| self.get_from(k, true)).collect();
         };
+        self.read_batches.incr();
         let mut leaves: smallvec::SmallVec<[u64; 32]> =
             smallvec::SmallVec::with_capacity(keys.len());
         for key in keys {
             let leaf = self.leaf_id_for(key)?;
             self.pool.prefetch(leaf);
             leaves.push(leaf);
+        }
+        // Each leaf's slots (prefetched above) name the cell its key is in: that cell is
+        // prefetched too before any leaf is searched. The latch is let go in between: holding
+        // several leaves' latches at once could deadlock with leaf writers queued on them.
+        for (key, &leaf) in keys.iter().zip(&leaves) {
+            let page = self.pool.fix_shared(leaf)?;
+            if let Some(cell) = node::cell_hint(page.bytes(), key) {
+                let lines = page.bytes()[cell..].as_ptr_range();
+                for line in (lines.start as usize..lines.end as usize)
+                    .step_by(64)
+                    .take(CELL_PREFETCH_LINES)
+                {
+                    crate::device::cpu::prefetch(line as *const u8);
+                }
+            }
         }
         let mut out = Vec::with_capacity(keys.len());
         for (key, &leaf) in keys.iter().zip(&leaves) {

@@ -237,6 +237,10 @@ pub struct BufferPool {
     device: BlockDevice,
     page_size: usize,
     frames: Box<[Frame]>,
+    /// Where frame 0's page bytes are when frame `i`'s follow at `i` pages from them (frames
+    /// carved from one mapping): [`BufferPool::prefetch`] then computes a page's address
+    /// instead of loading it from its frame, a cache miss of its own.
+    pages_base: Option<usize>,
     table: table::PageTable,
     free: Mutex<Vec<u32>>,
     hand: AtomicUsize,
@@ -426,9 +430,16 @@ impl BufferPool {
         check: fn(&[u8], u64) -> std::result::Result<(), String>,
         direct: Option<Arc<direct::DirectPages>>,
     ) -> Self {
+        let first = frames.first().map_or(0, |f| f.page_addr);
+        let pages_base = frames
+            .iter()
+            .enumerate()
+            .all(|(i, f)| f.page_addr == first + i * page_size)
+            .then_some(first);
         BufferPool {
             device,
             page_size,
+            pages_base,
             frames: frames.into_boxed_slice(),
             table,
             free: Mutex::new(free),
@@ -679,8 +690,12 @@ impl BufferPool {
             return; // a mini page's entry: nothing to hint at
         };
         crate::device::cpu::prefetch(&frame.data);
+        let page = match self.pages_base {
+            Some(base) => base + i as usize * self.page_size,
+            None => frame.page_addr,
+        };
         for line in 0..PREFETCH_LINES.min(self.page_size / 64) {
-            crate::device::cpu::prefetch((frame.page_addr + line * 64) as *const u8);
+            crate::device::cpu::prefetch((page + line * 64) as *const u8);
         }
     }
 
