@@ -9,7 +9,8 @@
 //! Wing–Gong search).
 //!
 //! Recording:
-//! - `put` → `Op::Put { was_new }`, `delete` → `Op::Delete { existed }`, `get` → `Op::Get`.
+//! - `put` → `Op::Put { was_new }`, `delete` → `Op::Delete { existed }`, `get` → `Op::Get`;
+//!   a batched `get_many` of several hot keys → one `Op::Get` per key over the whole call.
 //! - `modify` deciding on presence only is one exact op: set-if-present → `Op::Update
 //!   { existed }`, unconditional put → `Op::Put { was_new }`, delete-if-present → `Op::Delete
 //!   { existed }` (what the closure saw says `existed`/`was_new`).
@@ -193,6 +194,34 @@ fn recorded_increment(
     seen
 }
 
+/// A batched lookup (`get_many`) of `k` and up to three more hot keys (repeats allowed),
+/// recorded as one get per key over the whole call: each key's read takes effect at one
+/// point inside it.
+fn recorded_batch(
+    rec: &mut Recorder<'_>,
+    store: &PlushStore,
+    k: &[u8],
+    hot: &[Vec<u8>],
+    rng: &mut Rng,
+) {
+    let mut batch: Vec<&[u8]> = vec![k];
+    for _ in 0..rng.below(4) {
+        batch.push(&hot[rng.below(HOT as u64) as usize]);
+    }
+    let calls: Vec<_> = batch.iter().map(|k| rec.invoke(k)).collect();
+    let mut values = vec![b"stale".to_vec(); batch.len()];
+    let mut found = vec![true; batch.len()];
+    store.get_many(&batch, &mut values, &mut found).unwrap();
+    for ((call, value), found) in calls.into_iter().zip(values).zip(found) {
+        rec.respond(
+            call,
+            Op::Get {
+                value: found.then_some(value),
+            },
+        );
+    }
+}
+
 /// What a worker did: its history, and per counter key the values its increments saw.
 struct WorkerOut {
     ops: Vec<Operation>,
@@ -240,7 +269,8 @@ fn worker(
         match rng.below(100) {
             0..24 => rec.record(k, || put_op(store, k, val)),
             24..36 => rec.record(k, || delete_op(store, k)),
-            36..62 => rec.record(k, || get_op(store, k)),
+            36..46 => recorded_batch(&mut rec, store, k, hot, &mut rng),
+            46..62 => rec.record(k, || get_op(store, k)),
             // Set if present (SET XX).
             62..72 => rec.record(k, || modify_op(store, k, Decision::SetIfPresent(val))),
             72..80 => rec.record(k, || modify_op(store, k, Decision::Put(val))),

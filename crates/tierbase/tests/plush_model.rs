@@ -1,5 +1,5 @@
 //! Model-based property tests of the Plush store (`tierbase::hash`): random sequences of
-//! `put`, `delete`, `upsert`, `remove`, `get`, `modify`, bursts of writes (which switch DRAM
+//! `put`, `delete`, `upsert`, `remove`, `get`, batched `get_many`, `modify`, bursts of writes (which switch DRAM
 //! halves, migrate them and cascade through the PMem levels), `checkpoint`, `scan`, `len`,
 //! reopen (close, open) and crash (drop without close, open: the logs are replayed) against a
 //! `BTreeMap`, in both layouts, with and without a background migrator, on a small geometry;
@@ -54,6 +54,8 @@ enum Op {
     Upsert(u8, Vec<u8>),
     Remove(u8),
     Get(u8),
+    /// A batched lookup of these pool keys (repeats allowed), in rounds larger than one.
+    GetMany(Vec<u8>),
     Modify(u8, Decide),
     /// `n` puts (and every fifth a delete) over the keys from `start` on, values tagged `tag`.
     Burst(u8, u16, u16),
@@ -185,6 +187,7 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
         4 => (key.clone(), value).prop_map(|(k, v)| Op::Upsert(k, v)),
         3 => key.clone().prop_map(Op::Remove),
         8 => key.clone().prop_map(Op::Get),
+        3 => proptest::collection::vec(key.clone(), 0..40).prop_map(Op::GetMany),
         5 => (key.clone(), decide).prop_map(|(k, d)| Op::Modify(k, d)),
         2 => (key.clone(), 60u16..300, any::<u16>()).prop_map(|(k, n, t)| Op::Burst(k, n, t)),
         1 => Just(Op::Checkpoint),
@@ -332,6 +335,20 @@ fn run(layout: PlushLayout, partition: Partition, migrators: usize, ops: &[Op]) 
             Op::Get(k) => {
                 let k = &pool[usize::from(*k)];
                 assert_eq!(s.get(k).unwrap().as_ref(), model.get(k), "{ctx}");
+            }
+            Op::GetMany(ks) => {
+                let keys: Vec<&[u8]> = ks
+                    .iter()
+                    .map(|k| pool[usize::from(*k)].as_slice())
+                    .collect();
+                // Stale contents in the buffers: a batch must replace or ignore them.
+                let mut values = vec![b"stale".to_vec(); keys.len()];
+                let mut found = vec![true; keys.len()];
+                s.get_many(&keys, &mut values, &mut found).unwrap();
+                for (i, k) in keys.iter().enumerate() {
+                    let got = found[i].then_some(&values[i]);
+                    assert_eq!(got, model.get(*k), "{ctx}: key {i} of the batch");
+                }
             }
             Op::Modify(k, d) => {
                 let k = &pool[usize::from(*k)];
@@ -631,6 +648,15 @@ fn wrong_keys_and_values_are_refused() {
         fixed.get(b"nine byte"),
         Err(Error::WrongSize { .. })
     ));
+    let (mut values, mut found) = (vec![Vec::new(); 2], vec![false; 2]);
+    assert!(matches!(
+        fixed.get_many(&[&[1; 8], b"nine byte"], &mut values, &mut found),
+        Err(Error::WrongSize { .. })
+    ));
+    assert!(matches!(
+        fixed.get_many(&[&[1; 8]], &mut values, &mut found),
+        Err(Error::InvalidArgument(_))
+    ));
     assert!(
         fixed.stats().read_only.is_none(),
         "a refused argument is no failure"
@@ -639,6 +665,10 @@ fn wrong_keys_and_values_are_refused() {
     let var =
         PlushStore::create(dir.path().join("v.plush"), &opts(PlushLayout::Variable, 0)).unwrap();
     assert!(matches!(var.put(b"", b"x"), Err(Error::EmptyKey)));
+    assert!(matches!(
+        var.get_many(&[b"k", b""], &mut values, &mut found),
+        Err(Error::EmptyKey)
+    ));
     assert!(var.put(b"k", b"").unwrap(), "an empty value is a value");
     assert_eq!(var.get(b"k").unwrap(), Some(Vec::new()));
     assert_eq!(var.len().unwrap(), 1);

@@ -225,6 +225,10 @@ impl Client for PlushBenchClient<'_> {
         Ok(self.store.get_into(key, out)?)
     }
 
+    fn get_many(&mut self, keys: &[&[u8]], outs: &mut [Vec<u8>], found: &mut [bool]) -> Result<()> {
+        Ok(self.store.get_many(keys, outs, found)?)
+    }
+
     fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
         if !self.store.get_into(key, &mut self.scratch)? {
             return Ok(false);

@@ -150,8 +150,8 @@ struct YcsbArgs {
     n_w: Option<u16>,
     /// Reads issued together in one batched call (`get_many`) [default: 1, one `get` each].
     /// Consecutive reads of a thread are batched; each is recorded with its batch's latency.
-    /// The hybrid KV store (`kv`) overlaps a batch's cache misses; other stores read the keys
-    /// one after another.
+    /// The hybrid KV store (`kv`), the B+-tree (`btree`) and Plush (`plush`) overlap a batch's
+    /// cache misses; other stores read the keys one after another.
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=1024))]
     read_batch: u16,

@@ -34,6 +34,7 @@
 //! | capability | |
 //! |---|---|
 //! | point get / put / delete | yes; gets are optimistic (no lock; they retry while a half or entry they read is rewritten) |
+//! | batched gets | [`PlushStore::get_many`]: each stage of a lookup (DRAM entry and level entries, buckets) is started for a round of keys before any is searched; not a snapshot |
 //! | ordered range scans | no (hash partitioning) |
 //! | unordered iteration | a cursor walk over DRAM entries and their subtrees ([`PlushStore::scan`]) |
 //! | concurrent writers | yes, linearizable per key (a key's writers take its DRAM entry's lock in turn) |
@@ -320,6 +321,10 @@ impl std::fmt::Debug for Inner {
     }
 }
 
+/// Most keys a batched lookup ([`Inner::get_many`]) moves through its stages together: about
+/// as many misses as a core keeps in flight (each key starts several).
+const GET_MANY_ROUND: usize = 8;
+
 /// The key as the store handles it: its hash, the word the buckets hold, and (variable
 /// layout) its bytes.
 struct Probe<'a> {
@@ -430,11 +435,16 @@ impl Inner {
     /// such records are skipped.)
     ///
     /// `value`: where a found value's bytes go (`None`: the variable layout reads none).
-    fn find(&self, probe: &Probe<'_>, mut value: Option<&mut Vec<u8>>) -> Result<Option<Found>> {
-        let idx = self.dram_index(probe.hash);
-        self.dram.prefetch(idx);
+    fn find(&self, probe: &Probe<'_>, value: Option<&mut Vec<u8>>) -> Result<Option<Found>> {
+        self.dram.prefetch(self.dram_index(probe.hash));
         self.prefetch_levels(probe.hash);
         self.prefetch_buckets(probe.hash);
+        self.search(probe, value)
+    }
+
+    /// [`Self::find`] without its prefetches (a batched lookup made them for every key first).
+    fn search(&self, probe: &Probe<'_>, mut value: Option<&mut Vec<u8>>) -> Result<Option<Found>> {
+        let idx = self.dram_index(probe.hash);
         let mut restarts = 0;
         'search: loop {
             let skip_dangling = restarts >= 4;
@@ -700,6 +710,47 @@ impl Inner {
             self.find(&probe, Some(value))?,
             Some(Found::Value(_))
         ))
+    }
+
+    /// Batched lookups: `values[i]` receives key `i`'s value and `found[i]` whether it exists.
+    /// A lookup waits for three misses one after another (a level's entry and filter line, its
+    /// bucket, the payload); here each stage is started for a round of keys before any key
+    /// takes the next, so the keys' misses overlap. Each key is then searched exactly as
+    /// [`Self::get_into`] searches it (the batch is not a snapshot).
+    fn get_many(&self, keys: &[&[u8]], values: &mut [Vec<u8>], found: &mut [bool]) -> Result<()> {
+        if values.len() != keys.len() || found.len() != keys.len() {
+            return Err(Error::InvalidArgument(format!(
+                "get_many: {} keys, {} value buffers and {} found flags (must be equal)",
+                keys.len(),
+                values.len(),
+                found.len()
+            )));
+        }
+        let mut probes: smallvec::SmallVec<[Probe<'_>; GET_MANY_ROUND]> = smallvec::SmallVec::new();
+        for (start, round) in (0..)
+            .step_by(GET_MANY_ROUND)
+            .zip(keys.chunks(GET_MANY_ROUND))
+        {
+            probes.clear();
+            for key in round {
+                probes.push(self.probe(key)?);
+            }
+            // Each key's DRAM entry, level entries and (DRAM) filter lines.
+            for p in &probes {
+                self.dram.prefetch(self.dram_index(p.hash));
+                self.prefetch_levels(p.hash);
+            }
+            // The buckets the filters let through, now that the filter lines are in.
+            for p in &probes {
+                self.prefetch_buckets(p.hash);
+            }
+            for (i, p) in probes.iter().enumerate() {
+                self.counters.gets.incr();
+                let value = &mut values[start + i];
+                found[start + i] = matches!(self.search(p, Some(value))?, Some(Found::Value(_)));
+            }
+        }
+        Ok(())
     }
 
     /// Migrates every DRAM half to PMem (the recovery logs then hold nothing live).
@@ -1124,6 +1175,19 @@ impl PlushStore {
     /// holds nothing meaningful.
     pub fn get_into(&self, key: &[u8], value: &mut Vec<u8>) -> Result<bool> {
         self.inner().get_into(key, value)
+    }
+
+    /// Reads a batch of keys: `values[i]` receives key `i`'s value (reusing its allocation)
+    /// and `found[i]` whether it exists (the three slices have equal lengths). The keys'
+    /// cache misses overlap, so scattered keys read faster than one [`Self::get_into`] after
+    /// another; each key is read as `get_into` reads it (the batch is not a snapshot).
+    pub fn get_many(
+        &self,
+        keys: &[&[u8]],
+        values: &mut [Vec<u8>],
+        found: &mut [bool],
+    ) -> Result<()> {
+        self.inner().get_many(keys, values, found)
     }
 
     /// Inserts or replaces `key`; returns whether it was new. Durable when it returns.
@@ -1624,6 +1688,17 @@ impl Store for PlushStore {
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         PlushStore::get(self, key)
+    }
+
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut values = vec![Vec::new(); keys.len()];
+        let mut found = vec![false; keys.len()];
+        PlushStore::get_many(self, keys, &mut values, &mut found)?;
+        Ok(values
+            .into_iter()
+            .zip(found)
+            .map(|(v, f)| f.then_some(v))
+            .collect())
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
