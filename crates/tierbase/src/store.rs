@@ -113,6 +113,36 @@ pub struct StoreDescription {
     pub ordered: bool,
 }
 
+/// Checks the slices of a batched read into caller buffers (`values[i]` and `found[i]` are
+/// key `i`'s): their lengths must be equal.
+pub(crate) fn check_batch(keys: &[&[u8]], values: &[Vec<u8>], found: &[bool]) -> Result<()> {
+    if values.len() != keys.len() || found.len() != keys.len() {
+        return Err(Error::InvalidArgument(format!(
+            "get_many: {} keys, {} value buffers and {} found flags (must be equal)",
+            keys.len(),
+            values.len(),
+            found.len()
+        )));
+    }
+    Ok(())
+}
+
+/// [`Store::get_many`] of a store whose batched read fills caller buffers: runs `read` on
+/// fresh buffers and returns each key's value if it was found.
+pub(crate) fn get_many_into(
+    keys: &[&[u8]],
+    read: impl FnOnce(&mut [Vec<u8>], &mut [bool]) -> Result<()>,
+) -> Result<Vec<Option<Vec<u8>>>> {
+    let mut values = vec![Vec::new(); keys.len()];
+    let mut found = vec![false; keys.len()];
+    read(&mut values, &mut found)?;
+    Ok(values
+        .into_iter()
+        .zip(found)
+        .map(|(v, f)| f.then_some(v))
+        .collect())
+}
+
 /// A key-value store the engine's front ends can drive. `Send + Sync`: one handle is shared
 /// by every thread or task.
 pub trait Store: Send + Sync + std::fmt::Debug {

@@ -718,14 +718,7 @@ impl Inner {
     /// takes the next, so the keys' misses overlap. Each key is then searched exactly as
     /// [`Self::get_into`] searches it (the batch is not a snapshot).
     fn get_many(&self, keys: &[&[u8]], values: &mut [Vec<u8>], found: &mut [bool]) -> Result<()> {
-        if values.len() != keys.len() || found.len() != keys.len() {
-            return Err(Error::InvalidArgument(format!(
-                "get_many: {} keys, {} value buffers and {} found flags (must be equal)",
-                keys.len(),
-                values.len(),
-                found.len()
-            )));
-        }
+        crate::store::check_batch(keys, values, found)?;
         let mut probes: smallvec::SmallVec<[Probe<'_>; GET_MANY_ROUND]> = smallvec::SmallVec::new();
         for (start, round) in (0..)
             .step_by(GET_MANY_ROUND)
@@ -1691,14 +1684,9 @@ impl Store for PlushStore {
     }
 
     fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
-        let mut values = vec![Vec::new(); keys.len()];
-        let mut found = vec![false; keys.len()];
-        PlushStore::get_many(self, keys, &mut values, &mut found)?;
-        Ok(values
-            .into_iter()
-            .zip(found)
-            .map(|(v, f)| f.then_some(v))
-            .collect())
+        crate::store::get_many_into(keys, |values, found| {
+            PlushStore::get_many(self, keys, values, found)
+        })
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {

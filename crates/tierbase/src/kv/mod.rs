@@ -997,14 +997,9 @@ impl Store for KvStore {
     }
 
     fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
-        let mut values = vec![Vec::new(); keys.len()];
-        let mut found = vec![false; keys.len()];
-        KvStore::get_many(self, keys, &mut values, &mut found)?;
-        Ok(values
-            .into_iter()
-            .zip(found)
-            .map(|(v, f)| f.then_some(v))
-            .collect())
+        crate::store::get_many_into(keys, |values, found| {
+            KvStore::get_many(self, keys, values, found)
+        })
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {

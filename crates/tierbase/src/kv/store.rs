@@ -696,14 +696,7 @@ impl Inner {
         found: &mut [bool],
         scratch: &mut Vec<u8>,
     ) -> Result<()> {
-        if values.len() != keys.len() || found.len() != keys.len() {
-            return Err(Error::InvalidArgument(format!(
-                "get_many: {} keys, {} value buffers and {} found flags (must be equal)",
-                keys.len(),
-                values.len(),
-                found.len()
-            )));
-        }
+        crate::store::check_batch(keys, values, found)?;
         // Every key is checked before any is read: a bad key fails the call as a whole.
         for key in keys {
             self.check_key(key)?;
