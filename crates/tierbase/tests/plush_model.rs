@@ -1,8 +1,9 @@
 //! Model-based property tests of the Plush store (`tierbase::hash`): random sequences of
-//! `put`, `delete`, `upsert`, `remove`, `get`, batched `get_many`, `modify`, bursts of writes (which switch DRAM
-//! halves, migrate them and cascade through the PMem levels), `checkpoint`, `scan`, `len`,
-//! reopen (close, open) and crash (drop without close, open: the logs are replayed) against a
-//! `BTreeMap`, in both layouts, with and without a background migrator, on a small geometry;
+//! `put`, `delete`, `upsert`, `remove`, `get`, batched `get_many`, `modify`, bursts of
+//! writes (which switch DRAM halves, migrate them and cascade through the PMem levels),
+//! `checkpoint`, `scan`, `len`, reopen (close, open) and crash (drop without close, open: the
+//! logs are replayed) against a `BTreeMap`, in both layouts, with and without a background
+//! migrator, on a small geometry;
 //! and the same partitioned by range, with ordered scans (`range`, walked in steps from random
 //! bounds) checked against the model's ranges.
 //!
