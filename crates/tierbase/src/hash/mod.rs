@@ -714,9 +714,11 @@ impl Inner {
 
     /// Batched lookups: `values[i]` receives key `i`'s value and `found[i]` whether it exists.
     /// A lookup waits for three misses one after another (a level's entry and filter line, its
-    /// bucket, the payload); here each stage is started for a round of keys before any key
-    /// takes the next, so the keys' misses overlap. Each key is then searched exactly as
-    /// [`Self::get_into`] searches it (the batch is not a snapshot).
+    /// bucket, the payload); here the first two stages are started for a round of keys before
+    /// any key takes the next, so the keys' misses overlap. The payload's miss is left to the
+    /// search: prefetching it as a third stage measured slower (docs/BENCHMARKS.md, Figure
+    /// 36). Each key is then searched exactly as [`Self::get_into`] searches it (the batch is
+    /// not a snapshot).
     fn get_many(&self, keys: &[&[u8]], values: &mut [Vec<u8>], found: &mut [bool]) -> Result<()> {
         crate::store::check_batch(keys, values, found)?;
         let mut probes: smallvec::SmallVec<[Probe<'_>; GET_MANY_ROUND]> = smallvec::SmallVec::new();
@@ -1171,9 +1173,10 @@ impl PlushStore {
     }
 
     /// Reads a batch of keys: `values[i]` receives key `i`'s value (reusing its allocation)
-    /// and `found[i]` whether it exists (the three slices have equal lengths). The keys'
-    /// cache misses overlap, so scattered keys read faster than one [`Self::get_into`] after
-    /// another; each key is read as `get_into` reads it (the batch is not a snapshot).
+    /// and `found[i]` whether it exists (the three slices have equal lengths). Part of the
+    /// keys' cache misses overlap, so scattered keys read somewhat faster than one
+    /// [`Self::get_into`] after another (1.08× in Figure 36); each key is read as `get_into`
+    /// reads it (the batch is not a snapshot).
     pub fn get_many(
         &self,
         keys: &[&[u8]],
