@@ -185,6 +185,9 @@ pub struct BenchPlan {
     pub mini_page_percent: Option<u8>,
     /// Page size of stores with pages (see [`StoreOptions::page_size`]).
     pub page_size: Option<usize>,
+    /// B-tree point reads pass inner pages optimistically (see
+    /// [`StoreOptions::optimistic_reads`]).
+    pub optimistic_reads: bool,
     /// Charge RocksDB's memtables to the DRAM budget (see
     /// [`StoreOptions::memtables_in_budget`]).
     pub memtables_in_budget: bool,
@@ -229,6 +232,7 @@ impl BenchPlan {
             nvm_pages: false,
             mini_page_percent: None,
             page_size: None,
+            optimistic_reads: false,
             memtables_in_budget: false,
             read_batch: 1,
             latency_every: 1,
@@ -364,6 +368,7 @@ fn run_repetition(
     opts.nvm_pages = plan.nvm_pages;
     opts.mini_page_percent = plan.mini_page_percent;
     opts.page_size = plan.page_size;
+    opts.optimistic_reads = plan.optimistic_reads;
     opts.memtables_in_budget = plan.memtables_in_budget;
     let store = open_store(&plan.store, &opts)?;
     let info = store.info();

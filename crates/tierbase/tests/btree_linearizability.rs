@@ -66,6 +66,8 @@ struct Variant {
     nvm_slots: u64,
     /// The NVM-direct design (pages changed in place in NVM; `frames` unused).
     direct: bool,
+    /// Point reads pass the inner pages without latches (`BTreeOptions::optimistic_reads`).
+    optimistic: bool,
     rounds: u64,
 }
 
@@ -83,6 +85,7 @@ const BASE: Variant = Variant {
     write_back_batch: 1,
     nvm_slots: 0,
     direct: false,
+    optimistic: false,
     rounds: 16,
 };
 
@@ -357,6 +360,8 @@ struct Figures {
     nvm_spills: u64,
     nvm_line_loads: u64,
     mini_loads: u64,
+    /// Point reads that reached their leaf without latching the inner pages.
+    optimistic: u64,
 }
 
 /// One round on a fresh store: the workers' history plus a final read of every key.
@@ -366,7 +371,8 @@ fn round(v: &Variant, seed: u64) -> (Outcome, Figures) {
         .page_size(v.page_size)
         .dram_bytes(v.frames * v.page_size as u64)
         .durability(Durability::Immediate)
-        .write_back_batch(v.write_back_batch);
+        .write_back_batch(v.write_back_batch)
+        .optimistic_reads(v.optimistic);
     let opts = if v.nvm_slots > 0 {
         opts.nvm_bytes(8192 + v.nvm_slots * (v.page_size as u64 + 8))
             .nvm_admission(Admission::All)
@@ -441,6 +447,7 @@ fn round(v: &Variant, seed: u64) -> (Outcome, Figures) {
     figures.evictions = stat(&store, "evictions");
     figures.warmed = stat(&store, "writer_early_descents");
     figures.height = stat(&store, "height");
+    figures.optimistic = stat(&store, "optimistic_descents");
     if v.nvm_slots > 0 {
         figures.nvm_hits = stat(&store, "nvm_hits");
         figures.nvm_spills = stat(&store, "nvm_spills");
@@ -464,6 +471,11 @@ fn run(name: &str, v: Variant) -> Vec<Figures> {
         assert!(
             figures.scans > 0,
             "{name}: the scanner never finished a scan"
+        );
+        assert_eq!(
+            figures.optimistic > 0,
+            v.optimistic && !v.direct,
+            "{name}: optimistic descents {figures:?}"
         );
         if std::env::var("DBG").is_ok() {
             eprintln!("DBG {name} {figures:?}");
@@ -506,6 +518,7 @@ fn nvm_direct_hot_keys_are_linearizable() {
         checkpointer: true,
         prefix: 100,
         direct: true,
+        optimistic: true, // ignored: NVM direct couples latches
         rounds: 8,
         ..BASE
     };
@@ -523,6 +536,7 @@ fn small_pool_evicts_constantly() {
         large_values: true,
         checkpointer: true,
         prefix: 100,
+        optimistic: true, // reads of inner pages race their eviction and reloading
         ..BASE
     };
     for f in run("16-frame pool", v) {
@@ -547,6 +561,7 @@ fn small_pool_over_an_nvm_tier() {
         checkpointer: true,
         prefix: 100,
         nvm_slots: 48,
+        optimistic: true,
         rounds: 8,
         ..BASE
     };
@@ -573,11 +588,13 @@ fn small_pool_over_an_nvm_tier() {
 
 #[test]
 fn splits_and_merges_around_the_hot_keys() {
+    // Gets pass the inner pages optimistically, racing the splits and merges.
     let v = Variant {
         filler_percent: 35,
         large_values: true,
         stable: 600,
         prefix: 200,
+        optimistic: true,
         ..BASE
     };
     for f in run("fillers with values near max_inline", v) {

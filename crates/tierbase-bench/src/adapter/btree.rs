@@ -88,6 +88,7 @@ pub fn options(o: &StoreOptions, tiers: Tiers) -> Result<BTreeOptions> {
     if let Some(ps) = o.page_size {
         opts = opts.page_size(ps);
     }
+    opts.optimistic_reads = o.optimistic_reads;
     opts.block = BlockOptions {
         emulate: o.emulate.clone(),
         ..BlockOptions::default()
@@ -252,6 +253,8 @@ impl Store for BTreeBenchStore {
                             | "nvm_line_loads"
                             | "mini_loads"
                             | "mini_promotions"
+                            | "optimistic_descents"
+                            | "optimistic_restarts"
                             | "nvm_slot_lines_written"
                             | "nvm_line_write_backs"
                             | "nvm_hottest_slot_line_writes"

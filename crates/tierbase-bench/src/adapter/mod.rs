@@ -248,6 +248,9 @@ pub struct StoreOptions {
     pub mini_page_percent: Option<u8>,
     /// Page size in bytes of the B-tree stores (`None`: the store's default, 16 KiB).
     pub page_size: Option<usize>,
+    /// B-tree stores: point reads pass the inner pages without latching them
+    /// (`BTreeOptions::optimistic_reads`). Others ignore it.
+    pub optimistic_reads: bool,
     /// RocksDB with a DRAM budget: charge its memtables to the budget (two write buffers of
     /// an eighth of it; the block cache gets the other three quarters and holds the index
     /// blocks too), so that its caches and write buffers together are the budget (table
@@ -279,6 +282,7 @@ impl StoreOptions {
             nvm_pages: false,
             mini_page_percent: None,
             page_size: None,
+            optimistic_reads: false,
             memtables_in_budget: false,
         }
     }

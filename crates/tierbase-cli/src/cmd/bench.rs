@@ -174,6 +174,11 @@ struct YcsbArgs {
     /// from 4K to 64K [default: 16K].
     #[arg(long, value_name = "SIZE", value_parser = crate::util::parse_size)]
     page_size: Option<u64>,
+    /// B-tree stores: point reads pass the inner pages without latching them (optimistic
+    /// lock coupling; off by default: slower on the 2-vCPU machines it was measured on, see
+    /// docs/BENCHMARKS.md Figure 37). Ignored by `btree-direct`.
+    #[arg(long)]
+    optimistic_reads: bool,
     /// RocksDB stores with --dram: charge their memtables to the budget (two write buffers of
     /// an eighth of it; the block cache gets the rest and holds the index blocks too)
     /// [default: the block cache is --dram, the memtables (64 MiB each) come on top].
@@ -794,6 +799,7 @@ fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
         .page_size
         .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
     plan.memtables_in_budget = a.memtables_in_budget;
+    plan.optimistic_reads = a.optimistic_reads;
     if let Some(name) = &a.emulate {
         let catalogue = ctx.catalogue()?;
         plan.emulate = Some(catalogue.require(name)?.clone());

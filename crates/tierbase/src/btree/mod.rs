@@ -166,6 +166,16 @@ pub struct BTreeOptions {
     /// the undo log (an eighth of it, 64 pages to 16 MiB) and the pages: a store that
     /// outgrows it refuses writes with [`Error::StoreFull`]. An existing store keeps its design.
     pub nvm_direct: bool,
+    /// Whether point reads pass the inner pages without latching them (default false):
+    /// optimistic lock coupling over the frames' hybrid latches (the page's version read
+    /// before and validated after; see `buffer::RacyPage`), so that readers write nothing to
+    /// the latches every descent shares. Off by default because on the 2-vCPU machines it was
+    /// measured on it is slower (YCSB C in DRAM 0.89× latch coupling with one thread, 0.88×
+    /// with two, docs/BENCHMARKS.md Figure 37): a latch nobody else holds costs less there
+    /// than reading a page through version-checked loads. It is meant for many cores, where
+    /// every reader's write to the root's latch moves that line between them — not measured
+    /// here. NVM direct always couples latches.
+    pub optimistic_reads: bool,
 }
 
 impl Default for BTreeOptions {
@@ -187,6 +197,7 @@ impl Default for BTreeOptions {
             nvm_hand_over: true,
             mini_page_percent: None,
             nvm_direct: false,
+            optimistic_reads: false,
         }
     }
 }
@@ -251,6 +262,13 @@ impl BTreeOptions {
     /// [`BTreeOptions::nvm_hand_over`]).
     pub fn nvm_hand_over(mut self, on: bool) -> Self {
         self.nvm_hand_over = on;
+        self
+    }
+
+    /// Sets whether point reads pass inner pages optimistically (see
+    /// [`BTreeOptions::optimistic_reads`]).
+    pub fn optimistic_reads(mut self, on: bool) -> Self {
+        self.optimistic_reads = on;
         self
     }
 
@@ -926,7 +944,8 @@ impl BTreeStore {
             free_head: 0,
             count: 0,
         };
-        let tree = Tree::new(pool, placeholder, redo_gen, log.clone());
+        let mut tree = Tree::new(pool, placeholder, redo_gen, log.clone());
+        tree.optimistic_reads = opts.optimistic_reads && tree.pool.direct().is_none();
         let logs = devs.logs;
         let mut restart = RestartReport {
             nvm_pages: nvm_report.0,
@@ -1528,6 +1547,15 @@ impl Inner {
                     .map_or_else(|e| format!("unreadable: {e}"), |h| h.to_string()),
             ),
             ("page_size".into(), p.page_size().to_string()),
+            (
+                "optimistic_reads".into(),
+                if self.tree.optimistic_reads {
+                    "on"
+                } else {
+                    "off"
+                }
+                .into(),
+            ),
             ("dram_budget_bytes".into(), self.dram_budget.to_string()),
             (
                 "pool_bytes".into(),
@@ -1594,6 +1622,14 @@ impl Inner {
             (
                 "leaf_writer_parks".into(),
                 self.tree.leaf_writer_parks.get().to_string(),
+            ),
+            (
+                "optimistic_descents".into(),
+                self.tree.optimistic_descents.get().to_string(),
+            ),
+            (
+                "optimistic_restarts".into(),
+                self.tree.optimistic_restarts.get().to_string(),
             ),
             (
                 "read_batches".into(),

@@ -235,7 +235,7 @@ impl<'a> Node<'a> {
 }
 
 fn u16_in<B: PageBytes>(b: &mut B, at: usize) -> std::result::Result<usize, B::Error> {
-    Ok(u16_at(b.bytes(at, 2)?, 0))
+    Ok(usize::from(b.u16_at(at)?))
 }
 
 /// The key of entry `i`, its value's offset and length, and whether the value is an
@@ -245,9 +245,40 @@ fn cell_in<B: PageBytes>(
     i: usize,
 ) -> std::result::Result<(usize, usize, usize, bool), B::Error> {
     let c = u16_in(b, HEADER + i * SLOT)?;
-    let head = b.bytes(c, CELL_HEAD)?;
-    let (k, v) = (u16_at(head, 0), u16_at(head, 2));
+    let lengths = b.u32_at(c)? as usize;
+    let (k, v) = (lengths & 0xffff, lengths >> 16);
     Ok((c + CELL_HEAD, k & !REF_FLAG, v, k & REF_FLAG != 0))
+}
+
+/// How entry `i`'s key compares with `key`, compared where it lies (no copy).
+fn compare_key_in<B: PageBytes>(
+    b: &mut B,
+    i: usize,
+    key: &[u8],
+) -> std::result::Result<Ordering, B::Error> {
+    let (at, k, ..) = cell_in(b, i)?;
+    compare_at(b, at, k, key)
+}
+
+/// How the `len` bytes at `at` compare with `key` (shorter sorts first on a common start).
+fn compare_at<B: PageBytes>(
+    b: &mut B,
+    at: usize,
+    len: usize,
+    key: &[u8],
+) -> std::result::Result<Ordering, B::Error> {
+    let n = len.min(key.len());
+    Ok(b.compare(at, &key[..n])?.then(len.cmp(&key.len())))
+}
+
+/// Whether entry `i`'s key starts with `prefix`.
+fn starts_with_in<B: PageBytes>(
+    b: &mut B,
+    i: usize,
+    prefix: &[u8],
+) -> std::result::Result<bool, B::Error> {
+    let (at, k, ..) = cell_in(b, i)?;
+    Ok(k >= prefix.len() && b.compare(at, prefix)? == Ordering::Equal)
 }
 
 fn key_in<B: PageBytes>(b: &mut B, i: usize) -> std::result::Result<&[u8], B::Error> {
@@ -284,6 +315,27 @@ pub fn insert_lines_in<B: PageBytes>(
     Ok(true)
 }
 
+/// Inner page: the child `key` routes to (as [`Node::route`] and [`Node::child_at`]), read
+/// through `b`. On bytes read without a latch the result means nothing until the read is
+/// validated; it is never out of the page's bounds (`b` refuses such ranges).
+#[inline]
+pub fn child_for_in<B: PageBytes>(b: &mut B, key: &[u8]) -> std::result::Result<u64, B::Error> {
+    let at = match search_in(b, key)? {
+        Ok(i) => Some(i),
+        Err(0) => None,
+        Err(i) => Some(i - 1),
+    };
+    Ok(match at {
+        None => b.u64_at(32)?,
+        Some(i) => {
+            let (c, k, v, _) = cell_in(b, i)?;
+            // A child id is 8 bytes; another length is a page mid-change (or damaged), and
+            // reads as id 0, which no tree page has.
+            if v == 8 { b.u64_at(c + k)? } else { 0 }
+        }
+    })
+}
+
 /// Value of entry `i` as stored, and whether it is an overflow reference.
 pub fn value_in<B: PageBytes>(b: &mut B, i: usize) -> std::result::Result<(&[u8], bool), B::Error> {
     let (at, k, v, is_ref) = cell_in(b, i)?;
@@ -316,8 +368,7 @@ pub fn search_in<B: PageBytes>(
     key: &[u8],
 ) -> std::result::Result<std::result::Result<usize, usize>, B::Error> {
     // Count (at 6) and prefix length (at 40), both in the header's line.
-    let header = b.bytes(0, 42)?;
-    let (count, p) = (u16_at(header, 6), u16_at(header, 40));
+    let (count, p) = (u16_in(b, 6)?, u16_in(b, 40)?);
     if count == 0 || key.len() < p {
         return search_full_in(b, count, key);
     }
@@ -327,18 +378,18 @@ pub fn search_in<B: PageBytes>(
     let (mut lo, mut hi) = (0, count);
     while lo < hi {
         let mid = (lo + hi) / 2;
-        let at = HEADER + mid * SLOT + 2;
-        let slot_head = u32::from_be_bytes(b.bytes(at, 4)?.try_into().expect("4 bytes"));
+        let slot_head = b.u32_be_at(HEADER + mid * SLOT + 2)?;
         let order = match slot_head.cmp(&h) {
             Ordering::Equal => {
-                let k = key_in(b, mid)?;
+                let (at, k, ..) = cell_in(b, mid)?;
                 if !shares_checked {
-                    if k.get(..p) != Some(prefix) {
+                    if k < p || b.compare(at, prefix)? != Ordering::Equal {
                         return search_full_in(b, count, key);
                     }
                     shares_checked = true;
                 }
-                k.get(p..).unwrap_or(&[]).cmp(rest)
+                // A key shorter than the prefix (a damaged page) compares as empty.
+                compare_at(b, at + p.min(k), k.saturating_sub(p), rest)?
             }
             other => other,
         };
@@ -349,7 +400,7 @@ pub fn search_in<B: PageBytes>(
         }
     }
     // Entry 0's cell, not one near `lo`: on a hot inner page (the root) it stays cached.
-    if !shares_checked && key_in(b, 0)?.get(..p) != Some(prefix) {
+    if !shares_checked && !starts_with_in(b, 0, prefix)? {
         return search_full_in(b, count, key);
     }
     Ok(Err(lo))
@@ -396,7 +447,7 @@ fn search_full_in<B: PageBytes>(
     let (mut lo, mut hi) = (0, count);
     while lo < hi {
         let mid = (lo + hi) / 2;
-        match key_in(b, mid)?.cmp(key) {
+        match compare_key_in(b, mid, key)? {
             Ordering::Less => lo = mid + 1,
             Ordering::Greater => hi = mid,
             Ordering::Equal => return Ok(Ok(mid)),

@@ -8,7 +8,10 @@
 //! (`wal`), frames and eviction (`buffer`), or the page byte layout (`node`).
 //!
 //! Concurrency: readers fix pages shared, top-down, holding the parent until the child is
-//! fixed (latch coupling); the root is re-checked after it is fixed. A batched read
+//! fixed (latch coupling); the root is re-checked after it is fixed. With the store's
+//! `optimistic_reads` option, point reads instead pass the inner pages without latching them
+//! (optimistic lock coupling over the frames' hybrid latches, [`Tree::leaf_optimistic`]) and
+//! fix only their leaf. A batched read
 //! ([`Tree::get_many`]) routes all its keys before it fixes their leaves, holding the writer
 //! lock shared meanwhile so that the structure stays put. Writers share one
 //! reader-writer lock (the writer lock). A single put, update or delete that changes its leaf
@@ -45,7 +48,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use parking_lot::RwLock;
 
 use super::node::{self, Kind, Node, NodeMut};
-use crate::buffer::{BufferPool, Fixed, ForWrite, PageBytes, PageRead, PageWrite, Verify};
+use crate::buffer::{
+    BufferPool, Fixed, ForWrite, PageBytes, PageRead, PageWrite, RacyPage, Torn, Verify,
+};
 use crate::device::Counter;
 use crate::error::{Error, Result};
 use crate::wal::{FRAME_HEADER, Wal};
@@ -66,6 +71,9 @@ const WARM_KEYS: usize = 64;
 /// shared for 1–2 µs in DRAM; a leaf writer waits for an exclusive one, which splits a leaf in
 /// microseconds (a batch or a checkpoint takes longer, and the waiter then parks).
 const WRITER_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Optimistic descents a point read tries before it couples latches ([`Tree::leaf_for`]).
+const OPTIMISTIC_TRIES: usize = 3;
 
 /// The LSN of a leaf a leaf writer has changed but not yet logged ([`Tree::change_in_leaf`]).
 const UNLOGGED_LSN: u64 = u64::MAX;
@@ -282,6 +290,16 @@ pub(crate) struct Tree {
     /// Puts, updates and deletes made by leaf writers, beside other writers
     /// ([`Tree::change_in_leaf`]).
     pub(crate) leaf_writes: Counter,
+    /// Point reads pass the inner pages optimistically ([`Tree::leaf_optimistic`]; the
+    /// store's `optimistic_reads` option, never in NVM direct).
+    pub(crate) optimistic_reads: bool,
+    /// Point reads that reached their leaf through the inner pages without latching them
+    /// ([`Tree::leaf_optimistic`]).
+    pub(crate) optimistic_descents: Counter,
+    /// Optimistic descents given up: a page on the way was changed, latched exclusively or
+    /// not in DRAM. Each is retried, [`OPTIMISTIC_TRIES`] times at most before the read
+    /// couples latches.
+    pub(crate) optimistic_restarts: Counter,
 }
 
 /// What a leaf writer does ([`Tree::change_in_leaf`]).
@@ -502,6 +520,9 @@ impl Tree {
             leaf_writer_parks: Counter::default(),
             read_batches: Counter::default(),
             leaf_writes: Counter::default(),
+            optimistic_reads: false,
+            optimistic_descents: Counter::default(),
+            optimistic_restarts: Counter::default(),
         }
     }
 
@@ -586,6 +607,15 @@ impl Tree {
     /// [`BufferPool::fix_lines`], or the read of a same-size update made by lines), else
     /// whole.
     fn leaf_for(&self, key: &[u8], by_lines: bool) -> Result<Fixed<'_>> {
+        if self.optimistic_reads {
+            for _ in 0..OPTIMISTIC_TRIES {
+                if let Some(leaf) = self.leaf_optimistic(key, by_lines)? {
+                    self.optimistic_descents.incr();
+                    return Ok(leaf);
+                }
+                self.optimistic_restarts.incr();
+            }
+        }
         let mut page = self.fix_root()?;
         for _ in 0..MAX_DEPTH {
             let n = Node(page.bytes());
@@ -622,6 +652,97 @@ impl Tree {
             page = next;
         }
         Err(corrupt(format!("tree deeper than {MAX_DEPTH} levels")))
+    }
+
+    /// [`Tree::leaf_for`] through the inner pages without latching them (optimistic lock
+    /// coupling, as in LeanStore): each inner page is read through
+    /// [`BufferPool::read_optimistic`], its child's read (or, for the leaf, its fix) starts
+    /// before the page is validated again, so that a validated page vouches for the child it
+    /// named. Readers so write nothing to the inner pages' latches, which every descent shares
+    /// (the root's line no longer moves between cores on each read). `None` when anything on
+    /// the way moved or is not in DRAM: retry, or couple latches, which also reports damage
+    /// (a page of the wrong kind or level only sends this path back).
+    fn leaf_optimistic(&self, key: &[u8], by_lines: bool) -> Result<Option<Fixed<'_>>> {
+        let root = self.root.load(Ordering::Acquire);
+        let mut page = self.pool.racy_page();
+        let Some(mut read) = self.pool.read_optimistic(root, &mut page) else {
+            return Ok(None);
+        };
+        // A root split publishes the new root before it lets the old one go: a version read
+        // after the split sees the new root here.
+        if self.root.load(Ordering::Acquire) != root {
+            return Ok(None);
+        }
+        let (mut pid, mut level) = (root, None);
+        for _ in 0..MAX_DEPTH {
+            let routed = Self::route_racy(&mut page, pid, level, key);
+            let (at, child) = match routed {
+                Ok(Some(next)) => next,
+                // The root is a leaf (a small tree): fix it as latch coupling would.
+                Ok(None) if level.is_none() => {
+                    let page = self.fix_root()?;
+                    if Node(page.bytes()).kind() != Some(Kind::Leaf) {
+                        return Ok(None);
+                    }
+                    return Ok(Some(Fixed::Whole(page)));
+                }
+                Ok(None) | Err(Torn) => return Ok(None),
+            };
+            if at == 1 {
+                // The child is fixed, perhaps read from the device: its id must be real.
+                if !self.pool.validate(read) {
+                    return Ok(None);
+                }
+                let leaf = if by_lines {
+                    self.pool.fix_lines(child)
+                } else {
+                    self.pool.fix_shared(child).map(Fixed::Whole)
+                };
+                if !self.pool.validate(read) {
+                    return Ok(None); // the parent changed: the leaf may not be the key's
+                }
+                let mut leaf = leaf?;
+                if leaf.bytes(4, 2)? != [Kind::Leaf as u8, 0] {
+                    return Ok(None);
+                }
+                return Ok(Some(leaf));
+            }
+            // `child` may be garbage until this page is validated, after the child's read
+            // has started (so that the page vouches for the child it named); looking a
+            // garbage id up is harmless.
+            let Some(next) = self.pool.read_optimistic(child, &mut page) else {
+                return Ok(None);
+            };
+            if !self.pool.validate(read) {
+                return Ok(None);
+            }
+            (read, pid, level) = (next, child, Some(at - 1));
+        }
+        Ok(None)
+    }
+
+    /// An inner page `pid`, read without its latch: its level and the child `key` routes to;
+    /// `None` for a leaf. [`Torn`] when the bytes are not page `pid` at level `level` (if
+    /// given): changed meanwhile, or another page by now.
+    fn route_racy(
+        page: &mut RacyPage<'_>,
+        pid: u64,
+        level: Option<u8>,
+        key: &[u8],
+    ) -> std::result::Result<Option<(u8, u64)>, Torn> {
+        // Kind and level (bytes 4 and 5), and the page's id.
+        let kind_level = page.u16_at(4)?.to_le_bytes();
+        let (kind, at, id) = (kind_level[0], kind_level[1], page.u64_at(16)?);
+        if id != pid || level.is_some_and(|l| l != at) {
+            return Err(Torn);
+        }
+        if kind == Kind::Leaf as u8 && at == 0 {
+            return Ok(None);
+        }
+        if kind != Kind::Inner as u8 || at == 0 {
+            return Err(Torn);
+        }
+        Ok(Some((at, node::child_for_in(page, key)?)))
     }
 
     /// The value of `key`.

@@ -52,6 +52,7 @@ use super::nvm::LINE;
 use super::{BufferPool, FrameData, NO_PAGE, PageRead, Verify};
 use crate::device::cpu::line_runs;
 use crate::error::{Error, Result};
+use crate::sync::HybridWriteGuard;
 
 /// Most lines a page has (64 KiB pages).
 const MAX_LINES: usize = 65536 / LINE;
@@ -113,6 +114,44 @@ pub trait PageBytes {
     type Error;
     /// Bytes `[at, at + len)` of the page.
     fn bytes(&mut self, at: usize, len: usize) -> std::result::Result<&[u8], Self::Error>;
+    /// The little-endian `u16` at `at` (a page read without a copy overrides the three
+    /// readers below; the others read through [`PageBytes::bytes`]).
+    #[inline]
+    fn u16_at(&mut self, at: usize) -> std::result::Result<u16, Self::Error> {
+        Ok(u16::from_le_bytes(
+            self.bytes(at, 2)?.try_into().expect("2 bytes"),
+        ))
+    }
+    /// The little-endian `u64` at `at`.
+    #[inline]
+    fn u64_at(&mut self, at: usize) -> std::result::Result<u64, Self::Error> {
+        Ok(u64::from_le_bytes(
+            self.bytes(at, 8)?.try_into().expect("8 bytes"),
+        ))
+    }
+    /// The little-endian `u32` at `at`.
+    #[inline]
+    fn u32_at(&mut self, at: usize) -> std::result::Result<u32, Self::Error> {
+        Ok(u32::from_le_bytes(
+            self.bytes(at, 4)?.try_into().expect("4 bytes"),
+        ))
+    }
+    /// The big-endian `u32` at `at`.
+    #[inline]
+    fn u32_be_at(&mut self, at: usize) -> std::result::Result<u32, Self::Error> {
+        Ok(u32::from_be_bytes(
+            self.bytes(at, 4)?.try_into().expect("4 bytes"),
+        ))
+    }
+    /// How bytes `[at, at + other.len())` compare with `other`.
+    #[inline]
+    fn compare(
+        &mut self,
+        at: usize,
+        other: &[u8],
+    ) -> std::result::Result<std::cmp::Ordering, Self::Error> {
+        Ok(self.bytes(at, other.len())?.cmp(other))
+    }
 }
 
 impl PageBytes for &[u8] {
@@ -706,12 +745,12 @@ impl<'a> Fixed<'a> {
     fn from_write(
         pool: &'a BufferPool,
         frame: &'a super::Frame,
-        guard: RwLockWriteGuard<'a, FrameData>,
+        guard: HybridWriteGuard<'a, FrameData>,
     ) -> Self {
         match PageLines::of_frame(pool, frame, guard) {
             Ok(page) => Fixed::Lines(page),
             Err(guard) => Fixed::Whole(PageRead {
-                guard: RwLockWriteGuard::downgrade(guard),
+                guard: guard.downgrade(),
             }),
         }
     }
@@ -744,7 +783,7 @@ impl<'a> ForWrite<'a> {
     fn new(
         pool: &'a BufferPool,
         frame: &'a super::Frame,
-        guard: RwLockWriteGuard<'a, FrameData>,
+        guard: HybridWriteGuard<'a, FrameData>,
     ) -> Self {
         match PageLines::of_frame(pool, frame, guard) {
             Ok(page) => ForWrite::Lines(page),
@@ -763,7 +802,7 @@ pub struct PageLines<'a> {
 #[derive(Debug)]
 enum LineFrame<'a> {
     /// A full frame with a resident mask.
-    Full(&'a super::Frame, RwLockWriteGuard<'a, FrameData>),
+    Full(&'a super::Frame, HybridWriteGuard<'a, FrameData>),
     /// A mini page (tagged frame index).
     Mini(u32, RwLockWriteGuard<'a, MiniData>),
 }
@@ -774,8 +813,8 @@ impl<'a> PageLines<'a> {
     fn of_frame(
         pool: &'a BufferPool,
         frame: &'a super::Frame,
-        guard: RwLockWriteGuard<'a, FrameData>,
-    ) -> std::result::Result<Self, RwLockWriteGuard<'a, FrameData>> {
+        guard: HybridWriteGuard<'a, FrameData>,
+    ) -> std::result::Result<Self, HybridWriteGuard<'a, FrameData>> {
         if guard.lines.is_some() {
             Ok(PageLines {
                 pool,

@@ -8,6 +8,12 @@
 //! (checksum, LSN and page id, see [`PAGE_PREFIX`]), or the log's format — the log is reached
 //! only through [`WalRule`].
 //!
+//! Frames have hybrid latches ([`crate::sync::HybridLatch`]): besides shared and exclusive
+//! fixes, a page in a whole DRAM frame can be read optimistically
+//! ([`BufferPool::read_optimistic`]) — no write to the latch's line, the read validated
+//! afterwards against the frame's version, which every exclusive fix (a change, a load, an
+//! eviction) moves. See [`RacyPage`] for what such a read may see before it is validated.
+//!
 //! Rules it keeps:
 //! - **WAL rule**: a page is written only after the log is durable up to the page's LSN.
 //! - **No steal**: a page whose LSN is beyond what the log has been handed
@@ -43,10 +49,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::{Mutex, RwLockReadGuard};
 
-use crate::device::{AlignedBuf, BlockDevice, Counter, Io};
+use crate::device::{AlignedBuf, BlockDevice, Counter, Io, RacyView};
 use crate::error::{Error, Result};
+use crate::sync::{HybridLatch, HybridWriteGuard};
 pub use lines::{ChangedLines, Charged, Fixed, ForWrite, MINI_PAGE_BYTES, PageBytes, PageLines};
 
 /// Bytes every page starts with: `u32` checksum (crc32c of bytes 4..), `u32` owned by the
@@ -85,7 +92,7 @@ pub struct FrameData {
 
 #[derive(Debug)]
 struct Frame {
-    data: RwLock<FrameData>,
+    data: HybridLatch<FrameData>,
     referenced: AtomicBool,
     /// A checkpoint is writing a copy of this page: it must not be evicted meanwhile (its own
     /// write could land after the checkpoint's older copy).
@@ -103,13 +110,16 @@ struct Frame {
     /// Where the frame's page bytes are: a buffer is never replaced, so [`BufferPool::prefetch`]
     /// may hint at them without the latch.
     page_addr: usize,
+    /// The frame's bytes for optimistic readers (`None`: a heap buffer, never read so).
+    racy: Option<RacyView>,
 }
 
 impl Frame {
     fn new(pid: u64, buf: AlignedBuf, changed: lines::ChangedLines) -> Frame {
         Frame {
             page_addr: buf.as_ptr() as usize,
-            data: RwLock::new(FrameData {
+            racy: buf.racy_view(),
+            data: HybridLatch::new(FrameData {
                 pid,
                 buf,
                 torn: false,
@@ -313,11 +323,93 @@ impl PageRead<'_> {
     }
 }
 
+/// Where an optimistic read of a page started ([`BufferPool::read_optimistic`]): the frame
+/// and its latch's version then.
+#[derive(Clone, Copy, Debug)]
+pub struct Optimistic {
+    frame: u32,
+    version: u32,
+    pid: u64,
+}
+
+/// A racing optimistic read saw bytes that cannot be a page's (an offset past its end):
+/// the page is being changed. Retry, or fix the page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Torn;
+
+/// The bytes of a page in a frame, read without its latch ([`BufferPool::read_optimistic`]
+/// points it at a page; one serves a whole descent). Numbers and comparisons
+/// ([`PageBytes::u16_at`], [`PageBytes::u64_at`], [`PageBytes::compare`], …) are atomic
+/// loads of the aligned words that cover them, straight into registers; [`PageBytes::bytes`]
+/// copies those words into a scratch buffer. A range outside the page is refused ([`Torn`]): a
+/// writer may be changing the page meanwhile, so what is read — offsets, lengths, ids — is
+/// garbage until [`BufferPool::validate`] says the frame's version did not move, and must only
+/// steer further reads of this page until then.
+///
+/// The reads go through the frame's [`RacyView`], which says what a racing read may and may
+/// not see.
+#[derive(Debug)]
+pub struct RacyPage<'a> {
+    view: Option<&'a RacyView>,
+    scratch: Vec<u8>,
+}
+
+impl RacyPage<'_> {
+    #[inline(always)]
+    fn le_bytes(&self, at: usize, n: usize) -> std::result::Result<u64, Torn> {
+        self.view.and_then(|v| v.le_bytes(at, n)).ok_or(Torn)
+    }
+}
+
+impl PageBytes for RacyPage<'_> {
+    type Error = Torn;
+    #[inline]
+    fn u16_at(&mut self, at: usize) -> std::result::Result<u16, Torn> {
+        Ok(self.le_bytes(at, 2)? as u16)
+    }
+    #[inline]
+    fn u32_at(&mut self, at: usize) -> std::result::Result<u32, Torn> {
+        Ok(self.le_bytes(at, 4)? as u32)
+    }
+    #[inline]
+    fn u32_be_at(&mut self, at: usize) -> std::result::Result<u32, Torn> {
+        Ok((self.le_bytes(at, 4)? as u32).swap_bytes())
+    }
+    #[inline]
+    fn u64_at(&mut self, at: usize) -> std::result::Result<u64, Torn> {
+        self.le_bytes(at, 8)
+    }
+    #[inline]
+    fn compare(
+        &mut self,
+        at: usize,
+        other: &[u8],
+    ) -> std::result::Result<std::cmp::Ordering, Torn> {
+        // Eight bytes at a time, as big-endian numbers (their order is the bytes' order).
+        for (i, chunk) in other.chunks(8).enumerate() {
+            let n = chunk.len();
+            let mine = self.le_bytes(at + 8 * i, n)?.swap_bytes() >> (64 - 8 * n);
+            let mut theirs = [0u8; 8];
+            theirs[8 - n..].copy_from_slice(chunk);
+            let order = mine.cmp(&u64::from_be_bytes(theirs));
+            if order.is_ne() {
+                return Ok(order);
+            }
+        }
+        Ok(std::cmp::Ordering::Equal)
+    }
+    #[inline]
+    fn bytes(&mut self, at: usize, len: usize) -> std::result::Result<&[u8], Torn> {
+        let view = self.view.ok_or(Torn)?;
+        view.copy(at, len, &mut self.scratch).ok_or(Torn)
+    }
+}
+
 /// A page fixed for writing.
 #[derive(Debug)]
 pub struct PageWrite<'a> {
     frame: &'a Frame,
-    guard: RwLockWriteGuard<'a, FrameData>,
+    guard: HybridWriteGuard<'a, FrameData>,
     /// Changed lines are tracked (line-grained NVM: only they are written back).
     marks: bool,
 }
@@ -667,7 +759,7 @@ impl BufferPool {
 
     /// Latches full frame `i`, which the page table maps `pid` to, exclusively, and counts
     /// the hit; `None` if the frame no longer holds `pid` (look it up again).
-    fn latch_frame(&self, pid: u64, i: u32) -> Option<(&Frame, RwLockWriteGuard<'_, FrameData>)> {
+    fn latch_frame(&self, pid: u64, i: u32) -> Option<(&Frame, HybridWriteGuard<'_, FrameData>)> {
         let frame = &self.frames[i as usize];
         let guard = self.latch_mapped(pid, i, |t| frame.data.try_write_for(t))?;
         if guard.pid != pid {
@@ -697,6 +789,52 @@ impl BufferPool {
         for line in 0..PREFETCH_LINES.min(self.page_size / 64) {
             crate::device::cpu::prefetch((page + line * 64) as *const u8);
         }
+    }
+
+    /// A [`RacyPage`] pointing at no page (every read is [`Torn`]) for
+    /// [`BufferPool::read_optimistic`] to point at pages.
+    pub fn racy_page(&self) -> RacyPage<'_> {
+        RacyPage {
+            view: None,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Starts an optimistic read of page `pid` through `page`: `None` unless the page is in a
+    /// whole DRAM frame of this pool (not a mini page, not NVM direct, whose frames are NVM)
+    /// that nobody holds exclusively. Read it through `page`, then call
+    /// [`BufferPool::validate`]; the caller checks that the bytes are the page it wanted (the
+    /// frame may hold another page by the time it is read: the id at bytes 16..24 tells).
+    #[inline]
+    pub fn read_optimistic<'a>(&'a self, pid: u64, page: &mut RacyPage<'a>) -> Option<Optimistic> {
+        if self.direct.is_some() {
+            return None;
+        }
+        let i = self.lookup(pid)?;
+        let frame = self.frames.get(i as usize)?;
+        let view = frame.racy.as_ref()?;
+        let version = frame.data.optimistic()?;
+        page.view = Some(view);
+        Some(Optimistic {
+            frame: i,
+            version,
+            pid,
+        })
+    }
+
+    /// Whether what was read since `read` started is a consistent image of its page as it was
+    /// at this moment: no exclusive fix of the frame came between, and the page table still
+    /// maps the page to the frame (a frame whose page was evicted before the read started
+    /// keeps the old bytes; the eviction unmapped it first). Marks the frame referenced for
+    /// Clock when it holds.
+    #[inline]
+    pub fn validate(&self, read: Optimistic) -> bool {
+        let frame = &self.frames[read.frame as usize];
+        let valid = frame.data.validate(read.version) && self.lookup(read.pid) == Some(read.frame);
+        if valid {
+            frame.mark_referenced();
+        }
+        valid
     }
 
     /// Fixes page `pid` for reading.
@@ -729,7 +867,7 @@ impl BufferPool {
             }
             if let Some(w) = self.load(pid, Verify::Yes, Load::Whole)? {
                 return Ok(PageRead {
-                    guard: RwLockWriteGuard::downgrade(w.guard),
+                    guard: w.guard.downgrade(),
                 });
             }
         }
@@ -750,7 +888,7 @@ impl BufferPool {
         }
         self.make_whole(frame, &mut guard)?;
         Ok(Some(PageRead {
-            guard: RwLockWriteGuard::downgrade(guard),
+            guard: guard.downgrade(),
         }))
     }
 
@@ -758,7 +896,7 @@ impl BufferPool {
     fn page_write<'a>(
         &'a self,
         frame: &'a Frame,
-        guard: RwLockWriteGuard<'a, FrameData>,
+        guard: HybridWriteGuard<'a, FrameData>,
     ) -> PageWrite<'a> {
         PageWrite {
             frame,
@@ -972,7 +1110,7 @@ impl BufferPool {
     /// a moment everywhere (tiny pools under concurrency), so sweeps repeat, yielding, before
     /// the pool is declared exhausted. After a failed write-back, dirty frames are skipped
     /// (reads go on with clean frames; the store is read-only by then).
-    fn victim(&self) -> Result<(u32, RwLockWriteGuard<'_, FrameData>)> {
+    fn victim(&self) -> Result<(u32, HybridWriteGuard<'_, FrameData>)> {
         if let Some(i) = self.free.lock().pop() {
             return Ok((i, self.frames[i as usize].data.write()));
         }
@@ -1006,7 +1144,7 @@ impl BufferPool {
         &self,
         n: usize,
         write_error: &mut Option<Error>,
-    ) -> Result<Option<(u32, RwLockWriteGuard<'_, FrameData>)>> {
+    ) -> Result<Option<(u32, HybridWriteGuard<'_, FrameData>)>> {
         for _ in 0..2 * n {
             let i = self.hand.fetch_add(1, Ordering::Relaxed) % n;
             let frame = &self.frames[i];
@@ -1523,6 +1661,108 @@ mod tests {
 
     fn pool(n_w: usize) -> BufferPool {
         test_pool("ace").with_write_back_batch(n_w)
+    }
+
+    /// An optimistic read validates across shared fixes only: an exclusive fix (even one that
+    /// changes nothing), an eviction, or the frame's reuse for another page fails it; a page
+    /// not in a frame, or latched exclusively, cannot be read so; ranges past the page are
+    /// refused.
+    #[test]
+    fn optimistic_reads_validate_only_while_nothing_moved() {
+        let pool = test_pool("optimistic");
+        {
+            let mut w = pool.fix_new(3).unwrap();
+            w.bytes_mut()[16..24].copy_from_slice(&3u64.to_le_bytes());
+            w.bytes_mut()[200] = 0x77;
+        }
+        let mut page = pool.racy_page();
+        assert_eq!(page.bytes(0, 1), Err(Torn), "points at no page yet");
+        let read = pool
+            .read_optimistic(3, &mut page)
+            .expect("resident, not latched");
+        assert_eq!(page.bytes(16, 8).unwrap(), 3u64.to_le_bytes());
+        assert_eq!(page.bytes(200, 1).unwrap(), [0x77]);
+        assert_eq!(page.bytes(197, 5).unwrap(), [0, 0, 0, 0x77, 0], "unaligned");
+        assert_eq!(page.bytes(100, 1000).unwrap().len(), 1000);
+        assert_eq!(page.u64_at(16).unwrap(), 3);
+        assert_eq!(page.u64_at(196).unwrap(), 0x77 << 32, "unaligned");
+        assert_eq!(page.u64_at(PAGE - 4), Err(Torn));
+        // The readers that copy nothing, across word boundaries and at the page's end.
+        assert_eq!(page.u16_at(199).unwrap(), 0x7700);
+        assert_eq!(page.u32_be_at(198).unwrap(), 0x0000_7700);
+        assert_eq!(page.u32_at(198).unwrap(), 0x0077_0000);
+        assert_eq!(page.u32_be_at(PAGE - 2), Err(Torn));
+        assert_eq!(page.u16_at(PAGE - 2).unwrap(), 0);
+        for (at, len) in [(196, 20), (200, 1), (193, 9), (190, 0), (PAGE - 3, 3)] {
+            let same = page.bytes(at, len).unwrap().to_vec();
+            assert_eq!(
+                page.compare(at, &same),
+                Ok(std::cmp::Ordering::Equal),
+                "{at}"
+            );
+            let mut above = same.clone();
+            if let Some(last) = above.last_mut() {
+                *last = 0xff;
+                assert_eq!(
+                    page.compare(at, &above),
+                    Ok(std::cmp::Ordering::Less),
+                    "{at}"
+                );
+            }
+        }
+        assert_eq!(page.compare(PAGE - 3, &[0; 4]), Err(Torn));
+        assert_eq!(page.bytes(PAGE - 1, 2), Err(Torn));
+        assert_eq!(page.bytes(usize::MAX, 2), Err(Torn));
+        drop(pool.fix_shared(3).unwrap());
+        assert!(pool.validate(read), "a shared fix moves nothing");
+
+        let w = pool.fix_exclusive(3).unwrap();
+        assert!(
+            pool.read_optimistic(3, &mut page).is_none(),
+            "latched exclusively"
+        );
+        drop(w);
+        assert!(!pool.validate(read), "an exclusive fix came between");
+
+        let read = pool.read_optimistic(3, &mut page).unwrap();
+        assert!(
+            pool.read_optimistic(999, &mut page).is_none(),
+            "never loaded"
+        );
+        // Fill the pool with other pages until page 3 is evicted.
+        let mut pid = 10;
+        while pool.lookup(3).is_some() {
+            drop(pool.fix_new(pid).unwrap());
+            pid += 1;
+        }
+        assert!(!pool.validate(read), "evicted (and its frame reused)");
+        assert!(
+            pool.read_optimistic(3, &mut page).is_none(),
+            "no longer in a frame"
+        );
+
+        // A frame given up with its page's bytes still in it (as a load that fails its check
+        // does), found by a reader that looked the page up just before: the version is
+        // even and the bytes name the page, but the table no longer maps it there.
+        {
+            let mut w = pool.fix_new(4).unwrap();
+            w.bytes_mut()[16..24].copy_from_slice(&4u64.to_le_bytes());
+        }
+        let i = pool.lookup(4).unwrap();
+        let frame = &pool.frames[i as usize];
+        let mut guard = frame.data.write();
+        pool.table.remove(4, i);
+        guard.pid = NO_PAGE;
+        drop(guard);
+        pool.free.lock().push(i);
+        let late = Optimistic {
+            frame: i,
+            version: frame.data.optimistic().unwrap(),
+            pid: 4,
+        };
+        page.view = frame.racy.as_ref();
+        assert_eq!(page.u64_at(16).unwrap(), 4, "the old bytes are still there");
+        assert!(!pool.validate(late), "the frame no longer holds the page");
     }
 
     /// Dirties pages 0..16 (filling the pool), then touches 16..48: every eviction meets a

@@ -157,6 +157,16 @@ impl AlignedBuf {
         }
     }
 
+    /// A view of the buffer's bytes for readers that do not hold it
+    /// ([`super::shared_mem::RacyView`]), if the buffer is a slice of a mapping (which the
+    /// view keeps mapped); `None` for a heap buffer of its own.
+    pub fn racy_view(&self) -> Option<super::shared_mem::RacyView> {
+        let mapping = self.mapping.clone()?;
+        // SAFETY: the buffer is IO_ALIGN-aligned (so 8-aligned), and its first `len` bytes
+        // (here rounded down to whole words) lie in the mapping that `mapping` keeps mapped.
+        Some(unsafe { super::shared_mem::RacyView::new(self.ptr, self.len & !7, mapping) })
+    }
+
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len

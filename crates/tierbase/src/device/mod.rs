@@ -47,3 +47,4 @@ pub use region::{
     MEDIA_LINE, MappingKind, PagedRegion, PmemRegion, REGION_HEADER_LEN, REGION_MAGIC, RegionInfo,
     RegionOptions,
 };
+pub use shared_mem::RacyView;

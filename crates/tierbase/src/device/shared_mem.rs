@@ -4,14 +4,20 @@
 //! plain moves; what a concurrent reader sees may be torn *between* words, which stores detect
 //! with their own version checks.
 //!
-//! Owns: the only code that turns a region pointer into byte copies. Must not touch: anything
-//! else — callers check bounds and keep the mapping alive.
+//! [`RacyView`] is the same for a buffer-pool frame that readers read without its latch
+//! while its writers change it under the latch (optimistic reads).
+//!
+//! Owns: the only code that turns a region's or a mapped buffer's pointer into byte copies.
+//! Must not touch: anything else — callers of the raw functions check bounds and keep the
+//! mapping alive (a `RacyView` checks its own bounds and holds its mapping).
 //!
 //! One caveat, stated honestly: stores also access some words of the same memory with 4-byte
 //! atomics (record header words), and Rust's model does not define racing atomic accesses of
 //! different sizes to overlapping bytes. Hardware does (each access is single-copy atomic at its
 //! own size); the engine never relies on anything beyond that.
 
+use std::ptr::NonNull;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 const WORD: usize = 8;
@@ -19,6 +25,106 @@ const WORD: usize = 8;
 /// Bytes before `p` reaches 8-byte alignment, at most `len`.
 fn head_len(p: *const u8, len: usize) -> usize {
     ((WORD - (p as usize) % WORD) % WORD).min(len)
+}
+
+/// Read access to a buffer's bytes while other threads may change them with plain stores
+/// under a latch the reader does not take (a buffer-pool frame read optimistically, validated
+/// against the frame's version afterwards: `buffer::RacyPage`). Every read is bounds-checked
+/// and made of atomic loads of aligned words, so it happens exactly once where the code says
+/// (never elided, repeated or invented by the compiler), and each returns bytes some store
+/// wrote. The writers' side is plain stores through the buffer's `&mut` slices: formally a
+/// data race under Rust's memory model (the seqlock problem; Rust has no atomic `memcpy` yet),
+/// which is why a value read here means nothing until its reader validates it.
+///
+/// Made by [`super::AlignedBuf::racy_view`]; it keeps the buffer's mapping mapped.
+#[derive(Clone)]
+pub struct RacyView {
+    ptr: NonNull<u8>,
+    len: usize,
+    _mapping: Arc<dyn Send + Sync>,
+}
+
+impl std::fmt::Debug for RacyView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RacyView").field("len", &self.len).finish()
+    }
+}
+
+// SAFETY: a view only reads, with atomic loads, memory its `Arc` keeps mapped.
+unsafe impl Send for RacyView {}
+// SAFETY: as above; shared use is reads only.
+unsafe impl Sync for RacyView {}
+
+impl RacyView {
+    /// A view of `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` must be 8-aligned and `ptr..ptr + len` mapped for as long as `mapping` lives;
+    /// `len` a multiple of 8.
+    pub(super) unsafe fn new(ptr: NonNull<u8>, len: usize, mapping: Arc<dyn Send + Sync>) -> Self {
+        debug_assert!((ptr.as_ptr() as usize).is_multiple_of(WORD) && len.is_multiple_of(WORD));
+        RacyView {
+            ptr,
+            len,
+            _mapping: mapping,
+        }
+    }
+
+    /// Bytes viewed.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the view is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The aligned word at byte `w` (a multiple of 8 below `len`, checked by callers).
+    #[inline(always)]
+    fn word(&self, w: usize) -> u64 {
+        debug_assert!(w.is_multiple_of(WORD) && w + WORD <= self.len);
+        // SAFETY: `w + 8 <= len` and `w` 8-aligned (callers), the view's base 8-aligned and
+        // mapped while `_mapping` lives (`new`'s contract).
+        u64::from_le(
+            unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(w).cast::<u64>()) }
+                .load(Ordering::Relaxed),
+        )
+    }
+
+    /// The `n` bytes (1–8) at `at` as a little-endian number, from the one or two aligned
+    /// words that cover them; `None` past the end.
+    #[inline(always)]
+    pub fn le_bytes(&self, at: usize, n: usize) -> Option<u64> {
+        debug_assert!((1..=WORD).contains(&n));
+        if at.checked_add(n).is_none_or(|end| end > self.len) {
+            return None;
+        }
+        let (first, shift) = (at & !(WORD - 1), (at % WORD) * 8);
+        let mut v = self.word(first) >> shift;
+        if shift + n * 8 > 64 {
+            // The bytes run into the next word, which `at + n <= len` puts inside the view
+            // (`len` is a multiple of 8).
+            v |= self.word(first + WORD) << (64 - shift);
+        }
+        Some(if n == WORD {
+            v
+        } else {
+            v & ((1 << (n * 8)) - 1)
+        })
+    }
+
+    /// Bytes `at..at + len`, copied (whole covering words) into `scratch`; `None` past the
+    /// end.
+    pub fn copy<'s>(&self, at: usize, len: usize, scratch: &'s mut Vec<u8>) -> Option<&'s [u8]> {
+        let end = at.checked_add(len).filter(|&end| end <= self.len)?;
+        let (first, last) = (at & !(WORD - 1), end.next_multiple_of(WORD));
+        scratch.resize(last - first, 0);
+        for (i, chunk) in scratch.chunks_exact_mut(WORD).enumerate() {
+            chunk.copy_from_slice(&self.word(first + i * WORD).to_le_bytes());
+        }
+        Some(&scratch[at - first..at - first + len])
+    }
 }
 
 /// Copies `dst.len()` bytes from `src` into `dst`.
@@ -63,7 +169,7 @@ pub(crate) unsafe fn load(src: *const u8, dst: &mut [u8]) {
 /// # Safety
 /// As for [`load`], and `src` must be 8-aligned.
 #[inline]
-unsafe fn load_words(src: *const u8, dst: &mut [u8]) {
+pub(crate) unsafe fn load_words(src: *const u8, dst: &mut [u8]) {
     debug_assert!((src as usize).is_multiple_of(WORD) && dst.len().is_multiple_of(WORD));
     let words = src.cast_mut().cast::<u64>();
     let word = |i: usize| {
@@ -203,6 +309,28 @@ pub(crate) unsafe fn fill(dst: *mut u8, len: usize, byte: u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A view reads a carved buffer's bytes across word boundaries, never past its end, and
+    /// keeps the mapping alive after the buffers are gone; a heap buffer has no view.
+    #[test]
+    fn racy_views_read_within_their_buffer_only() {
+        use crate::device::AlignedBuf;
+        let mut bufs = AlignedBuf::carve(4096, 2, false).unwrap();
+        bufs[1][4090..].copy_from_slice(&[1, 2, 3, 4, 5, 6]);
+        let v = bufs[1].racy_view().expect("a carved buffer has a view");
+        assert_eq!(v.len(), 4096);
+        assert_eq!(v.le_bytes(4094, 2), Some(0x0605));
+        assert_eq!(v.le_bytes(4087, 5), Some(0x02_0100_0000), "across two words");
+        assert_eq!(v.le_bytes(4088, 8), Some(0x0605_0403_0201_0000));
+        assert_eq!(v.le_bytes(4090, 8), None);
+        assert_eq!(v.le_bytes(usize::MAX, 1), None);
+        let mut scratch = Vec::new();
+        assert_eq!(v.copy(4091, 5, &mut scratch), Some(&[2, 3, 4, 5, 6][..]));
+        assert_eq!(v.copy(4091, 6, &mut scratch), None);
+        drop(bufs);
+        assert_eq!(v.le_bytes(4094, 2), Some(0x0605), "the view keeps the mapping");
+        assert!(AlignedBuf::new(4096).unwrap().racy_view().is_none());
+    }
 
     #[test]
     fn copies_every_alignment_and_length() {

@@ -204,6 +204,122 @@ impl Drop for LatchRun<'_> {
     }
 }
 
+/// A hybrid latch (LeanStore's): a reader-writer lock whose exclusive holdings also move a
+/// [`VersionLatch`], so that a page can be fixed shared, exclusive, or read optimistically —
+/// without writing to the latch's cache line — and validated afterwards. Every exclusive
+/// holding goes through [`HybridWriteGuard`], which makes the version odd while it is held
+/// and even again, one step higher, before the lock is let go; shared holders never move it
+/// (nothing changes under them).
+#[derive(Debug)]
+pub struct HybridLatch<T> {
+    version: VersionLatch,
+    lock: parking_lot::RwLock<T>,
+}
+
+/// A [`HybridLatch`] held exclusively: optimistic readers of it fail their validation.
+#[derive(Debug)]
+#[must_use = "the latch is released when the guard is dropped"]
+pub struct HybridWriteGuard<'a, T> {
+    // Dropped first (fields drop in order): the version is even again before the lock is
+    // free, so that the next exclusive holder makes it odd from an even value.
+    version: LatchGuard<'a>,
+    guard: parking_lot::RwLockWriteGuard<'a, T>,
+}
+
+impl<T> HybridLatch<T> {
+    /// A free latch around `value`.
+    pub fn new(value: T) -> Self {
+        HybridLatch {
+            version: VersionLatch::new(),
+            lock: parking_lot::RwLock::new(value),
+        }
+    }
+
+    fn held<'a>(&'a self, guard: parking_lot::RwLockWriteGuard<'a, T>) -> HybridWriteGuard<'a, T> {
+        // The lock is exclusive, so nobody else holds the version: this never waits.
+        HybridWriteGuard {
+            version: self.version.lock(),
+            guard,
+        }
+    }
+
+    /// Takes the latch shared, blocking.
+    #[inline]
+    pub fn read(&self) -> parking_lot::RwLockReadGuard<'_, T> {
+        self.lock.read()
+    }
+
+    /// Takes the latch shared if it is free of writers.
+    #[inline]
+    pub fn try_read(&self) -> Option<parking_lot::RwLockReadGuard<'_, T>> {
+        self.lock.try_read()
+    }
+
+    /// Takes the latch shared, waiting at most `timeout`.
+    #[inline]
+    pub fn try_read_for(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Option<parking_lot::RwLockReadGuard<'_, T>> {
+        self.lock.try_read_for(timeout)
+    }
+
+    /// Takes the latch exclusively, blocking.
+    #[inline]
+    pub fn write(&self) -> HybridWriteGuard<'_, T> {
+        self.held(self.lock.write())
+    }
+
+    /// Takes the latch exclusively if it is free.
+    #[inline]
+    pub fn try_write(&self) -> Option<HybridWriteGuard<'_, T>> {
+        self.lock.try_write().map(|g| self.held(g))
+    }
+
+    /// Takes the latch exclusively, waiting at most `timeout`.
+    #[inline]
+    pub fn try_write_for(&self, timeout: std::time::Duration) -> Option<HybridWriteGuard<'_, T>> {
+        self.lock.try_write_for(timeout).map(|g| self.held(g))
+    }
+
+    /// The version for an optimistic read, or `None` while the latch is held exclusively.
+    #[inline]
+    pub fn optimistic(&self) -> Option<u32> {
+        self.version.optimistic()
+    }
+
+    /// Whether the latch was not held exclusively since [`HybridLatch::optimistic`] returned
+    /// `version` (call after the reads it protects).
+    #[inline]
+    pub fn validate(&self, version: u32) -> bool {
+        self.version.validate(version)
+    }
+}
+
+impl<'a, T> HybridWriteGuard<'a, T> {
+    /// Keeps the latch shared: optimistic readers may start again.
+    pub fn downgrade(self) -> parking_lot::RwLockReadGuard<'a, T> {
+        let HybridWriteGuard { version, guard } = self;
+        drop(version);
+        parking_lot::RwLockWriteGuard::downgrade(guard)
+    }
+}
+
+impl<T> std::ops::Deref for HybridWriteGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for HybridWriteGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
 /// Striped exclusive latches that serialise writers of the same key: every write of a key
 /// (put, update, delete, a compaction move) holds its stripe from the moment it takes a
 /// sequence number until the old version is invalidated, so the order of sequence numbers is
@@ -264,6 +380,32 @@ impl KeyLocks {
 #[cfg(all(test, not(feature = "shuttle")))]
 mod tests {
     use super::*;
+
+    /// Optimistic readers of a hybrid latch fail validation across an exclusive holding
+    /// (also one downgraded to shared), and pass across shared holdings.
+    #[test]
+    fn hybrid_latch_versions_move_with_exclusive_holdings_only() {
+        let l = HybridLatch::new(5u32);
+        let v = l.optimistic().unwrap();
+        drop(l.read());
+        drop(l.try_read_for(std::time::Duration::ZERO).unwrap());
+        assert!(l.validate(v), "shared holdings move nothing");
+        let mut w = l.write();
+        assert!(l.optimistic().is_none(), "held exclusively");
+        assert!(l.try_read().is_none());
+        *w = 6;
+        let r = w.downgrade();
+        assert_eq!(*r, 6);
+        let v2 = l.optimistic().expect("free of writers once downgraded");
+        assert!(!l.validate(v), "an exclusive holding came between");
+        drop(r);
+        drop(l.try_write_for(std::time::Duration::ZERO).unwrap());
+        assert!(!l.validate(v2));
+        let v3 = l.optimistic().unwrap();
+        drop(l.try_write().unwrap());
+        assert!(!l.validate(v3));
+        assert_eq!(v3 % 2, 0);
+    }
 
     /// Uncontended, the lock is taken without parking; contended by another thread (no time
     /// to spin), every increment made under it still counts exactly once.

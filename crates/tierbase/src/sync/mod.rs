@@ -11,4 +11,7 @@ mod latch;
 
 pub use background::{Background, Ticker};
 pub use clock::SequenceClock;
-pub use latch::{KeyLocks, LatchGuard, LatchRun, VersionLatch, backoff, spin_then_park};
+pub use latch::{
+    HybridLatch, HybridWriteGuard, KeyLocks, LatchGuard, LatchRun, VersionLatch, backoff,
+    spin_then_park,
+};
