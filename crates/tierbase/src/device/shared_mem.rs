@@ -320,7 +320,11 @@ mod tests {
         let v = bufs[1].racy_view().expect("a carved buffer has a view");
         assert_eq!(v.len(), 4096);
         assert_eq!(v.le_bytes(4094, 2), Some(0x0605));
-        assert_eq!(v.le_bytes(4087, 5), Some(0x02_0100_0000), "across two words");
+        assert_eq!(
+            v.le_bytes(4087, 5),
+            Some(0x02_0100_0000),
+            "across two words"
+        );
         assert_eq!(v.le_bytes(4088, 8), Some(0x0605_0403_0201_0000));
         assert_eq!(v.le_bytes(4090, 8), None);
         assert_eq!(v.le_bytes(usize::MAX, 1), None);
@@ -328,7 +332,11 @@ mod tests {
         assert_eq!(v.copy(4091, 5, &mut scratch), Some(&[2, 3, 4, 5, 6][..]));
         assert_eq!(v.copy(4091, 6, &mut scratch), None);
         drop(bufs);
-        assert_eq!(v.le_bytes(4094, 2), Some(0x0605), "the view keeps the mapping");
+        assert_eq!(
+            v.le_bytes(4094, 2),
+            Some(0x0605),
+            "the view keeps the mapping"
+        );
         assert!(AlignedBuf::new(4096).unwrap().racy_view().is_none());
     }
 
