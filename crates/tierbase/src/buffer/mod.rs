@@ -824,8 +824,9 @@ impl BufferPool {
 
     /// Whether what was read since `read` started is a consistent image of its page as it was
     /// at this moment: no exclusive fix of the frame came between, and the page table still
-    /// maps the page to the frame (a frame whose page was evicted before the read started
-    /// keeps the old bytes; the eviction unmapped it first). Marks the frame referenced for
+    /// maps the page to the frame (a frame given up while it still held the page's bytes — a
+    /// load that failed its check — keeps its version even after it was unmapped, under its
+    /// latch, between the read's lookup and its version). Marks the frame referenced for
     /// Clock when it holds.
     #[inline]
     pub fn validate(&self, read: Optimistic) -> bool {
