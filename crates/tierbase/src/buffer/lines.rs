@@ -114,8 +114,8 @@ pub trait PageBytes {
     type Error;
     /// Bytes `[at, at + len)` of the page.
     fn bytes(&mut self, at: usize, len: usize) -> std::result::Result<&[u8], Self::Error>;
-    /// The little-endian `u16` at `at` (a page read without a copy overrides the three
-    /// readers below; the others read through [`PageBytes::bytes`]).
+    /// The little-endian `u16` at `at`. This reader and the four below default to
+    /// [`PageBytes::bytes`]; a page read without a copy (`RacyPage`) overrides them.
     #[inline]
     fn u16_at(&mut self, at: usize) -> std::result::Result<u16, Self::Error> {
         Ok(u16::from_le_bytes(

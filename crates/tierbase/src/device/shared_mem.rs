@@ -93,11 +93,10 @@ impl RacyView {
     }
 
     /// The `n` bytes (1–8) at `at` as a little-endian number, from the one or two aligned
-    /// words that cover them; `None` past the end.
+    /// words that cover them; `None` past the end (or for another `n`).
     #[inline(always)]
     pub fn le_bytes(&self, at: usize, n: usize) -> Option<u64> {
-        debug_assert!((1..=WORD).contains(&n));
-        if at.checked_add(n).is_none_or(|end| end > self.len) {
+        if !(1..=WORD).contains(&n) || at.checked_add(n).is_none_or(|end| end > self.len) {
             return None;
         }
         let (first, shift) = (at & !(WORD - 1), (at % WORD) * 8);
@@ -328,6 +327,8 @@ mod tests {
         assert_eq!(v.le_bytes(4088, 8), Some(0x0605_0403_0201_0000));
         assert_eq!(v.le_bytes(4090, 8), None);
         assert_eq!(v.le_bytes(usize::MAX, 1), None);
+        assert_eq!(v.le_bytes(4080, 9), None, "more than a word");
+        assert_eq!(v.le_bytes(0, 0), None);
         let mut scratch = Vec::new();
         assert_eq!(v.copy(4091, 5, &mut scratch), Some(&[2, 3, 4, 5, 6][..]));
         assert_eq!(v.copy(4091, 6, &mut scratch), None);
