@@ -213,11 +213,7 @@ impl<'a> Node<'a> {
     }
     /// Inner: the child index (−1 for `aux`, as `None`) a key routes to.
     pub fn route(&self, key: &[u8]) -> Option<usize> {
-        match self.search(key) {
-            Ok(i) => Some(i),
-            Err(0) => None,
-            Err(i) => Some(i - 1),
-        }
+        route_of(self.search(key))
     }
     /// Inner: child id at route position (`None` = leftmost).
     pub fn child_at(&self, at: Option<usize>) -> u64 {
@@ -234,8 +230,19 @@ impl<'a> Node<'a> {
     }
 }
 
+/// An inner page's routing rule: the entry a search's result sends a key to (the largest
+/// key `<=` it), `None` for `aux` (below every key).
+#[inline]
+fn route_of(found: std::result::Result<usize, usize>) -> Option<usize> {
+    match found {
+        Ok(i) => Some(i),
+        Err(0) => None,
+        Err(i) => Some(i - 1),
+    }
+}
+
 fn u16_in<B: PageBytes>(b: &mut B, at: usize) -> std::result::Result<usize, B::Error> {
-    Ok(usize::from(b.u16_at(at)?))
+    Ok(usize::from(u16::from_le_bytes(b.array(at)?)))
 }
 
 /// The key of entry `i`, its value's offset and length, and whether the value is an
@@ -245,7 +252,7 @@ fn cell_in<B: PageBytes>(
     i: usize,
 ) -> std::result::Result<(usize, usize, usize, bool), B::Error> {
     let c = u16_in(b, HEADER + i * SLOT)?;
-    let lengths = b.u32_at(c)? as usize;
+    let lengths = u32::from_le_bytes(b.array(c)?) as usize;
     let (k, v) = (lengths & 0xffff, lengths >> 16);
     Ok((c + CELL_HEAD, k & !REF_FLAG, v, k & REF_FLAG != 0))
 }
@@ -320,18 +327,17 @@ pub fn insert_lines_in<B: PageBytes>(
 /// validated; it is never out of the page's bounds (`b` refuses such ranges).
 #[inline]
 pub fn child_for_in<B: PageBytes>(b: &mut B, key: &[u8]) -> std::result::Result<u64, B::Error> {
-    let at = match search_in(b, key)? {
-        Ok(i) => Some(i),
-        Err(0) => None,
-        Err(i) => Some(i - 1),
-    };
-    Ok(match at {
-        None => b.u64_at(32)?,
+    Ok(match route_of(search_in(b, key)?) {
+        None => u64::from_le_bytes(b.array(32)?),
         Some(i) => {
             let (c, k, v, _) = cell_in(b, i)?;
             // A child id is 8 bytes; another length is a page mid-change (or damaged), and
             // reads as id 0, which no tree page has.
-            if v == 8 { b.u64_at(c + k)? } else { 0 }
+            if v == 8 {
+                u64::from_le_bytes(b.array(c + k)?)
+            } else {
+                0
+            }
         }
     })
 }
@@ -378,7 +384,7 @@ pub fn search_in<B: PageBytes>(
     let (mut lo, mut hi) = (0, count);
     while lo < hi {
         let mid = (lo + hi) / 2;
-        let slot_head = b.u32_be_at(HEADER + mid * SLOT + 2)?;
+        let slot_head = u32::from_be_bytes(b.array(HEADER + mid * SLOT + 2)?);
         let order = match slot_head.cmp(&h) {
             Ordering::Equal => {
                 let (at, k, ..) = cell_in(b, mid)?;

@@ -731,8 +731,8 @@ impl Tree {
         key: &[u8],
     ) -> std::result::Result<Option<(u8, u64)>, Torn> {
         // Kind and level (bytes 4 and 5), and the page's id.
-        let kind_level = page.u16_at(4)?.to_le_bytes();
-        let (kind, at, id) = (kind_level[0], kind_level[1], page.u64_at(16)?);
+        let [kind, at] = page.array(4)?;
+        let id = u64::from_le_bytes(page.array(16)?);
         if id != pid || level.is_some_and(|l| l != at) {
             return Err(Torn);
         }

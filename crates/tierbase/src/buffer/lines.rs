@@ -114,34 +114,13 @@ pub trait PageBytes {
     type Error;
     /// Bytes `[at, at + len)` of the page.
     fn bytes(&mut self, at: usize, len: usize) -> std::result::Result<&[u8], Self::Error>;
-    /// The little-endian `u16` at `at`. This reader and the four below default to
-    /// [`PageBytes::bytes`]; a page read without a copy (`RacyPage`) overrides them.
+    /// The `N` bytes at `at`, by value (numbers in the page are read as
+    /// `u16::from_le_bytes(b.array(at)?)` and the like). This reader and [`PageBytes::compare`]
+    /// default to [`PageBytes::bytes`]; a page read without a copy (`RacyPage`, at most 8
+    /// bytes at a time) overrides them.
     #[inline]
-    fn u16_at(&mut self, at: usize) -> std::result::Result<u16, Self::Error> {
-        Ok(u16::from_le_bytes(
-            self.bytes(at, 2)?.try_into().expect("2 bytes"),
-        ))
-    }
-    /// The little-endian `u64` at `at`.
-    #[inline]
-    fn u64_at(&mut self, at: usize) -> std::result::Result<u64, Self::Error> {
-        Ok(u64::from_le_bytes(
-            self.bytes(at, 8)?.try_into().expect("8 bytes"),
-        ))
-    }
-    /// The little-endian `u32` at `at`.
-    #[inline]
-    fn u32_at(&mut self, at: usize) -> std::result::Result<u32, Self::Error> {
-        Ok(u32::from_le_bytes(
-            self.bytes(at, 4)?.try_into().expect("4 bytes"),
-        ))
-    }
-    /// The big-endian `u32` at `at`.
-    #[inline]
-    fn u32_be_at(&mut self, at: usize) -> std::result::Result<u32, Self::Error> {
-        Ok(u32::from_be_bytes(
-            self.bytes(at, 4)?.try_into().expect("4 bytes"),
-        ))
+    fn array<const N: usize>(&mut self, at: usize) -> std::result::Result<[u8; N], Self::Error> {
+        Ok(self.bytes(at, N)?.try_into().expect("N bytes"))
     }
     /// How bytes `[at, at + other.len())` compare with `other`.
     #[inline]

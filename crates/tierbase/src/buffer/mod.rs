@@ -339,7 +339,7 @@ pub struct Torn;
 
 /// The bytes of a page in a frame, read without its latch ([`BufferPool::read_optimistic`]
 /// points it at a page; one serves a whole descent). Numbers and comparisons
-/// ([`PageBytes::u16_at`], [`PageBytes::u64_at`], [`PageBytes::compare`], …) are atomic
+/// ([`PageBytes::array`], [`PageBytes::compare`]) are atomic
 /// loads of the aligned words that cover them, straight into registers; [`PageBytes::bytes`]
 /// copies those words into a scratch buffer. A range outside the page is refused ([`Torn`]): a
 /// writer may be changing the page meanwhile, so what is read — offsets, lengths, ids — is
@@ -363,21 +363,12 @@ impl RacyPage<'_> {
 
 impl PageBytes for RacyPage<'_> {
     type Error = Torn;
+    /// Up to 8 bytes (a wider read is [`Torn`]).
     #[inline]
-    fn u16_at(&mut self, at: usize) -> std::result::Result<u16, Torn> {
-        Ok(self.le_bytes(at, 2)? as u16)
-    }
-    #[inline]
-    fn u32_at(&mut self, at: usize) -> std::result::Result<u32, Torn> {
-        Ok(self.le_bytes(at, 4)? as u32)
-    }
-    #[inline]
-    fn u32_be_at(&mut self, at: usize) -> std::result::Result<u32, Torn> {
-        Ok((self.le_bytes(at, 4)? as u32).swap_bytes())
-    }
-    #[inline]
-    fn u64_at(&mut self, at: usize) -> std::result::Result<u64, Torn> {
-        self.le_bytes(at, 8)
+    fn array<const N: usize>(&mut self, at: usize) -> std::result::Result<[u8; N], Torn> {
+        let word = self.le_bytes(at, N)?.to_le_bytes();
+        // `le_bytes` read them, so N <= 8.
+        Ok(word[..N].try_into().expect("N <= 8 bytes"))
     }
     #[inline]
     fn compare(
@@ -1685,15 +1676,19 @@ mod tests {
         assert_eq!(page.bytes(200, 1).unwrap(), [0x77]);
         assert_eq!(page.bytes(197, 5).unwrap(), [0, 0, 0, 0x77, 0], "unaligned");
         assert_eq!(page.bytes(100, 1000).unwrap().len(), 1000);
-        assert_eq!(page.u64_at(16).unwrap(), 3);
-        assert_eq!(page.u64_at(196).unwrap(), 0x77 << 32, "unaligned");
-        assert_eq!(page.u64_at(PAGE - 4), Err(Torn));
+        assert_eq!(u64::from_le_bytes(page.array(16).unwrap()), 3);
+        assert_eq!(
+            u64::from_le_bytes(page.array(196).unwrap()),
+            0x77 << 32,
+            "unaligned"
+        );
+        assert_eq!(page.array::<8>(PAGE - 4), Err(Torn));
         // The readers that copy nothing, across word boundaries and at the page's end.
-        assert_eq!(page.u16_at(199).unwrap(), 0x7700);
-        assert_eq!(page.u32_be_at(198).unwrap(), 0x0000_7700);
-        assert_eq!(page.u32_at(198).unwrap(), 0x0077_0000);
-        assert_eq!(page.u32_be_at(PAGE - 2), Err(Torn));
-        assert_eq!(page.u16_at(PAGE - 2).unwrap(), 0);
+        assert_eq!(u16::from_le_bytes(page.array(199).unwrap()), 0x7700);
+        assert_eq!(u32::from_be_bytes(page.array(198).unwrap()), 0x0000_7700);
+        assert_eq!(u32::from_le_bytes(page.array(198).unwrap()), 0x0077_0000);
+        assert_eq!(page.array::<4>(PAGE - 2), Err(Torn));
+        assert_eq!(u16::from_le_bytes(page.array(PAGE - 2).unwrap()), 0);
         for (at, len) in [(196, 20), (200, 1), (193, 9), (190, 0), (PAGE - 3, 3)] {
             let same = page.bytes(at, len).unwrap().to_vec();
             assert_eq!(
@@ -1762,7 +1757,11 @@ mod tests {
             pid: 4,
         };
         page.view = frame.racy.as_ref();
-        assert_eq!(page.u64_at(16).unwrap(), 4, "the old bytes are still there");
+        assert_eq!(
+            u64::from_le_bytes(page.array(16).unwrap()),
+            4,
+            "the old bytes are still there"
+        );
         assert!(!pool.validate(late), "the frame no longer holds the page");
     }
 
