@@ -188,6 +188,8 @@ pub struct BenchPlan {
     /// B-tree point reads pass inner pages optimistically (see
     /// [`StoreOptions::optimistic_reads`]).
     pub optimistic_reads: bool,
+    /// B-tree pointer swizzling (see [`StoreOptions::swizzle`]).
+    pub swizzle: Option<bool>,
     /// Charge RocksDB's memtables to the DRAM budget (see
     /// [`StoreOptions::memtables_in_budget`]).
     pub memtables_in_budget: bool,
@@ -233,6 +235,7 @@ impl BenchPlan {
             mini_page_percent: None,
             page_size: None,
             optimistic_reads: false,
+            swizzle: None,
             memtables_in_budget: false,
             read_batch: 1,
             latency_every: 1,
@@ -369,6 +372,7 @@ fn run_repetition(
     opts.mini_page_percent = plan.mini_page_percent;
     opts.page_size = plan.page_size;
     opts.optimistic_reads = plan.optimistic_reads;
+    opts.swizzle = plan.swizzle;
     opts.memtables_in_budget = plan.memtables_in_budget;
     let store = open_store(&plan.store, &opts)?;
     let info = store.info();

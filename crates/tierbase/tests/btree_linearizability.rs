@@ -68,6 +68,8 @@ struct Variant {
     direct: bool,
     /// Point reads pass the inner pages without latches (`BTreeOptions::optimistic_reads`).
     optimistic: bool,
+    /// Inner pages' references to children in DRAM are swizzled (`BTreeOptions::swizzle`).
+    swizzle: bool,
     rounds: u64,
 }
 
@@ -86,6 +88,7 @@ const BASE: Variant = Variant {
     nvm_slots: 0,
     direct: false,
     optimistic: false,
+    swizzle: true,
     rounds: 16,
 };
 
@@ -362,6 +365,10 @@ struct Figures {
     mini_loads: u64,
     /// Point reads that reached their leaf without latching the inner pages.
     optimistic: u64,
+    /// Fixes that followed a swizzled reference.
+    swizzled_fixes: u64,
+    /// Swizzled references given back their page id (evictions, changes of the parent).
+    unswizzles: u64,
 }
 
 /// One round on a fresh store: the workers' history plus a final read of every key.
@@ -372,7 +379,8 @@ fn round(v: &Variant, seed: u64) -> (Outcome, Figures) {
         .dram_bytes(v.frames * v.page_size as u64)
         .durability(Durability::Immediate)
         .write_back_batch(v.write_back_batch)
-        .optimistic_reads(v.optimistic);
+        .optimistic_reads(v.optimistic)
+        .swizzle(v.swizzle);
     let opts = if v.nvm_slots > 0 {
         opts.nvm_bytes(8192 + v.nvm_slots * (v.page_size as u64 + 8))
             .nvm_admission(Admission::All)
@@ -448,6 +456,8 @@ fn round(v: &Variant, seed: u64) -> (Outcome, Figures) {
     figures.warmed = stat(&store, "writer_early_descents");
     figures.height = stat(&store, "height");
     figures.optimistic = stat(&store, "optimistic_descents");
+    figures.swizzled_fixes = stat(&store, "swizzled_fixes");
+    figures.unswizzles = stat(&store, "unswizzles");
     if v.nvm_slots > 0 {
         figures.nvm_hits = stat(&store, "nvm_hits");
         figures.nvm_spills = stat(&store, "nvm_spills");
@@ -476,6 +486,11 @@ fn run(name: &str, v: Variant) -> Vec<Figures> {
             figures.optimistic > 0,
             v.optimistic && !v.direct,
             "{name}: optimistic descents {figures:?}"
+        );
+        assert_eq!(
+            figures.swizzled_fixes > 0,
+            v.swizzle && !v.direct,
+            "{name}: swizzled fixes {figures:?}"
         );
         if std::env::var("DBG").is_ok() {
             eprintln!("DBG {name} {figures:?}");
@@ -541,6 +556,9 @@ fn small_pool_evicts_constantly() {
     };
     for f in run("16-frame pool", v) {
         assert!(f.evictions > 0, "no eviction: {f:?}");
+        // Swizzled children were evicted (their parents' references given back first), or
+        // their parents changed, racing the readers that follow them.
+        assert!(f.unswizzles > 0, "nothing unswizzled: {f:?}");
         // Writers read their leaves in before the writer mutex (contended, and the data
         // outgrew the pool), racing the other writers, the scanner and the checkpointer.
         assert!(f.warmed > 0, "no writer read its leaves in first: {f:?}");
@@ -600,12 +618,14 @@ fn splits_and_merges_around_the_hot_keys() {
     for f in run("fillers with values near max_inline", v) {
         assert!(f.height >= 3, "inner pages never split: {f:?}");
     }
-    // Larger pages: longer leaves, fewer of them; values near 3 KiB.
+    // Larger pages: longer leaves, fewer of them; values near 3 KiB. Latch coupling through
+    // page ids only (no swizzling).
     let v = Variant {
         page_size: 16384,
         frames: 1024,
         ops_per_thread: 1500,
         prefix: 800,
+        swizzle: false,
         ..v
     };
     run("fillers, 16 KiB pages", v);

@@ -89,6 +89,9 @@ pub fn options(o: &StoreOptions, tiers: Tiers) -> Result<BTreeOptions> {
         opts = opts.page_size(ps);
     }
     opts.optimistic_reads = o.optimistic_reads;
+    if let Some(on) = o.swizzle {
+        opts.swizzle = on;
+    }
     opts.block = BlockOptions {
         emulate: o.emulate.clone(),
         ..BlockOptions::default()

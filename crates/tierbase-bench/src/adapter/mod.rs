@@ -251,6 +251,9 @@ pub struct StoreOptions {
     /// B-tree stores: point reads pass the inner pages without latching them
     /// (`BTreeOptions::optimistic_reads`). Others ignore it.
     pub optimistic_reads: bool,
+    /// B-tree stores: pointer swizzling (`BTreeOptions::swizzle`; `None`: the store's
+    /// default). Others ignore it.
+    pub swizzle: Option<bool>,
     /// RocksDB with a DRAM budget: charge its memtables to the budget (two write buffers of
     /// an eighth of it; the block cache gets the other three quarters and holds the index
     /// blocks too), so that its caches and write buffers together are the budget (table
@@ -283,6 +286,7 @@ impl StoreOptions {
             mini_page_percent: None,
             page_size: None,
             optimistic_reads: false,
+            swizzle: None,
             memtables_in_budget: false,
         }
     }

@@ -179,6 +179,10 @@ struct YcsbArgs {
     /// docs/BENCHMARKS.md Figure 37). Ignored by `btree-direct`.
     #[arg(long)]
     optimistic_reads: bool,
+    /// B-tree stores: swizzle inner pages' references to children in DRAM (pointer
+    /// swizzling), `true` or `false` [default: the store's, true]. Ignored by `btree-direct`.
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+    swizzle: Option<bool>,
     /// RocksDB stores with --dram: charge their memtables to the budget (two write buffers of
     /// an eighth of it; the block cache gets the rest and holds the index blocks too)
     /// [default: the block cache is --dram, the memtables (64 MiB each) come on top].
@@ -800,6 +804,7 @@ fn plan(a: &YcsbArgs, ctx: &Ctx) -> anyhow::Result<BenchPlan> {
         .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
     plan.memtables_in_budget = a.memtables_in_budget;
     plan.optimistic_reads = a.optimistic_reads;
+    plan.swizzle = a.swizzle;
     if let Some(name) = &a.emulate {
         let catalogue = ctx.catalogue()?;
         plan.emulate = Some(catalogue.require(name)?.clone());

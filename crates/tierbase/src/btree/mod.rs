@@ -176,6 +176,15 @@ pub struct BTreeOptions {
     /// every reader's write to the root's latch moves that line between them — not measured
     /// here. NVM direct always couples latches.
     pub optimistic_reads: bool,
+    /// Pointer swizzling (the three-tier paper's, LeanStore's): a reference in an inner page
+    /// whose child is in a DRAM frame is rewritten, in DRAM only, to name the frame, so a
+    /// descent reaches the child without the page table (see `buffer`'s module docs for the
+    /// rules that keep swizzled references out of every byte that leaves DRAM). On by
+    /// default, the paper's design: each step down skips a page-table lookup, which on the
+    /// 2-vCPU machines measured was as cheap as what replaces it (BENCHMARKS Figure 38: the
+    /// same instructions per get, throughput within noise). Ignored by NVM direct, whose
+    /// frames are persistent. The on-media format is the same either way.
+    pub swizzle: bool,
 }
 
 impl Default for BTreeOptions {
@@ -198,6 +207,7 @@ impl Default for BTreeOptions {
             mini_page_percent: None,
             nvm_direct: false,
             optimistic_reads: false,
+            swizzle: true,
         }
     }
 }
@@ -269,6 +279,13 @@ impl BTreeOptions {
     /// [`BTreeOptions::optimistic_reads`]).
     pub fn optimistic_reads(mut self, on: bool) -> Self {
         self.optimistic_reads = on;
+        self
+    }
+
+    /// Sets whether inner pages' child references are swizzled (see
+    /// [`BTreeOptions::swizzle`]).
+    pub fn swizzle(mut self, on: bool) -> Self {
+        self.swizzle = on;
         self
     }
 
@@ -944,6 +961,9 @@ impl BTreeStore {
             free_head: 0,
             count: 0,
         };
+        if opts.swizzle {
+            pool = pool.with_swizzling(node::child_refs);
+        }
         let mut tree = Tree::new(pool, placeholder, redo_gen, log.clone());
         tree.optimistic_reads = opts.optimistic_reads && tree.pool.direct().is_none();
         let logs = devs.logs;
@@ -1556,6 +1576,10 @@ impl Inner {
                 }
                 .into(),
             ),
+            (
+                "swizzling".into(),
+                if p.swizzling() { "on" } else { "off" }.into(),
+            ),
             ("dram_budget_bytes".into(), self.dram_budget.to_string()),
             (
                 "pool_bytes".into(),
@@ -1595,6 +1619,9 @@ impl Inner {
                 pc.mini_promotions.get().to_string(),
             ),
             ("mini_evictions".into(), pc.mini_evictions.get().to_string()),
+            ("swizzles".into(), pc.swizzles.get().to_string()),
+            ("unswizzles".into(), pc.unswizzles.get().to_string()),
+            ("swizzled_fixes".into(), pc.swizzled_fixes.get().to_string()),
             ("ssd_page_reads".into(), dc.reads.to_string()),
             ("ssd_page_writes".into(), pc.page_writes.get().to_string()),
             ("page_file_syncs".into(), dc.syncs.to_string()),
@@ -1630,6 +1657,10 @@ impl Inner {
             (
                 "optimistic_restarts".into(),
                 self.tree.optimistic_restarts.get().to_string(),
+            ),
+            (
+                "miss_restarts".into(),
+                self.tree.miss_restarts.get().to_string(),
             ),
             (
                 "read_batches".into(),

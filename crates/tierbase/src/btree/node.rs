@@ -34,7 +34,7 @@
 
 use std::cmp::Ordering;
 
-use crate::buffer::{ChangedLines, PageBytes};
+use crate::buffer::{ChangedLines, PageBytes, Swip};
 use crate::device::cpu::prefetch;
 use crate::error::{Error, Result};
 
@@ -197,10 +197,26 @@ impl<'a> Node<'a> {
         let n = u32_at(self.0, 24).min(self.0.len() - HEADER);
         &self.0[HEADER..HEADER + n]
     }
-    /// Inner: child id of entry `i`.
-    pub fn child(&self, i: usize) -> u64 {
-        let v = self.value(i);
-        u64::from_le_bytes(v.try_into().unwrap_or([0; 8]))
+    /// Inner: the child reference of entry `i` (a page id unless the pool swizzled it).
+    pub fn child(&self, i: usize) -> Swip {
+        self.child_ref(Some(i)).1
+    }
+    /// Inner: where the child reference at route position `at` (`None` = leftmost) is in the
+    /// page, and the reference. A malformed entry (not 8 bytes) reads as page id 0, which no
+    /// tree page has.
+    #[inline]
+    pub fn child_ref(&self, at: Option<usize>) -> (usize, Swip) {
+        let Some(i) = at else {
+            return (32, Swip::from_word(self.aux()));
+        };
+        let c = self.cell(i);
+        let lengths = u32_at(self.0, c);
+        let off = c + CELL_HEAD + (lengths & 0xffff & !REF_FLAG);
+        let word = match self.0.get(off..off + 8) {
+            Some(w) if lengths >> 16 == 8 => u64::from_le_bytes(w.try_into().expect("8 bytes")),
+            _ => 0,
+        };
+        (off, Swip::from_word(word))
     }
     /// `Ok(i)`: entry `i` has `key`; `Err(i)`: `key` would go at `i` (see [`search_in`]).
     #[inline]
@@ -215,9 +231,9 @@ impl<'a> Node<'a> {
     pub fn route(&self, key: &[u8]) -> Option<usize> {
         route_of(self.search(key))
     }
-    /// Inner: child id at route position (`None` = leftmost).
-    pub fn child_at(&self, at: Option<usize>) -> u64 {
-        at.map_or_else(|| self.aux(), |i| self.child(i))
+    /// Inner: child reference at route position (`None` = leftmost).
+    pub fn child_at(&self, at: Option<usize>) -> Swip {
+        self.child_ref(at).1
     }
     /// Bytes free for new entries (after compaction).
     pub fn free_space(&self) -> usize {
@@ -326,8 +342,8 @@ pub fn insert_lines_in<B: PageBytes>(
 /// through `b`. On bytes read without a latch the result means nothing until the read is
 /// validated; it is never out of the page's bounds (`b` refuses such ranges).
 #[inline]
-pub fn child_for_in<B: PageBytes>(b: &mut B, key: &[u8]) -> std::result::Result<u64, B::Error> {
-    Ok(match route_of(search_in(b, key)?) {
+pub fn child_for_in<B: PageBytes>(b: &mut B, key: &[u8]) -> std::result::Result<Swip, B::Error> {
+    Ok(Swip::from_word(match route_of(search_in(b, key)?) {
         None => u64::from_le_bytes(b.array(32)?),
         Some(i) => {
             let (c, k, v, _) = cell_in(b, i)?;
@@ -339,7 +355,23 @@ pub fn child_for_in<B: PageBytes>(b: &mut B, key: &[u8]) -> std::result::Result<
                 0
             }
         }
-    })
+    }))
+}
+
+/// Where an inner page holds its child references (`aux` and each entry's value): the
+/// pool's [`crate::buffer::ChildRefs`] for pointer swizzling. Other pages hold none.
+pub fn child_refs(page: &[u8], out: &mut Vec<usize>) {
+    let n = Node(page);
+    if n.kind() != Some(Kind::Inner) {
+        return;
+    }
+    out.push(32);
+    for i in 0..n.count() {
+        let (at, _) = n.child_ref(Some(i));
+        if at + 8 <= page.len() {
+            out.push(at);
+        }
+    }
 }
 
 /// Value of entry `i` as stored, and whether it is an overflow reference.
@@ -864,6 +896,12 @@ pub fn check(page: &[u8], pid: Option<u64>) -> std::result::Result<(), String> {
     if matches!(kind, Kind::Free | Kind::Meta) {
         return Ok(());
     }
+    if kind == Kind::Inner && v.child_at(None).page_id().is_none() {
+        return Err(format!(
+            "page {}: its leftmost child is a swizzled reference",
+            v.pid()
+        ));
+    }
     let mut live = 0;
     for i in 0..count {
         let c = v.cell(i);
@@ -880,6 +918,14 @@ pub fn check(page: &[u8], pid: Option<u64>) -> std::result::Result<(), String> {
         if kind == Kind::Inner && (val != 8 || v.is_ref(i)) {
             return Err(format!(
                 "page {}: inner entry {i} is not a child id",
+                v.pid()
+            ));
+        }
+        // A page id never has the top bit, which marks a swizzled reference in DRAM: one on
+        // media would be followed as a frame.
+        if kind == Kind::Inner && v.child(i).page_id().is_none() {
+            return Err(format!(
+                "page {}: inner entry {i} holds a swizzled reference",
                 v.pid()
             ));
         }
@@ -1120,5 +1166,36 @@ mod tests {
         let mut bad = buf.clone();
         put_u16(&mut bad, HEADER, 4095);
         assert!(check(&bad, Some(1)).is_err());
+    }
+
+    /// An inner page read from media with a child reference that has the top bit set (a
+    /// swizzled reference, which only DRAM may hold) is damaged: it must never be followed
+    /// as a frame index.
+    #[test]
+    fn check_rejects_swizzled_references_on_media() {
+        let mut buf = vec![0u8; 4096];
+        NodeMut::new(&mut buf).init(Kind::Inner, 1, 1, 5);
+        assert!(NodeMut::new(&mut buf).insert_at(0, b"m", &6u64.to_le_bytes()));
+        check(&buf, Some(1)).unwrap();
+        let mut refs = Vec::new();
+        child_refs(&buf, &mut refs);
+        assert_eq!(refs.len(), 2, "aux and one entry");
+        assert_eq!(refs[0], 32);
+        for &at in &refs {
+            let mut bad = buf.clone();
+            bad[at + 7] |= 0x80;
+            let e = check(&bad, Some(1)).unwrap_err();
+            assert!(e.contains("swizzled"), "{e}");
+        }
+        // A leaf's values are not references.
+        let mut leaf = vec![0u8; 4096];
+        NodeMut::new(&mut leaf).init(Kind::Leaf, 0, 2, 0);
+        NodeMut::new(&mut leaf)
+            .upsert(b"a", &u64::MAX.to_le_bytes())
+            .unwrap();
+        refs.clear();
+        child_refs(&leaf, &mut refs);
+        assert!(refs.is_empty());
+        check(&leaf, Some(2)).unwrap();
     }
 }

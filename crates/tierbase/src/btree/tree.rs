@@ -49,7 +49,7 @@ use parking_lot::RwLock;
 
 use super::node::{self, Kind, Node, NodeMut};
 use crate::buffer::{
-    BufferPool, Fixed, ForWrite, PageBytes, PageRead, PageWrite, RacyPage, Torn, Verify,
+    BufferPool, Fixed, ForWrite, PageBytes, PageRead, PageWrite, RacyPage, Swip, Torn, Verify,
 };
 use crate::device::Counter;
 use crate::error::{Error, Result};
@@ -74,6 +74,9 @@ const WRITER_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Optimistic descents a point read tries before it couples latches ([`Tree::leaf_for`]).
 const OPTIMISTIC_TRIES: usize = 3;
+/// Times one descent lets go of its pages to read a missing child in unlatched, before it
+/// reads one in holding its parent ([`Tree::read_in_unlatched`]).
+const MISS_RESTARTS: u32 = 4;
 
 /// The LSN of a leaf a leaf writer has changed but not yet logged ([`Tree::change_in_leaf`]).
 const UNLOGGED_LSN: u64 = u64::MAX;
@@ -300,6 +303,8 @@ pub(crate) struct Tree {
     /// not in DRAM. Each is retried, [`OPTIMISTIC_TRIES`] times at most before the read
     /// couples latches.
     pub(crate) optimistic_restarts: Counter,
+    /// Descents that let go of their pages to read a child in ([`Tree::read_in_unlatched`]).
+    pub(crate) miss_restarts: Counter,
 }
 
 /// What a leaf writer does ([`Tree::change_in_leaf`]).
@@ -523,6 +528,7 @@ impl Tree {
             optimistic_reads: false,
             optimistic_descents: Counter::default(),
             optimistic_restarts: Counter::default(),
+            miss_restarts: Counter::default(),
         }
     }
 
@@ -558,48 +564,44 @@ impl Tree {
 
     /// Descends to the leaf for `target`, tracking the leaf's fences.
     fn descend(&self, target: Target<'_>) -> Result<LeafAt<'_>> {
-        let mut page = self.fix_root()?;
-        let (mut low, mut high): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
-        for _ in 0..MAX_DEPTH {
-            let n = Node(page.bytes());
-            match n.kind() {
-                Some(Kind::Leaf) => return Ok(LeafAt { page, low, high }),
-                Some(Kind::Inner) => {}
-                other => {
-                    return Err(corrupt(format!(
-                        "page {} is a {other:?} page inside the tree",
-                        page.pid()
-                    )));
+        let mut restarts = 0;
+        'descent: loop {
+            let mut page = self.fix_root()?;
+            let (mut low, mut high): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
+            for _ in 0..MAX_DEPTH {
+                let n = Node(page.bytes());
+                match n.kind() {
+                    Some(Kind::Leaf) => return Ok(LeafAt { page, low, high }),
+                    Some(Kind::Inner) => {}
+                    other => {
+                        return Err(corrupt(format!(
+                            "page {} is a {other:?} page inside the tree",
+                            page.pid()
+                        )));
+                    }
                 }
+                let at = match target {
+                    Target::Key(k) => n.route(k),
+                    Target::Before(k) => match n.search(k) {
+                        Ok(0) | Err(0) => None,
+                        Ok(i) | Err(i) => Some(i - 1),
+                    },
+                    Target::Last => n.count().checked_sub(1),
+                };
+                let next_idx = at.map_or(0, |i| i + 1);
+                if next_idx < n.count() {
+                    high = Some(n.key(next_idx).to_vec());
+                }
+                if let Some(i) = at {
+                    low = Some(n.key(i).to_vec());
+                }
+                let Some(next) = self.fix_child(page, at, &mut restarts)? else {
+                    continue 'descent;
+                };
+                page = next;
             }
-            let at = match target {
-                Target::Key(k) => n.route(k),
-                Target::Before(k) => match n.search(k) {
-                    Ok(0) | Err(0) => None,
-                    Ok(i) | Err(i) => Some(i - 1),
-                },
-                Target::Last => n.count().checked_sub(1),
-            };
-            let next_idx = at.map_or(0, |i| i + 1);
-            if next_idx < n.count() {
-                high = Some(n.key(next_idx).to_vec());
-            }
-            if let Some(i) = at {
-                low = Some(n.key(i).to_vec());
-            }
-            let level = n.level();
-            let child = n.child_at(at);
-            let next = self.pool.fix_shared(child)?;
-            let cl = Node(next.bytes()).level();
-            if u16::from(cl) + 1 != u16::from(level) {
-                return Err(corrupt(format!(
-                    "page {child} (level {cl}) is a child of page {} (level {level})",
-                    page.pid()
-                )));
-            }
-            page = next;
+            return Err(corrupt(format!("tree deeper than {MAX_DEPTH} levels")));
         }
-        Err(corrupt(format!("tree deeper than {MAX_DEPTH} levels")))
     }
 
     /// The leaf for `key` (a point lookup: no fences to track), fixed for reading: if it is
@@ -616,42 +618,126 @@ impl Tree {
                 self.optimistic_restarts.incr();
             }
         }
-        let mut page = self.fix_root()?;
-        for _ in 0..MAX_DEPTH {
-            let n = Node(page.bytes());
-            match n.kind() {
-                Some(Kind::Leaf) => return Ok(Fixed::Whole(page)),
-                Some(Kind::Inner) => {}
-                other => {
-                    return Err(corrupt(format!(
-                        "page {} is a {other:?} page inside the tree",
-                        page.pid()
-                    )));
+        let mut restarts = 0;
+        'descent: loop {
+            let mut page = self.fix_root()?;
+            for _ in 0..MAX_DEPTH {
+                let n = Node(page.bytes());
+                match n.kind() {
+                    Some(Kind::Leaf) => return Ok(Fixed::Whole(page)),
+                    Some(Kind::Inner) => {}
+                    other => {
+                        return Err(corrupt(format!(
+                            "page {} is a {other:?} page inside the tree",
+                            page.pid()
+                        )));
+                    }
                 }
-            }
-            let level = n.level();
-            let child = n.child_at(n.route(key));
-            if level == 1 && by_lines {
-                let mut leaf = self.pool.fix_lines(child)?;
-                // Kind and level, in the header's line.
-                if leaf.bytes(4, 2)? != [Kind::Leaf as u8, 0] {
-                    return Err(corrupt(format!(
-                        "page {child}, a child of page {} at level 1, is not a leaf",
-                        page.pid()
-                    )));
+                let level = n.level();
+                let at = n.route(key);
+                if level == 1
+                    && by_lines
+                    && let Some(child) = n.child_at(at).page_id()
+                {
+                    if self.read_in_unlatched(child, true, &mut restarts) {
+                        drop(page);
+                        // An error is reported by the next descent, if the page is still the
+                        // child then.
+                        let _ = self.pool.fix_lines(child);
+                        continue 'descent;
+                    }
+                    let mut leaf = self.pool.fix_lines(child)?;
+                    // Kind and level, in the header's line.
+                    if leaf.bytes(4, 2)? != [Kind::Leaf as u8, 0] {
+                        return Err(corrupt(format!(
+                            "page {child}, a child of page {} at level 1, is not a leaf",
+                            page.pid()
+                        )));
+                    }
+                    return Ok(leaf);
                 }
-                return Ok(leaf);
+                let Some(next) = self.fix_child(page, at, &mut restarts)? else {
+                    continue 'descent;
+                };
+                page = next;
             }
-            let next = self.pool.fix_shared(child)?;
-            if u16::from(Node(next.bytes()).level()) + 1 != u16::from(level) {
-                return Err(corrupt(format!(
-                    "page {child} is a child of page {} at the wrong level",
-                    page.pid()
-                )));
-            }
-            page = next;
+            return Err(corrupt(format!("tree deeper than {MAX_DEPTH} levels")));
         }
-        Err(corrupt(format!("tree deeper than {MAX_DEPTH} levels")))
+    }
+
+    /// The child at route position `at` of inner page `page` (fixed for reading, and let go
+    /// here), fixed for reading: through its frame if the reference to it is swizzled; else
+    /// by its page id, and then, if the pool swizzles, the reference is swizzled (once the
+    /// parent is let go: that takes its latch exclusively, without waiting). `None`: the
+    /// child was read in with no latch held ([`Tree::read_in_unlatched`]); descend again. A
+    /// child not one level below its parent is `Corrupt` (a cycle in a damaged file ends).
+    #[inline]
+    fn fix_child<'a>(
+        &'a self,
+        page: PageRead<'a>,
+        at: Option<usize>,
+        restarts: &mut u32,
+    ) -> Result<Option<PageRead<'a>>> {
+        let n = Node(page.bytes());
+        let (level, (off, swip)) = (n.level(), n.child_ref(at));
+        let child = match swip.page_id() {
+            None => self.pool.fix_swip(swip)?,
+            Some(pid) => match self.fix_by_id(page, off, pid, restarts)? {
+                Some(child) => child,
+                None => return Ok(None),
+            },
+        };
+        let cl = Node(child.bytes()).level();
+        if u16::from(cl) + 1 != u16::from(level) {
+            return Err(corrupt(format!(
+                "page {} (level {cl}) is a child of a page at level {level}",
+                child.pid()
+            )));
+        }
+        Ok(Some(child))
+    }
+
+    /// [`Tree::fix_child`] of a child named by its page id `pid`, at byte `off` of `page`.
+    #[inline]
+    fn fix_by_id<'a>(
+        &'a self,
+        page: PageRead<'a>,
+        off: usize,
+        pid: u64,
+        restarts: &mut u32,
+    ) -> Result<Option<PageRead<'a>>> {
+        if self.read_in_unlatched(pid, false, restarts) {
+            drop(page);
+            // An error is reported by the next descent, if the page is still the child then.
+            let _ = self.pool.fix_shared(pid);
+            return Ok(None);
+        }
+        let parent = self.pool.parent_ref(&page);
+        let child = self.pool.fix_shared(pid)?;
+        if let Some(parent) = parent {
+            drop(page);
+            self.pool.try_swizzle(parent, off, &child);
+        }
+        Ok(Some(child))
+    }
+
+    /// Whether a descent should let its page go, read child `pid` in (`by_lines`: as
+    /// [`BufferPool::fix_lines`] would), and descend again: with swizzling, when the fix
+    /// would take a frame. A victim may be a child swizzled in a page this descent holds,
+    /// which only that page's exclusive latch can unswizzle; holding nothing, the descent
+    /// leaves every such victim to the pool. At most [`MISS_RESTARTS`] times per descent
+    /// (pages read in may be evicted again before it gets back to them).
+    #[inline]
+    fn read_in_unlatched(&self, pid: u64, by_lines: bool, restarts: &mut u32) -> bool {
+        if !self.pool.swizzling()
+            || *restarts >= MISS_RESTARTS
+            || !self.pool.fix_takes_frame(pid, by_lines)
+        {
+            return false;
+        }
+        *restarts += 1;
+        self.miss_restarts.incr();
+        true
     }
 
     /// [`Tree::leaf_for`] through the inner pages without latching them (optimistic lock
@@ -688,6 +774,9 @@ impl Tree {
                 }
                 Ok(None) | Err(Torn) => return Ok(None),
             };
+            // A swizzled reference names the child's frame, whose page id is read from the
+            // frame: garbage until this page is validated, like any id read here.
+            let child = self.pool.resolve(child);
             if at == 1 {
                 // The child is fixed, perhaps read from the device: its id must be real.
                 if !self.pool.validate(read) {
@@ -729,7 +818,7 @@ impl Tree {
         pid: u64,
         level: Option<u8>,
         key: &[u8],
-    ) -> std::result::Result<Option<(u8, u64)>, Torn> {
+    ) -> std::result::Result<Option<(u8, Swip)>, Torn> {
         // Kind and level (bytes 4 and 5), and the page's id.
         let [kind, at] = page.array(4)?;
         let id = u64::from_le_bytes(page.array(16)?);
@@ -807,34 +896,32 @@ impl Tree {
     /// (the leaf itself is not fixed). Only meaningful while the structure cannot change: the
     /// caller holds the writer lock.
     fn leaf_id_for(&self, key: &[u8]) -> Result<u64> {
-        let mut page = self.fix_root()?;
-        for _ in 0..MAX_DEPTH {
-            let n = Node(page.bytes());
-            match n.kind() {
-                Some(Kind::Leaf) => return Ok(page.pid()),
-                Some(Kind::Inner) => {}
-                other => {
-                    return Err(corrupt(format!(
-                        "page {} is a {other:?} page inside the tree",
-                        page.pid()
-                    )));
+        let mut restarts = 0;
+        'descent: loop {
+            let mut page = self.fix_root()?;
+            for _ in 0..MAX_DEPTH {
+                let n = Node(page.bytes());
+                match n.kind() {
+                    Some(Kind::Leaf) => return Ok(page.pid()),
+                    Some(Kind::Inner) => {}
+                    other => {
+                        return Err(corrupt(format!(
+                            "page {} is a {other:?} page inside the tree",
+                            page.pid()
+                        )));
+                    }
                 }
+                let (level, at) = (n.level(), n.route(key));
+                if level == 1 {
+                    return Ok(self.pool.resolve(n.child_at(at)));
+                }
+                let Some(next) = self.fix_child(page, at, &mut restarts)? else {
+                    continue 'descent;
+                };
+                page = next;
             }
-            let level = n.level();
-            let child = n.child_at(n.route(key));
-            if level == 1 {
-                return Ok(child);
-            }
-            let next = self.pool.fix_shared(child)?;
-            if u16::from(Node(next.bytes()).level()) + 1 != u16::from(level) {
-                return Err(corrupt(format!(
-                    "page {child} is a child of page {} at the wrong level",
-                    page.pid()
-                )));
-            }
-            page = next;
+            return Err(corrupt(format!("tree deeper than {MAX_DEPTH} levels")));
         }
-        Err(corrupt(format!("tree deeper than {MAX_DEPTH} levels")))
     }
 
     /// The value of `key`, reading its leaf by lines if `by_lines` (see [`Tree::leaf_for`]).
@@ -1478,29 +1565,29 @@ impl Tree {
     /// [`Tree::path`]; with `fix_leaf` false, the leaf below an inner page is named but not
     /// fixed (nor checked: the caller fixes it as it needs, by lines or whole).
     fn path_to(&self, key: &[u8], fix_leaf: bool) -> Result<PagePath> {
-        let mut path = PagePath::new();
-        // The root is re-checked: a writer waiting for the lock descends too.
-        let mut page = self.fix_root()?;
-        loop {
-            path.push(page.pid());
-            let n = Node(page.bytes());
-            match n.kind() {
-                Some(Kind::Leaf) => return Ok(path),
-                Some(Kind::Inner) if path.len() < MAX_DEPTH => {
-                    let child = n.child_at(n.route(key));
-                    if !fix_leaf && n.level() == 1 {
-                        path.push(child);
-                        return Ok(path);
+        let mut restarts = 0;
+        'descent: loop {
+            let mut path = PagePath::new();
+            // The root is re-checked: a writer waiting for the lock descends too.
+            let mut page = self.fix_root()?;
+            loop {
+                path.push(page.pid());
+                let n = Node(page.bytes());
+                match n.kind() {
+                    Some(Kind::Leaf) => return Ok(path),
+                    Some(Kind::Inner) if path.len() < MAX_DEPTH => {
+                        let (at, level) = (n.route(key), n.level());
+                        if !fix_leaf && level == 1 {
+                            path.push(self.pool.resolve(n.child_at(at)));
+                            return Ok(path);
+                        }
+                        let Some(next) = self.fix_child(page, at, &mut restarts)? else {
+                            continue 'descent;
+                        };
+                        page = next;
                     }
-                    let next = self.pool.fix_shared(child)?;
-                    if u16::from(Node(next.bytes()).level()) + 1 != u16::from(n.level()) {
-                        return Err(corrupt(format!(
-                            "page {child}: wrong level under its parent"
-                        )));
-                    }
-                    page = next;
+                    _ => return Err(corrupt(format!("page {}: not a tree page", page.pid()))),
                 }
-                _ => return Err(corrupt(format!("page {}: not a tree page", page.pid()))),
             }
         }
     }
@@ -1984,7 +2071,7 @@ impl Tree {
             let mid = Self::split_index(&Node(parent.bytes()));
             let (mid_key, mid_child) = {
                 let n = Node(parent.bytes());
-                (n.key(mid).to_vec(), n.child(mid))
+                (n.key(mid).to_vec(), self.pool.resolve(n.child(mid)))
             };
             edit(&mut right).init(Kind::Inner, level, rpid, mid_child);
             edit(&mut parent).move_tail(mid + 1, &mut edit(&mut right));
@@ -2068,15 +2155,19 @@ impl Tree {
             // Merge with the right sibling if there is one, else into the left one.
             let (mut left, mut right, sep_idx) = match pos {
                 None if pn.count() > 0 => {
-                    let sib = self.pool.fix_exclusive(pn.child(0))?;
+                    let sib = self.pool.fix_exclusive(self.pool.resolve(pn.child(0)))?;
                     (child, sib, 0)
                 }
                 Some(i) if i + 1 < pn.count() => {
-                    let sib = self.pool.fix_exclusive(pn.child(i + 1))?;
+                    let sib = self
+                        .pool
+                        .fix_exclusive(self.pool.resolve(pn.child(i + 1)))?;
                     (child, sib, i + 1)
                 }
                 Some(i) => {
-                    let sib = self.pool.fix_exclusive(pn.child_at(i.checked_sub(1)))?;
+                    let sib = self
+                        .pool
+                        .fix_exclusive(self.pool.resolve(pn.child_at(i.checked_sub(1))))?;
                     (sib, child, i)
                 }
                 None => break, // an inner page without entries: handled as the root below
@@ -2093,6 +2184,7 @@ impl Tree {
             }
             if l.kind() == Some(Kind::Inner) {
                 let n = l.count();
+                // Exclusive fixes unswizzled both pages: `aux` is a page id.
                 let aux = r.aux();
                 edit(&mut left).insert_at(n, &sep, &aux.to_le_bytes());
             }
@@ -2242,10 +2334,14 @@ impl Tree {
     }
 
     /// Checks every page reachable from the root: levels, key order across pages (fences),
-    /// and that the leaves hold `count` keys. Returns (pages, keys).
+    /// that the leaves hold `count` keys, and the pool's swizzling invariants. Returns (pages,
+    /// keys).
     /// Writers wait meanwhile (the count and the leaves must agree).
     pub(crate) fn verify(&self) -> Result<(u64, u64)> {
         let _writers = self.writer.write();
+        self.pool
+            .check_swizzles()
+            .map_err(|e| corrupt(format!("buffer pool: {e}")))?;
         let mut pages = 0;
         let mut keys = 0;
         let root = self.root.load(Ordering::Acquire);
@@ -2292,14 +2388,16 @@ impl Tree {
                     }
                     let next = n.level() - 1;
                     let first_high = (n.count() > 0).then(|| n.key(0).to_vec()).or(high.clone());
-                    stack.push((n.aux(), low.clone(), first_high, Some(next)));
+                    let first = self.pool.resolve(n.child_at(None));
+                    stack.push((first, low.clone(), first_high, Some(next)));
                     for i in 0..n.count() {
                         let h = if i + 1 < n.count() {
                             Some(n.key(i + 1).to_vec())
                         } else {
                             high.clone()
                         };
-                        stack.push((n.child(i), Some(n.key(i).to_vec()), h, Some(next)));
+                        let child = self.pool.resolve(n.child(i));
+                        stack.push((child, Some(n.key(i).to_vec()), h, Some(next)));
                     }
                 }
                 other => return Err(corrupt(format!("page {pid}: {other:?} page in the tree"))),

@@ -520,9 +520,10 @@ impl BufferPool {
                         None => continue,
                     }
                 }
-                let Some((frame, guard)) = self.latch_frame(pid, i) else {
+                let Some((frame, mut guard)) = self.latch_frame(pid, i) else {
                     continue;
                 };
+                self.unswizzle_children(frame, &mut guard);
                 return Ok(ForWrite::new(self, frame, guard));
             }
             if let Some(w) = self.load(pid, Verify::Yes, super::Load::Lines)? {

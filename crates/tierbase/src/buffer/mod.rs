@@ -30,8 +30,24 @@
 //! goes to its slot or asks for one (admission), and only NVM victims and refused pages
 //! reach the page file. Point reads of leaves load a page from NVM a cache line at a time
 //! ([`lines`], the paper's cache-line-grained pages and mini pages;
-//! [`BufferPool::fix_lines`]). Pointer swizzling is not built yet (page ids go through the
-//! page table on every fix).
+//! [`BufferPool::fix_lines`]).
+//!
+//! **Pointer swizzling** ([`BufferPool::with_swizzling`]): a child reference in a page (a
+//! [`Swip`]) whose child is in a DRAM frame may be rewritten, in the parent's frame only, to
+//! name that frame (top bit set), so a descent reaches the child without the page table.
+//! The page format tells the pool where a page's child references are (the callback given
+//! to `with_swizzling`); nothing else of the format is read. Rules:
+//! - a swip is swizzled and unswizzled only under the parent frame's exclusive latch, and
+//!   only from a parent version the swizzler read the swip at ([`ParentRef`]);
+//! - a frame whose page holds swizzled children is never evicted; a swizzled child is
+//!   evicted only after its parent's swip holds its page id again (the evictor takes the
+//!   parent's latch without waiting, or picks another victim);
+//! - every exclusive fix ([`BufferPool::fix_exclusive`], [`BufferPool::fix_new`]) first
+//!   unswizzles the page's children, so a change, a log image or a split of a page sees
+//!   page ids only;
+//! - no byte that leaves DRAM (a write-back copy, a page handed to NVM) holds a swizzled
+//!   swip: copies are unswizzled, and a victim has no swizzled children;
+//! - swizzling writes no log record and dirties nothing: the page's meaning is unchanged.
 //!
 //! With [`BufferPool::new_direct`] it is the NVM-direct design: every frame is its page in
 //! persistent memory ([`direct`]), mapped from the start, never loaded, evicted or written
@@ -47,7 +63,7 @@ mod table;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLockReadGuard};
 
@@ -62,6 +78,51 @@ pub const PAGE_PREFIX: usize = 24;
 const NO_PAGE: u64 = u64::MAX;
 /// Pages written back in one batch by [`BufferPool::flush_dirty`].
 const FLUSH_BATCH: usize = 64;
+/// The top bit of a [`Swip`]: set, the rest is a frame index.
+const SWIZZLED: u64 = 1 << 63;
+/// [`Frame::swizzled_in`] of a frame no swip names.
+const NOT_SWIZZLED: u64 = u64::MAX;
+
+/// A child reference as an inner page holds it (8 bytes, little-endian): a page id, or —
+/// swizzled, top bit set — the index of the DRAM frame that holds the child
+/// ([`BufferPool::with_swizzling`]). Page ids never have the top bit set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Swip(u64);
+
+impl Swip {
+    /// The swip stored as `word`.
+    #[inline]
+    pub const fn from_word(word: u64) -> Swip {
+        Swip(word)
+    }
+    /// The page id, unless the swip is swizzled ([`BufferPool::resolve`] names it then).
+    #[inline]
+    pub const fn page_id(self) -> Option<u64> {
+        if self.0 & SWIZZLED == 0 {
+            Some(self.0)
+        } else {
+            None
+        }
+    }
+    #[inline]
+    fn frame(self) -> Option<usize> {
+        (self.0 & SWIZZLED != 0).then_some((self.0 & !SWIZZLED) as usize)
+    }
+}
+
+/// An inner page held shared, as [`BufferPool::try_swizzle`] needs it: its frame, its id, and
+/// the version its bytes were read at.
+#[derive(Clone, Copy, Debug)]
+pub struct ParentRef {
+    frame: u32,
+    pid: u64,
+    version: u32,
+}
+
+/// Where a page's child references are: pushes the byte offset of each 8-byte [`Swip`] in
+/// `page` to `out` (none for a page without children).
+pub type ChildRefs = fn(page: &[u8], out: &mut Vec<usize>);
+
 /// How long a fix waits for a latched frame before it checks that the frame is still its
 /// page's ([`BufferPool::latch_mapped`]).
 const LATCH_POLL: std::time::Duration = std::time::Duration::from_micros(200);
@@ -83,6 +144,8 @@ pub trait WalRule: Send + Sync {
 #[derive(Debug)]
 pub struct FrameData {
     pid: u64,
+    /// This frame's index (never changes).
+    frame: u32,
     buf: AlignedBuf,
     /// The page failed its checksum when loaded (only with [`Verify::No`]).
     pub torn: bool,
@@ -112,15 +175,28 @@ struct Frame {
     page_addr: usize,
     /// The frame's bytes for optimistic readers (`None`: a heap buffer, never read so).
     racy: Option<RacyView>,
+    /// The swip naming this frame: parent frame index << 32 | byte offset in the parent, or
+    /// [`NOT_SWIZZLED`]. Set and cleared under the parent's exclusive latch while this
+    /// frame is latched (shared, to swizzle; exclusive, to evict) or its parent is changed.
+    swizzled_in: AtomicU64,
+    /// The page id a swip naming this frame stands for (constant while it is swizzled).
+    swizzled_pid: AtomicU64,
+    /// Swizzled swips in this frame's page (changed under its exclusive latch): a frame
+    /// with any is never evicted.
+    swizzled_children: AtomicU32,
 }
 
 impl Frame {
-    fn new(pid: u64, buf: AlignedBuf, changed: lines::ChangedLines) -> Frame {
+    fn new(index: usize, pid: u64, buf: AlignedBuf, changed: lines::ChangedLines) -> Frame {
         Frame {
             page_addr: buf.as_ptr() as usize,
             racy: buf.racy_view(),
+            swizzled_in: AtomicU64::new(NOT_SWIZZLED),
+            swizzled_pid: AtomicU64::new(NO_PAGE),
+            swizzled_children: AtomicU32::new(0),
             data: HybridLatch::new(FrameData {
                 pid,
+                frame: index as u32,
                 buf,
                 torn: false,
                 lines: None,
@@ -228,6 +304,13 @@ pub struct PoolCounters {
     pub mini_promotions: Counter,
     /// Mini pages evicted by their Clock.
     pub mini_evictions: Counter,
+    /// Swips rewritten to name their child's frame ([`BufferPool::with_swizzling`]).
+    pub swizzles: Counter,
+    /// Swizzled swips given their page id back (the child's eviction, or a change of the
+    /// parent).
+    pub unswizzles: Counter,
+    /// Fixes that followed a swizzled swip (no page-table lookup).
+    pub swizzled_fixes: Counter,
 }
 
 /// Options of a pool.
@@ -278,6 +361,8 @@ pub struct BufferPool {
     mini_hand: AtomicUsize,
     /// NVM direct: the frames are the pages of this region.
     direct: Option<Arc<direct::DirectPages>>,
+    /// Pointer swizzling is on: where pages hold their child references.
+    child_refs: Option<ChildRefs>,
     /// Counters.
     pub counters: PoolCounters,
 }
@@ -492,7 +577,8 @@ impl BufferPool {
         // the budget is what the user gave us, and a request must not pay a 2 MiB fault.
         let frames = AlignedBuf::carve(ps, n as usize, true)?
             .into_iter()
-            .map(|buf| Frame::new(NO_PAGE, buf, lines::ChangedLines::new(ps)))
+            .enumerate()
+            .map(|(i, buf)| Frame::new(i, NO_PAGE, buf, lines::ChangedLines::new(ps)))
             .collect();
         let free = (0..n as u32).rev().collect();
         let table = table::PageTable::default();
@@ -541,6 +627,7 @@ impl BufferPool {
             mini_free: Mutex::new(Vec::new()),
             mini_hand: AtomicUsize::new(0),
             direct,
+            child_refs: None,
             counters: PoolCounters::default(),
         }
     }
@@ -570,7 +657,7 @@ impl BufferPool {
         for (i, buf) in pages.into_iter().enumerate() {
             table.insert(i as u64, i as u32)?;
             let changed = lines::ChangedLines::saving(ps, direct.clone(), i as u32);
-            frames.push(Frame::new(i as u64, buf, changed));
+            frames.push(Frame::new(i, i as u64, buf, changed));
         }
         let (free, direct) = (Vec::new(), Some(direct));
         Ok(Self::of_frames(
@@ -829,6 +916,252 @@ impl BufferPool {
         valid
     }
 
+    /// Turns pointer swizzling on (see the module docs): `child_refs` says where a page
+    /// holds its child references. Off in NVM direct, whose frames are persistent.
+    pub fn with_swizzling(mut self, child_refs: ChildRefs) -> Self {
+        if self.direct.is_none() {
+            self.child_refs = Some(child_refs);
+        }
+        self
+    }
+
+    /// Whether swips are swizzled ([`BufferPool::with_swizzling`]).
+    pub fn swizzling(&self) -> bool {
+        self.child_refs.is_some()
+    }
+
+    /// The page id `swip` stands for. A swizzled swip read without its parent's latch (an
+    /// optimistic read) may be garbage: it then names some page, or none ([`u64::MAX`]),
+    /// and the read's validation decides.
+    #[inline]
+    pub fn resolve(&self, swip: Swip) -> u64 {
+        match swip.frame() {
+            None => swip.0,
+            Some(i) => self
+                .frames
+                .get(i)
+                .map_or(NO_PAGE, |f| f.swizzled_pid.load(Ordering::Acquire)),
+        }
+    }
+
+    /// Fixes the child that `swip`, read from a parent page the caller holds (shared or
+    /// exclusive), names, for reading: through its frame if the swip is swizzled, else by
+    /// its page id.
+    #[inline]
+    pub fn fix_swip(&self, swip: Swip) -> Result<PageRead<'_>> {
+        let Some(i) = swip.frame() else {
+            return self.fix_shared(swip.0);
+        };
+        let frame = self.frames.get(i).ok_or_else(|| {
+            Error::corrupt(
+                None,
+                format!("a swizzled reference names frame {i}, beyond the pool"),
+            )
+        })?;
+        // The parent is held, so the child can be neither unswizzled nor evicted: its frame
+        // holds the page, whole (a frame loaded by lines is never swizzled). Checked cheaply
+        // here (the frame's `swizzled_pid` is on another cache line; `check_swizzles`
+        // compares it).
+        let guard = frame.data.read();
+        if guard.pid == NO_PAGE || guard.lines.is_some() {
+            return Err(Error::corrupt(
+                None,
+                format!("swizzled frame {i} no longer holds its page (a pool invariant broke)"),
+            ));
+        }
+        frame.mark_referenced();
+        self.counters.hits.incr();
+        self.counters.swizzled_fixes.incr();
+        Ok(PageRead { guard })
+    }
+
+    /// Whether fixing `pid` now would take a frame (and so perhaps evict a page): it is in
+    /// no full frame — not in DRAM, or (unless `by_lines`, which reads mini pages) only in a
+    /// mini page, which a whole fix promotes. A hint: the answer may change at once.
+    #[inline]
+    pub fn fix_takes_frame(&self, pid: u64, by_lines: bool) -> bool {
+        match self.lookup(pid) {
+            None => true,
+            Some(i) => i & lines::MINI_TAG != 0 && !by_lines,
+        }
+    }
+
+    /// `page` (held shared) as the parent of a later [`BufferPool::try_swizzle`]: `None` if
+    /// the pool does not swizzle.
+    #[inline]
+    pub fn parent_ref(&self, page: &PageRead<'_>) -> Option<ParentRef> {
+        self.child_refs?;
+        let frame = &self.frames[page.guard.frame as usize];
+        Some(ParentRef {
+            frame: page.guard.frame,
+            pid: page.guard.pid,
+            version: frame.data.optimistic()?,
+        })
+    }
+
+    /// Swizzles the swip at byte `at` of `parent` (released by the caller since
+    /// [`BufferPool::parent_ref`]) to name `child`'s frame, if the parent is unchanged since
+    /// then, its latch is free now, and the swip still holds `child`'s page id. Otherwise
+    /// does nothing (a later fix tries again).
+    pub fn try_swizzle(&self, parent: ParentRef, at: usize, child: &PageRead<'_>) {
+        let c = &self.frames[child.guard.frame as usize];
+        if c.swizzled_in.load(Ordering::Acquire) != NOT_SWIZZLED || child.guard.lines.is_some() {
+            return;
+        }
+        let p = &self.frames[parent.frame as usize];
+        let Some(mut pg) = p.data.try_write() else {
+            return;
+        };
+        let Some(word) = pg.buf.get(at..at + 8) else {
+            return;
+        };
+        if !pg.follows(parent.version)
+            || pg.pid != parent.pid
+            || u64::from_le_bytes(word.try_into().expect("8 bytes")) != child.guard.pid
+        {
+            return;
+        }
+        c.swizzled_pid.store(child.guard.pid, Ordering::Release);
+        c.swizzled_in
+            .store(u64::from(parent.frame) << 32 | at as u64, Ordering::Release);
+        pg.buf[at..at + 8]
+            .copy_from_slice(&(SWIZZLED | u64::from(child.guard.frame)).to_le_bytes());
+        p.swizzled_children.fetch_add(1, Ordering::AcqRel);
+        self.counters.swizzles.incr();
+    }
+
+    /// Gives every swizzled swip in the page of `frame` (latched exclusively by the caller,
+    /// as `page`) its page id back.
+    fn unswizzle_children(&self, frame: &Frame, page: &mut FrameData) {
+        if frame.swizzled_children.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let Some(child_refs) = self.child_refs else {
+            return;
+        };
+        let mut refs = Vec::new();
+        child_refs(&page.buf, &mut refs);
+        for at in refs {
+            let word = u64::from_le_bytes(page.buf[at..at + 8].try_into().expect("8 bytes"));
+            let Some(child) = Swip(word).frame().and_then(|i| self.frames.get(i)) else {
+                continue;
+            };
+            page.buf[at..at + 8]
+                .copy_from_slice(&child.swizzled_pid.load(Ordering::Acquire).to_le_bytes());
+            child.swizzled_in.store(NOT_SWIZZLED, Ordering::Release);
+            frame.swizzled_children.fetch_sub(1, Ordering::AcqRel);
+            self.counters.unswizzles.incr();
+        }
+    }
+
+    /// Replaces swizzled swips in `copy` (bytes of a page with swizzled children, copied
+    /// under its latch) by their page ids, for writing it out.
+    fn unswizzle_copy(&self, frame: &Frame, copy: &mut [u8]) {
+        if frame.swizzled_children.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let Some(child_refs) = self.child_refs else {
+            return;
+        };
+        let mut refs = Vec::new();
+        child_refs(copy, &mut refs);
+        for at in refs {
+            let word = u64::from_le_bytes(copy[at..at + 8].try_into().expect("8 bytes"));
+            if let Some(child) = Swip(word).frame().and_then(|i| self.frames.get(i)) {
+                copy[at..at + 8]
+                    .copy_from_slice(&child.swizzled_pid.load(Ordering::Acquire).to_le_bytes());
+            }
+        }
+    }
+
+    /// Before the page in `frame` (latched exclusively, about to be evicted) leaves: if a
+    /// swip names it, gives that swip its page id back, taking the parent's latch without
+    /// waiting. `false`: the parent is busy, choose another victim.
+    fn unswizzle_from_parent(&self, frame: &Frame) -> bool {
+        let link = frame.swizzled_in.load(Ordering::Acquire);
+        if link == NOT_SWIZZLED {
+            return true;
+        }
+        let (parent, at) = ((link >> 32) as usize, (link & 0xffff_ffff) as usize);
+        let p = &self.frames[parent];
+        let Some(mut pg) = p.data.try_write() else {
+            return false;
+        };
+        // Unswizzled meanwhile by a change of the parent (which took its latch first)?
+        if frame.swizzled_in.load(Ordering::Acquire) != link {
+            return true;
+        }
+        pg.buf[at..at + 8]
+            .copy_from_slice(&frame.swizzled_pid.load(Ordering::Acquire).to_le_bytes());
+        frame.swizzled_in.store(NOT_SWIZZLED, Ordering::Release);
+        p.swizzled_children.fetch_sub(1, Ordering::AcqRel);
+        self.counters.unswizzles.incr();
+        true
+    }
+
+    /// Checks the swizzling invariants, frame by frame (each under its shared latch, so
+    /// fixes may run meanwhile): every swizzled swip in a page names a frame that points back
+    /// at it, the page's count of swizzled children is right, and a frame a swip names holds
+    /// that swip's page, which its parent names (unless the parent is latched exclusively
+    /// just then). `Err` says what broke.
+    pub fn check_swizzles(&self) -> std::result::Result<(), String> {
+        let Some(child_refs) = self.child_refs else {
+            return Ok(());
+        };
+        let mut refs = Vec::new();
+        for (i, frame) in self.frames.iter().enumerate() {
+            let page = frame.data.read();
+            let link = frame.swizzled_in.load(Ordering::Acquire);
+            if link != NOT_SWIZZLED {
+                if page.pid != frame.swizzled_pid.load(Ordering::Acquire) {
+                    return Err(format!("swizzled frame {i} holds page {}", page.pid));
+                }
+                let (p, at) = ((link >> 32) as usize, (link & 0xffff_ffff) as usize);
+                // Child before parent is against the latch order: never wait here.
+                if let Some(parent) = self.frames.get(p).and_then(|f| f.data.try_read())
+                    && frame.swizzled_in.load(Ordering::Acquire) == link
+                    && parent.buf.get(at..at + 8) != Some(&(SWIZZLED | i as u64).to_le_bytes()[..])
+                {
+                    return Err(format!(
+                        "frame {i} (page {}) says frame {p} byte {at} names it; it does not",
+                        page.pid
+                    ));
+                }
+            }
+            if page.pid == NO_PAGE {
+                continue;
+            }
+            refs.clear();
+            child_refs(&page.buf, &mut refs);
+            let mut swizzled = 0;
+            for &at in &refs {
+                let word = u64::from_le_bytes(page.buf[at..at + 8].try_into().expect("8 bytes"));
+                let Some(c) = Swip(word).frame() else {
+                    continue;
+                };
+                swizzled += 1;
+                let link = self
+                    .frames
+                    .get(c)
+                    .map(|f| f.swizzled_in.load(Ordering::Acquire));
+                if link != Some((i as u64) << 32 | at as u64) {
+                    return Err(format!(
+                        "page {} byte {at}: a swip names frame {c}, which does not point back",
+                        page.pid
+                    ));
+                }
+            }
+            if swizzled != frame.swizzled_children.load(Ordering::Acquire) {
+                return Err(format!(
+                    "page {} has {swizzled} swizzled children, its frame counts {}",
+                    page.pid,
+                    frame.swizzled_children.load(Ordering::Acquire)
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Fixes page `pid` for reading.
     pub fn fix_shared(&self, pid: u64) -> Result<PageRead<'_>> {
         loop {
@@ -916,6 +1249,7 @@ impl BufferPool {
                     self.check_direct(frame, &guard)?;
                 }
                 self.make_whole(frame, &mut guard)?;
+                self.unswizzle_children(frame, &mut guard);
                 return Ok(self.page_write(frame, guard));
             }
             if let Some(w) = self.load(pid, verify, Load::Whole)? {
@@ -939,6 +1273,7 @@ impl BufferPool {
                 };
                 if guard.pid == pid {
                     frame.wait_for_write_back();
+                    self.unswizzle_children(frame, &mut guard);
                     self.drop_lines(&mut guard);
                     frame.changed.mark_all_saving(&guard.buf);
                     guard.buf.fill(0);
@@ -1146,7 +1481,11 @@ impl BufferPool {
             let Some(mut guard) = frame.data.try_write() else {
                 continue;
             };
-            if guard.pid == NO_PAGE || frame.io_busy.load(Ordering::Acquire) {
+            if guard.pid == NO_PAGE
+                || frame.io_busy.load(Ordering::Acquire)
+                || frame.swizzled_children.load(Ordering::Acquire) > 0
+                || !self.unswizzle_from_parent(frame)
+            {
                 continue;
             }
             {
@@ -1270,6 +1609,7 @@ impl BufferPool {
         let frame = &self.frames[i];
         let mut buf = AlignedBuf::new(self.page_size)?;
         buf.copy_from_slice(&guard.buf);
+        self.unswizzle_copy(frame, &mut buf);
         Ok(PageCopy {
             frame: i,
             pid: guard.pid,
@@ -1557,6 +1897,7 @@ impl BufferPool {
                     continue;
                 }
                 buf.copy_from_slice(&guard.buf);
+                self.unswizzle_copy(frame, &mut buf);
                 seal(&mut buf);
                 if let Err(e) = t
                     .admit_if_free(guard.pid, &buf)
@@ -1763,6 +2104,120 @@ mod tests {
             "the old bytes are still there"
         );
         assert!(!pool.validate(late), "the frame no longer holds the page");
+    }
+
+    /// A toy format for swizzling: a page whose byte 4 is 2 holds child references at bytes
+    /// 32 and 40.
+    fn toy_child_refs(page: &[u8], out: &mut Vec<usize>) {
+        if page[4] == 2 {
+            out.extend([32, 40]);
+        }
+    }
+
+    /// Swizzles the reference at `at` of page `parent` to `child` as a descent would: the
+    /// parent fixed shared, the child fixed through it, the parent let go, then the swizzle.
+    fn descend(pool: &BufferPool, parent: u64, at: usize) -> u64 {
+        let p = pool.fix_shared(parent).unwrap();
+        let swip = Swip::from_word(u64::from_le_bytes(
+            p.bytes()[at..at + 8].try_into().unwrap(),
+        ));
+        let pref = pool.parent_ref(&p).unwrap();
+        let child = pool.fix_swip(swip).unwrap();
+        drop(p);
+        pool.try_swizzle(pref, at, &child);
+        child.pid()
+    }
+
+    fn word(pool: &BufferPool, pid: u64, at: usize) -> u64 {
+        let p = pool.fix_shared(pid).unwrap();
+        u64::from_le_bytes(p.bytes()[at..at + 8].try_into().unwrap())
+    }
+
+    /// Swizzling: a swip is rewritten to its child's frame only from the parent version it
+    /// was read at; a swizzled child is fixed without the table; a parent with swizzled
+    /// children is never evicted, a swizzled child's eviction gives the parent its page id
+    /// back; an exclusive fix of the parent unswizzles it; nothing written out holds a
+    /// swizzled swip.
+    #[test]
+    fn swizzled_swips_never_leave_dram_and_pin_their_parents() {
+        let pool = test_pool("swizzle").with_swizzling(toy_child_refs);
+        {
+            let mut w = pool.fix_new(1).unwrap();
+            let b = w.bytes_mut();
+            b[4] = 2;
+            b[16..24].copy_from_slice(&1u64.to_le_bytes());
+            b[32..40].copy_from_slice(&2u64.to_le_bytes());
+            b[40..48].copy_from_slice(&3u64.to_le_bytes());
+        }
+        for pid in [2u64, 3] {
+            let mut w = pool.fix_new(pid).unwrap();
+            w.bytes_mut()[16..24].copy_from_slice(&pid.to_le_bytes());
+        }
+        // A stale parent version: nothing happens.
+        let p = pool.fix_shared(1).unwrap();
+        let stale = pool.parent_ref(&p).unwrap();
+        drop(p);
+        drop(pool.fix_exclusive(1).unwrap());
+        let child = pool.fix_shared(2).unwrap();
+        pool.try_swizzle(stale, 32, &child);
+        drop(child);
+        assert_eq!(pool.counters.swizzles.get(), 0, "the parent moved since");
+        assert_eq!(word(&pool, 1, 32), 2);
+
+        assert_eq!(descend(&pool, 1, 32), 2);
+        assert_eq!(descend(&pool, 1, 40), 3);
+        assert_eq!(pool.counters.swizzles.get(), 2);
+        let (w32, w40) = (word(&pool, 1, 32), word(&pool, 1, 40));
+        assert!(
+            w32 & SWIZZLED != 0 && w40 & SWIZZLED != 0,
+            "{w32:#x} {w40:#x}"
+        );
+        assert_eq!(pool.resolve(Swip::from_word(w32)), 2);
+        assert_eq!(pool.check_swizzles(), Ok(()));
+        // Through the frame: no table lookup.
+        assert_eq!(descend(&pool, 1, 32), 2);
+        assert_eq!(pool.counters.swizzled_fixes.get(), 1);
+        assert_eq!(pool.counters.swizzles.get(), 2, "already swizzled");
+
+        // A checkpoint writes page ids, and keeps the swips swizzled in DRAM.
+        pool.flush_dirty().unwrap();
+        let mut on_disk = AlignedBuf::new(PAGE).unwrap();
+        pool.device().read_at(PAGE as u64, &mut on_disk).unwrap();
+        assert_eq!(on_disk[32..40], 2u64.to_le_bytes());
+        assert_eq!(on_disk[40..48], 3u64.to_le_bytes());
+        assert!(intact(&on_disk), "sealed after unswizzling");
+        assert!(word(&pool, 1, 32) & SWIZZLED != 0);
+
+        // Fill the pool: page 2 is evicted (unswizzled first), page 3 is kept swizzled by
+        // fixing it through its swip each round; the parent with a swizzled child stays.
+        let mut pid = 10;
+        while pool.lookup(2).is_some() {
+            descend(&pool, 1, 40);
+            drop(pool.fix_new(pid).unwrap());
+            pid += 1;
+            assert!(pid < 200, "page 2 never evicted");
+        }
+        assert_eq!(word(&pool, 1, 32), 2, "page id back in the parent");
+        assert!(
+            pool.lookup(1).is_some(),
+            "a parent with a swizzled child stays"
+        );
+        assert_eq!(pool.check_swizzles(), Ok(()));
+        assert!(pool.counters.unswizzles.get() >= 1);
+
+        // An exclusive fix unswizzles every child: the parent's change sees page ids.
+        let w = pool.fix_exclusive(1).unwrap();
+        assert_eq!(w.bytes()[40..48], 3u64.to_le_bytes());
+        drop(w);
+        assert_eq!(pool.check_swizzles(), Ok(()));
+        // Now nothing pins the parent: it can be evicted and read back intact.
+        while pool.lookup(1).is_some() {
+            drop(pool.fix_new(pid).unwrap());
+            pid += 1;
+            assert!(pid < 400, "page 1 never evicted");
+        }
+        assert_eq!(word(&pool, 1, 32), 2);
+        assert_eq!(word(&pool, 1, 40), 3);
     }
 
     /// Dirties pages 0..16 (filling the pool), then touches 16..48: every eviction meets a

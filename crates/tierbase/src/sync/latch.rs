@@ -297,6 +297,14 @@ impl<T> HybridLatch<T> {
 }
 
 impl<'a, T> HybridWriteGuard<'a, T> {
+    /// Whether this holding is the first exclusive one since [`HybridLatch::optimistic`] (or
+    /// a shared holding's view of it) returned `version`: nothing changed under the latch in
+    /// between.
+    #[inline]
+    pub fn follows(&self, version: u32) -> bool {
+        self.version.version() == version.wrapping_add(1)
+    }
+
     /// Keeps the latch shared: optimistic readers may start again.
     pub fn downgrade(self) -> parking_lot::RwLockReadGuard<'a, T> {
         let HybridWriteGuard { version, guard } = self;
