@@ -562,6 +562,19 @@ impl Tree {
         }
     }
 
+    /// Whether `page`, reached by a descent, is a leaf (`false`: an inner page); a page of
+    /// another kind is `Corrupt`.
+    fn is_leaf(page: &PageRead<'_>) -> Result<bool> {
+        match Node(page.bytes()).kind() {
+            Some(Kind::Leaf) => Ok(true),
+            Some(Kind::Inner) => Ok(false),
+            other => Err(corrupt(format!(
+                "page {} is a {other:?} page inside the tree",
+                page.pid()
+            ))),
+        }
+    }
+
     /// Descends to the leaf for `target`, tracking the leaf's fences.
     fn descend(&self, target: Target<'_>) -> Result<LeafAt<'_>> {
         let mut restarts = 0;
@@ -569,17 +582,10 @@ impl Tree {
             let mut page = self.fix_root()?;
             let (mut low, mut high): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
             for _ in 0..MAX_DEPTH {
-                let n = Node(page.bytes());
-                match n.kind() {
-                    Some(Kind::Leaf) => return Ok(LeafAt { page, low, high }),
-                    Some(Kind::Inner) => {}
-                    other => {
-                        return Err(corrupt(format!(
-                            "page {} is a {other:?} page inside the tree",
-                            page.pid()
-                        )));
-                    }
+                if Self::is_leaf(&page)? {
+                    return Ok(LeafAt { page, low, high });
                 }
+                let n = Node(page.bytes());
                 let at = match target {
                     Target::Key(k) => n.route(k),
                     Target::Before(k) => match n.search(k) {
@@ -622,17 +628,10 @@ impl Tree {
         'descent: loop {
             let mut page = self.fix_root()?;
             for _ in 0..MAX_DEPTH {
-                let n = Node(page.bytes());
-                match n.kind() {
-                    Some(Kind::Leaf) => return Ok(Fixed::Whole(page)),
-                    Some(Kind::Inner) => {}
-                    other => {
-                        return Err(corrupt(format!(
-                            "page {} is a {other:?} page inside the tree",
-                            page.pid()
-                        )));
-                    }
+                if Self::is_leaf(&page)? {
+                    return Ok(Fixed::Whole(page));
                 }
+                let n = Node(page.bytes());
                 let level = n.level();
                 let at = n.route(key);
                 if level == 1
@@ -900,17 +899,10 @@ impl Tree {
         'descent: loop {
             let mut page = self.fix_root()?;
             for _ in 0..MAX_DEPTH {
-                let n = Node(page.bytes());
-                match n.kind() {
-                    Some(Kind::Leaf) => return Ok(page.pid()),
-                    Some(Kind::Inner) => {}
-                    other => {
-                        return Err(corrupt(format!(
-                            "page {} is a {other:?} page inside the tree",
-                            page.pid()
-                        )));
-                    }
+                if Self::is_leaf(&page)? {
+                    return Ok(page.pid());
                 }
+                let n = Node(page.bytes());
                 let (level, at) = (n.level(), n.route(key));
                 if level == 1 {
                     return Ok(self.pool.resolve(n.child_at(at)));
