@@ -359,14 +359,19 @@ pub fn child_for_in<B: PageBytes>(b: &mut B, key: &[u8]) -> std::result::Result<
 }
 
 /// Where an inner page holds its child references (`aux` and each entry's value): the
-/// pool's [`crate::buffer::ChildRefs`] for pointer swizzling. Other pages hold none.
+/// pool's [`crate::buffer::ChildRefs`] for pointer swizzling. Other pages hold none. Never
+/// panics, whatever the bytes (the pool's invariant check reads every frame, torn ones too):
+/// slots and cells outside the page are skipped.
 pub fn child_refs(page: &[u8], out: &mut Vec<usize>) {
     let n = Node(page);
-    if n.kind() != Some(Kind::Inner) {
+    if page.len() < HEADER || n.kind() != Some(Kind::Inner) {
         return;
     }
     out.push(32);
-    for i in 0..n.count() {
+    for i in 0..n.count().min((page.len() - HEADER) / SLOT) {
+        if n.cell(i) + CELL_HEAD > page.len() {
+            continue;
+        }
         let (at, _) = n.child_ref(Some(i));
         if at + 8 <= page.len() {
             out.push(at);
@@ -1197,5 +1202,13 @@ mod tests {
         child_refs(&leaf, &mut refs);
         assert!(refs.is_empty());
         check(&leaf, Some(2)).unwrap();
+        // Garbage inner pages: references inside the page only, and no panic.
+        for fill in [0x00u8, 0x7f, 0xff] {
+            let mut bad = vec![fill; 4096];
+            bad[4] = Kind::Inner as u8;
+            refs.clear();
+            child_refs(&bad, &mut refs);
+            assert!(refs.iter().all(|&at| at + 8 <= bad.len()), "{fill:#x}");
+        }
     }
 }

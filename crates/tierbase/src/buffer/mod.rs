@@ -1128,7 +1128,8 @@ impl BufferPool {
                     ));
                 }
             }
-            if page.pid == NO_PAGE {
+            // A torn page (restart repairs it from the log) may hold garbage: not checked.
+            if page.pid == NO_PAGE || page.torn {
                 continue;
             }
             refs.clear();
