@@ -123,6 +123,28 @@ pub struct ParentRef {
 /// `page` to `out` (none for a page without children).
 pub type ChildRefs = fn(page: &[u8], out: &mut Vec<usize>);
 
+/// The swip stored at byte `at` of `page` (a [`ChildRefs`] offset: in the page).
+fn swip_at(page: &[u8], at: usize) -> Swip {
+    Swip(u64::from_le_bytes(
+        page[at..at + 8].try_into().expect("8 bytes"),
+    ))
+}
+
+/// Stores `word` as the swip at byte `at` of `page`.
+fn put_swip(page: &mut [u8], at: usize, word: u64) {
+    page[at..at + 8].copy_from_slice(&word.to_le_bytes());
+}
+
+/// [`Frame::swizzled_in`] for the swip at byte `at` of frame `parent`'s page.
+fn swizzle_link(parent: usize, at: usize) -> u64 {
+    (parent as u64) << 32 | at as u64
+}
+
+/// The parent frame and byte offset a [`Frame::swizzled_in`] names.
+fn link_parts(link: u64) -> (usize, usize) {
+    ((link >> 32) as usize, (link & 0xffff_ffff) as usize)
+}
+
 /// How long a fix waits for a latched frame before it checks that the frame is still its
 /// page's ([`BufferPool::latch_mapped`]).
 const LATCH_POLL: std::time::Duration = std::time::Duration::from_micros(200);
@@ -1012,20 +1034,17 @@ impl BufferPool {
         let Some(mut pg) = p.data.try_write() else {
             return;
         };
-        let Some(word) = pg.buf.get(at..at + 8) else {
-            return;
-        };
-        if !pg.follows(parent.version)
+        if at + 8 > pg.buf.len()
+            || !pg.follows(parent.version)
             || pg.pid != parent.pid
-            || u64::from_le_bytes(word.try_into().expect("8 bytes")) != child.guard.pid
+            || swip_at(&pg.buf, at).page_id() != Some(child.guard.pid)
         {
             return;
         }
         c.swizzled_pid.store(child.guard.pid, Ordering::Release);
         c.swizzled_in
-            .store(u64::from(parent.frame) << 32 | at as u64, Ordering::Release);
-        pg.buf[at..at + 8]
-            .copy_from_slice(&(SWIZZLED | u64::from(child.guard.frame)).to_le_bytes());
+            .store(swizzle_link(parent.frame as usize, at), Ordering::Release);
+        put_swip(&mut pg.buf, at, SWIZZLED | u64::from(child.guard.frame));
         p.swizzled_children.fetch_add(1, Ordering::AcqRel);
         self.counters.swizzles.incr();
     }
@@ -1033,30 +1052,22 @@ impl BufferPool {
     /// Gives every swizzled swip in the page of `frame` (latched exclusively by the caller,
     /// as `page`) its page id back.
     fn unswizzle_children(&self, frame: &Frame, page: &mut FrameData) {
-        if frame.swizzled_children.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        let Some(child_refs) = self.child_refs else {
-            return;
-        };
-        let mut refs = Vec::new();
-        child_refs(&page.buf, &mut refs);
-        for at in refs {
-            let word = u64::from_le_bytes(page.buf[at..at + 8].try_into().expect("8 bytes"));
-            let Some(child) = Swip(word).frame().and_then(|i| self.frames.get(i)) else {
-                continue;
-            };
-            page.buf[at..at + 8]
-                .copy_from_slice(&child.swizzled_pid.load(Ordering::Acquire).to_le_bytes());
+        self.unswizzle_in(frame, &mut page.buf, |child| {
             child.swizzled_in.store(NOT_SWIZZLED, Ordering::Release);
             frame.swizzled_children.fetch_sub(1, Ordering::AcqRel);
             self.counters.unswizzles.incr();
-        }
+        });
     }
 
-    /// Replaces swizzled swips in `copy` (bytes of a page with swizzled children, copied
-    /// under its latch) by their page ids, for writing it out.
+    /// Replaces swizzled swips in `copy` (bytes of `frame`'s page, copied under its latch)
+    /// by their page ids, for writing it out; the frame's own swips stay swizzled.
     fn unswizzle_copy(&self, frame: &Frame, copy: &mut [u8]) {
+        self.unswizzle_in(frame, copy, |_| {});
+    }
+
+    /// Writes the page id over every swizzled swip in `bytes` (the page of `frame`, or a
+    /// copy of it) and calls `given_back` with each child frame so named.
+    fn unswizzle_in(&self, frame: &Frame, bytes: &mut [u8], mut given_back: impl FnMut(&Frame)) {
         if frame.swizzled_children.load(Ordering::Acquire) == 0 {
             return;
         }
@@ -1064,13 +1075,13 @@ impl BufferPool {
             return;
         };
         let mut refs = Vec::new();
-        child_refs(copy, &mut refs);
+        child_refs(bytes, &mut refs);
         for at in refs {
-            let word = u64::from_le_bytes(copy[at..at + 8].try_into().expect("8 bytes"));
-            if let Some(child) = Swip(word).frame().and_then(|i| self.frames.get(i)) {
-                copy[at..at + 8]
-                    .copy_from_slice(&child.swizzled_pid.load(Ordering::Acquire).to_le_bytes());
-            }
+            let Some(child) = swip_at(bytes, at).frame().and_then(|i| self.frames.get(i)) else {
+                continue;
+            };
+            put_swip(bytes, at, child.swizzled_pid.load(Ordering::Acquire));
+            given_back(child);
         }
     }
 
@@ -1082,7 +1093,7 @@ impl BufferPool {
         if link == NOT_SWIZZLED {
             return true;
         }
-        let (parent, at) = ((link >> 32) as usize, (link & 0xffff_ffff) as usize);
+        let (parent, at) = link_parts(link);
         let p = &self.frames[parent];
         let Some(mut pg) = p.data.try_write() else {
             return false;
@@ -1091,8 +1102,7 @@ impl BufferPool {
         if frame.swizzled_in.load(Ordering::Acquire) != link {
             return true;
         }
-        pg.buf[at..at + 8]
-            .copy_from_slice(&frame.swizzled_pid.load(Ordering::Acquire).to_le_bytes());
+        put_swip(&mut pg.buf, at, frame.swizzled_pid.load(Ordering::Acquire));
         frame.swizzled_in.store(NOT_SWIZZLED, Ordering::Release);
         p.swizzled_children.fetch_sub(1, Ordering::AcqRel);
         self.counters.unswizzles.incr();
@@ -1116,7 +1126,7 @@ impl BufferPool {
                 if page.pid != frame.swizzled_pid.load(Ordering::Acquire) {
                     return Err(format!("swizzled frame {i} holds page {}", page.pid));
                 }
-                let (p, at) = ((link >> 32) as usize, (link & 0xffff_ffff) as usize);
+                let (p, at) = link_parts(link);
                 // Child before parent is against the latch order: never wait here.
                 if let Some(parent) = self.frames.get(p).and_then(|f| f.data.try_read())
                     && frame.swizzled_in.load(Ordering::Acquire) == link
@@ -1136,8 +1146,7 @@ impl BufferPool {
             child_refs(&page.buf, &mut refs);
             let mut swizzled = 0;
             for &at in &refs {
-                let word = u64::from_le_bytes(page.buf[at..at + 8].try_into().expect("8 bytes"));
-                let Some(c) = Swip(word).frame() else {
+                let Some(c) = swip_at(&page.buf, at).frame() else {
                     continue;
                 };
                 swizzled += 1;
@@ -1145,7 +1154,7 @@ impl BufferPool {
                     .frames
                     .get(c)
                     .map(|f| f.swizzled_in.load(Ordering::Acquire));
-                if link != Some((i as u64) << 32 | at as u64) {
+                if link != Some(swizzle_link(i, at)) {
                     return Err(format!(
                         "page {} byte {at}: a swip names frame {c}, which does not point back",
                         page.pid
