@@ -173,6 +173,11 @@ impl DramLevel {
                 continue;
             };
             let size = (h.size.load(Ordering::Acquire) as usize).min(HALF_SLOTS);
+            if size == 0 {
+                // Nothing published (the frozen half, mostly, once migrated): the half held
+                // no record when its size was read, whatever happened since.
+                return;
+            }
             let mut words = [0u64; FP_WORDS];
             for (out, word) in words.iter_mut().zip(fps) {
                 *out = word.load(Ordering::Relaxed);

@@ -42,14 +42,15 @@ pub fn probe(line: &[u64; 8], bits: u32) -> u16 {
 }
 
 /// The buckets among an entry's first `buckets` (at most 16) that may hold the hash whose
-/// filter line is `line`, highest (newest records) first.
+/// filter line is `line`, as a mask (bit `b`: bucket `b`).
 #[inline]
-pub fn candidate_buckets(
-    line: &[u64; 8],
-    bits: u32,
-    buckets: usize,
-) -> impl Iterator<Item = usize> {
-    let mut maybe = probe(line, bits) & ((1u32 << buckets) - 1) as u16;
+pub fn candidate_mask(line: &[u64; 8], bits: u32, buckets: usize) -> u16 {
+    probe(line, bits) & ((1u32 << buckets) - 1) as u16
+}
+
+/// The buckets of mask `maybe`, highest (newest records) first.
+#[inline]
+pub fn buckets_of(mut maybe: u16) -> impl Iterator<Item = usize> {
     std::iter::from_fn(move || {
         (maybe != 0).then(|| {
             let b = 15 - maybe.leading_zeros() as usize;

@@ -65,6 +65,7 @@ use self::dram::{Candidates, DramLevel, halves};
 use self::layout::{Geometry, HALF_SLOTS, HEADER_LEN, LogRecord, MAX_LEVELS, TOMBSTONE};
 use self::log::Log;
 use self::payload::{Lookup, Payload};
+use self::pmem::{BucketHint, BucketHints};
 use crate::device::{Counter, DurabilityMode, KeySearch, PmemRegion, RegionOptions, ZeroedWords};
 use crate::error::{Error, Result};
 use crate::space::RegionBump;
@@ -438,12 +439,18 @@ impl Inner {
     fn find(&self, probe: &Probe<'_>, value: Option<&mut Vec<u8>>) -> Result<Option<Found>> {
         self.dram.prefetch(self.dram_index(probe.hash));
         self.prefetch_levels(probe.hash);
-        self.prefetch_buckets(probe.hash);
-        self.search(probe, value)
+        let hints = self.prefetch_buckets(probe.hash);
+        self.search(probe, &hints, value)
     }
 
-    /// [`Self::find`] without its prefetches (a batched lookup made them for every key first).
-    fn search(&self, probe: &Probe<'_>, mut value: Option<&mut Vec<u8>>) -> Result<Option<Found>> {
+    /// [`Self::find`] without its prefetches (a batched lookup made them for every key first;
+    /// `hints` are what its [`Self::prefetch_buckets`] returned).
+    fn search(
+        &self,
+        probe: &Probe<'_>,
+        hints: &BucketHints,
+        mut value: Option<&mut Vec<u8>>,
+    ) -> Result<Option<Found>> {
         let idx = self.dram_index(probe.hash);
         let mut restarts = 0;
         'search: loop {
@@ -460,8 +467,13 @@ impl Inner {
                         .candidates(idx, h, probe.word, probe.hash, &mut values);
                     half += 1;
                 } else if level < self.geo.max_levels {
-                    let exists =
-                        self.level_candidates(level, probe.word, probe.hash, &mut values)?;
+                    let exists = self.level_candidates(
+                        level,
+                        probe.word,
+                        probe.hash,
+                        hints.level(level),
+                        &mut values,
+                    )?;
                     level += 1;
                     if exists.is_none() {
                         return Ok(None);
@@ -722,6 +734,8 @@ impl Inner {
     fn get_many(&self, keys: &[&[u8]], values: &mut [Vec<u8>], found: &mut [bool]) -> Result<()> {
         crate::store::check_batch(keys, values, found)?;
         let mut probes: smallvec::SmallVec<[Probe<'_>; GET_MANY_ROUND]> = smallvec::SmallVec::new();
+        let mut hints: smallvec::SmallVec<[BucketHints; GET_MANY_ROUND]> =
+            smallvec::SmallVec::new();
         for (start, round) in (0..)
             .step_by(GET_MANY_ROUND)
             .zip(keys.chunks(GET_MANY_ROUND))
@@ -736,13 +750,14 @@ impl Inner {
                 self.prefetch_levels(p.hash);
             }
             // The buckets the filters let through, now that the filter lines are in.
+            hints.clear();
             for p in &probes {
-                self.prefetch_buckets(p.hash);
+                hints.push(self.prefetch_buckets(p.hash));
             }
-            for (i, p) in probes.iter().enumerate() {
+            for (i, (p, h)) in probes.iter().zip(&hints).enumerate() {
                 self.counters.gets.incr();
                 let value = &mut values[start + i];
-                found[start + i] = matches!(self.search(p, Some(value))?, Some(Found::Value(_)));
+                found[start + i] = matches!(self.search(p, h, Some(value))?, Some(Found::Value(_)));
             }
         }
         Ok(())
@@ -941,7 +956,7 @@ impl Inner {
         let mut level_values = Candidates::new();
         for level in 0..self.geo.max_levels {
             if self
-                .level_candidates(level, hash, hash, &mut level_values)?
+                .level_candidates(level, hash, hash, BucketHint::default(), &mut level_values)?
                 .is_none()
             {
                 break;

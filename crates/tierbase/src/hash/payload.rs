@@ -231,23 +231,17 @@ impl Payload {
         };
         let mut same = false;
         if e.kl == key.len() {
-            let mut small = [0u8; 64];
-            same = if e.kl <= small.len() {
-                region.read(e.bytes, &mut small[..e.kl])?;
-                small[..e.kl] == *key
-            } else {
-                let mut long = vec![0u8; e.kl];
-                region.read(e.bytes, &mut long)?;
-                long == key
+            // The key compared in place and, if it is `key`'s live value that is wanted, the
+            // value copied in the same call. Resized without clearing first: a buffer reused
+            // for values of one size is not zeroed before each copy.
+            let value = match value {
+                Some(value) if !e.tombstone => {
+                    value.resize(e.vl, 0);
+                    &mut value[..]
+                }
+                _ => &mut [][..],
             };
-            if same
-                && !e.tombstone
-                && let Some(value) = value
-            {
-                value.clear();
-                value.resize(e.vl, 0);
-                region.read(e.bytes + e.kl as u64, value)?;
-            }
+            same = region.read_if_key(e.bytes, key, e.kl as u64, value)?;
         }
         if !e.settle()? {
             return Ok(Lookup::Dangling);

@@ -13,8 +13,8 @@ use super::Inner;
 use super::dram::Candidates;
 use super::filter;
 use super::layout::{
-    BUCKET_BYTES, ENTRY_BYTES, ENTRY_FILTER, ENTRY_RECORDS, FANOUT, PlushLayout, SLOTS, header,
-    size_epoch, split_size_epoch,
+    BUCKET_BYTES, ENTRY_BYTES, ENTRY_FILTER, ENTRY_RECORDS, FANOUT, MAX_LEVELS, PlushLayout, SLOTS,
+    header, size_epoch, split_size_epoch,
 };
 use crate::device::match_16;
 use crate::error::{Error, Result};
@@ -25,6 +25,27 @@ pub(super) struct Rec {
     pub key: u64,
     pub value: u64,
     pub hash: u64,
+}
+
+/// The buckets of one level's entry a lookup's filter line let through (bit `b`: bucket
+/// `b`), and the entry's size word they were chosen at; `word` 0 (no entry with records has
+/// it) when nothing was chosen.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct BucketHint {
+    word: u64,
+    maybe: u16,
+}
+
+/// [`BucketHint`]s of every level, from [`Inner::prefetch_buckets`].
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct BucketHints([BucketHint; MAX_LEVELS as usize]);
+
+impl BucketHints {
+    /// Level `level`'s hint.
+    #[inline]
+    pub fn level(&self, level: u32) -> BucketHint {
+        self.0.get(level as usize).copied().unwrap_or_default()
+    }
 }
 
 /// Words of the DRAM copy of one entry's filter block (64 lanes of 32 bits).
@@ -181,15 +202,20 @@ impl Inner {
     /// are in DRAM: the ones its filter line lets through. Called once the lines
     /// [`Self::prefetch_levels`] asked for have had time to arrive, before the DRAM level is
     /// searched, so that the buckets' misses overlap that search and one another instead of
-    /// each following its level's filter check. Only a hint: a concurrent migration may move
+    /// each following its level's filter check. Returns, per level, the size word the choice
+    /// was made at and the buckets chosen, so that [`Self::level_candidates`] does not work
+    /// them out again while that word stands. Only a hint: a concurrent migration may move
     /// the records, and the search reads and validates everything again.
-    pub(super) fn prefetch_buckets(&self, hash: u64) {
+    pub(super) fn prefetch_buckets(&self, hash: u64) -> BucketHints {
+        let mut hints = BucketHints::default();
         let (line, bits) = filter::line_and_bits(hash);
         for (level, idx, entry) in self.entries_of(hash) {
             let Ok(word) = self.region.atomic_u64(entry) else {
-                return;
+                break;
             };
-            let (size, _) = split_size_epoch(word.load(Ordering::Relaxed));
+            // Acquire: the filter line below is read after the word, as the search reads it.
+            let w = word.load(Ordering::Acquire);
+            let (size, _) = split_size_epoch(w);
             let buckets = (size as usize).min(ENTRY_RECORDS).div_ceil(SLOTS);
             if buckets == 0 {
                 continue;
@@ -197,9 +223,11 @@ impl Inner {
             // Levels whose filters are on the medium are left alone: reading their filter
             // line here would be a media read of its own (and counted as one).
             let Some(lanes) = self.dram_filter_line(level, idx, line) else {
-                return;
+                break;
             };
-            for b in filter::candidate_buckets(&lanes, bits, buckets) {
+            let maybe = filter::candidate_mask(&lanes, bits, buckets);
+            hints.0[level as usize] = BucketHint { word: w, maybe };
+            for b in filter::buckets_of(maybe) {
                 if let Ok(bucket) = self.bucket_ptr(entry, b)
                     && bucket != 0
                 {
@@ -207,6 +235,7 @@ impl Inner {
                 }
             }
         }
+        hints
     }
 
     /// The whole filter block of entry `idx` at `level`.
@@ -233,12 +262,16 @@ impl Inner {
     }
 
     /// Value words of the records whose key word is `key` at `level`, newest first, from a
-    /// consistent view of the entry; `None` if the level does not exist.
+    /// consistent view of the entry; `None` if the level does not exist. `hint`: the buckets
+    /// [`Self::prefetch_buckets`] chose, used while the entry's size word is the one they were
+    /// chosen at (size words never repeat, and a migration changes the word before a filter
+    /// loses bits, so the filter still lets through at least those buckets).
     pub(super) fn level_candidates(
         &self,
         level: u32,
         key: u64,
         hash: u64,
+        hint: BucketHint,
         out: &mut Candidates,
     ) -> Result<Option<()>> {
         let Some(dir) = self.level_dir(level) else {
@@ -257,9 +290,13 @@ impl Inner {
             let size = (size as usize).min(ENTRY_RECORDS);
             if size > 0 {
                 self.counters.filter_probes.incr();
-                let buckets = size.div_ceil(SLOTS);
-                let lanes = self.filter_line(level, idx, entry, line)?;
-                for b in filter::candidate_buckets(&lanes, bits, buckets) {
+                let maybe = if w == hint.word {
+                    hint.maybe
+                } else {
+                    let lanes = self.filter_line(level, idx, entry, line)?;
+                    filter::candidate_mask(&lanes, bits, size.div_ceil(SLOTS))
+                };
+                for b in filter::buckets_of(maybe) {
                     let bucket = self.bucket_ptr(entry, b)?;
                     if bucket == 0 {
                         break; // a concurrent clear and refill: validation below retries
