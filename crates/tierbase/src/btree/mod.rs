@@ -606,6 +606,12 @@ fn read_superblock(dev: &BlockDevice, path: Option<&Path>) -> Result<Super> {
                 continue;
             }
             let seq = u64::from_le_bytes(b[16..24].try_into().expect("8"));
+            if seq > u64::MAX / 2 {
+                // Each checkpoint and open advances the sequence by one or two: no store
+                // reaches 2^63 of them, so this copy is damaged (and the open's `seq + 2`
+                // below could not be written after it).
+                continue;
+            }
             let g = u32::from_le_bytes(b[24..28].try_into().expect("4"));
             let lsn = u64::from_le_bytes(b[32..40].try_into().expect("8"));
             let flags = u32::from_le_bytes(b[28..32].try_into().expect("4"));

@@ -1633,15 +1633,17 @@ impl Tree {
         if !imaged && w.imaged.entry(leaf_pid).is_none() {
             return Ok(None);
         }
-        // How the key count moves: +1, 0 or -1.
-        let keys: i8 = {
+        // How the key count moves: +1, 0 or -1; and where the key is (the change below uses
+        // this search: nothing changes the leaf in between, it is fixed exclusively).
+        let (keys, found): (i8, _) = {
             let n = Node(leaf.bytes());
             if n.kind() != Some(Kind::Leaf) || n.level() != 0 {
                 return Err(corrupt(format!(
                     "page {leaf_pid}: not a leaf below a level-1 page"
                 )));
             }
-            match (n.search(key), change) {
+            let found = n.search(key);
+            let keys = match (found, change) {
                 (Ok(i), _) if n.is_ref(i) => return Ok(None),
                 (Ok(i), LeafChange::Put(v) | LeafChange::Update(v)) => {
                     if n.free_space() + n.value(i).len() < v.len() {
@@ -1667,7 +1669,8 @@ impl Tree {
                     }
                     1
                 }
-            }
+            };
+            (keys, found)
         };
         let guard = FreezeOnUnwind(&self.pool);
         // Until its record is in the log the leaf carries an LSN no commit reaches, so that
@@ -1675,16 +1678,16 @@ impl Tree {
         // comes (the store then fails, and only redo from the log rebuilds the page).
         edit(&mut leaf).set_lsn(UNLOGGED_LSN);
         let changed = match change {
-            LeafChange::Put(v) | LeafChange::Update(v) => {
-                edit(&mut leaf).upsert_cell(key, v, false).map(|_| ())
-            }
-            LeafChange::Delete => {
-                if edit(&mut leaf).remove(key) {
+            LeafChange::Put(v) | LeafChange::Update(v) => edit(&mut leaf)
+                .upsert_found(found, key, v, false)
+                .map(|_| ()),
+            LeafChange::Delete => match found {
+                Ok(i) => {
+                    edit(&mut leaf).remove_at(i);
                     Ok(())
-                } else {
-                    Err(())
                 }
-            }
+                Err(_) => Err(()),
+            },
         };
         let appended = match changed {
             Ok(()) => LEAF_FRAME.with_borrow_mut(|frame| {

@@ -529,15 +529,21 @@ unsafe fn match_bytes_128_avx2(bytes: &[u64; 16], needle: u8) -> u128 {
     mask
 }
 
-/// `data`'s CRC-32C appended to `crc` — the same value as `crc32c::crc32c_append` — for short
-/// inputs on a hot path (a payload entry's check on every insert): one `crc32` instruction per
-/// 8 bytes where the CPU has SSE4.2. The crate's per-call set-up (alignment, three-way
-/// interleaving and its combination) cost about 150 instructions a call on 8–200-byte inputs
-/// (docs/BENCHMARKS.md, Figure 9); else the crate.
+/// Inputs shorter than this take one `crc32` instruction per 8 bytes in
+/// [`crc32c_append`]; longer ones the crate's three-way interleaved loop, whose set-up pays
+/// for itself once the serial chain (8 bytes per 3-cycle `crc32`) grows longer than it.
+const CRC_SHORT: usize = 256;
+
+/// `data`'s CRC-32C appended to `crc` — the same value as `crc32c::crc32c_append` — for the
+/// hot paths (a record's check on every insert, a log frame's under the log's tail lock).
+/// Short inputs take one `crc32` instruction per 8 bytes where the CPU has SSE4.2: the
+/// crate's per-call set-up (alignment, three-way interleaving and its combination) cost about
+/// 150 instructions a call on 8–200-byte inputs (docs/BENCHMARKS.md, Figure 9). Long inputs
+/// (page images) and CPUs without SSE4.2 use the crate.
 #[inline]
-pub fn crc32c_append_short(crc: u32, data: &[u8]) -> u32 {
+pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("sse4.2") {
+    if data.len() < CRC_SHORT && std::arch::is_x86_feature_detected!("sse4.2") {
         // SAFETY: SSE4.2 was detected on this CPU at run time.
         return unsafe { crc32c_sse42(crc, data) };
     }
@@ -627,19 +633,37 @@ mod search_tests {
     }
 
     #[test]
-    fn the_short_crc_is_the_crates() {
-        let data: Vec<u8> = (0..300u32)
+    fn the_crc_is_the_crates_on_either_side_of_the_short_limit() {
+        let data: Vec<u8> = (0..600u32)
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
             .collect();
         for start in 0..9 {
-            for len in [0, 1, 7, 8, 9, 15, 16, 17, 200, 216, 291 - start] {
+            for len in [
+                0,
+                1,
+                7,
+                8,
+                9,
+                15,
+                16,
+                17,
+                200,
+                216,
+                255,
+                256,
+                257,
+                591 - start,
+            ] {
                 let part = &data[start..start + len];
                 for seed in [0u32, 1, 0xdead_beef] {
-                    assert_eq!(
-                        crc32c_append_short(seed, part),
-                        crc32c::crc32c_append(seed, part),
-                        "start {start} len {len} seed {seed:#x}"
-                    );
+                    let want = crc32c::crc32c_append(seed, part);
+                    let what = format!("start {start} len {len} seed {seed:#x}");
+                    assert_eq!(crc32c_append(seed, part), want, "{what}");
+                    #[cfg(target_arch = "x86_64")]
+                    if std::arch::is_x86_feature_detected!("sse4.2") {
+                        // SAFETY: SSE4.2 was detected on this CPU at run time.
+                        assert_eq!(unsafe { crc32c_sse42(seed, part) }, want, "{what}");
+                    }
                 }
             }
         }

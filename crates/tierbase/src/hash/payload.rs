@@ -143,7 +143,7 @@ pub(super) struct Entry {
 }
 
 fn entry_crc(epoch: u64, w0: u64, key: &[u8], value: &[u8]) -> u32 {
-    use crate::device::cpu::crc32c_append_short as append;
+    use crate::device::cpu::crc32c_append as append;
     let mut c = append(0, &epoch.to_le_bytes());
     c = append(c, &(w0 & !PAYLOAD_DEAD).to_le_bytes());
     c = append(c, key);
