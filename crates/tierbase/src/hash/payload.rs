@@ -215,10 +215,11 @@ impl Payload {
         }))
     }
 
-    /// The entry at `word` as a lookup of `key` needs it: the key compared through a small
-    /// buffer, then (if it is `key`'s, live, and `value` is given) only the value read, into
-    /// `value` — one copy of the value, none of a different key's, and no allocation when
-    /// `value` has room.
+    /// The entry at `word` as a lookup of `key` needs it: the key compared in place and (if
+    /// it is `key`'s, live, and `value` is given) only the value read, into `value`, by one
+    /// region read — one copy of the value, none of a different key's, and no allocation when
+    /// `value` has room. For a different key `value` keeps the entry's length but nothing
+    /// meaningful.
     pub fn read_for(
         &self,
         region: &PmemRegion,
