@@ -27,11 +27,11 @@ pub enum Error {
     },
 
     /// The device or file system has no space left for the requested size.
-    #[error("device full: cannot allocate {requested} bytes for {}", path_display(.path))]
+    #[error("{}", device_full(.path, *.requested))]
     DeviceFull {
         /// The file that could not grow.
         path: Option<PathBuf>,
-        /// Bytes requested.
+        /// Bytes the file was to grow by (0: not known, e.g. a write that found no space).
         requested: u64,
     },
 
@@ -253,12 +253,32 @@ impl Error {
         }
     }
 
+    /// What a failure that makes a store read-only is recorded as: a [`Error::ReadOnly`]'s
+    /// own reason (its message would nest "read-only after a failed write (…)" once more in
+    /// each layer that records it: log, tree, store), else the error's message.
+    pub fn failure_reason(&self) -> String {
+        match self {
+            Error::ReadOnly { reason, .. } => reason.clone(),
+            e => e.to_string(),
+        }
+    }
+
     /// Shorthand for [`Error::Corrupt`].
     pub fn corrupt(path: Option<&std::path::Path>, detail: impl Into<String>) -> Self {
         Error::Corrupt {
             path: path.map(std::path::Path::to_path_buf),
             detail: detail.into(),
         }
+    }
+}
+
+fn device_full(path: &Option<PathBuf>, requested: u64) -> String {
+    match requested {
+        0 => format!("device full: no space left for {}", path_display(path)),
+        n => format!(
+            "device full: no room for {n} more bytes of {}",
+            path_display(path)
+        ),
     }
 }
 

@@ -67,7 +67,7 @@ impl WriteFailure {
         {
             let mut reason = self.reason.lock();
             if reason.is_none() {
-                *reason = Some(e.to_string());
+                *reason = Some(e.failure_reason());
                 tracing::error!("{store} store is read-only from now on: {e}");
             }
             self.failed.store(true, Ordering::Release);

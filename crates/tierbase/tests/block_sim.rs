@@ -518,3 +518,21 @@ fn fault_injection_visits_every_sync_point() {
         "{msg}"
     );
 }
+
+/// Devices on one power source share the space `limit_space` gives them: a growth past it
+/// fails with `DeviceFull` and changes nothing; freeing space (a higher limit) lets it through.
+#[test]
+fn devices_share_a_limited_space() {
+    let p = power(BlockCrashConfig::default());
+    let a = BlockDevice::simulated("pages", 4 * BS, BS, &p).unwrap();
+    let b = BlockDevice::simulated("log", 2 * BS, BS, &p).unwrap();
+    p.limit_space(Some(8 * BS));
+    a.grow(6 * BS).unwrap();
+    let err = b.grow(3 * BS).unwrap_err();
+    assert!(matches!(err, Error::DeviceFull { .. }), "{err}");
+    assert_eq!(b.len(), 2 * BS);
+    a.grow(6 * BS).unwrap(); // the length it has: no growth, no refusal
+    p.limit_space(Some(9 * BS));
+    b.grow(3 * BS).unwrap();
+    assert_eq!((a.len(), b.len()), (6 * BS, 3 * BS));
+}

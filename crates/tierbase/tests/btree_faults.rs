@@ -540,3 +540,91 @@ fn reads_go_on_after_a_write_failure() {
     }
     assert_eq!(contents(&s).unwrap().len(), 300);
 }
+
+/// A full file system (the simulated devices share `SPACE` bytes): the write that finds no
+/// room fails with one clear error (the device full, named once, not nested through the
+/// log, tree and store); the files grow to the last bytes they can (a growth step that does
+/// not fit falls back to the room needed now); reads go on — every one, with a pool that
+/// holds the tree; with a small one, each returns the acknowledged value or, once every frame
+/// holds changes that can no longer be written back, says the store is read-only — and once
+/// space is freed, a restart from media holds every acknowledged write and takes writes again.
+#[test]
+fn a_full_device_fails_one_write_clearly_and_loses_nothing() {
+    const SPACE: u64 = 3 << 20;
+    for frames in [64u64, 2048] {
+        let o = opts().dram_bytes(frames * 4096);
+        let power = SimPower::new(BlockCrashConfig::default());
+        power.limit_space(Some(SPACE));
+        let s = BTreeStore::create_on(BTreeDevices::simulated(&power).unwrap(), &o).unwrap();
+        let mut acked = Model::new();
+        let failure = (0u32..)
+            .find_map(|i| {
+                assert!(i < 100_000, "the device never filled");
+                let k = format!("full-{i:06}").into_bytes();
+                let v = val(i, 300);
+                match s.put(&k, &v) {
+                    Ok(_) => {
+                        acked.insert(k, v);
+                        None
+                    }
+                    Err(e) => Some(e),
+                }
+            })
+            .unwrap();
+        let msg = failure.to_string();
+        assert_eq!(
+            msg.matches("device full").count(),
+            1,
+            "{frames} frames: {msg}"
+        );
+        assert!(msg.matches("read-only").count() <= 1, "{msg}");
+        assert!(msg.matches("reopen it to recover").count() <= 1, "{msg}");
+        // The next write says the same.
+        let again = s.put(b"another", b"value").unwrap_err().to_string();
+        assert_eq!(again.matches("device full").count(), 1, "{again}");
+        // The files took the space up to less than a growth step (1 MiB) from the end.
+        let images = s.durable_images().unwrap();
+        let used: u64 = images.iter().map(|i| i.len() as u64).sum();
+        assert!(
+            used > SPACE - (256 << 10),
+            "{frames} frames: {used} of {SPACE} bytes used when the device was full"
+        );
+        let mut refused = 0;
+        for (k, v) in acked.iter().step_by(37) {
+            match s.get(k) {
+                Ok(got) => assert_eq!(got.as_ref(), Some(v)),
+                Err(e @ Error::ReadOnly { .. }) if frames < 2048 => {
+                    assert!(e.to_string().contains("device full"), "{e}");
+                    refused += 1;
+                }
+                Err(e) => panic!("{frames} frames: a read after the device filled: {e}"),
+            }
+        }
+        eprintln!(
+            "{frames} frames: {} keys acknowledged, {used} bytes used, {refused} reads refused; {msg}",
+            acked.len()
+        );
+        s.abandon();
+        // Space freed: a restart from media holds every acknowledged write, and writes go on.
+        let power = SimPower::new(BlockCrashConfig::default());
+        let s = BTreeStore::open_on(
+            BTreeDevices::simulated_from(images, &power).unwrap(),
+            None,
+            &o,
+        )
+        .unwrap();
+        let after = contents(&s).unwrap();
+        assert!(
+            acked.iter().all(|(k, v)| after.get(k) == Some(v)),
+            "{} acknowledged keys, {} after the restart",
+            acked.len(),
+            after.len()
+        );
+        assert!(
+            after.len() <= acked.len() + 1,
+            "only the failed put may be extra"
+        );
+        s.put(b"after", b"restart").unwrap();
+        assert_eq!(s.get(b"after").unwrap().as_deref(), Some(&b"restart"[..]));
+    }
+}

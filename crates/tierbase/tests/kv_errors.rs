@@ -293,3 +293,42 @@ fn damaged_records_are_reported_by_verify_and_refused_by_open() {
         std::fs::remove_file(&path).unwrap();
     }
 }
+
+/// A store that may grow fills its region's reservation to the last block: a growth step
+/// that does not fit falls back to the blocks needed now (a file system with a step's room
+/// left behaves the same way, with `DeviceFull`), and the refusal leaves the store working.
+#[test]
+fn a_growing_store_fills_its_reservation_to_the_end() {
+    const RESERVE: u64 = 4 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reserve.tb");
+    let mut o = opts(RecordLayout::Fixed {
+        key_size: 8,
+        value_size: 200,
+    })
+    .reclaim(None);
+    o.region.reserve = RESERVE;
+    let store = KvStore::create(&path, &o).unwrap();
+    let block = store.stats().block_bytes;
+    let mut c = store.client();
+    let mut written = 0u64;
+    let err = loop {
+        match c.put(&written.to_le_bytes(), &[written as u8; 200]) {
+            Ok(_) => written += 1,
+            Err(e) => break e,
+        }
+        assert!(written < 1_000_000, "never filled up");
+    };
+    let Error::StoreFull { capacity, .. } = err else {
+        panic!("{err}");
+    };
+    assert!(
+        capacity + block > RESERVE,
+        "grew to {capacity} of {RESERVE} reserved bytes (blocks of {block})"
+    );
+    let mut v = Vec::new();
+    assert!(store.get_into(&0u64.to_le_bytes(), &mut v).unwrap());
+    assert!(c.delete(&0u64.to_le_bytes()).unwrap());
+    drop(c);
+    store.close().unwrap();
+}

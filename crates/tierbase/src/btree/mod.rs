@@ -1481,7 +1481,7 @@ impl Inner {
     fn failed(&self, e: Error) -> Error {
         let mut w = self.tree.writer.write();
         if w.failed.is_none() {
-            w.failed = Some(e.to_string());
+            w.failed = Some(e.failure_reason());
         }
         Error::ReadOnly {
             path: self.path.clone(),

@@ -1446,7 +1446,7 @@ impl Tree {
     /// A change failed half-way: pages may hold part of it, so no further writes.
     fn fail(&self, w: &mut Writer, e: Error) -> Error {
         if w.failed.is_none() {
-            w.failed = Some(e.to_string());
+            w.failed = Some(e.failure_reason());
         }
         // Pages may hold part of the change without a log record for it: none of them may
         // reach media now (the store is read-only; restart redoes from the log).

@@ -1456,6 +1456,10 @@ impl BufferPool {
         for sweep in 0..VICTIM_SWEEPS {
             if sweep > 0 && sweep < 16 {
                 std::thread::yield_now();
+            } else if sweep >= 16 && self.write_failed.load(Ordering::Acquire) {
+                // No checkpoint runs any more, and dirty frames stay dirty: what a few sweeps
+                // did not find, waiting will not bring.
+                break;
             } else if sweep >= 16 {
                 // Frames may be busy with a checkpoint's write for a while (a disk write).
                 std::thread::sleep(std::time::Duration::from_millis(1));
@@ -1466,6 +1470,18 @@ impl BufferPool {
         }
         if let Some(e) = write_error {
             return Err(e);
+        }
+        if self.write_failed.load(Ordering::Acquire) {
+            // Not a budget to raise: the frames hold changes that may never be written now.
+            return Err(Error::ReadOnly {
+                path: None,
+                reason: format!(
+                    "{}; no page can be read in, as every frame holds changes that cannot be \
+                     written back any more",
+                    self.write_failure()
+                        .unwrap_or_else(|| "a change failed half-way".into())
+                ),
+            });
         }
         Err(Error::StoreFull {
             used: self.frames.len() as u64 * self.page_size as u64,
@@ -1711,11 +1727,13 @@ impl BufferPool {
             return Ok(());
         }
         let step = self.device.len().clamp(1 << 20, 1 << 30);
-        self.device.grow(
-            (self.device.len() + step)
-                .max(end)
-                .next_multiple_of(self.page_size as u64),
+        let page = self.page_size as u64;
+        crate::device::grow_toward(
+            end.next_multiple_of(page),
+            (self.device.len() + step).next_multiple_of(page),
+            |len| self.device.grow(len),
         )
+        .map(drop)
     }
 
     /// Writes a dirty victim (sealed, the log flushed to its LSN): to its NVM slot, or to a
@@ -1932,7 +1950,7 @@ impl BufferPool {
     fn write_failed_with(&self, e: &Error) {
         self.write_failure
             .lock()
-            .get_or_insert_with(|| e.to_string());
+            .get_or_insert_with(|| e.failure_reason());
         self.write_failed.store(true, Ordering::Release);
     }
 

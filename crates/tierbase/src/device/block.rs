@@ -1148,7 +1148,7 @@ fn allocate(file: &File, path: &Path, from: libc::off_t, len: libc::off_t) -> Re
     };
     let full = || Error::DeviceFull {
         path: Some(path.to_path_buf()),
-        requested: len as u64,
+        requested: (len - from) as u64,
     };
     match err.raw_os_error() {
         Some(libc::ENOSPC) | Some(libc::EFBIG) => Err(full()),

@@ -71,6 +71,8 @@ struct PowerState {
     at_sync: bool,
     /// One slot per device created on this power source; `None` once the device is dropped.
     disks: Vec<Option<Disk>>,
+    /// [`SimPower::limit_space`]: bytes the devices' lengths may add up to.
+    space: Option<u64>,
 }
 
 /// A power source shared by simulated block devices (see the module docs): one power loss
@@ -109,6 +111,14 @@ impl SimPower {
     /// all).
     pub fn crashed_at_sync(&self) -> bool {
         self.state.lock().at_sync
+    }
+
+    /// Makes the devices on this power source share a file system of `bytes` (`None`: no
+    /// limit): a growth that would take their lengths together beyond it fails with
+    /// [`Error::DeviceFull`], as `fallocate` fails with `ENOSPC`, and changes nothing. Raising
+    /// the limit later is freeing space on that file system.
+    pub fn limit_space(&self, bytes: Option<u64>) {
+        self.state.lock().space = bytes;
     }
 
     /// Syncs that have completed (taken effect) on all devices of this power source.
@@ -286,11 +296,28 @@ impl SimDisk {
             return Err(eio("fallocate (injected fault)", &self.path));
         }
         let crashed = st.crashed;
+        let n = usize::try_from(new_len)
+            .map_err(|_| Error::InvalidArgument(format!("size {new_len} too large")))?;
+        if let Some(space) = st.space {
+            let (mut own, mut others) = (0, 0);
+            for (slot, d) in st.disks.iter().enumerate() {
+                let len = d.as_ref().map_or(0, |d| d.working.len() as u64);
+                if slot == self.slot {
+                    own = len
+                } else {
+                    others += len
+                }
+            }
+            if new_len > own && others + new_len > space {
+                return Err(Error::DeviceFull {
+                    path: Some(self.path.clone()),
+                    requested: new_len - own,
+                });
+            }
+        }
         let Some(Some(disk)) = st.disks.get_mut(self.slot) else {
             return Err(self.missing());
         };
-        let n = usize::try_from(new_len)
-            .map_err(|_| Error::InvalidArgument(format!("size {new_len} too large")))?;
         if disk.working.len() < n {
             disk.working.resize(n, 0);
         }

@@ -19,6 +19,7 @@ pub mod dram;
 mod durability;
 mod emulate;
 mod group_sync;
+mod growth;
 pub mod probe;
 mod profile;
 pub mod raw;
@@ -41,6 +42,7 @@ pub use emulate::{
     Direction, Emulator, EmulatorStats, Ticket, exit_overhead_ns, now_ns, spin_until,
 };
 pub(crate) use group_sync::GroupSync;
+pub(crate) use growth::grow_toward;
 pub use profile::{Catalogue, DeviceKind, DeviceProfile};
 pub use raw::RawAccess;
 pub use region::{

@@ -1133,16 +1133,19 @@ impl Inner {
         if blocks > RecordOffset::MAX_BLOCK {
             return Err(full("block ids exhausted".into()));
         }
-        let target = blocks
+        let ahead = blocks
             .max(have + self.growth_unit(have))
             .min(RecordOffset::MAX_BLOCK);
-        match self.region.grow(self.geo.region_len_for(target)) {
-            Ok(()) => {}
+        // On a device without room for the unit ahead, the blocks asked for alone.
+        let target = match crate::device::grow_toward(blocks, ahead, |b| {
+            self.region.grow(self.geo.region_len_for(b))
+        }) {
+            Ok(target) => target,
             Err(e @ (Error::RegionLimit { .. } | Error::DeviceFull { .. })) => {
                 return Err(full(e.to_string()));
             }
             Err(e) => return Err(e),
-        }
+        };
         self.add_metas(target)?;
         self.allocated_blocks.store(target, Ordering::Release);
         Ok(())

@@ -101,7 +101,7 @@ impl RegionBump {
                     reason: "the region's reservation is used up".into(),
                 });
             }
-            region.grow(grown.next_multiple_of(4096))?;
+            crate::device::grow_toward(mark, grown.next_multiple_of(4096), |len| region.grow(len))?;
         }
         region
             .atomic_u64(self.mark_word)?

@@ -258,15 +258,21 @@ impl LogFile {
     }
 
     /// Grows the file so that `end` bytes fit: by its own size (at least 1 MiB, at most
-    /// [`GROW_STEP_MAX`]) beyond `end`. A block file's new room is zero-filled
-    /// ([`BlockDevice::grow_written`]) so that each group commit's write overwrites written
-    /// blocks and its `fdatasync` commits no extent change; a region's new room is zero. A
-    /// file reused by a later generation is long enough already and never grows again.
+    /// [`GROW_STEP_MAX`]) beyond `end`, or to `end` alone on a device without room for the
+    /// step. A block file's new room is zero-filled ([`BlockDevice::grow_written`]) so that
+    /// each group commit's write overwrites written blocks and its `fdatasync` commits no
+    /// extent change; a region's new room is zero. A file reused by a later generation is
+    /// long enough already and never grows again.
     fn ensure_len(&self, end: u64) -> Result<()> {
         if end <= self.len() {
             return Ok(());
         }
-        self.grow_to((end + self.grow_step()).next_multiple_of(BLOCK))
+        crate::device::grow_toward(
+            end.next_multiple_of(BLOCK),
+            (end + self.grow_step()).next_multiple_of(BLOCK),
+            |len| self.grow_to(len),
+        )
+        .map(drop)
     }
 
     fn grow_to(&self, len: u64) -> Result<()> {
@@ -695,7 +701,7 @@ impl Wal {
             .sync(|| {
                 self.write_out(true)
                     .map(|_| ())
-                    .map_err(|e| std::io::Error::other(e.to_string()))
+                    .map_err(|e| std::io::Error::other(e.failure_reason()))
             })
             .map(|_| ())
             .map_err(|reason| Error::ReadOnly { path: None, reason })
@@ -705,7 +711,7 @@ impl Wal {
     /// later flush then fails as after a failed sync (the write may be missing from the
     /// file, or a sync elsewhere may have consumed the kernel's report of lost pages).
     fn fail(&self, e: Error) -> Error {
-        let reason = e.to_string();
+        let reason = e.failure_reason();
         self.group.fail(reason.clone());
         self.broken.store(true, Ordering::Release);
         Error::ReadOnly { path: None, reason }

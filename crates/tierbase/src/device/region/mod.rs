@@ -1020,7 +1020,7 @@ fn allocate_file(file: &File, path: &Path, offset: usize, len: usize) -> Result<
                 file.set_len(end).map_err(|e| match e.raw_os_error() {
                     Some(libc::EFBIG) => Error::DeviceFull {
                         path: Some(path.to_path_buf()),
-                        requested: end,
+                        requested: end - cur,
                     },
                     _ => io_err("truncate", Some(path), e),
                 })?;
