@@ -605,6 +605,32 @@ fn a_full_device_fails_one_write_clearly_and_loses_nothing() {
             acked.len()
         );
         s.abandon();
+        // A restart on the still-full device opens read-only (redo cannot write its pages):
+        // reads as above, writes refused naming the full device.
+        let power = SimPower::new(BlockCrashConfig::default());
+        power.limit_space(Some(SPACE));
+        let s = BTreeStore::open_on(
+            BTreeDevices::simulated_from(images.clone(), &power).unwrap(),
+            None,
+            &o,
+        )
+        .unwrap_or_else(|e| panic!("{frames} frames: a restart on the full device: {e}"));
+        let err = s.put(b"another", b"value").unwrap_err();
+        assert!(matches!(err, Error::ReadOnly { .. }), "{err}");
+        assert_eq!(err.to_string().matches("device full").count(), 1, "{err}");
+        let mut refused_after = 0;
+        for (k, v) in acked.iter().step_by(37) {
+            match s.get(k) {
+                Ok(got) => assert_eq!(got.as_ref(), Some(v)),
+                Err(e @ Error::ReadOnly { .. }) if frames < 2048 => {
+                    assert!(e.to_string().contains("device full"), "{e}");
+                    refused_after += 1;
+                }
+                Err(e) => panic!("{frames} frames: a read after a read-only restart: {e}"),
+            }
+        }
+        eprintln!("{frames} frames, read-only restart: {refused_after} reads refused; {err}");
+        assert!(s.close().is_err(), "a read-only store cannot close cleanly");
         // Space freed: a restart from media holds every acknowledged write, and writes go on.
         let power = SimPower::new(BlockCrashConfig::default());
         let s = BTreeStore::open_on(

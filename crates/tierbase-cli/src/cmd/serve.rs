@@ -102,6 +102,14 @@ pub fn run(args: ServeArgs, _ctx: &Ctx) -> anyhow::Result<()> {
     let kind = resolve_store(&args.store, &args.path)?;
     let (store, policy) = open_store_with(kind, &args.path, args.durability, args.dram)
         .with_context(|| format!("opening {}", args.path.display()))?;
+    // A store that opened read-only (a restart on a full device) serves reads: say so first.
+    if let Some((_, reason)) = store
+        .metrics()
+        .into_iter()
+        .find(|(k, _)| k.ends_with("read_only"))
+    {
+        eprintln!("tierbase serve: the store is read-only (writes are refused): {reason}");
+    }
     let server = Server::bind(store, policy, config)?;
     let ready = server.ready()?;
     let serving = format!(

@@ -1031,26 +1031,45 @@ impl BTreeStore {
             ));
         }
         tree.adopt_meta(meta);
-        restart.pages_written = tree.pool.flush_dirty()?;
-        let pages = tree.pool.device();
-        // Redo now starts at the last generation read (its file stays untouched), then the
-        // log continues in a new generation, then redo starts there.
-        write_superblock(
-            pages,
-            page_size,
-            seq + 1,
-            (end.generation, end.generation_start),
-            flags,
-        )?;
-        let wal = Arc::new(Wal::resume(logs, end)?.with_tail_limit(tail_limit));
-        write_superblock(
-            pages,
-            page_size,
-            seq + 2,
-            (end.generation + 1, end.lsn),
-            flags,
-        )?;
-        tree.writer.write().generation = end.generation + 1;
+        let (wal, seq) = match tree.pool.flush_dirty() {
+            Ok(written) => {
+                restart.pages_written = written;
+                let pages = tree.pool.device();
+                // Redo now starts at the last generation read (its file stays untouched),
+                // then the log continues in a new generation, then redo starts there.
+                write_superblock(
+                    pages,
+                    page_size,
+                    seq + 1,
+                    (end.generation, end.generation_start),
+                    flags,
+                )?;
+                let wal = Wal::resume(logs, end)?;
+                write_superblock(
+                    pages,
+                    page_size,
+                    seq + 2,
+                    (end.generation + 1, end.lsn),
+                    flags,
+                )?;
+                tree.writer.write().generation = end.generation + 1;
+                (wal, seq + 2)
+            }
+            // No room on the device for the pages redo changed: open read-only, the pages in
+            // DRAM and media as they are (a later restart redoes from the same checkpoint), so
+            // that the data can be read before space is freed.
+            Err(e @ Error::DeviceFull { .. }) => {
+                let reason = format!(
+                    "{e}; opened read-only, as restart could not write the pages it redid \
+                     (free space and reopen)"
+                );
+                tracing::warn!("B-tree store {:?}: {reason}", path.as_deref());
+                tree.writer.write().failed = Some(reason.clone());
+                (Wal::read_only(logs, end, reason), seq)
+            }
+            Err(e) => return Err(e),
+        };
+        let wal = Arc::new(wal.with_tail_limit(tail_limit));
         let write_behind = wal.spawn_write_behind()?;
         log.0.set(wal).expect("log set once");
         restart.micros = started.elapsed().as_micros() as u64;
@@ -1067,7 +1086,7 @@ impl BTreeStore {
                 opts.durability
             },
             checkpoint_bytes: opts.checkpoint_bytes.max(1 << 20),
-            superblock: Mutex::new(seq + 2),
+            superblock: Mutex::new(seq),
             flags,
             restart,
             counters: StoreCounters::default(),
@@ -1143,7 +1162,8 @@ impl BTreeStore {
     /// Replaces the value of `key` if it has one (a missing key stays missing); whether it
     /// had.
     pub fn update(&self, key: &[u8], value: &[u8]) -> Result<bool> {
-        let (existed, lsn) = self.inner.tree.update(key, value)?;
+        let (existed, lsn) = (self.inner.tree.update(key, value))
+            .map_err(|e| with_path(e, self.inner.path.as_deref()))?;
         self.inner.counters.batches.incr();
         self.inner.wait(lsn)?;
         Ok(existed)
@@ -1158,7 +1178,8 @@ impl BTreeStore {
     /// none. Returns, per op, whether its key existed before. Readers may see a batch
     /// partly applied while it is being applied (no snapshot isolation).
     pub fn write_batch(&self, ops: &[(&[u8], Option<&[u8]>)]) -> Result<Vec<bool>> {
-        let (existed, lsn) = self.inner.tree.apply(ops)?;
+        let (existed, lsn) =
+            (self.inner.tree.apply(ops)).map_err(|e| with_path(e, self.inner.path.as_deref()))?;
         self.inner.counters.batches.incr();
         self.inner.wait(lsn)?;
         Ok(existed)
@@ -1296,6 +1317,10 @@ fn with_path(e: Error, path: Option<&Path>) -> Error {
         (Error::Corrupt { path: None, detail }, Some(p)) => Error::Corrupt {
             path: Some(p.to_path_buf()),
             detail,
+        },
+        (Error::ReadOnly { path: None, reason }, Some(p)) => Error::ReadOnly {
+            path: Some(p.to_path_buf()),
+            reason,
         },
         (e, _) => e,
     }
@@ -1843,7 +1868,8 @@ impl Store for BTreeStore {
     }
 
     fn modify(&self, key: &[u8], decide: &mut dyn FnMut(Option<&[u8]>) -> Change) -> Result<()> {
-        let lsn = self.inner.tree.modify(key, decide)?;
+        let lsn = (self.inner.tree.modify(key, decide))
+            .map_err(|e| with_path(e, self.inner.path.as_deref()))?;
         self.inner.wait(lsn)
     }
 

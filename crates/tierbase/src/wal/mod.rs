@@ -492,6 +492,16 @@ impl Wal {
         }
     }
 
+    /// The log of a store opened read-only after [`Wal::replay`] ended at `end`: nothing is
+    /// written (no new generation begins), and every append and flush fails with
+    /// [`Error::ReadOnly`] giving `reason`.
+    pub fn read_only(files: [LogFile; 2], end: LogEnd, reason: String) -> Wal {
+        let wal = Wal::with_tail(files, end.generation + 1, end.lsn);
+        wal.group.fail(reason);
+        wal.broken.store(true, Ordering::Release);
+        wal
+    }
+
     /// Continues the log after [`Wal::replay`] ended at `end`: the next generation starts
     /// there (so that nothing after the end of the replayed generation is ever read again).
     pub fn resume(files: [LogFile; 2], end: LogEnd) -> Result<Wal> {
