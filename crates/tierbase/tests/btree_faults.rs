@@ -589,17 +589,7 @@ fn a_full_device_fails_one_write_clearly_and_loses_nothing() {
             used > SPACE - (256 << 10),
             "{frames} frames: {used} of {SPACE} bytes used when the device was full"
         );
-        let mut refused = 0;
-        for (k, v) in acked.iter().step_by(37) {
-            match s.get(k) {
-                Ok(got) => assert_eq!(got.as_ref(), Some(v)),
-                Err(e @ Error::ReadOnly { .. }) if frames < 2048 => {
-                    assert!(e.to_string().contains("device full"), "{e}");
-                    refused += 1;
-                }
-                Err(e) => panic!("{frames} frames: a read after the device filled: {e}"),
-            }
-        }
+        let refused = read_back_on_a_full_device(&s, &acked, frames);
         eprintln!(
             "{frames} frames: {} keys acknowledged, {used} bytes used, {refused} reads refused; {msg}",
             acked.len()
@@ -618,17 +608,7 @@ fn a_full_device_fails_one_write_clearly_and_loses_nothing() {
         let err = s.put(b"another", b"value").unwrap_err();
         assert!(matches!(err, Error::ReadOnly { .. }), "{err}");
         assert_eq!(err.to_string().matches("device full").count(), 1, "{err}");
-        let mut refused_after = 0;
-        for (k, v) in acked.iter().step_by(37) {
-            match s.get(k) {
-                Ok(got) => assert_eq!(got.as_ref(), Some(v)),
-                Err(e @ Error::ReadOnly { .. }) if frames < 2048 => {
-                    assert!(e.to_string().contains("device full"), "{e}");
-                    refused_after += 1;
-                }
-                Err(e) => panic!("{frames} frames: a read after a read-only restart: {e}"),
-            }
-        }
+        let refused_after = read_back_on_a_full_device(&s, &acked, frames);
         eprintln!("{frames} frames, read-only restart: {refused_after} reads refused; {err}");
         assert!(s.close().is_err(), "a read-only store cannot close cleanly");
         // Space freed: a restart from media holds every acknowledged write, and writes go on.
@@ -653,4 +633,22 @@ fn a_full_device_fails_one_write_clearly_and_loses_nothing() {
         s.put(b"after", b"restart").unwrap();
         assert_eq!(s.get(b"after").unwrap().as_deref(), Some(&b"restart"[..]));
     }
+}
+
+/// Reads back every 37th acknowledged key: each must return its value, or (a pool too small
+/// for the tree, whose every frame holds changes that can no longer be written) be refused as
+/// read-only naming the full device. Returns how many were refused.
+fn read_back_on_a_full_device(s: &BTreeStore, acked: &Model, frames: u64) -> usize {
+    let mut refused = 0;
+    for (k, v) in acked.iter().step_by(37) {
+        match s.get(k) {
+            Ok(got) => assert_eq!(got.as_ref(), Some(v)),
+            Err(e @ Error::ReadOnly { .. }) if frames < 2048 => {
+                assert!(e.to_string().contains("device full"), "{e}");
+                refused += 1;
+            }
+            Err(e) => panic!("{frames} frames: a read on the full device: {e}"),
+        }
+    }
+    refused
 }

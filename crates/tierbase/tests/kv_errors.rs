@@ -127,14 +127,7 @@ fn a_full_store_without_growth_says_so_and_keeps_working() {
     .reclaim(None);
     let store = KvStore::create(&path, &o).unwrap();
     let mut c = store.client();
-    let mut written = 0u64;
-    let err = loop {
-        match c.put(&written.to_le_bytes(), &[written as u8; 200]) {
-            Ok(_) => written += 1,
-            Err(e) => break e,
-        }
-        assert!(written < 1_000_000, "never filled up");
-    };
+    let (written, err) = fill_until_refused(&mut c);
     assert!(matches!(err, Error::StoreFull { .. }), "{err}");
     assert!(written > 0);
     // Everything acknowledged is intact; reads, updates and deletes still work.
@@ -311,14 +304,7 @@ fn a_growing_store_fills_its_reservation_to_the_end() {
     let store = KvStore::create(&path, &o).unwrap();
     let block = store.stats().block_bytes;
     let mut c = store.client();
-    let mut written = 0u64;
-    let err = loop {
-        match c.put(&written.to_le_bytes(), &[written as u8; 200]) {
-            Ok(_) => written += 1,
-            Err(e) => break e,
-        }
-        assert!(written < 1_000_000, "never filled up");
-    };
+    let (_, err) = fill_until_refused(&mut c);
     let Error::StoreFull { capacity, .. } = err else {
         panic!("{err}");
     };
@@ -331,4 +317,17 @@ fn a_growing_store_fills_its_reservation_to_the_end() {
     assert!(c.delete(&0u64.to_le_bytes()).unwrap());
     drop(c);
     store.close().unwrap();
+}
+
+/// Puts records of 8-byte keys and 200-byte values (key `i`, value `i as u8` repeated) until
+/// one is refused; returns how many were acknowledged and the refusal.
+fn fill_until_refused(c: &mut tierbase::kv::Client) -> (u64, Error) {
+    let mut written = 0u64;
+    loop {
+        match c.put(&written.to_le_bytes(), &[written as u8; 200]) {
+            Ok(_) => written += 1,
+            Err(e) => return (written, e),
+        }
+        assert!(written < 1_000_000, "never filled up");
+    }
 }

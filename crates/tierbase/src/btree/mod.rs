@@ -1063,7 +1063,8 @@ impl BTreeStore {
                     "{e}; opened read-only, as restart could not write the pages it redid \
                      (free space and reopen)"
                 );
-                tracing::warn!("B-tree store {:?}: {reason}", path.as_deref());
+                let at = path.as_deref().map(Path::display);
+                tracing::warn!("B-tree store in {at:?}: {reason}");
                 tree.writer.write().failed = Some(reason.clone());
                 (Wal::read_only(logs, end, reason), seq)
             }
