@@ -493,8 +493,8 @@ impl Wal {
     }
 
     /// The log of a store opened read-only after [`Wal::replay`] ended at `end`: nothing is
-    /// written (no new generation begins), and every append and flush fails with
-    /// [`Error::ReadOnly`] giving `reason`.
+    /// written (no new generation begins), every append fails with [`Error::ReadOnly`] giving
+    /// `reason`, and a flush finds everything replayed durable already.
     pub fn read_only(files: [LogFile; 2], end: LogEnd, reason: String) -> Wal {
         let wal = Wal::with_tail(files, end.generation + 1, end.lsn);
         wal.group.fail(reason);
