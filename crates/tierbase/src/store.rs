@@ -52,27 +52,36 @@ impl WriteFailure {
     /// data) makes the store read-only; refusals that changed nothing — a full store, a key or
     /// value the store does not take, a refusal already made — do not. `store` names it in the
     /// log.
+    #[inline]
     pub fn record<T>(&self, store: &str, r: Result<T>) -> Result<T> {
-        if let Err(e) = &r
-            && !matches!(
-                e,
-                Error::StoreFull { .. }
-                    | Error::ReadOnly { .. }
-                    | Error::EmptyKey
-                    | Error::KeyTooLarge { .. }
-                    | Error::ValueTooLarge { .. }
-                    | Error::WrongSize { .. }
-                    | Error::InvalidArgument(_)
-            )
-        {
-            let mut reason = self.reason.lock();
-            if reason.is_none() {
-                *reason = Some(e.failure_reason());
-                tracing::error!("{store} store is read-only from now on: {e}");
-            }
-            self.failed.store(true, Ordering::Release);
+        if let Err(e) = &r {
+            self.note(store, e);
         }
         r
+    }
+
+    /// [`WriteFailure::record`]'s error path (out of line: every write passes the check).
+    #[cold]
+    #[inline(never)]
+    fn note(&self, store: &str, e: &Error) {
+        if matches!(
+            e,
+            Error::StoreFull { .. }
+                | Error::ReadOnly { .. }
+                | Error::EmptyKey
+                | Error::KeyTooLarge { .. }
+                | Error::ValueTooLarge { .. }
+                | Error::WrongSize { .. }
+                | Error::InvalidArgument(_)
+        ) {
+            return;
+        }
+        let mut reason = self.reason.lock();
+        if reason.is_none() {
+            *reason = Some(e.failure_reason());
+            tracing::error!("{store} store is read-only from now on: {e}");
+        }
+        self.failed.store(true, Ordering::Release);
     }
 
     /// Whether a write failed.

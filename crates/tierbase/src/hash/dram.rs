@@ -201,6 +201,51 @@ impl DramLevel {
         }
     }
 
+    /// The value word of the newest record in the active half whose key word is `key` (hash
+    /// `hash`) and that `accept` takes, trying matches newest first. For the entry's writer:
+    /// the caller holds the entry's `insert` lock, under which nothing else fills, freezes or
+    /// clears the active half, so no latch is read (cheaper than [`Self::candidates`] on
+    /// every blind write; docs/BENCHMARKS.md, Figure 41).
+    pub fn newest_in_active(
+        &self,
+        entry: usize,
+        key: u64,
+        hash: u64,
+        mut accept: impl FnMut(u64) -> Result<bool>,
+    ) -> Result<Option<u64>> {
+        let half = halves(&self.entries[entry]).0;
+        let size = (self.entries[entry].halves[half]
+            .size
+            .load(Ordering::Acquire) as usize)
+            .min(HALF_SLOTS);
+        if size == 0 {
+            return Ok(None);
+        }
+        let fps: &[_; FP_WORDS] = self.fingerprints[(entry * 2 + half) * FP_WORDS..]
+            .first_chunk()
+            .expect("every half has its fingerprint words");
+        let mut words = [0u64; FP_WORDS];
+        for (out, word) in words.iter_mut().zip(fps) {
+            *out = word.load(Ordering::Relaxed);
+        }
+        let filled = u128::MAX
+            .checked_shr(HALF_SLOTS as u32 - size as u32)
+            .unwrap_or(0);
+        let mut hits = match_bytes_128(&words, fingerprint(hash) as u8) & filled;
+        let base = Self::slot(entry, half, 0);
+        while hits != 0 {
+            let s = 127 - hits.leading_zeros() as usize;
+            hits &= !(1 << s);
+            if self.keys[base + s].load(Ordering::Relaxed) == key {
+                let value = self.values[base + s].load(Ordering::Relaxed);
+                if accept(value)? {
+                    return Ok(Some(value));
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// The records of a half, oldest first (the half is frozen: nothing changes it).
     pub fn records(
         &self,

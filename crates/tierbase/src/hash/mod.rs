@@ -496,25 +496,6 @@ impl Inner {
         }
     }
 
-    /// The value word of `probe`'s key's newest record if it is in DRAM (deletions included).
-    fn newest_in_dram(&self, probe: &Probe<'_>) -> Result<Option<u64>> {
-        let idx = self.dram_index(probe.hash);
-        let (a, b) = halves(&self.dram.entries[idx]);
-        let mut cands = Candidates::new();
-        for half in [a, b] {
-            self.dram
-                .candidates(idx, half, probe.word, probe.hash, &mut cands);
-            for &value in &cands {
-                if let Resolved::Found(Found::Value(w) | Found::Deleted(w)) =
-                    self.resolve(probe, value, None)?
-                {
-                    return Ok(Some(w));
-                }
-            }
-        }
-        Ok(None)
-    }
-
     /// The value word of `key`'s newest record (variable layout), deletions included.
     pub(super) fn newest_word(&self, hash: u64, key: &[u8]) -> Result<Option<u64>> {
         let probe = Probe {
@@ -671,9 +652,12 @@ impl Inner {
         let with = payload.as_ref().and_then(|p| p.unpersisted);
         let e = &self.dram.entries[idx];
         let _g = e.insert.lock();
-        // The record this write supersedes, if known: a checked write finds it anywhere; a
-        // blind one of the variable layout looks in DRAM only (cheap: fingerprints), so that
-        // overwrites still in DRAM count as dead payload at once.
+        // The record this write supersedes, if known: a checked write finds it anywhere. A
+        // blind one of the variable layout looks in the active DRAM half only, so that a hot
+        // key's overwrites count as dead payload at once (the collector starts by that count);
+        // an older record elsewhere is marked by the migration that first meets both
+        // (`Inner::dedup`). Searching both halves took 15 % of an insert's instructions
+        // (docs/BENCHMARKS.md, Figure 41).
         let (existed, superseded) = if check {
             match self.find(&probe, None)? {
                 Some(Found::Value(w)) => (Some(true), Some(w)),
@@ -681,7 +665,15 @@ impl Inner {
                 None => (Some(false), None),
             }
         } else if self.payload.is_some() {
-            (None, self.newest_in_dram(&probe)?)
+            let newest = self
+                .dram
+                .newest_in_active(idx, probe.word, probe.hash, |value| {
+                    Ok(matches!(
+                        self.resolve(&probe, value, None)?,
+                        Resolved::Found(_)
+                    ))
+                })?;
+            (None, newest)
         } else {
             (None, None)
         };

@@ -65,19 +65,24 @@ impl PmemRegion {
 
     /// Crash-simulated regions: the configured I/O error (see
     /// [`CrashSimConfig::fail_flushes_after`]).
-    #[inline]
+    #[inline(always)]
     pub(super) fn injected_fault(&self) -> Result<()> {
-        if let Some(sim) = &self.sim
-            && sim.flush_fails()
-        {
-            self.counters.errors.incr();
-            return Err(Error::io(
-                "persist",
-                self.path.as_deref(),
-                std::io::Error::other("injected I/O error (simulated)"),
-            ));
+        match &self.sim {
+            Some(sim) if sim.flush_fails() => Err(self.injected_error()),
+            _ => Ok(()),
         }
-        Ok(())
+    }
+
+    /// [`Self::injected_fault`]'s error (out of line: only crash tests reach it).
+    #[cold]
+    #[inline(never)]
+    fn injected_error(&self) -> Error {
+        self.counters.errors.incr();
+        Error::io(
+            "persist",
+            self.path.as_deref(),
+            std::io::Error::other("injected I/O error (simulated)"),
+        )
     }
 
     /// Emulation: the virtual issue time of an operation about to run natively.
