@@ -350,3 +350,111 @@ fn level_zero_buckets_are_preallocated() {
     let (used, _) = buckets(0);
     assert!(used < all, "{used} buckets without pre-allocation");
 }
+
+/// Set in the child of [`a_full_device_refuses_writes_and_keeps_the_store_writable`]: the
+/// directory to create its stores in.
+const FULL_ENV: &str = "TIERBASE_PLUSH_FULL_CHILD";
+/// Bytes the child's files may grow to.
+const FULL_LIMIT: u64 = 8 << 20;
+
+/// On a full device (a child process whose files cannot grow past [`FULL_LIMIT`]: growth
+/// fails as on a full file system) a write is refused with `StoreFull` naming the device, the
+/// store does not turn read-only, refusals repeat without leaking chunk slots, everything
+/// acknowledged reads back and verifies, and the store reopens with all of it and takes
+/// writes again once there is room. Both layouts: the variable one fills its payload first,
+/// the fixed one a level's directory (a migration is refused, then the writers).
+#[test]
+fn a_full_device_refuses_writes_and_keeps_the_store_writable() {
+    if let Ok(dir) = std::env::var(FULL_ENV) {
+        tierbase::testing::kill::child_setup();
+        for layout in [PlushLayout::Variable, PlushLayout::Fixed8] {
+            fill_a_full_device(std::path::Path::new(&dir), layout);
+        }
+        return;
+    }
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+    let out = tierbase::testing::full::run_limited(
+        "a_full_device_refuses_writes_and_keeps_the_store_writable",
+        FULL_ENV,
+        dir.path().to_str().unwrap(),
+        FULL_LIMIT,
+    );
+    for layout in [PlushLayout::Variable, PlushLayout::Fixed8] {
+        let name = format!("{layout:?}");
+        let acked: u64 = out
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("acked {name} ")))
+            .unwrap_or_else(|| panic!("the child reported no {name} store:\n{out}"))
+            .parse()
+            .unwrap();
+        assert!(acked > 1000, "{name}: only {acked} writes fitted");
+        let store = PlushStore::open(dir.path().join(&name), &full_opts(layout)).unwrap();
+        for i in 0..acked {
+            assert_eq!(
+                store.get(&key(layout, i)).unwrap(),
+                Some(value(layout, i, 0)),
+                "{name}: acknowledged key {i} of {acked} after the reopen"
+            );
+        }
+        let r = store.verify().unwrap();
+        assert!(r.problems.is_empty(), "{name}: {:?}", r.problems);
+        assert!(
+            store
+                .put(&key(layout, acked), &value(layout, acked, 0))
+                .unwrap(),
+            "{name}: with room again the store takes writes"
+        );
+        store.close().unwrap();
+    }
+}
+
+fn full_opts(layout: PlushLayout) -> PlushOptions {
+    PlushOptions::small().layout(layout)
+}
+
+/// The child's part: fills a store of `layout` until a write is refused and checks the
+/// refusal; prints `acked <layout> <n>` for the parent.
+fn fill_a_full_device(dir: &std::path::Path, layout: PlushLayout) {
+    use tierbase::Error;
+    let name = format!("{layout:?}");
+    let store = PlushStore::create(dir.join(&name), &full_opts(layout)).unwrap();
+    let mut acked = 0u64;
+    let err = loop {
+        match store.upsert(&key(layout, acked), &value(layout, acked, 0)) {
+            Ok(()) => acked += 1,
+            Err(e) => break e,
+        }
+        assert!(acked < 5_000_000, "{name}: never filled {FULL_LIMIT} bytes");
+    };
+    assert!(
+        matches!(&err, Error::StoreFull { reason, .. } if reason.contains("no room")),
+        "{name}: {err}"
+    );
+    assert_eq!(
+        store.stats().read_only,
+        None,
+        "{name}: a refusal is no failure"
+    );
+    // Refusals repeat (a payload chunk slot or the allocator's mark must not be used up by
+    // them: 300 tries are more than the small geometry's 256 payload chunks).
+    for _ in 0..300 {
+        let again = store.upsert(&key(layout, acked), &value(layout, acked, 0));
+        assert!(
+            matches!(&again, Err(Error::StoreFull { reason, .. }) if reason.contains("no room")),
+            "{name}: {again:?}"
+        );
+    }
+    for i in 0..acked {
+        assert_eq!(
+            store.get(&key(layout, i)).unwrap(),
+            Some(value(layout, i, 0)),
+            "{name}: acknowledged key {i} of {acked}"
+        );
+    }
+    let r = store.verify().unwrap();
+    assert!(r.problems.is_empty(), "{name}: {:?}", r.problems);
+    // What is refused is not there.
+    assert_eq!(store.get(&key(layout, acked)).unwrap(), None, "{name}");
+    store.close().unwrap();
+    println!("acked {name} {acked}");
+}

@@ -685,7 +685,17 @@ impl Inner {
             return Ok(existed);
         }
         let r = self.append_locked(idx, probe.word, value_word, logged, with);
-        self.failure.record("plush", r)?;
+        if let Err(e) = self.failure.record("plush", r) {
+            // A refusal (no room to migrate or for a log chunk) came before the log entry was
+            // written: nothing will index the payload entry, which is dead weight. After a
+            // media error the entry may have reached media and recovery would index it.
+            if let (Error::StoreFull { .. }, Some(appended), Some(p)) =
+                (&e, &payload, &self.payload)
+            {
+                p.mark_dead(&self.region, appended.word);
+            }
+            return Err(e);
+        }
         drop(payload);
         if let (Some(old), Some(p)) = (superseded, &self.payload) {
             p.mark_dead(&self.region, old);
@@ -1301,7 +1311,13 @@ impl PlushStore {
             }
         };
         let r = inner.append_locked(idx, probe.word, value_word, true, None);
-        inner.failure.record("plush", r)?;
+        if let Err(e) = inner.failure.record("plush", r) {
+            // As in `Inner::write`: only a refusal leaves the payload entry unindexed for sure.
+            if let (Error::StoreFull { .. }, Some(p), Some(_)) = (&e, &inner.payload, &pending) {
+                p.mark_dead(&inner.region, value_word);
+            }
+            return Err(e);
+        }
         drop(pending);
         drop(guard);
         match (existed, deleting) {

@@ -660,7 +660,15 @@ impl Inner {
                 capacity: p.chunks.len() as u64 * p.chunk_bytes,
                 reason: "every payload chunk is allocated".into(),
             })? as u32;
-        let off = self.space.alloc(&self.region, p.chunk_bytes, 4096)?;
+        let off = match self.space.alloc(&self.region, p.chunk_bytes, 4096) {
+            Ok(off) => off,
+            Err(e) => {
+                // Nothing was written: the slot is free for a later try (a refusal on a full
+                // device is retried once space is freed).
+                p.chunks[c as usize].claimed.store(false, Ordering::Release);
+                return Err(e);
+            }
+        };
         self.region.write(off, payload_chunk::MAGIC)?;
         self.region.persist(off, 8)?;
         let word = self.geo.payload_table_word(c);

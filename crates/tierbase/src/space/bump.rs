@@ -57,8 +57,16 @@ impl RegionBump {
                 Err(actual) => cur = actual,
             }
         };
-        if end > self.reserved_fast.load(Ordering::Acquire) {
-            self.reserve(region, end)?;
+        if end > self.reserved_fast.load(Ordering::Acquire)
+            && let Err(e) = self.reserve(region, end)
+        {
+            // Hand the range back unless a later allocation took space after it already: a
+            // refused allocation must not move the high-water mark, or every retry on a full
+            // device would push it further.
+            let _ = self
+                .next
+                .compare_exchange(end, cur, Ordering::AcqRel, Ordering::Relaxed);
+            return Err(e);
         }
         Ok(start)
     }
@@ -101,7 +109,17 @@ impl RegionBump {
                     reason: "the region's reservation is used up".into(),
                 });
             }
-            crate::device::grow_toward(mark, grown.next_multiple_of(4096), |len| region.grow(len))?;
+            // A full device refuses the allocation like a used-up reservation: nothing changed,
+            // and the store goes on (a store that must stop decides so itself).
+            crate::device::grow_toward(mark, grown.next_multiple_of(4096), |len| region.grow(len))
+                .map_err(|e| match e {
+                    Error::DeviceFull { .. } => Error::StoreFull {
+                        used: *reserved,
+                        capacity: region.len(),
+                        reason: e.to_string(),
+                    },
+                    e => e,
+                })?;
         }
         region
             .atomic_u64(self.mark_word)?
@@ -169,5 +187,29 @@ mod tests {
         }
         assert_eq!(region.len(), region.max_len());
         assert!(!bump.grow_ahead(&region).unwrap());
+    }
+
+    /// A refused allocation hands its range back: retries on a full region do not move the
+    /// next free byte, and what still fits is handed out where it would have been.
+    #[test]
+    fn a_refused_allocation_leaves_the_mark_where_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = RegionOptions {
+            reserve: 4 << 20,
+            ..RegionOptions::default()
+        };
+        let region = PmemRegion::create(&dir.path().join("r"), 1 << 20, &opts).unwrap();
+        let bump = RegionBump::new(0, 4096, 4096, 4096);
+        let first = bump.alloc(&region, 4096, 4096).unwrap();
+        let next = bump.used();
+        for _ in 0..10 {
+            let refused = bump.alloc(&region, 8 << 20, 4096);
+            assert!(
+                matches!(refused, Err(Error::StoreFull { .. })),
+                "{refused:?}"
+            );
+            assert_eq!(bump.used(), next);
+        }
+        assert_eq!(bump.alloc(&region, 4096, 4096).unwrap(), first + 4096);
     }
 }

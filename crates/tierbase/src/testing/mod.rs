@@ -1,6 +1,7 @@
 //! Test harnesses shared by every store's tests: the linearizability checker over recorded
 //! concurrent histories, the crash harness (scripted power loss at every persist point,
-//! injected I/O errors) and the `kill -9` harness (a child process killed mid-write). Public
+//! injected I/O errors), the `kill -9` harness (a child process killed mid-write) and the
+//! full-device harness (a child process whose files cannot grow). Public
 //! so that integration tests and future stores use one copy; not part of the storage API.
 //!
 //! Owns: checking recorded behaviour against a sequential model, and the machinery every
@@ -10,6 +11,7 @@
 //! public APIs.
 
 pub mod crash;
+pub mod full;
 pub mod kill;
 pub mod linearizability;
 
