@@ -178,6 +178,15 @@ impl DeviceCounters {
         self.bytes_read.add_in(i, bytes);
     }
 
+    /// Counts `lines` cache lines flushed and `media_lines` media lines written by one persist
+    /// (one shard look-up for both counters).
+    #[inline]
+    pub fn record_flush(&self, lines: u64, media_lines: u64) {
+        let i = shard_index();
+        self.flushes.add_in(i, lines);
+        self.media_lines_written.add_in(i, media_lines);
+    }
+
     /// Counts one write of `bytes` bytes.
     #[inline]
     pub fn record_write(&self, bytes: u64) {

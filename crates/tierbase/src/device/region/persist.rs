@@ -16,15 +16,22 @@ impl PmemRegion {
     /// Writes back (without fence) every cache line overlapping `[off, off+len)`. In `Msync`
     /// mode this is the `msync` itself (which is synchronous, so it also orders).
     pub fn flush(&self, off: u64, len: usize) -> Result<()> {
-        self.flush_lines(off, len, true)
+        let (lines, media) = self.flush_lines(off, len, true)?;
+        self.counters.record_flush(lines, media);
+        Ok(())
     }
 
     /// Makes every range durable with one fence — one file sync in `Msync` mode — so a caller
     /// whose ranges may reach media in any order among themselves pays for one persist.
     pub fn persist_all(&self, ranges: &[(u64, usize)]) -> Result<()> {
+        // Counted once for all ranges (one look-up of the thread's counter shard).
+        let (mut lines, mut media) = (0, 0);
         for &(off, len) in ranges {
-            self.flush_lines(off, len, false)?;
+            let (l, m) = self.flush_lines(off, len, false)?;
+            lines += l;
+            media += m;
         }
+        self.counters.record_flush(lines, media);
         if self.mode == DurabilityMode::Msync {
             self.group_sync()?;
         }
@@ -35,32 +42,35 @@ impl PmemRegion {
     /// [`PmemRegion::flush`]; `sync`: whether `Msync` mode syncs here (else the caller syncs
     /// once for several ranges).
     #[inline]
-    fn flush_lines(&self, off: u64, len: usize, sync: bool) -> Result<()> {
+    /// Returns the lines flushed and the media lines written, for the caller to count.
+    fn flush_lines(&self, off: u64, len: usize, sync: bool) -> Result<(u64, u64)> {
         let o = self.check(off, len)?;
         if len == 0 {
-            return Ok(());
+            return Ok((0, 0));
         }
         self.injected_fault()?;
         let issued = self.emulation_start();
-        match self.mode {
-            DurabilityMode::Dax | DurabilityMode::ProcessCrash => {
-                // SAFETY: bounds checked; the instruction was checked at open.
-                let lines = unsafe { cpu::flush_range(self.flush, self.base_ptr().add(o), len) };
-                self.counters.flushes.add(lines);
+        let lines = match self.mode {
+            // SAFETY: bounds checked; the instruction was checked at open.
+            DurabilityMode::Dax | DurabilityMode::ProcessCrash => unsafe {
+                cpu::flush_range(self.flush, self.base_ptr().add(o), len)
+            },
+            DurabilityMode::Msync if sync => {
+                self.group_sync()?;
+                0
             }
-            DurabilityMode::Msync if sync => self.group_sync()?,
-            DurabilityMode::Msync | DurabilityMode::None => {}
-        }
-        if self.mode != DurabilityMode::None {
-            self.counters
-                .media_lines_written
-                .add(media_lines(self.header_len + o, len));
-        }
+            DurabilityMode::Msync | DurabilityMode::None => 0,
+        };
+        let media = if self.mode != DurabilityMode::None {
+            media_lines(self.header_len + o, len)
+        } else {
+            0
+        };
         if let Some(sim) = &self.sim {
             sim.flush(|| self.capture_lines(o, len));
         }
         self.emulation_finish(issued, Direction::Write, len);
-        Ok(())
+        Ok((lines, media))
     }
 
     /// Crash-simulated regions: the configured I/O error (see
@@ -207,7 +217,8 @@ impl PmemRegion {
             self.group_sync()?;
         } else {
             // The simulated page cache: everything written so far becomes durable.
-            self.flush_lines(0, self.len() as usize, false)?;
+            let (lines, media) = self.flush_lines(0, self.len() as usize, false)?;
+            self.counters.record_flush(lines, media);
             self.drain();
         }
         d.synced.fetch_max(target, Ordering::AcqRel);
