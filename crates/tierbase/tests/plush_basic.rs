@@ -458,3 +458,47 @@ fn fill_a_full_device(dir: &std::path::Path, layout: PlushLayout) {
     store.close().unwrap();
     println!("acked {name} {acked}");
 }
+
+/// Recovery-log chunks are sized to the DRAM level: 1 MiB for the default level, 16 KiB for a
+/// small one, so that a small store whose 64 logs all take their first chunk stays a few MiB
+/// (with 1 MiB chunks it took 64 MiB: docs/BENCHMARKS.md, Figure 41). An explicit size wins.
+#[test]
+fn log_chunks_are_sized_to_the_dram_level() {
+    assert_eq!(PlushOptions::default().log_chunk_bytes(), 1 << 20);
+    assert_eq!(
+        PlushOptions::default().dram_bits(11).log_chunk_bytes(),
+        128 << 10
+    );
+    assert_eq!(
+        PlushOptions::default().dram_bits(6).log_chunk_bytes(),
+        16 << 10
+    );
+    assert_eq!(
+        PlushOptions::default().dram_bits(20).log_chunk_bytes(),
+        1 << 20
+    );
+    let mut explicit = PlushOptions::default().dram_bits(6);
+    explicit.log_chunk_bytes = Some(64 << 10);
+    assert_eq!(explicit.log_chunk_bytes(), 64 << 10);
+
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+    let path = dir.path().join("small.plush");
+    let opts = PlushOptions::default()
+        .layout(PlushLayout::Fixed8)
+        .dram_bits(6);
+    let store = PlushStore::create(&path, &opts).unwrap();
+    // 64 DRAM entries, one per log: 640 keys reach every log.
+    for i in 0..640u64 {
+        store.upsert(&i.to_le_bytes(), &i.to_le_bytes()).unwrap();
+    }
+    store.close().unwrap();
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert!(len < 8 << 20, "a store of 640 records takes {len} bytes");
+    let store = PlushStore::open(&path, &opts).unwrap();
+    for i in 0..640u64 {
+        assert_eq!(
+            store.get(&i.to_le_bytes()).unwrap(),
+            Some(i.to_le_bytes().to_vec())
+        );
+    }
+}

@@ -293,7 +293,7 @@ fn levels_script(layout: PlushLayout) -> Script {
 fn log_compaction_script(layout: PlushLayout) -> Script {
     let mut opts = base_opts(layout);
     opts.logs = 8;
-    opts.log_chunk_bytes = 4096;
+    opts.log_chunk_bytes = Some(4096);
     opts.log_chunks = Some(9);
     let cold = keys_where(layout, 3, 1 << 21, |h| h & 0xf == 8);
     let hot = keys_where(layout, 150, 1 << 22, |h| h & 0xf == 0);

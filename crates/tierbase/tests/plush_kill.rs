@@ -80,7 +80,7 @@ fn structural_bound(layout: PlushLayout) -> u64 {
         max_levels: o.max_levels,
         logs: o.logs.min(1 << o.dram_bits),
         log_chunks: LOG_CHUNKS,
-        log_chunk_bytes: o.log_chunk_bytes,
+        log_chunk_bytes: o.log_chunk_bytes(),
         payload_logs: if layout == PlushLayout::Variable {
             o.payload_logs
         } else {

@@ -74,7 +74,7 @@ fn initial_size_for(opts: &PlushOptions, records: u64, key_size: usize, value_si
     let entries = 1u64 << opts.dram_bits;
     let logs = u64::from(opts.logs).min(entries);
     // Each log: its current chunk and a spare for compaction.
-    let log_bytes = logs * 2 * opts.log_chunk_bytes;
+    let log_bytes = logs * 2 * opts.log_chunk_bytes();
     // Directories of levels 0 and 1 (512 bytes per entry, 16 times more entries on level 1).
     let dir_bytes = entries * 17 * layout::ENTRY_BYTES;
     // A bucket slot is 16 bytes; buckets fill up partly, so count two slots per record.

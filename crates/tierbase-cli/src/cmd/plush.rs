@@ -87,7 +87,8 @@ struct CreateArgs {
     /// Recovery logs, a power of two (capped at the DRAM entries) [default: 64].
     #[arg(long, value_name = "N")]
     logs: Option<u32>,
-    /// Bytes per recovery-log chunk, a multiple of 4K, e.g. 1M [default: 1M].
+    /// Bytes per recovery-log chunk, a multiple of 4K, e.g. 1M [default: sized to the DRAM
+    /// level, 16K to 1M; 1M with 2^14 entries].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     log_chunk: Option<u64>,
     /// Payload logs of the variable layout, 1 to 256 [default: 8].
@@ -142,7 +143,7 @@ fn create_options(a: &CreateArgs) -> anyhow::Result<PlushOptions> {
         opts.logs = *n;
     }
     if let Some(c) = log_chunk {
-        opts.log_chunk_bytes = *c;
+        opts.log_chunk_bytes = Some(*c);
     }
     if let Some(n) = payload_logs {
         opts.payload_logs = *n;

@@ -90,8 +90,9 @@ pub struct PlushOptions {
     pub max_levels: u32,
     /// Recovery logs (default 64, the thesis' sweet spot).
     pub logs: u32,
-    /// Bytes per recovery-log chunk (default 1 MiB).
-    pub log_chunk_bytes: u64,
+    /// Bytes per recovery-log chunk (default `None`: sized to the DRAM level, see
+    /// [`PlushOptions::log_chunk_bytes`] — 1 MiB with the default 2^14 entries).
+    pub log_chunk_bytes: Option<u64>,
     /// Chunks per recovery log (default: enough for twice what the DRAM level holds, plus two).
     pub log_chunks: Option<u32>,
     /// Payload logs (variable layout; default 8). A writer appends to the log of its thread
@@ -127,7 +128,7 @@ impl Default for PlushOptions {
             dram_bits: 14,
             max_levels: 4,
             logs: 64,
-            log_chunk_bytes: 1 << 20,
+            log_chunk_bytes: None,
             log_chunks: None,
             payload_logs: 8,
             payload_chunk_bytes: 4 << 20,
@@ -149,7 +150,7 @@ impl PlushOptions {
             dram_bits: 6,
             max_levels: 3,
             logs: 8,
-            log_chunk_bytes: 16 << 10,
+            log_chunk_bytes: Some(16 << 10),
             payload_logs: 2,
             payload_chunk_bytes: 64 << 10,
             payload_chunks: 256,
@@ -193,11 +194,27 @@ impl PlushOptions {
         self
     }
 
+    /// The recovery logs' chunk size: [`PlushOptions::log_chunk_bytes`] if set, else a log's
+    /// share of what the DRAM level holds (32 bytes per record) in two chunks, a power of two
+    /// within 16 KiB..=1 MiB — 1 MiB for the default 2^14 DRAM entries over 64 logs, 16 KiB
+    /// for a small level, whose 64 logs would otherwise take 64 MiB with their first entries
+    /// (docs/BENCHMARKS.md, Figure 41). (A large DRAM level may still double it, to bound the
+    /// per-chunk epoch tables.)
+    pub fn log_chunk_bytes(&self) -> u64 {
+        self.log_chunk_bytes.unwrap_or_else(|| {
+            let logs = u64::from(self.logs.clamp(1, 1 << self.dram_bits.min(31)));
+            let records = (1u64 << self.dram_bits.min(40)) * layout::ENTRY_RECORDS as u64;
+            (records * layout::LOG_ENTRY_BYTES / logs / 2)
+                .next_power_of_two()
+                .clamp(16 << 10, 1 << 20)
+        })
+    }
+
     fn geometry(&self) -> Result<Geometry> {
         let logs = self.logs.min(1 << self.dram_bits.min(31));
         let entries_per_log = (1u64 << self.dram_bits.min(40)) / u64::from(logs.max(1));
         let live = entries_per_log * layout::ENTRY_RECORDS as u64;
-        let mut log_chunk_bytes = self.log_chunk_bytes;
+        let mut log_chunk_bytes = self.log_chunk_bytes();
         let log_chunks = match self.log_chunks {
             Some(n) => n,
             None => loop {
