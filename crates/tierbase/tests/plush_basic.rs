@@ -389,15 +389,7 @@ fn a_full_device_refuses_writes_and_keeps_the_store_writable() {
             .unwrap();
         assert!(acked > 1000, "{name}: only {acked} writes fitted");
         let store = PlushStore::open(dir.path().join(&name), &full_opts(layout)).unwrap();
-        for i in 0..acked {
-            assert_eq!(
-                store.get(&key(layout, i)).unwrap(),
-                Some(value(layout, i, 0)),
-                "{name}: acknowledged key {i} of {acked} after the reopen"
-            );
-        }
-        let r = store.verify().unwrap();
-        assert!(r.problems.is_empty(), "{name}: {:?}", r.problems);
+        assert_filled(&store, layout, acked, "after the reopen");
         assert!(
             store
                 .put(&key(layout, acked), &value(layout, acked, 0))
@@ -410,6 +402,19 @@ fn a_full_device_refuses_writes_and_keeps_the_store_writable() {
 
 fn full_opts(layout: PlushLayout) -> PlushOptions {
     PlushOptions::small().layout(layout)
+}
+
+/// Every one of the `acked` writes of the fill reads back, and the store verifies.
+fn assert_filled(store: &PlushStore, layout: PlushLayout, acked: u64, when: &str) {
+    for i in 0..acked {
+        assert_eq!(
+            store.get(&key(layout, i)).unwrap(),
+            Some(value(layout, i, 0)),
+            "{layout:?}: acknowledged key {i} of {acked} {when}"
+        );
+    }
+    let r = store.verify().unwrap();
+    assert!(r.problems.is_empty(), "{layout:?} {when}: {:?}", r.problems);
 }
 
 /// The child's part: fills a store of `layout` until a write is refused and checks the
@@ -444,15 +449,7 @@ fn fill_a_full_device(dir: &std::path::Path, layout: PlushLayout) {
             "{name}: {again:?}"
         );
     }
-    for i in 0..acked {
-        assert_eq!(
-            store.get(&key(layout, i)).unwrap(),
-            Some(value(layout, i, 0)),
-            "{name}: acknowledged key {i} of {acked}"
-        );
-    }
-    let r = store.verify().unwrap();
-    assert!(r.problems.is_empty(), "{name}: {:?}", r.problems);
+    assert_filled(&store, layout, acked, "on the full device");
     // What is refused is not there.
     assert_eq!(store.get(&key(layout, acked)).unwrap(), None, "{name}");
     store.close().unwrap();
