@@ -160,11 +160,6 @@ impl DramLevel {
     /// optimistically (consistent: retried while the half is cleared under the reader).
     pub fn candidates(&self, entry: usize, half: usize, key: u64, hash: u64, out: &mut Candidates) {
         let h = &self.entries[entry].halves[half];
-        let fp = fingerprint(hash) as u8;
-        let base = Self::slot(entry, half, 0);
-        let fps: &[_; FP_WORDS] = self.fingerprints[(entry * 2 + half) * FP_WORDS..]
-            .first_chunk()
-            .expect("every half has its fingerprint words");
         let mut round = 0;
         loop {
             out.clear();
@@ -178,15 +173,8 @@ impl DramLevel {
                 // no record when its size was read, whatever happened since.
                 return;
             }
-            let mut words = [0u64; FP_WORDS];
-            for (out, word) in words.iter_mut().zip(fps) {
-                *out = word.load(Ordering::Relaxed);
-            }
-            // Only slots below the size are published.
-            let filled = u128::MAX
-                .checked_shr(HALF_SLOTS as u32 - size as u32)
-                .unwrap_or(0);
-            let mut hits = match_bytes_128(&words, fp) & filled;
+            let base = Self::slot(entry, half, 0);
+            let mut hits = self.fingerprint_hits(entry, half, size, hash);
             while hits != 0 {
                 let s = 127 - hits.leading_zeros() as usize;
                 hits &= !(1 << s);
@@ -199,6 +187,26 @@ impl DramLevel {
             }
             backoff(&mut round);
         }
+    }
+
+    /// Bit `s` set for each of the first `size` slots of a half whose fingerprint is `hash`'s
+    /// (one vector compare of the half's 128 fingerprint bytes); the caller compares the keys
+    /// of those slots, newest (highest bit) first, and makes the read consistent (a latch, or
+    /// the entry's lock).
+    #[inline]
+    fn fingerprint_hits(&self, entry: usize, half: usize, size: usize, hash: u64) -> u128 {
+        let fps: &[_; FP_WORDS] = self.fingerprints[(entry * 2 + half) * FP_WORDS..]
+            .first_chunk()
+            .expect("every half has its fingerprint words");
+        let mut words = [0u64; FP_WORDS];
+        for (out, word) in words.iter_mut().zip(fps) {
+            *out = word.load(Ordering::Relaxed);
+        }
+        // Only slots below the size are published.
+        let filled = u128::MAX
+            .checked_shr(HALF_SLOTS as u32 - size as u32)
+            .unwrap_or(0);
+        match_bytes_128(&words, fingerprint(hash) as u8) & filled
     }
 
     /// The value word of the newest record in the active half whose key word is `key` (hash
@@ -221,18 +229,8 @@ impl DramLevel {
         if size == 0 {
             return Ok(None);
         }
-        let fps: &[_; FP_WORDS] = self.fingerprints[(entry * 2 + half) * FP_WORDS..]
-            .first_chunk()
-            .expect("every half has its fingerprint words");
-        let mut words = [0u64; FP_WORDS];
-        for (out, word) in words.iter_mut().zip(fps) {
-            *out = word.load(Ordering::Relaxed);
-        }
-        let filled = u128::MAX
-            .checked_shr(HALF_SLOTS as u32 - size as u32)
-            .unwrap_or(0);
-        let mut hits = match_bytes_128(&words, fingerprint(hash) as u8) & filled;
         let base = Self::slot(entry, half, 0);
+        let mut hits = self.fingerprint_hits(entry, half, size, hash);
         while hits != 0 {
             let s = 127 - hits.leading_zeros() as usize;
             hits &= !(1 << s);
