@@ -1655,6 +1655,10 @@ impl Inner {
             ("swizzles".into(), pc.swizzles.get().to_string()),
             ("unswizzles".into(), pc.unswizzles.get().to_string()),
             ("swizzled_fixes".into(), pc.swizzled_fixes.get().to_string()),
+            (
+                "read_only_private_reads".into(),
+                pc.private_reads.get().to_string(),
+            ),
             ("ssd_page_reads".into(), dc.reads.to_string()),
             ("ssd_page_writes".into(), pc.page_writes.get().to_string()),
             ("page_file_syncs".into(), dc.syncs.to_string()),

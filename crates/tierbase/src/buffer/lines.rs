@@ -468,6 +468,12 @@ impl BufferPool {
                 };
                 return Ok(Fixed::from_write(self, frame, guard));
             }
+            if self.frozen() {
+                // Read-only: no change is written back any more, so no line-grained frame or
+                // mini page is started; a whole fix reads the page even when no frame can
+                // take it.
+                return self.fix_shared(pid).map(Fixed::Whole);
+            }
             if !self.minis.is_empty() {
                 match self.load_mini(pid)? {
                     MiniLoad::Loaded(i, guard) => {
@@ -480,8 +486,12 @@ impl BufferPool {
                     MiniLoad::Unsuited => {}
                 }
             }
-            if let Some(w) = self.load(pid, Verify::Yes, super::Load::Lines)? {
-                return Ok(Fixed::from_write(self, w.frame, w.guard));
+            match self.load(pid, Verify::Yes, super::Load::Lines) {
+                Ok(Some(w)) => return Ok(Fixed::from_write(self, w.frame, w.guard)),
+                Ok(None) => {}
+                // Turned read-only meanwhile: as above.
+                Err(_) if self.frozen() => return self.fix_shared(pid).map(Fixed::Whole),
+                Err(e) => return Err(e),
             }
         }
     }
@@ -1033,6 +1043,37 @@ mod tests {
 
     fn page_in_nvm_only(pool: &BufferPool) -> u64 {
         pages_in_nvm_only(pool)[0]
+    }
+
+    /// Read-only, with every frame holding changes that can no longer be written back: a read
+    /// of a page in an NVM slot (which the page file never had) takes no frame and gets the
+    /// slot's bytes, whole, in a spare frame outside the page table — by a point read and by a whole fix.
+    #[test]
+    fn a_frozen_pool_whose_frames_are_all_dirty_reads_pages_outside_it() {
+        let pool = filled(2);
+        let evicted: Vec<u64> = (0..20).filter(|&p| pool.lookup(p).is_none()).collect();
+        assert!(!evicted.is_empty(), "nothing was evicted into NVM");
+        assert_eq!(pool.dirty_pages(), pool.frames.len(), "a frame is clean");
+        pool.freeze();
+        let check = |pid: u64, bytes: &[u8]| {
+            assert_eq!(bytes[16..24], pid.to_le_bytes(), "page {pid}'s id");
+            for (at, &b) in bytes.iter().enumerate().skip(24) {
+                assert_eq!(b, expected(pid, at), "page {pid}, byte {at}");
+            }
+        };
+        for &pid in &evicted {
+            match pool.fix_lines(pid).unwrap() {
+                Fixed::Whole(page) => check(pid, page.bytes()),
+                Fixed::Lines(_) | Fixed::Charged(_) => panic!("page {pid}: not a whole copy"),
+            }
+            check(pid, pool.fix_shared(pid).unwrap().bytes());
+            assert!(pool.lookup(pid).is_none(), "page {pid} took a frame");
+        }
+        assert_eq!(pool.counters.private_reads.get(), 2 * evicted.len() as u64);
+        // Pages in frames are read there.
+        let resident = (0..20).find(|&p| pool.lookup(p).is_some()).unwrap();
+        check(resident, pool.fix_shared(resident).unwrap().bytes());
+        assert_eq!(pool.counters.private_reads.get(), 2 * evicted.len() as u64);
     }
 
     #[test]

@@ -76,6 +76,12 @@ pub use lines::{ChangedLines, Charged, Fixed, ForWrite, MINI_PAGE_BYTES, PageByt
 /// page's format, `u64` page LSN, `u64` page id.
 pub const PAGE_PREFIX: usize = 24;
 const NO_PAGE: u64 = u64::MAX;
+/// Spare frames for reads of a frozen pool that no frame can take
+/// ([`BufferPool::read_private`]): a descent holds two pages at a time, so this many readers
+/// at once.
+const SPARE_FRAMES: usize = 64;
+/// Rounds over the spare frames (yielding between them) before such a read is refused.
+const SPARE_ROUNDS: usize = 1000;
 /// Pages written back in one batch by [`BufferPool::flush_dirty`].
 const FLUSH_BATCH: usize = 64;
 /// The top bit of a [`Swip`]: set, the rest is a frame index.
@@ -302,6 +308,23 @@ pub enum Verify {
     No,
 }
 
+/// Where [`BufferPool::read_page`] found a page's bytes.
+#[derive(Clone, Copy, Debug)]
+struct PageSource {
+    /// Its NVM slot: whether the slot's bytes are trusted ([`nvm::NvmTier::read`]), and the
+    /// slot's tenancy.
+    nvm: Option<(bool, nvm::Tenancy)>,
+    /// Zeros: a new page, or one past the file's end (never written on media).
+    zeroed: bool,
+}
+
+impl PageSource {
+    const ZEROED: PageSource = PageSource {
+        nvm: None,
+        zeroed: true,
+    };
+}
+
 /// Pool counters (always on).
 #[derive(Debug, Default)]
 pub struct PoolCounters {
@@ -333,6 +356,9 @@ pub struct PoolCounters {
     pub unswizzles: Counter,
     /// Fixes that followed a swizzled swip (no page-table lookup).
     pub swizzled_fixes: Counter,
+    /// Pages read into a spare frame outside the page table, as no frame could take them: the
+    /// store is read-only and every frame holds changes that can no longer be written back.
+    pub private_reads: Counter,
 }
 
 /// Options of a pool.
@@ -364,6 +390,9 @@ pub struct BufferPool {
     grow: Mutex<()>,
     /// A page write failed: dirty frames are no longer chosen as victims.
     write_failed: AtomicBool,
+    /// Frames outside the page table for reads of a frozen pool that no frame can take
+    /// ([`BufferPool::read_private`]); made on first use.
+    spares: std::sync::OnceLock<Box<[Frame]>>,
     /// A page was read from the device after frames had been evicted: the data has outgrown
     /// the pool, and a fix may wait for a device read ([`BufferPool::outgrown`]).
     outgrown: AtomicBool,
@@ -413,7 +442,8 @@ struct PageCopy {
     resident: Option<Vec<u64>>,
 }
 
-/// A page fixed for reading.
+/// A page fixed for reading: in a frame of the pool, or (a read of a frozen pool that no
+/// frame can take, [`BufferPool::read_private`]) in a spare frame outside the page table.
 #[derive(Debug)]
 pub struct PageRead<'a> {
     guard: RwLockReadGuard<'a, FrameData>,
@@ -639,6 +669,7 @@ impl BufferPool {
             check,
             grow: Mutex::new(()),
             write_failed: AtomicBool::new(false),
+            spares: std::sync::OnceLock::new(),
             outgrown: AtomicBool::new(false),
             write_failure: Mutex::new(None),
             write_back_batch: 1,
@@ -1013,7 +1044,8 @@ impl BufferPool {
     #[inline]
     pub fn parent_ref(&self, page: &PageRead<'_>) -> Option<ParentRef> {
         self.child_refs?;
-        let frame = &self.frames[page.guard.frame as usize];
+        // A spare frame (a read outside the pool) is no parent a swip may name.
+        let frame = self.frames.get(page.guard.frame as usize)?;
         Some(ParentRef {
             frame: page.guard.frame,
             pid: page.guard.pid,
@@ -1026,8 +1058,12 @@ impl BufferPool {
     /// then, its latch is free now, and the swip still holds `child`'s page id. Otherwise
     /// does nothing (a later fix tries again).
     pub fn try_swizzle(&self, parent: ParentRef, at: usize, child: &PageRead<'_>) {
-        let c = &self.frames[child.guard.frame as usize];
-        if c.swizzled_in.load(Ordering::Acquire) != NOT_SWIZZLED || child.guard.lines.is_some() {
+        let child = &child.guard;
+        // A spare frame (a read outside the pool) is not one a swip may name.
+        let Some(c) = self.frames.get(child.frame as usize) else {
+            return;
+        };
+        if c.swizzled_in.load(Ordering::Acquire) != NOT_SWIZZLED || child.lines.is_some() {
             return;
         }
         let p = &self.frames[parent.frame as usize];
@@ -1037,14 +1073,14 @@ impl BufferPool {
         if at + 8 > pg.buf.len()
             || !pg.follows(parent.version)
             || pg.pid != parent.pid
-            || swip_at(&pg.buf, at).page_id() != Some(child.guard.pid)
+            || swip_at(&pg.buf, at).page_id() != Some(child.pid)
         {
             return;
         }
-        c.swizzled_pid.store(child.guard.pid, Ordering::Release);
+        c.swizzled_pid.store(child.pid, Ordering::Release);
         c.swizzled_in
             .store(swizzle_link(parent.frame as usize, at), Ordering::Release);
-        put_swip(&mut pg.buf, at, SWIZZLED | u64::from(child.guard.frame));
+        put_swip(&mut pg.buf, at, SWIZZLED | u64::from(child.frame));
         p.swizzled_children.fetch_add(1, Ordering::AcqRel);
         self.counters.swizzles.incr();
     }
@@ -1200,10 +1236,19 @@ impl BufferPool {
                     None => continue,
                 }
             }
-            if let Some(w) = self.load(pid, Verify::Yes, Load::Whole)? {
-                return Ok(PageRead {
-                    guard: w.guard.downgrade(),
-                });
+            match self.load(pid, Verify::Yes, Load::Whole) {
+                Ok(Some(w)) => {
+                    return Ok(PageRead {
+                        guard: w.guard.downgrade(),
+                    });
+                }
+                Ok(None) => {}
+                // Read-only (perhaps since a victim's write-back failed in this very fix):
+                // nothing is written back any more, so no frame may be free for the page; it
+                // is read into a spare frame. A fault of the page's own read recurs
+                // there and is returned. (NVM direct maps every page: it never loads one.)
+                Err(_) if self.frozen() && self.direct.is_none() => return self.read_private(pid),
+                Err(e) => return Err(e),
             }
         }
     }
@@ -1355,79 +1400,34 @@ impl BufferPool {
             self.start_lines(frame, &mut guard, slot);
             return Ok(Some(self.page_write(frame, guard)));
         }
-        let mut from_nvm = false;
-        let mut trusted = false;
-        // A page zeroed here (new, or past the file's end) is never written on media: nothing
-        // to check (its checksum and a zero scan cost a 16 KiB page about 2 µs, on every split).
-        let mut zeroed = fresh;
+        // A page zeroed here (new) is never written on media: nothing to check (its checksum
+        // and a zero scan cost a 16 KiB page about 2 µs, on every split).
         let read = if fresh {
             guard.buf.fill(0);
-            Ok(())
+            Ok(PageSource::ZEROED)
         } else {
-            // A page with an NVM slot is read there: the slot is never older than the file.
-            match self.nvm.as_ref().map(|t| t.read(pid, &mut guard.buf)) {
-                Some(Ok(Some((t, tenancy)))) => {
-                    from_nvm = true;
-                    trusted = t;
-                    frame.set_tenancy(Some(tenancy));
-                    Ok(())
-                }
-                Some(Err(e)) => Err(e),
-                _ if offset + self.page_size as u64 > self.device.len() => {
-                    guard.buf.fill(0);
-                    zeroed = true;
-                    Ok(())
-                }
-                _ => {
-                    self.counters.misses.incr();
-                    if !self.outgrown.load(Ordering::Relaxed) && self.counters.evictions.get() > 0 {
-                        self.outgrown.store(true, Ordering::Relaxed);
-                    }
-                    self.device.read_at(offset, &mut guard.buf)
-                }
+            self.read_page(pid, offset, &mut guard.buf)
+        };
+        let checked = read.and_then(|src| {
+            if let Some((_, tenancy)) = src.nvm {
+                frame.set_tenancy(Some(tenancy));
+            }
+            Ok((src, self.check_page(pid, &guard.buf, src, verify)?))
+        });
+        let src = match checked {
+            Ok((src, torn)) => {
+                guard.torn = torn;
+                src
+            }
+            Err(e) => {
+                self.table.remove(pid, i);
+                guard.pid = NO_PAGE;
+                drop(guard);
+                self.free.lock().push(i);
+                return Err(e);
             }
         };
-        // Borrowed: only an error names it (copying it cost every miss three allocations).
-        let source: Option<&Path> = match (&self.nvm, from_nvm) {
-            (Some(t), true) => t.region().path(),
-            _ => Some(self.device.path()),
-        };
-        let bad = match read {
-            Err(e) => Some(e),
-            // Written whole by this run (or checked since): only a crash tears a slot.
-            Ok(()) if trusted || zeroed => None,
-            Ok(()) if !intact(&guard.buf) => {
-                if verify == Verify::Yes {
-                    Some(Error::corrupt(
-                        source,
-                        format!("page {pid} fails its checksum (torn or damaged on media)"),
-                    ))
-                } else {
-                    guard.torn = true;
-                    None
-                }
-            }
-            Ok(()) if !fresh && guard.buf.iter().any(|&b| b != 0) => {
-                match (self.check)(&guard.buf, pid) {
-                    Ok(()) => None,
-                    Err(detail) if verify == Verify::Yes => Some(Error::corrupt(source, detail)),
-                    Err(_) => {
-                        guard.torn = true;
-                        None
-                    }
-                }
-            }
-            Ok(()) => None,
-        };
-        if let Some(e) = bad {
-            self.table.remove(pid, i);
-            guard.pid = NO_PAGE;
-            drop(guard);
-            self.free.lock().push(i);
-            return Err(e);
-        }
-        if from_nvm
-            && !trusted
+        if let Some((false, _)) = src.nvm
             && !guard.torn
             && let Some(t) = &self.nvm
         {
@@ -1438,6 +1438,131 @@ impl BufferPool {
         }
         frame.referenced.store(true, Ordering::Relaxed);
         Ok(Some(self.page_write(frame, guard)))
+    }
+
+    /// Reads page `pid` (at byte `offset` of the page file) into `buf` from where its newest
+    /// bytes are: its NVM slot if it has one (a slot is never older than the file), else the
+    /// page file; zeros past the file's end (a page never written).
+    fn read_page(&self, pid: u64, offset: u64, buf: &mut AlignedBuf) -> Result<PageSource> {
+        match self.nvm.as_ref().map(|t| t.read(pid, buf)) {
+            Some(Ok(Some(slot))) => Ok(PageSource {
+                nvm: Some(slot),
+                zeroed: false,
+            }),
+            Some(Err(e)) => Err(e),
+            _ if offset + self.page_size as u64 > self.device.len() => {
+                buf.fill(0);
+                Ok(PageSource::ZEROED)
+            }
+            _ => {
+                self.counters.misses.incr();
+                if !self.outgrown.load(Ordering::Relaxed) && self.counters.evictions.get() > 0 {
+                    self.outgrown.store(true, Ordering::Relaxed);
+                }
+                self.device.read_at(offset, buf)?;
+                Ok(PageSource {
+                    nvm: None,
+                    zeroed: false,
+                })
+            }
+        }
+    }
+
+    /// Checks page `pid` as [`Self::read_page`] read it from `src`: `Ok(true)` if it is torn
+    /// (fails its checksum or the format's check) and `verify` is [`Verify::No`]; with
+    /// [`Verify::Yes`] that is an [`Error::Corrupt`] naming the file it came from.
+    fn check_page(&self, pid: u64, buf: &[u8], src: PageSource, verify: Verify) -> Result<bool> {
+        // Borrowed: only an error names it (copying it cost every miss three allocations).
+        let source: Option<&Path> = match (&self.nvm, src.nvm) {
+            (Some(t), Some(_)) => t.region().path(),
+            _ => Some(self.device.path()),
+        };
+        // Written whole by this run (or checked since): only a crash tears a slot.
+        if matches!(src.nvm, Some((true, _))) || src.zeroed {
+            return Ok(false);
+        }
+        if !intact(buf) {
+            return match verify {
+                Verify::Yes => Err(Error::corrupt(
+                    source,
+                    format!("page {pid} fails its checksum (torn or damaged on media)"),
+                )),
+                Verify::No => Ok(true),
+            };
+        }
+        if buf.iter().all(|&b| b == 0) {
+            return Ok(false);
+        }
+        match (self.check)(buf, pid) {
+            Ok(()) => Ok(false),
+            Err(detail) if verify == Verify::Yes => Err(Error::corrupt(source, detail)),
+            Err(_) => Ok(true),
+        }
+    }
+
+    /// Page `pid` read into a spare frame, outside the page table: for a read of a store that
+    /// became read-only ([`BufferPool::frozen`]) once every frame holds changes that can no
+    /// longer be written back, so that no frame can take the page. Nothing is written any
+    /// more, so a page not in a frame is as its NVM slot or the page file holds it, and the
+    /// copy stays what the page is. With every spare in use by other such reads for a while
+    /// (more than [`SPARE_FRAMES`] pages read at once) the read is refused.
+    #[cold]
+    #[inline(never)]
+    fn read_private(&self, pid: u64) -> Result<PageRead<'_>> {
+        let offset = pid.checked_mul(self.page_size as u64).ok_or_else(|| {
+            Error::corrupt(None, format!("page id {pid} is beyond any page file"))
+        })?;
+        let spares = self.spares()?;
+        for round in 0..SPARE_ROUNDS {
+            if round > 0 {
+                std::thread::yield_now();
+            }
+            for spare in spares {
+                let Some(mut guard) = spare.data.try_write() else {
+                    continue;
+                };
+                let read = self
+                    .read_page(pid, offset, &mut guard.buf)
+                    .and_then(|src| self.check_page(pid, &guard.buf, src, Verify::Yes));
+                if let Err(e) = read {
+                    guard.pid = NO_PAGE;
+                    return Err(e);
+                }
+                guard.pid = pid;
+                self.counters.private_reads.incr();
+                return Ok(PageRead {
+                    guard: guard.downgrade(),
+                });
+            }
+        }
+        Err(Error::ReadOnly {
+            path: None,
+            reason: format!(
+                "{}; page {pid} cannot be read in: every frame holds changes that cannot be \
+                 written back any more, and all {SPARE_FRAMES} spare frames are in use",
+                self.write_failure()
+                    .unwrap_or_else(|| "a change failed half-way".into())
+            ),
+        })
+    }
+
+    /// The spare frames of [`Self::read_private`], made on first use.
+    fn spares(&self) -> Result<&[Frame]> {
+        if self.spares.get().is_none() {
+            let made = (0..SPARE_FRAMES)
+                .map(|k| {
+                    Ok(Frame::new(
+                        self.frames.len() + k,
+                        NO_PAGE,
+                        AlignedBuf::new(self.page_size)?,
+                        lines::ChangedLines::new(self.page_size),
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            // Another reader may have made them first: theirs are kept.
+            let _ = self.spares.set(made.into_boxed_slice());
+        }
+        Ok(self.spares.get().map_or(&[], |s| &s[..]))
     }
 
     /// A free frame, exclusively latched and unmapped: from the free list, or by Clock.
@@ -1941,7 +2066,8 @@ impl BufferPool {
 
     /// Stops all write-back of dirty pages for good (an error or panic left pages holding
     /// changes the log does not have): victims are chosen among clean frames only, and
-    /// checkpoints fail. Reads go on.
+    /// checkpoints fail. Reads go on: a page no frame can take (every one holds changes) is
+    /// read into a spare frame outside the page table ([`BufferPool::read_private`]).
     pub fn freeze(&self) {
         self.write_failed.store(true, Ordering::Release);
     }
