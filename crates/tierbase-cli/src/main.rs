@@ -49,6 +49,7 @@ fn main() -> ExitCode {
     // A closed pipe (`tierbase kv stats | head -3`) ends the process quietly, as it does for
     // every Unix tool, instead of a panic on the next print.
     sigpipe::reset();
+    exit_quietly_when_output_fails();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version are not errors: clap prints them as usual.
@@ -94,6 +95,28 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Output that cannot be written (`tierbase kv get k > /dev/full`: the device is full, or the
+/// pipe is gone with SIGPIPE ignored) ends the process with one line and exit status 1, like
+/// any other error, instead of `print!`'s panic and backtrace. What the command did before
+/// (an acknowledged write) is durable already; the store is left as a crash would leave it,
+/// which every store recovers from.
+fn exit_quietly_when_output_fails() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if let Some(cause) = msg.strip_prefix("failed printing to stdout: ") {
+            eprintln!("tierbase: error: cannot write the output: {cause}");
+            std::process::exit(1);
+        }
+        default(info);
+    }));
 }
 
 /// The error and its causes on one line, skipping a cause whose text its parent already shows

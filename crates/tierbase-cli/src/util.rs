@@ -21,9 +21,13 @@ pub fn decode(hex: bool, s: &str, what: &str) -> anyhow::Result<Vec<u8>> {
         return Ok(s.as_bytes().to_vec());
     }
     let s = s.trim_start_matches("0x");
+    if let Some(c) = s.chars().find(|c| !c.is_ascii_hexdigit()) {
+        bail!("{what} '{s}' is not hex: '{c}' is not a hex digit");
+    }
     if !s.len().is_multiple_of(2) {
         bail!("{what} '{s}' is not hex: odd number of digits");
     }
+    // Only ASCII hex digits from here on, one byte each.
     (0..s.len())
         .step_by(2)
         .map(|i| {
@@ -73,5 +77,22 @@ mod tests {
         assert!(parse_size("20000000T").is_err());
         assert_eq!(format_size(1536), "1.5 KiB");
         assert_eq!(format_size(10), "10 B");
+    }
+
+    #[test]
+    fn hex_keys_are_checked_before_they_are_cut() {
+        assert_eq!(decode(true, "0x00ff", "key").unwrap(), vec![0, 0xff]);
+        // Non-ASCII input: a clear error, not a cut through a character.
+        for bad in ["ＡＢ", "é0", "0g"] {
+            let e = decode(true, bad, "key").unwrap_err().to_string();
+            assert!(e.contains("is not a hex digit"), "{bad}: {e}");
+        }
+        assert!(
+            decode(true, "abc", "key")
+                .unwrap_err()
+                .to_string()
+                .contains("odd number")
+        );
+        assert_eq!(decode(false, "ＡＢ", "key").unwrap(), "ＡＢ".as_bytes());
     }
 }

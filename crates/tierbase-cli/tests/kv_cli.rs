@@ -121,6 +121,13 @@ fn bad_input_is_one_clear_line() {
         &tierbase(&["kv", "--hex", "get", "--path", f, "zz"]),
         "is not hex",
     );
+    // Non-ASCII text given as hex: a clear error (it panicked, cutting a character in two).
+    for bad in ["ＡＢ", "é0"] {
+        one_line_error(
+            &tierbase(&["kv", "--hex", "get", "--path", f, bad]),
+            "is not a hex digit",
+        );
+    }
     one_line_error(
         &tierbase(&["kv", "create", "--path", "/tmp/x.tb", "--chunk", "10Q"]),
         "unknown unit 'Q'",
@@ -132,4 +139,33 @@ fn bad_input_is_one_clear_line() {
         &tierbase(&["kv", "stats", "--path", junk.to_str().unwrap()]),
         "not a tierbase region",
     );
+}
+
+/// Output that cannot be written (a full device) is one clear line and exit status 1, not a
+/// panic with a backtrace; a write made before the output is kept.
+#[test]
+fn output_that_cannot_be_written_is_one_clear_line() {
+    if !std::path::Path::new("/dev/full").exists() {
+        eprintln!("no /dev/full here: skipped");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.tb");
+    let p = path.to_str().unwrap();
+    assert!(tierbase(&["kv", "create", "--path", p]).status.success());
+    let full = || std::fs::File::create("/dev/full").unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(common::BIN)
+            .args(args)
+            .stdout(full())
+            .output()
+            .unwrap()
+    };
+    let put = run(&["kv", "put", "--path", p, "k", "v"]);
+    one_line_error(&put, "cannot write the output");
+    assert_eq!(put.status.code(), Some(1));
+    let o = tierbase(&["kv", "get", "--path", p, "k"]);
+    assert_eq!(stdout(&o).trim(), "v", "{}", stderr(&o));
+    one_line_error(&run(&["kv", "get", "--path", p, "k"]), "No space left");
+    one_line_error(&run(&["devices"]), "cannot write the output");
 }

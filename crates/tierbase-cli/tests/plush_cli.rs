@@ -526,3 +526,25 @@ fn bench_runs_plush_range_with_scans() {
         "{r}"
     );
 }
+
+/// A recovery-log chunk size that cannot be is refused as given (0 made `create` spin for
+/// ever; 1000 was reported as 8000).
+#[test]
+fn impossible_log_chunk_sizes_are_refused_as_given() {
+    let dir = tmpdir();
+    let p = dir.path().join("s.plush");
+    for (given, shown) in [("0", "chunks of 0 bytes"), ("1000", "chunks of 1000 bytes")] {
+        one_line_error(
+            &tierbase(&[
+                "plush",
+                "create",
+                "--path",
+                p.to_str().unwrap(),
+                "--log-chunk",
+                given,
+            ]),
+            shown,
+        );
+        assert!(!p.exists(), "a refused create left a file");
+    }
+}

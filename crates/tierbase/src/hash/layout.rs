@@ -221,7 +221,7 @@ pub const MAX_DRAM_BITS: u32 = 20;
 pub const MAX_LOG_EPOCHS: u64 = 1 << 24;
 
 /// Largest recovery-log chunk (entries are numbered within 32 bits of slots).
-const MAX_LOG_CHUNK: u64 = 1 << 30;
+pub const MAX_LOG_CHUNK: u64 = 1 << 30;
 /// Largest payload chunk (locator offsets have 32 bits).
 const MAX_PAYLOAD_CHUNK: u64 = 1 << 31;
 /// Payload chunk ids have 14 bits in a locator.
@@ -630,6 +630,11 @@ pub mod log_chunk {
     pub const GEN: u64 = 8;
     /// Position of the chunk in its log's order (u64), set with the generation.
     pub const SEQ: u64 = 16;
+    /// The slot of the next entry (u64), written by a clean close for the chunk its log was
+    /// appending to and cleared (persisted) by the next open before anything is appended
+    /// there; 0: not known (after a crash, or in files from before 2026-12-03) — the log
+    /// starts its next entry in another chunk.
+    pub const RESUME: u64 = 24;
 }
 
 // ----- payload entries and locators ------------------------------------------------------------
@@ -645,6 +650,11 @@ pub mod payload_chunk {
     /// chunk holds entries (0 = free); bits 32..64 the victim's chunk id + 1 while the chunk
     /// receives a collection's copies, and bit 1 once all of them are durable.
     pub const STATE: u64 = 16;
+    /// Where the next entry goes (u64), written by a clean close for the chunk a payload log
+    /// was appending to and cleared (persisted) by the next open before anything is appended
+    /// there; 0: not known (after a crash, or in files from before 2026-12-03) — the chunk
+    /// takes no more entries.
+    pub const RESUME: u64 = 24;
     /// [`STATE`] bit: in use.
     pub const IN_USE: u64 = 1;
     /// [`STATE`] bit: the collection's copies are complete.

@@ -69,6 +69,28 @@ impl Log {
 }
 
 impl Inner {
+    /// A clean close (no writer left): records in each log's current chunk the slot of its
+    /// next entry, so that the next open appends there instead of starting another chunk
+    /// (each open of a small store took a new chunk in every log it wrote to).
+    pub(super) fn record_log_resume(&self) -> Result<()> {
+        let entries = self.geo.log_chunk_entries();
+        for log in &self.logs {
+            let st = log.state.read();
+            let Some(&c) = st.ring.back() else {
+                continue;
+            };
+            let pos = log.pos.load(Ordering::Acquire);
+            let off = st.offsets.get(c as usize).copied().unwrap_or(0);
+            if off == 0 || pos == 0 || pos >= entries {
+                continue;
+            }
+            let word = off + log_chunk::RESUME;
+            self.region.atomic_u64(word)?.store(pos, Ordering::Release);
+            self.region.persist(word, 8)?;
+        }
+        Ok(())
+    }
+
     /// The DRAM entry's position among the entries its log serves.
     #[inline]
     fn local(&self, entry: usize) -> usize {

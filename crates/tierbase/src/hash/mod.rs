@@ -211,6 +211,14 @@ impl PlushOptions {
     }
 
     fn geometry(&self) -> Result<Geometry> {
+        // A chunk size given is checked as given (the search below may double it).
+        if let Some(c) = self.log_chunk_bytes
+            && (!(4096..=layout::MAX_LOG_CHUNK).contains(&c) || !c.is_multiple_of(4096))
+        {
+            return Err(Error::InvalidArgument(format!(
+                "recovery-log chunks of {c} bytes: must be a multiple of 4 KiB up to 1 GiB"
+            )));
+        }
         let logs = self.logs.min(1 << self.dram_bits.min(31));
         let entries_per_log = (1u64 << self.dram_bits.min(40)) / u64::from(logs.max(1));
         let live = entries_per_log * layout::ENTRY_RECORDS as u64;
@@ -1547,8 +1555,13 @@ impl PlushStore {
         self.inner().migrators.lock().clear();
         self.inner().drain_queue();
         if !self.inner().failure.failed() && Arc::strong_count(&self.shared) == 1 {
-            // The last handle: hand the space reserved ahead back (nothing else allocates).
+            // The last handle: hand the space reserved ahead back (nothing else allocates),
+            // and say where the payload logs' chunks take their next entries.
             let r = self.inner().space.release(&self.inner().region);
+            self.inner().failure.record("plush", r)?;
+            let r = self.inner().record_payload_resume();
+            self.inner().failure.record("plush", r)?;
+            let r = self.inner().record_log_resume();
             self.inner().failure.record("plush", r)?;
         }
         match self.inner().failure.reason() {

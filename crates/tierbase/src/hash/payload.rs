@@ -424,17 +424,50 @@ impl Payload {
         self.live.get()
     }
 
-    /// Restores the pool after an open: `free` chunks are allocated and hold nothing; what
-    /// the others hold counts as live until migrations or collections find otherwise.
-    pub fn restore(&self, free: Vec<u32>) {
+    /// Restores the pool after an open: `free` chunks are allocated and hold nothing;
+    /// `resumed` ones (chunk, next free byte) take entries again from there (a clean close
+    /// recorded where); what the others hold counts as live until migrations or collections
+    /// find otherwise.
+    pub fn restore(&self, free: Vec<u32>, resumed: Vec<(u32, u64)>) {
         let mut p = self.pool.lock();
         p.free = free;
         p.spare = p.free.pop();
+        p.partial = resumed;
         self.live.set(self.usage().0);
+    }
+
+    /// For a clean close: where each chunk that takes more entries — a payload log's current
+    /// one, or one with room after a collection's copies — has its next free byte.
+    fn resumable(&self) -> Vec<(u32, u64)> {
+        let mut out: Vec<(u32, u64)> = self.pool.lock().partial.clone();
+        for log in &self.logs {
+            let st = log.current.read();
+            if let Some(c) = *st {
+                out.push((c, log.pos.load(Ordering::Acquire)));
+            }
+        }
+        out.retain(|&(_, pos)| (PAYLOAD_CHUNK_HEADER..self.chunk_bytes).contains(&pos));
+        out
     }
 }
 
 impl Inner {
+    /// A clean close (no writer left): records in each chunk that takes more entries where
+    /// the next one goes, so that the next open appends there instead of starting new chunks
+    /// (each open of a small store took a 4 MiB chunk per log it wrote to).
+    pub(super) fn record_payload_resume(&self) -> Result<()> {
+        let Some(p) = &self.payload else {
+            return Ok(());
+        };
+        for (c, pos) in p.resumable() {
+            let off = p.chunks[c as usize].off.load(Ordering::Acquire);
+            let word = off + payload_chunk::RESUME;
+            self.region.atomic_u64(word)?.store(pos, Ordering::Release);
+            self.region.persist(word, 8)?;
+        }
+        Ok(())
+    }
+
     fn payload(&self) -> Result<&Payload> {
         self.payload
             .as_ref()

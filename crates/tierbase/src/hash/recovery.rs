@@ -193,6 +193,7 @@ pub(super) fn open(
                 geo.payload_chunk_bytes,
             );
             let mut free = Vec::new();
+            let mut resumed = Vec::new();
             for c in 0..geo.payload_chunks {
                 let off = word(&region, geo.payload_table_word(c))?;
                 if off == 0 {
@@ -222,13 +223,28 @@ pub(super) fn open(
                     Ordering::Release,
                 );
                 if word(&region, off + payload_chunk::STATE)? & payload_chunk::IN_USE != 0 {
-                    // Its write position is not recorded: treat it as full.
                     ch.in_use.store(true, Ordering::Release);
+                    // Where a clean close left its next entry: appends go on there. Cleared
+                    // first (persisted), so that a crash after them is not mistaken for a
+                    // clean close. Without it the write position is not known: the chunk
+                    // is full.
+                    let resume = word(&region, off + payload_chunk::RESUME)?;
+                    if resume != 0 {
+                        let at = off + payload_chunk::RESUME;
+                        region.atomic_u64(at)?.store(0, Ordering::Release);
+                        region.persist(at, 8)?;
+                        if (super::layout::PAYLOAD_CHUNK_HEADER..geo.payload_chunk_bytes)
+                            .contains(&resume)
+                            && resume.is_multiple_of(8)
+                        {
+                            resumed.push((c, resume));
+                        }
+                    }
                 } else {
                     free.push(c);
                 }
             }
-            pl.restore(free);
+            pl.restore(free, resumed);
             Some(pl)
         }
     };
@@ -465,7 +481,23 @@ fn replay_log(
             )
         })?,
     };
-    log.pos.store(geo.log_chunk_entries(), Ordering::Release);
+    // Where the next entry goes: where a clean close left it in the newest chunk (cleared
+    // first, persisted, so that a crash after more appends is not mistaken for a clean
+    // close), else a fresh chunk (the write position is not known).
+    let mut pos = geo.log_chunk_entries();
+    if let Some(&&(c, off, _, _)) = started.last() {
+        let at = off + log_chunk::RESUME;
+        let resume = inner.region.atomic_u64(at)?.load(Ordering::Acquire);
+        if resume != 0 {
+            inner.region.atomic_u64(at)?.store(0, Ordering::Release);
+            inner.region.persist(at, 8)?;
+            // Entries fill a chunk in order, and a clean close leaves no gap.
+            if resume < geo.log_chunk_entries() && valid[c as usize] <= resume {
+                pos = resume;
+            }
+        }
+    }
+    log.pos.store(pos, Ordering::Release);
     Ok(((chunks.len() as u64, entries, replayed, frozen), reseal))
 }
 
