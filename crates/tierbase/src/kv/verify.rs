@@ -123,6 +123,17 @@ pub fn verify_region(region: &PmemRegion) -> Result<VerifyReport> {
     }
     report.blocks_checked = used;
     check_blocks(region, &geo, used, &mut report)?;
+    // A record that fails its check is a write a crash cut short — unless the store was
+    // closed cleanly, when no write was in flight: then it is damage (a flipped bit in a
+    // record the store would otherwise serve as it is, as a clean open checks no record).
+    let clean = region.read_u64(header::CLEAN as u64)? == layout::CLEAN_MARK;
+    if clean && report.torn_records > 0 {
+        report.problems.push(format!(
+            "{} records fail their check although the store was closed cleanly (no write was \
+             cut short): media damage",
+            report.torn_records
+        ));
+    }
     Ok(report)
 }
 
