@@ -1709,10 +1709,19 @@ impl Inner {
                     "level {level} entry {idx} slot {i}: its bucket's filter misses it"
                 ));
             }
-            if let Some(p) = &self.payload
-                && !p.is_current(rec.value)
-            {
-                r.dangling += 1;
+            if let Some(p) = &self.payload {
+                if !p.is_current(rec.value) {
+                    r.dangling += 1;
+                } else if !p.is_whole(&self.region, rec.value)? {
+                    // Only whole payload entries are ever indexed (a write a crash cut short
+                    // never reaches a level): this one was damaged since.
+                    let loc = layout::Locator::decode(rec.value);
+                    r.problems.push(format!(
+                        "level {level} entry {idx} slot {i}: its payload entry (chunk {}, \
+                         offset {}) fails its check: media damage",
+                        loc.chunk, loc.offset
+                    ));
+                }
             }
         }
         r.level_records[level as usize] += recs.len() as u64;
