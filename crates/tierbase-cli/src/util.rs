@@ -46,7 +46,10 @@ pub fn encode(hex: bool, b: &[u8]) -> String {
 
 /// The library's error, with "`verb` `path`" in front only when it does not name the path
 /// itself (so a message never names the file twice).
-pub fn naming_path<T>(r: tierbase::Result<T>, verb: &str, path: &Path) -> anyhow::Result<T> {
+pub fn naming_path<T, E>(r: Result<T, E>, verb: &str, path: &Path) -> anyhow::Result<T>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
     r.map_err(|e| {
         let shown = path.display().to_string();
         if e.to_string().contains(&shown) {

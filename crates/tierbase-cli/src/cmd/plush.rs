@@ -76,7 +76,7 @@ struct CreateArgs {
     /// bytes crowd one entry).
     #[arg(long, default_value = "hash")]
     partition: Partition,
-    /// log2 of the DRAM level's entries, 4 to 24: each holds 256 records and takes about
+    /// log2 of the DRAM level's entries, 4 to 20: each holds 256 records and takes about
     /// 8.8 KiB of DRAM with its filters, whatever the store's size [default: 14, about
     /// 137 MiB].
     #[arg(long, value_name = "N")]

@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
 use tierbase::device::Durability;
 use tierbase_server::resp::Limits;
 use tierbase_server::{AUTO, STORES, Server, ServerConfig, open_store_with, resolve_store};
@@ -100,8 +99,11 @@ pub fn run(args: ServeArgs, _ctx: &Ctx) -> anyhow::Result<()> {
     };
     config.validate()?;
     let kind = resolve_store(&args.store, &args.path)?;
-    let (store, policy) = open_store_with(kind, &args.path, args.durability, args.dram)
-        .with_context(|| format!("opening {}", args.path.display()))?;
+    let (store, policy) = crate::util::naming_path(
+        open_store_with(kind, &args.path, args.durability, args.dram),
+        "opening",
+        &args.path,
+    )?;
     // A store that opened read-only (a restart on a full device) serves reads: say so first.
     if let Some((_, reason)) = store
         .metrics()

@@ -569,8 +569,12 @@ impl Tree {
             Some(Kind::Leaf) => Ok(true),
             Some(Kind::Inner) => Ok(false),
             other => Err(corrupt(format!(
-                "page {} is a {other:?} page inside the tree",
-                page.pid()
+                "page {} is {} inside the tree",
+                page.pid(),
+                match other {
+                    Some(kind) => format!("a {kind:?} page"),
+                    None => format!("of no known kind (byte {})", page.bytes()[4]),
+                }
             ))),
         }
     }

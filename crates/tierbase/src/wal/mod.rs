@@ -436,11 +436,15 @@ impl Wal {
                 Some((g, s)) if g == expect_gen && s == end.lsn => {}
                 Some(_) | None if expect_gen != generation => return Ok(end),
                 found => {
+                    let holds = match found {
+                        Some((g, s)) => format!("generation {g} from LSN {s}"),
+                        None => "no log header".into(),
+                    };
                     return Err(Error::corrupt(
                         None,
                         format!(
-                            "log generation {generation} (from LSN {start}) is missing: header \
-                             holds {found:?}"
+                            "log generation {generation} (from LSN {start}) is missing: the \
+                             file holds {holds}"
                         ),
                     ));
                 }
