@@ -203,6 +203,24 @@ fn store_error(e: &tierbase::Error) -> Reply {
     Reply::error(format!("ERR {e}"))
 }
 
+/// Whether `e` says the key is one the store cannot hold (empty, or over its key limit): such
+/// a key is absent, so reads and deletes of it answer as Redis does for a missing key (nil,
+/// 0) instead of an error a client library would raise; only writes are refused.
+fn unstorable_key(e: &tierbase::Error) -> bool {
+    matches!(
+        e,
+        tierbase::Error::EmptyKey | tierbase::Error::KeyTooLarge { .. }
+    )
+}
+
+/// `key`'s value; a key the store cannot hold is absent ([`unstorable_key`]).
+fn read_key(store: &dyn Store, key: &[u8]) -> tierbase::Result<Option<Vec<u8>>> {
+    match store.get(key) {
+        Err(e) if unstorable_key(&e) => Ok(None),
+        r => r,
+    }
+}
+
 fn parse_i64(arg: &[u8]) -> Option<i64> {
     let s = std::str::from_utf8(arg).ok()?;
     // Redis accepts no leading '+', spaces or leading zeros ("007"); i64 parsing would.
@@ -274,7 +292,7 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[&[u8]]) ->
         "config" => Outcome::read(config(shared, rest)),
         "info" => Outcome::read(Reply::Verbatim(info(shared, rest))),
         "dbsize" => Outcome::read(Reply::Integer(store.len() as i64)),
-        "get" => Outcome::read(match store.get(rest[0]) {
+        "get" => Outcome::read(match read_key(store, rest[0]) {
             Ok(v) => {
                 count_hit(shared, v.is_some());
                 v.map_or(Reply::Nil, Reply::Bulk)
@@ -310,22 +328,30 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[&[u8]]) ->
         }
         "getdel" => {
             let mut previous = None;
+            let done = store.modify(rest[0], &mut |old| {
+                previous = old.map(<[u8]>::to_vec);
+                if previous.is_some() {
+                    Change::Delete
+                } else {
+                    Change::Keep
+                }
+            });
             write_outcome(
-                store.modify(rest[0], &mut |old| {
-                    previous = old.map(<[u8]>::to_vec);
-                    if previous.is_some() {
-                        Change::Delete
-                    } else {
-                        Change::Keep
-                    }
-                }),
+                // A key the store cannot hold is absent: nil, as for a missing key.
+                done.or_else(|e| if unstorable_key(&e) { Ok(()) } else { Err(e) }),
                 || previous.take().map_or(Reply::Nil, Reply::Bulk),
             )
         }
         "mget" => {
             // One batched read: a store that can overlaps the keys' cache misses.
             let keys: Vec<&[u8]> = rest.iter().map(|k| &k[..]).collect();
-            match store.get_many(&keys) {
+            // A key the store cannot hold fails the batch: then one key at a time, that
+            // key absent.
+            let found = match store.get_many(&keys) {
+                Err(e) if unstorable_key(&e) => keys.iter().map(|k| read_key(store, k)).collect(),
+                r => r,
+            };
+            match found {
                 Ok(found) => {
                     let values = found
                         .into_iter()
@@ -358,6 +384,7 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[&[u8]]) ->
                 match store.delete(key) {
                     Ok(true) => removed += 1,
                     Ok(false) => {}
+                    Err(e) if unstorable_key(&e) => {}
                     Err(e) => return Outcome::write(store_error(&e)),
                 }
             }
@@ -366,7 +393,7 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[&[u8]]) ->
         "exists" => {
             let mut found = 0;
             for key in rest {
-                match store.get(key) {
+                match read_key(store, key) {
                     Ok(Some(_)) => found += 1,
                     Ok(None) => {}
                     Err(e) => return Outcome::read(store_error(&e)),
@@ -395,16 +422,16 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[&[u8]]) ->
                 || Reply::Integer(len as i64),
             )
         }
-        "strlen" => Outcome::read(match store.get(rest[0]) {
+        "strlen" => Outcome::read(match read_key(store, rest[0]) {
             Ok(v) => Reply::Integer(v.map_or(0, |v| v.len() as i64)),
             Err(e) => store_error(&e),
         }),
-        "type" => Outcome::read(match store.get(rest[0]) {
+        "type" => Outcome::read(match read_key(store, rest[0]) {
             Ok(Some(_)) => Reply::Simple("string".into()),
             Ok(None) => Reply::Simple("none".into()),
             Err(e) => store_error(&e),
         }),
-        "ttl" | "pttl" => Outcome::read(match store.get(rest[0]) {
+        "ttl" | "pttl" => Outcome::read(match read_key(store, rest[0]) {
             // No key expires: -1 for a key, -2 for none (Redis's convention).
             Ok(Some(_)) => Reply::Integer(-1),
             Ok(None) => Reply::Integer(-2),
@@ -1103,7 +1130,13 @@ fn info(shared: &Shared, rest: &[&[u8]]) -> String {
         s("store", desc.store),
         s("store_ordered", u8::from(desc.ordered).to_string()),
     ];
-    store_lines.extend(store_metrics);
+    // A store's own figure named like one above (the B+-tree reports `store` too) is not
+    // given twice: a client reading INFO into a map would keep either.
+    store_lines.extend(
+        store_metrics
+            .into_iter()
+            .filter(|(k, _)| k != "store" && k != "store_ordered"),
+    );
     section("Tierbase", store_lines);
     out
 }

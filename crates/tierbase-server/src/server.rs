@@ -152,9 +152,11 @@ impl Server {
             .enable_all()
             .build()
             .map_err(|e| ServerError::io("starting the runtime", e))?;
-        let listener = runtime
-            .block_on(TcpListener::bind(config.listen))
-            .map_err(|e| ServerError::io(format!("listening on {}", config.listen), e))?;
+        let listener = {
+            let _enter = runtime.enter();
+            listen(config.listen)
+                .map_err(|e| ServerError::io(format!("listening on {}", config.listen), e))?
+        };
         let port = listener
             .local_addr()
             .map_err(|e| ServerError::io("reading the bound address", e))?
@@ -274,6 +276,24 @@ impl StopSignals {
 }
 
 /// The name of the first stop signal, or never (no signals subscribed).
+/// Connections the kernel queues before they are accepted: Redis's `tcp-backlog` default (a
+/// burst of new clients otherwise meets a queue of 128, and a dropped SYN costs its client a
+/// 1 s retry). The kernel caps it at `net.core.somaxconn`.
+const LISTEN_BACKLOG: u32 = 511;
+
+/// A listening socket on `addr` with [`LISTEN_BACKLOG`] and address reuse (a restart binds
+/// at once while old connections linger in TIME_WAIT), as `TcpListener::bind` would.
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 async fn stop_signal(signals: Option<StopSignals>) -> String {
     let Some(mut s) = signals else {
         return std::future::pending().await;

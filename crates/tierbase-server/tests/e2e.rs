@@ -365,6 +365,53 @@ fn basic_commands() {
     server.stop();
 }
 
+/// A key the store cannot hold (over its key limit, or empty for a store that refuses empty
+/// keys) is absent: reads and deletes answer as Redis does for a missing key (they were
+/// errors, which a client library raises on `exists()`); a write of it is refused. INFO names
+/// each field once.
+#[test]
+fn keys_the_store_cannot_hold_read_as_absent() {
+    let server = TestServer::start();
+    let mut con = server.client();
+    let c = &mut con;
+    let big = vec![b'k'; 20_000];
+    for key in [&big[..], b""] {
+        assert_eq!(
+            cmd("GET").arg(key).query::<Option<Vec<u8>>>(c).unwrap(),
+            None
+        );
+        assert_eq!(cmd("EXISTS").arg(key).arg(key).query::<i64>(c).unwrap(), 0);
+        assert_eq!(cmd("DEL").arg(key).query::<i64>(c).unwrap(), 0);
+        assert_eq!(cmd("STRLEN").arg(key).query::<i64>(c).unwrap(), 0);
+        assert_eq!(cmd("TYPE").arg(key).query::<String>(c).unwrap(), "none");
+        assert_eq!(cmd("TTL").arg(key).query::<i64>(c).unwrap(), -2);
+        assert_eq!(
+            cmd("GETDEL").arg(key).query::<Option<Vec<u8>>>(c).unwrap(),
+            None
+        );
+    }
+    assert_eq!(
+        cmd("SET").arg("a").arg("1").query::<String>(c).unwrap(),
+        "OK"
+    );
+    assert_eq!(
+        cmd("MGET")
+            .arg("a")
+            .arg(&big)
+            .arg("")
+            .query::<Vec<Option<String>>>(c)
+            .unwrap(),
+        vec![Some("1".to_string()), None, None]
+    );
+    assert!(query_err(c, cmd("SET").arg(&big).arg("v")).contains("key too large"));
+    let info: String = cmd("INFO").arg("tierbase").query(c).unwrap();
+    let mut names = HashSet::new();
+    for line in info.lines().filter(|l| l.contains(':')) {
+        let name = line.split(':').next().unwrap();
+        assert!(names.insert(name.to_string()), "INFO names {name} twice");
+    }
+}
+
 #[test]
 fn overwrite_keeps_one_key() {
     let mut server = TestServer::start();
