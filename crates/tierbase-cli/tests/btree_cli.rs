@@ -87,3 +87,57 @@ fn bad_input_is_one_clear_line() {
     let o = tierbase(&["btree", "get", "--path", p, "k"]);
     one_line_error(&o, "superblock");
 }
+
+/// On a device that fills (files that cannot grow past a limit: `ulimit -f`), each `put` is
+/// acknowledged or refused with one clear line; a put the store acknowledged exits 0 even when
+/// the closing checkpoint finds no room (it printed "inserted" and exited 1), and so does a
+/// `get` of a store that opens read-only; every acknowledged key reads back.
+#[test]
+fn a_full_device_acknowledges_or_refuses_each_put_and_reads_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("full");
+    let p = path.to_str().unwrap();
+    assert!(tierbase(&["btree", "create", "--path", p]).status.success());
+    let value = "x".repeat(60_000);
+    let limited = |args: &[&str]| {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg("trap '' XFSZ; ulimit -f 16384 || exit 97; exec \"$0\" \"$@\"")
+            .arg(common::BIN)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let mut acked = Vec::new();
+    let refusal = loop {
+        assert!(acked.len() < 2000, "the files never stopped growing");
+        let key = format!("k{}", acked.len());
+        let o = limited(&["btree", "--path", p, "put", &key, &value]);
+        assert_ne!(o.status.code(), Some(97), "no ulimit here");
+        if !o.status.success() {
+            break o;
+        }
+        assert_eq!(stdout(&o).trim(), "inserted", "{}", stderr(&o));
+        acked.push(key);
+    };
+    one_line_error(&refusal, "device full");
+    assert!(acked.len() > 10, "only {} puts fitted", acked.len());
+    for key in [&acked[0], &acked[acked.len() / 2], &acked[acked.len() - 1]] {
+        let o = limited(&["btree", "--path", p, "get", key]);
+        assert!(o.status.success(), "get {key}: {}", stderr(&o));
+        assert_eq!(stdout(&o).trim(), value, "get {key}");
+    }
+    // Room again: everything acknowledged is there, and writes go on.
+    assert!(
+        tierbase(&["btree", "--path", p, "put", "after", "v"])
+            .status
+            .success()
+    );
+    let o = tierbase(&["btree", "--path", p, "stats"]);
+    let keys: u64 = stdout(&o)
+        .lines()
+        .find_map(|l| l.strip_prefix("keys"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    assert_eq!(keys, acked.len() as u64 + 1);
+}

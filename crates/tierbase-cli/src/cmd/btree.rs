@@ -174,6 +174,15 @@ pub fn run(args: BTreeArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         }
         BTreeCommand::Create { .. } => true,
     };
-    store.close()?;
+    match store.close() {
+        Ok(()) => {}
+        // A store that is read-only (a full device) cannot write its closing checkpoint;
+        // what the command did stands (a write it acknowledged is in the log, which the next
+        // open redoes), so it is a warning, not the command's failure.
+        Err(e @ tierbase::Error::ReadOnly { .. }) => {
+            eprintln!("tierbase: warning: not closed cleanly: {e}");
+        }
+        Err(e) => return Err(e.into()),
+    }
     Ok(found)
 }

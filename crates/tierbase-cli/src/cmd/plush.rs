@@ -53,8 +53,8 @@ enum PlushCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Check every level, bucket, filter and payload locator without changing anything
-    /// (exit code 1 if anything is wrong).
+    /// Check every level, bucket, filter and payload locator (exit code 1 if anything is
+    /// wrong). The check changes nothing; opening the store recovers it as any open does.
     Verify {
         /// Machine-readable JSON.
         #[arg(long)]
