@@ -36,6 +36,18 @@ pub fn decode(hex: bool, s: &str, what: &str) -> anyhow::Result<Vec<u8>> {
         .collect()
 }
 
+/// Refuses a range whose start sorts after its end (it would select nothing, silently).
+pub fn check_range(from: Option<&[u8]>, to: Option<&[u8]>) -> anyhow::Result<()> {
+    if let (Some(f), Some(t)) = (from, to)
+        && f > t
+    {
+        bail!(
+            "--from sorts after --to, so the range is empty (--from is its low end, also with --reverse)"
+        );
+    }
+    Ok(())
+}
+
 /// A key or value for output: text when printable (and not `--hex`), else hex.
 pub fn encode(hex: bool, b: &[u8]) -> String {
     match std::str::from_utf8(b) {

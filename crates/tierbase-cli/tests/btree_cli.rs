@@ -57,6 +57,9 @@ fn bad_input_is_one_clear_line() {
     assert!(o.status.success(), "{}", stderr(&o));
     let o = tierbase(&["btree", "create", "--path", p]);
     one_line_error(&o, "a store exists here already");
+    // A range that selects nothing because its ends are swapped is refused, not empty.
+    let o = tierbase(&["btree", "scan", "--path", p, "--from", "k8", "--to", "k5"]);
+    one_line_error(&o, "--from sorts after --to");
     let big = "x".repeat(5000);
     let o = tierbase(&["btree", "put", "--path", p, "k", &big]);
     assert!(o.status.success(), "{}", stderr(&o));

@@ -123,6 +123,7 @@ pub fn run(args: BTreeArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         } => {
             let from = from.map(|f| decode(hex, &f, "key")).transpose()?;
             let to = to.map(|t| decode(hex, &t, "key")).transpose()?;
+            crate::util::check_range(from.as_deref(), to.as_deref())?;
             let lo = from.as_deref().map_or(Bound::Unbounded, Bound::Included);
             let hi = to.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
             let mut n = 0;

@@ -196,6 +196,7 @@ pub fn run(args: PlushArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
                 .as_deref()
                 .map(|k| decode(hex, k, "--to key"))
                 .transpose()?;
+            crate::util::check_range(Some(&start), end.as_deref())?;
             let mut records = Vec::new();
             // One more than asked: to tell whether there is more.
             store.range(
