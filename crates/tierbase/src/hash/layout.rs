@@ -221,11 +221,23 @@ pub const MAX_DRAM_BITS: u32 = 20;
 pub const MAX_LOG_EPOCHS: u64 = 1 << 24;
 
 /// Largest recovery-log chunk (entries are numbered within 32 bits of slots).
-pub const MAX_LOG_CHUNK: u64 = 1 << 30;
+const MAX_LOG_CHUNK: u64 = 1 << 30;
 /// Largest payload chunk (locator offsets have 32 bits).
 const MAX_PAYLOAD_CHUNK: u64 = 1 << 31;
 /// Payload chunk ids have 14 bits in a locator.
 pub const MAX_PAYLOAD_CHUNKS: u32 = 1 << 14;
+
+/// The rule for a recovery-log chunk's size (options and headers alike): a multiple of 4 KiB
+/// up to [`MAX_LOG_CHUNK`]; `Err` says so.
+pub fn check_log_chunk_bytes(bytes: u64) -> std::result::Result<(), String> {
+    if (4096..=MAX_LOG_CHUNK).contains(&bytes) && bytes.is_multiple_of(4096) {
+        Ok(())
+    } else {
+        Err(format!(
+            "recovery-log chunks of {bytes} bytes: must be a multiple of 4 KiB up to 1 GiB"
+        ))
+    }
+}
 
 impl Geometry {
     /// Checks every field; `what` names the source in errors (a path, or "options").
@@ -280,14 +292,7 @@ impl Geometry {
                 self.log_chunks
             )));
         }
-        if !(4096..=MAX_LOG_CHUNK).contains(&self.log_chunk_bytes)
-            || !self.log_chunk_bytes.is_multiple_of(4096)
-        {
-            return Err(bad(format!(
-                "recovery-log chunks of {} bytes: must be a multiple of 4 KiB up to 1 GiB",
-                self.log_chunk_bytes
-            )));
-        }
+        check_log_chunk_bytes(self.log_chunk_bytes).map_err(bad)?;
         if self.log_capacity() <= 2 * self.live_records_per_log() {
             return Err(bad(format!(
                 "recovery logs of {} entries each cannot hold twice the {} records their DRAM \

@@ -84,9 +84,7 @@ impl Inner {
             if off == 0 || pos == 0 || pos >= entries {
                 continue;
             }
-            let word = off + log_chunk::RESUME;
-            self.region.atomic_u64(word)?.store(pos, Ordering::Release);
-            self.region.persist(word, 8)?;
+            super::record_resume(&self.region, off + log_chunk::RESUME, pos)?;
         }
         Ok(())
     }

@@ -212,12 +212,8 @@ impl PlushOptions {
 
     fn geometry(&self) -> Result<Geometry> {
         // A chunk size given is checked as given (the search below may double it).
-        if let Some(c) = self.log_chunk_bytes
-            && (!(4096..=layout::MAX_LOG_CHUNK).contains(&c) || !c.is_multiple_of(4096))
-        {
-            return Err(Error::InvalidArgument(format!(
-                "recovery-log chunks of {c} bytes: must be a multiple of 4 KiB up to 1 GiB"
-            )));
+        if let Some(c) = self.log_chunk_bytes {
+            layout::check_log_chunk_bytes(c).map_err(Error::InvalidArgument)?;
         }
         let logs = self.logs.min(1 << self.dram_bits.min(31));
         let entries_per_log = (1u64 << self.dram_bits.min(40)) / u64::from(logs.max(1));
@@ -305,6 +301,25 @@ struct Counters {
     payload_chunks: Counter,
     payload_collections: Counter,
     payload_moved: Counter,
+}
+
+/// Records `pos` in the resume word at `at` (a payload chunk's or a log chunk's, see
+/// docs/FORMAT-plush.md), durably: a clean close says where the chunk takes its next entry.
+fn record_resume(region: &PmemRegion, at: u64, pos: u64) -> Result<()> {
+    region.atomic_u64(at)?.store(pos, Ordering::Release);
+    region.persist(at, 8)
+}
+
+/// The resume word at `at` (0: none), cleared durably when set, before anything is appended:
+/// a crash after later appends must not be taken for a clean close.
+fn take_resume(region: &PmemRegion, at: u64) -> Result<u64> {
+    let word = region.atomic_u64(at)?;
+    let pos = word.load(Ordering::Acquire);
+    if pos != 0 {
+        word.store(0, Ordering::Release);
+        region.persist(at, 8)?;
+    }
+    Ok(pos)
 }
 
 /// Regions from this size on are grown ahead in the background (smaller growth steps are

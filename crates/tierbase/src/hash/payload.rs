@@ -461,9 +461,7 @@ impl Inner {
         };
         for (c, pos) in p.resumable() {
             let off = p.chunks[c as usize].off.load(Ordering::Acquire);
-            let word = off + payload_chunk::RESUME;
-            self.region.atomic_u64(word)?.store(pos, Ordering::Release);
-            self.region.persist(word, 8)?;
+            super::record_resume(&self.region, off + payload_chunk::RESUME, pos)?;
         }
         Ok(())
     }

@@ -228,17 +228,12 @@ pub(super) fn open(
                     // first (persisted), so that a crash after them is not mistaken for a
                     // clean close. Without it the write position is not known: the chunk
                     // is full.
-                    let resume = word(&region, off + payload_chunk::RESUME)?;
-                    if resume != 0 {
-                        let at = off + payload_chunk::RESUME;
-                        region.atomic_u64(at)?.store(0, Ordering::Release);
-                        region.persist(at, 8)?;
-                        if (super::layout::PAYLOAD_CHUNK_HEADER..geo.payload_chunk_bytes)
-                            .contains(&resume)
-                            && resume.is_multiple_of(8)
-                        {
-                            resumed.push((c, resume));
-                        }
+                    let resume = super::take_resume(&region, off + payload_chunk::RESUME)?;
+                    if (super::layout::PAYLOAD_CHUNK_HEADER..geo.payload_chunk_bytes)
+                        .contains(&resume)
+                        && resume.is_multiple_of(8)
+                    {
+                        resumed.push((c, resume));
                     }
                 } else {
                     free.push(c);
@@ -486,15 +481,10 @@ fn replay_log(
     // close), else a fresh chunk (the write position is not known).
     let mut pos = geo.log_chunk_entries();
     if let Some(&&(c, off, _, _)) = started.last() {
-        let at = off + log_chunk::RESUME;
-        let resume = inner.region.atomic_u64(at)?.load(Ordering::Acquire);
-        if resume != 0 {
-            inner.region.atomic_u64(at)?.store(0, Ordering::Release);
-            inner.region.persist(at, 8)?;
-            // Entries fill a chunk in order, and a clean close leaves no gap.
-            if resume < geo.log_chunk_entries() && valid[c as usize] <= resume {
-                pos = resume;
-            }
+        let resume = super::take_resume(&inner.region, off + log_chunk::RESUME)?;
+        // Entries fill a chunk in order, and a clean close leaves no gap.
+        if resume != 0 && resume < geo.log_chunk_entries() && valid[c as usize] <= resume {
+            pos = resume;
         }
     }
     log.pos.store(pos, Ordering::Release);

@@ -40,9 +40,9 @@ impl PmemRegion {
     }
 
     /// [`PmemRegion::flush`]; `sync`: whether `Msync` mode syncs here (else the caller syncs
-    /// once for several ranges).
+    /// once for several ranges). Returns the lines flushed and the media lines written, for
+    /// the caller to count.
     #[inline]
-    /// Returns the lines flushed and the media lines written, for the caller to count.
     fn flush_lines(&self, off: u64, len: usize, sync: bool) -> Result<(u64, u64)> {
         let o = self.check(off, len)?;
         if len == 0 {
