@@ -404,6 +404,8 @@ fn keys_the_store_cannot_hold_read_as_absent() {
         vec![Some("1".to_string()), None, None]
     );
     assert!(query_err(c, cmd("SET").arg(&big).arg("v")).contains("key too large"));
+    common::assert_refused_mset_writes_nothing(c, &big, b"v", "key too large");
+    common::assert_refused_mset_writes_nothing(c, b"", b"v", "empty key");
     let info: String = cmd("INFO").arg("tierbase").query(c).unwrap();
     let mut names = HashSet::new();
     for line in info.lines().filter(|l| l.contains(':')) {

@@ -91,7 +91,8 @@ fn plush_refuses_deferred_durability_levels() {
 }
 
 /// A record whose key + value exceed a payload chunk is an error reply; the key keeps its
-/// value and the store keeps taking writes (as `kv` and `btree` do).
+/// value and the store keeps taking writes (as `kv` and `btree` do). An MSET holding such a
+/// record, or an empty key, writes none of its pairs.
 #[test]
 fn oversized_value_is_an_error_reply_and_the_store_stays_writable() {
     let dir = StoreDir::new(SMALL_PLUSH);
@@ -99,6 +100,13 @@ fn oversized_value_is_an_error_reply_and_the_store_stays_writable() {
     let mut con = served.client();
     let _: () = cmd("SET").arg("a").arg("1").query(&mut con).unwrap();
     common::assert_value_too_large(&mut con, "a", 4 << 20, "1");
+    common::assert_refused_mset_writes_nothing(
+        &mut con,
+        b"big",
+        &[b'x'; 4 << 20],
+        "value too large",
+    );
+    common::assert_refused_mset_writes_nothing(&mut con, b"", b"v", "empty key");
     let _: () = cmd("SET").arg("b").arg("2").query(&mut con).unwrap();
     assert_eq!(cmd("GET").arg("b").query::<String>(&mut con).unwrap(), "2");
     drop(con);

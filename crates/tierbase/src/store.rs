@@ -173,13 +173,25 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Removes `key`; returns whether it existed.
     fn delete(&self, key: &[u8]) -> Result<bool>;
 
+    /// Refuses a record the store cannot hold (an empty or too long key, a value of the wrong
+    /// size or too large) with the error [`Store::put`] would give, without writing anything.
+    /// Default: every record is accepted here and `put` decides.
+    fn check_record(&self, _key: &[u8], _value: &[u8]) -> Result<()> {
+        Ok(())
+    }
+
     /// Inserts or replaces each `(key, value)` in order (a key given twice ends with its last
-    /// value); returns, per pair, whether its key was new. By default the pairs are
-    /// [`Store::put`] one by one and the first error stops the rest, the pairs before it
-    /// staying applied. A store may apply them as one checked batch instead (the B+-tree
-    /// does: after a crash or an `Err`, all of them or none are there once it is reopened).
-    /// Readers may see a batch partly applied in either case.
+    /// value); returns, per pair, whether its key was new. By default every pair is first
+    /// [`Store::check_record`]ed, so that a batch holding a pair the store cannot hold writes
+    /// nothing; then the pairs are [`Store::put`] one by one and the first error (an I/O
+    /// error, a full device) stops the rest, the pairs before it staying applied. A store may
+    /// apply them as one checked batch instead (the B+-tree does: after a crash or an `Err`,
+    /// all of them or none are there once it is reopened). Readers may see a batch partly
+    /// applied in either case.
     fn put_many(&self, pairs: &[(&[u8], &[u8])]) -> Result<Vec<bool>> {
+        for (k, v) in pairs {
+            self.check_record(k, v)?;
+        }
         pairs.iter().map(|(k, v)| self.put(k, v)).collect()
     }
 

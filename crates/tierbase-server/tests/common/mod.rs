@@ -500,6 +500,37 @@ pub fn assert_value_too_large(con: &mut redis::Connection, key: &str, len: usize
     assert_eq!(cmd("GET").arg(key).query::<String>(con).unwrap(), kept);
 }
 
+/// An MSET holding a pair the store cannot hold (`bad_key` → `bad_value`) between two good
+/// ones is refused whole: `mset:a` keeps its value and `mset:d` is not written (before
+/// 2026-12-03 the kv and Plush stores wrote the pairs before the refused one).
+pub fn assert_refused_mset_writes_nothing(
+    con: &mut redis::Connection,
+    bad_key: &[u8],
+    bad_value: &[u8],
+    error: &str,
+) {
+    let _: () = cmd("SET").arg("mset:a").arg("5").query(con).unwrap();
+    let err = cmd("MSET")
+        .arg("mset:a")
+        .arg("9")
+        .arg(bad_key)
+        .arg(bad_value)
+        .arg("mset:d")
+        .arg("7")
+        .query::<()>(con)
+        .unwrap_err();
+    assert!(err.to_string().contains(error), "{err}");
+    assert_eq!(cmd("GET").arg("mset:a").query::<String>(con).unwrap(), "5");
+    assert_eq!(
+        cmd("GET")
+            .arg("mset:d")
+            .query::<Option<String>>(con)
+            .unwrap(),
+        None
+    );
+    let _: () = cmd("DEL").arg("mset:a").query(con).unwrap();
+}
+
 /// After a restart, what [`write_common_keys`] wrote with `keys` numbered keys, once `b` was
 /// deleted, is all there: `keys` + 3 keys, the counter at 800, the last numbered key; and
 /// INFO reports the guarantee.

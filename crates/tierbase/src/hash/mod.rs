@@ -658,6 +658,16 @@ impl Inner {
         }
     }
 
+    /// Refuses a record this store cannot hold (the checks a write makes before writing).
+    fn check_record(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.probe(key)?;
+        self.check_value(value)?;
+        match &self.payload {
+            Some(p) => p.check_entry(key.len(), value.len()),
+            None => Ok(()),
+        }
+    }
+
     /// Writes `key` → `value` (`None`: a deletion). `check`: answer whether the key existed
     /// (a lookup under the key's lock); `logged`: write the recovery-log entry.
     fn write(
@@ -1767,6 +1777,10 @@ impl Store for PlushStore {
         crate::store::get_many_into(keys, |values, found| {
             PlushStore::get_many(self, keys, values, found)
         })
+    }
+
+    fn check_record(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.inner().check_record(key, value)
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {

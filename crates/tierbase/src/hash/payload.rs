@@ -184,6 +184,18 @@ impl Payload {
         (self.chunk_bytes - PAYLOAD_CHUNK_HEADER - HEADER).min(MAX_PAYLOAD_VALUE as u64)
     }
 
+    /// Refuses an entry of `key_len + value_len` bytes over [`Payload::max_entry`].
+    pub fn check_entry(&self, key_len: usize, value_len: usize) -> Result<()> {
+        let len = key_len + value_len;
+        if len as u64 > self.max_entry() {
+            return Err(Error::ValueTooLarge {
+                len,
+                max: self.max_entry() as usize,
+            });
+        }
+        Ok(())
+    }
+
     /// Whether the locator `word` points into its chunk's current epoch.
     #[inline]
     pub fn is_current(&self, word: u64) -> bool {
@@ -487,12 +499,7 @@ impl Inner {
     ) -> Result<Appended<'_>> {
         let p = self.payload()?;
         let bytes = HEADER - 8 + payload_entry_bytes(key.len(), value.len());
-        if (key.len() + value.len()) as u64 > p.max_entry() {
-            return Err(Error::ValueTooLarge {
-                len: key.len() + value.len(),
-                max: p.max_entry() as usize,
-            });
-        }
+        p.check_entry(key.len(), value.len())?;
         // By thread, not by key: concurrent writers then append to different logs and share
         // none of a log's lines (its lock word, position and current chunk's pending count,
         // which every append writes). A key's versions may lie in different logs: the index

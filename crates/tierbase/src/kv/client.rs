@@ -30,7 +30,7 @@ use std::sync::atomic::Ordering;
 
 use super::layout::{self, RecordLayout, RecordOffset, stamp, var};
 use super::store::{Inner, LARGE};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::store::Change;
 
 /// A handle for one thread's writes (and reads). Create one per thread with
@@ -208,27 +208,11 @@ impl Writer<'_> {
         }
     }
 
-    fn check_value(&self, value: &[u8]) -> Result<()> {
-        match self.inner.geo.fixed_sizes() {
-            Some((_, v)) if value.len() != v => Err(Error::WrongSize {
-                what: "value",
-                len: value.len(),
-                expected: v,
-            }),
-            Some(_) => Ok(()),
-            None if value.len() > layout::MAX_LARGE_VALUE => Err(Error::ValueTooLarge {
-                len: value.len(),
-                max: layout::MAX_LARGE_VALUE,
-            }),
-            None => Ok(()),
-        }
-    }
-
     /// Inserts or replaces `key`. Returns `true` if the key was new. Durable when it returns
     /// (in the region's durability mode).
     pub(crate) fn put(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
         self.inner.check_key(key)?;
-        self.check_value(value)?;
+        self.inner.check_value(value)?;
         self.inner.check_writable()?;
         let inner = self.inner;
         let kw = inner.key_word(key);
@@ -286,7 +270,7 @@ impl Writer<'_> {
         let outcome = match decide(found.then_some(current.as_slice())) {
             Change::Keep => return Ok(()),
             Change::Put(value) => {
-                self.check_value(&value)?;
+                self.inner.check_value(&value)?;
                 let result = self.put_locked(key, &value, kw, key_lock.version());
                 inner.fail_on_error(result).map(drop)
             }
@@ -307,7 +291,7 @@ impl Writer<'_> {
     /// Durable when it returns.
     pub(crate) fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
         self.inner.check_key(key)?;
-        self.check_value(value)?;
+        self.inner.check_value(value)?;
         self.inner.check_writable()?;
         let inner = self.inner;
         let kw = inner.key_word(key);

@@ -1002,6 +1002,10 @@ impl Store for KvStore {
         })
     }
 
+    fn check_record(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.inner().check_record(key, value)
+    }
+
     fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         KvStore::put(self, key, value)
     }

@@ -799,6 +799,28 @@ impl Inner {
         }
     }
 
+    pub fn check_value(&self, value: &[u8]) -> Result<()> {
+        match self.geo.fixed_sizes() {
+            Some((_, v)) if value.len() != v => Err(Error::WrongSize {
+                what: "value",
+                len: value.len(),
+                expected: v,
+            }),
+            Some(_) => Ok(()),
+            None if value.len() > layout::MAX_LARGE_VALUE => Err(Error::ValueTooLarge {
+                len: value.len(),
+                max: layout::MAX_LARGE_VALUE,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses a record this store cannot hold (the checks a put makes before writing).
+    pub fn check_record(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check_key(key)?;
+        self.check_value(value)
+    }
+
     // ----- invalidation and delete ----------------------------------------------------------
 
     /// The persist that acknowledges a record or an invalidation: deferred to the next sync
