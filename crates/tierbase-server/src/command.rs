@@ -894,20 +894,105 @@ fn client(session: &mut Session, rest: &[&[u8]]) -> Reply {
     }
 }
 
+/// A command as `COMMAND` and `COMMAND INFO` describe it, with Redis 7's ten fields: name,
+/// arity, flags, first key, last key, key step, ACL categories, tips (none), key
+/// specifications, subcommands (none listed).
 fn command_entry(spec: &Spec) -> Reply {
+    let simple = |s: &'static str| Reply::Simple(s.into());
+    let int = |name: &str, v: i64| [Reply::bulk(name), Reply::Integer(v)];
+    let key_specs = if spec.first_key == 0 {
+        Vec::new()
+    } else {
+        // Where the keys are, as Redis 7 says it: from argument `first_key` on, up to the
+        // last (relative; -1: the end), every `step`-th.
+        let last = if spec.last_key < 0 {
+            spec.last_key
+        } else {
+            spec.last_key - spec.first_key
+        };
+        vec![Reply::Map(vec![
+            (
+                Reply::bulk("flags"),
+                Reply::Set(key_spec_flags(spec).iter().map(|f| simple(f)).collect()),
+            ),
+            (
+                Reply::bulk("begin_search"),
+                Reply::Map(vec![
+                    (Reply::bulk("type"), Reply::bulk("index")),
+                    (
+                        Reply::bulk("spec"),
+                        pairs(vec![int("index", spec.first_key)]),
+                    ),
+                ]),
+            ),
+            (
+                Reply::bulk("find_keys"),
+                Reply::Map(vec![
+                    (Reply::bulk("type"), Reply::bulk("range")),
+                    (
+                        Reply::bulk("spec"),
+                        pairs(vec![
+                            int("lastkey", last),
+                            int("keystep", spec.step),
+                            int("limit", 0),
+                        ]),
+                    ),
+                ]),
+            ),
+        ])]
+    };
     Reply::Array(vec![
         Reply::bulk(spec.name),
         Reply::Integer(spec.arity),
-        Reply::Set(
-            spec.flags
-                .iter()
-                .map(|f| Reply::Simple((*f).into()))
-                .collect(),
-        ),
+        Reply::Set(spec.flags.iter().map(|f| simple(f)).collect()),
         Reply::Integer(spec.first_key),
         Reply::Integer(spec.last_key),
         Reply::Integer(spec.step),
+        Reply::Set(acl_categories(spec).into_iter().map(simple).collect()),
+        Reply::Array(Vec::new()),
+        Reply::Array(key_specs),
+        Reply::Array(Vec::new()),
     ])
+}
+
+/// A map of `(name, integer)` fields.
+fn pairs(fields: Vec<[Reply; 2]>) -> Reply {
+    Reply::Map(fields.into_iter().map(|[k, v]| (k, v)).collect())
+}
+
+/// Redis's ACL categories of a command, from its flags and group (`GET`: `@read @string
+/// @fast`).
+fn acl_categories(spec: &Spec) -> Vec<&'static str> {
+    let has = |f: &str| spec.flags.contains(&f);
+    let mut out = Vec::new();
+    if has("write") {
+        out.push("@write");
+    }
+    if has("readonly") {
+        out.push("@read");
+    }
+    match find_doc(spec.name).map(|d| d.group) {
+        Some("string") => out.push("@string"),
+        Some("generic") => out.push("@keyspace"),
+        Some("connection") => out.push("@connection"),
+        _ => {}
+    }
+    out.push(if has("fast") { "@fast" } else { "@slow" });
+    if has("admin") {
+        out.extend(["@admin", "@dangerous"]);
+    }
+    out
+}
+
+/// Redis 7's key-specification flags: how a command uses its keys.
+fn key_spec_flags(spec: &Spec) -> &'static [&'static str] {
+    match spec.name {
+        "del" | "unlink" => &["RM", "delete"],
+        "getdel" => &["RW", "access", "delete"],
+        "mset" | "set" | "setnx" => &["RW", "update"],
+        _ if spec.flags.contains(&"write") => &["RW", "access", "update"],
+        _ => &["RO", "access"],
+    }
 }
 
 /// COMMAND, COMMAND COUNT, COMMAND INFO name…, COMMAND DOCS [name…].

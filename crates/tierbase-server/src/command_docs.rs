@@ -16,7 +16,8 @@ pub(crate) struct Doc {
     summary: &'static str,
     /// The Redis version that introduced the command, as Redis reports it.
     since: &'static str,
-    group: &'static str,
+    /// Redis's command group (`string`, `generic`, `connection`, `server`).
+    pub group: &'static str,
     complexity: &'static str,
     arguments: &'static [Arg],
 }

@@ -23,15 +23,9 @@ pub fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
                 continue;
             }
             Some(b'[') => {
-                if let Some((matched, next)) = class_match(pattern, p, c) {
-                    if matched {
-                        p = next;
-                        t += 1;
-                        continue;
-                    }
-                } else if c == b'[' {
-                    // An unterminated class matches a literal '['.
-                    p += 1;
+                let (matched, next) = class_match(pattern, p, c);
+                if matched {
+                    p = next;
                     t += 1;
                     continue;
                 }
@@ -69,37 +63,37 @@ pub fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
     p == pattern.len()
 }
 
-/// Matches byte `c` against the class starting at `pattern[start] == '['`: `Some((matched,
-/// index after the class))`, or `None` if the class is not terminated.
-fn class_match(pattern: &[u8], start: usize, c: u8) -> Option<(bool, usize)> {
+/// Matches byte `c` against the class starting at `pattern[start] == '['`: `(matched, index
+/// after the class)`. As Redis's `stringmatchlen`: a class without its `]` runs to the end of
+/// the pattern (`[ab` is `[ab]`, `[` matches nothing); `x-y` is a range whenever a byte
+/// follows the `-`, even `]` (`[a-]` is the range `]`..`a`, unterminated); `\x` is `x`.
+fn class_match(pattern: &[u8], start: usize, c: u8) -> (bool, usize) {
     let mut i = start + 1;
     let negate = pattern.get(i) == Some(&b'^');
     if negate {
         i += 1;
     }
     let mut matched = false;
-    loop {
-        match *pattern.get(i)? {
-            b']' => return Some((matched != negate, i + 1)),
-            b'\\' => {
-                let e = *pattern.get(i + 1)?;
+    let end = loop {
+        match (pattern.get(i), pattern.get(i + 1), pattern.get(i + 2)) {
+            (None, _, _) => break pattern.len(),
+            (Some(b'\\'), Some(&e), _) => {
                 matched |= e == c;
                 i += 2;
             }
-            lo if pattern.get(i + 1) == Some(&b'-')
-                && pattern.get(i + 2).is_some_and(|&h| h != b']') =>
-            {
-                let hi = *pattern.get(i + 2)?;
+            (Some(b']'), _, _) => break i + 1,
+            (Some(&lo), Some(b'-'), Some(&hi)) => {
                 let (lo, hi) = if lo <= hi { (lo, hi) } else { (hi, lo) };
                 matched |= (lo..=hi).contains(&c);
                 i += 3;
             }
-            l => {
+            (Some(&l), _, _) => {
                 matched |= l == c;
                 i += 1;
             }
         }
-    }
+    };
+    (matched != negate, end)
 }
 
 #[cfg(test)]
@@ -119,7 +113,12 @@ mod tests {
             ("key:*", "key:000123"),
             ("*:1?", "user:12"),
             ("a\\*b", "a*b"),
-            ("[", "["),
+            ("[a", "a"),
+            ("x[abc", "xb"),
+            ("[a-]", "_"),
+            ("[a-]", "]"),
+            ("[^", "z"),
+            ("[\\", "\\"),
             ("*a*b*c*", "xxaxxbxxc"),
         ];
         let no: &[(&str, &str)] = &[
@@ -130,6 +129,11 @@ mod tests {
             ("key:*", "kex:1"),
             ("a\\*b", "axb"),
             ("abc", "abcd"),
+            ("[", "["),
+            ("[a", "["),
+            ("[a-]", "-"),
+            ("[a-]", "b"),
+            ("[]", "]"),
             ("*a*b*c", "xxaxxbxxcx"),
         ];
         for (p, t) in yes {

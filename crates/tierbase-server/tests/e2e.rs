@@ -1221,6 +1221,25 @@ fn command_info_and_docs() {
         (name, arity, first_key)
     };
     assert_eq!(entry(&info[0]), ("get".to_string(), 2, 1));
+    // Redis 7's ten fields: ACL categories, tips, key specifications, subcommands.
+    let redis::Value::Array(get) = &info[0] else {
+        panic!("{:?}", info[0])
+    };
+    assert_eq!(get.len(), 10, "{get:?}");
+    let categories: Vec<String> = redis::from_redis_value(get[6].clone()).unwrap();
+    assert_eq!(categories, ["@read", "@string", "@fast"]);
+    let text = format!("{:?}", get[8]);
+    for part in [
+        "begin_search",
+        "index",
+        "find_keys",
+        "range",
+        "lastkey",
+        "RO",
+        "access",
+    ] {
+        assert!(text.contains(part), "key specs without {part}: {text}");
+    }
     assert_eq!(entry(&info[1]), ("set".to_string(), -3, 1));
     assert_eq!(info[2], redis::Value::Nil);
     let all: Vec<redis::Value> = cmd("COMMAND").query(&mut c).unwrap();
