@@ -240,6 +240,29 @@ fn a_failed_create_leaves_nothing_behind() {
     s.close().unwrap();
 }
 
+/// A DRAM budget below the pool's 16 pages is refused with an error that names it (it was
+/// silently raised to 16 pages: a budget of 0 took 256 KiB), and a refused create leaves
+/// neither files nor the directory it made behind; 16 pages are enough.
+#[test]
+fn a_dram_budget_below_sixteen_pages_is_refused() {
+    let dir = scratch_dir();
+    let path = dir.path().join("s");
+    for budget in [0, 15 * PAGE as u64] {
+        match BTreeStore::create(&path, &opts().dram_bytes(budget)) {
+            Err(tierbase::Error::InvalidArgument(m)) => {
+                assert!(m.contains(&format!("DRAM budget of {budget} bytes")), "{m}");
+                assert!(m.contains("16 pages"), "{m}");
+            }
+            other => panic!("budget {budget}: {other:?}"),
+        }
+        assert!(!path.exists(), "budget {budget} left {}", path.display());
+    }
+    let s = BTreeStore::create(&path, &opts().dram_bytes(16 * PAGE as u64)).unwrap();
+    s.put(b"k", b"v").unwrap();
+    s.close().unwrap();
+    assert!(BTreeStore::open(&path, &opts().dram_bytes(PAGE as u64)).is_err());
+}
+
 /// A page size the pool cannot take is refused up front with an error that names it (not
 /// an I/O error from writing a file of that size), and leaves no file behind.
 #[test]

@@ -21,7 +21,7 @@ pub struct BTreeArgs {
     /// Keys and values on the command line (and in output) are hex instead of UTF-8 text.
     #[arg(long, global = true)]
     hex: bool,
-    /// DRAM budget of the buffer pool, e.g. 64M or 1G.
+    /// DRAM budget of the buffer pool, e.g. 64M or 1G (at least 16 pages, 256K at 16 KiB pages).
     #[arg(long, global = true, default_value = "64M", value_parser = parse_size)]
     dram: u64,
     #[command(subcommand)]

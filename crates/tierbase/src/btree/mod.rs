@@ -742,6 +742,7 @@ impl BTreeStore {
     pub fn create(dir: impl AsRef<Path>, opts: &BTreeOptions) -> Result<Self> {
         crate::buffer::check_page_size(opts.page_size)?;
         let dir = dir.as_ref();
+        let dir_made = !dir.exists();
         std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", Some(dir), e))?;
         let names = file_names(dir);
         if names[0].exists() {
@@ -758,7 +759,8 @@ impl BTreeStore {
                 dir.display()
             )));
         }
-        // A create that fails part-way removes the files it made, so that it can be retried.
+        // A create that fails part-way removes the files (and directory) it made, so that it
+        // can be retried.
         let mut made: Vec<&Path> = Vec::new();
         let mut made_nvm: Vec<PathBuf> = Vec::new();
         let result = (|| {
@@ -798,6 +800,10 @@ impl BTreeStore {
             }
             for f in made_nvm {
                 let _ = std::fs::remove_file(f);
+            }
+            if dir_made {
+                // Only if empty: nothing but what this create made.
+                let _ = std::fs::remove_dir(dir);
             }
         }
         result
@@ -900,6 +906,17 @@ impl BTreeStore {
         } else {
             log_budget(opts.dram_bytes, log_on_nvm)
         };
+        let min_dram = crate::buffer::MIN_FRAMES * page_size as u64;
+        if !devs.nvm_direct && opts.dram_bytes < min_dram {
+            return Err(Error::InvalidArgument(format!(
+                "a DRAM budget of {} bytes is below the buffer pool's smallest, {} pages of \
+                 {} KiB ({} KiB)",
+                opts.dram_bytes,
+                crate::buffer::MIN_FRAMES,
+                page_size >> 10,
+                min_dram >> 10
+            )));
+        }
         let pool_bytes = opts.dram_bytes - log_in_budget;
         let mini_bytes = match opts.mini_page_percent {
             _ if devs.nvm.is_none() || !opts.nvm_lines => 0,

@@ -609,6 +609,10 @@ fn resident_if_partial(frame: &FrameData) -> Option<Vec<u64>> {
     frame.lines.as_ref().map(|state| state.resident().to_vec())
 }
 
+/// Fewest DRAM frames a pool has: a smaller budget is raised to this many pages (a B+-tree
+/// refuses one at open instead).
+pub const MIN_FRAMES: u64 = 16;
+
 fn page_lsn(page: &[u8]) -> u64 {
     u64::from_le_bytes(page[8..16].try_into().expect("8 bytes"))
 }
@@ -618,7 +622,7 @@ impl BufferPool {
     pub fn new(device: BlockDevice, opts: PoolOptions, wal: Arc<dyn WalRule>) -> Result<Self> {
         let ps = opts.page_size;
         check_page_size(ps)?;
-        let n = (opts.dram_bytes / ps as u64).max(16);
+        let n = (opts.dram_bytes / ps as u64).max(MIN_FRAMES);
         if n > u32::MAX as u64 / 2 {
             return Err(Error::InvalidArgument(format!(
                 "DRAM budget {} bytes is too large",
