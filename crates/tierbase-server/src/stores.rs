@@ -179,7 +179,7 @@ pub fn open_store_with(
             }
             let mut opts = PlushOptions::default();
             if let Some(b) = dram_budget {
-                opts = opts.dram_bits(tierbase::hash::dram_bits_for_budget(b));
+                opts = opts.dram_bits(tierbase::hash::dram_bits_for_budget(b)?);
             }
             let store = PlushStore::open_or_create(path, &opts)?;
             let policy = reply_policy(&store, level);
@@ -262,8 +262,16 @@ mod tests {
     #[test]
     fn a_served_plush_store_keeps_within_its_dram_budget() {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
-        // Budgets above the store's fixed part (`tierbase::hash::DRAM_BYTES_FIXED`, about 1 MiB):
-        // below it the smallest store (2^4 entries) is what a budget gets.
+        // Budgets above the store's fixed part (`tierbase::hash::DRAM_BYTES_FIXED`, about 1 MiB);
+        // one below its smallest store (2^4 entries) is refused.
+        let tiny = dir.path().join("tiny.plush");
+        let refused = super::open_store_with("plush", &tiny, Durability::Immediate, Some(64 << 10));
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("below Plush's smallest DRAM level")),
+            "{refused:?}"
+        );
         for budget in [2u64 << 20, 8 << 20] {
             let path = dir.path().join(format!("{budget}.plush"));
             let (store, _) =
@@ -347,7 +355,7 @@ mod tests {
         for kind in ["kv", "btree", "plush"] {
             let path = dir.path().join(format!("made.{kind}"));
             let (store, _) =
-                super::open_store_with(kind, &path, Durability::Immediate, Some(1 << 20)).unwrap();
+                super::open_store_with(kind, &path, Durability::Immediate, Some(2 << 20)).unwrap();
             store.close().unwrap();
             assert_eq!(resolve_store(AUTO, &path).unwrap(), kind);
             assert_eq!(resolve_store(kind, &path).unwrap(), kind);

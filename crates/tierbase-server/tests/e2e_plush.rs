@@ -14,9 +14,9 @@ use redis::cmd;
 use tierbase::device::Durability;
 use tierbase_server::open_store;
 
-/// Plush with a 64 KiB DRAM budget: a new store gets 2^4 DRAM entries of 256 slots (an
+/// Plush with its smallest DRAM budget: a new store gets 2^4 DRAM entries of 256 slots (an
 /// existing one keeps its own), so a few thousand keys fill DRAM halves and migrate to PMem.
-const SMALL_PLUSH: Store = PLUSH.dram_budget(64 << 10);
+const SMALL_PLUSH: Store = PLUSH.dram_budget(tierbase::hash::MIN_DRAM_BUDGET);
 
 /// A numeric field of an INFO reply.
 fn info_number(info: &str, field: &str) -> u64 {

@@ -271,12 +271,17 @@ fn range_scans_under_concurrent_writes_migration_and_collection() {
 /// The budget rule the front ends size the DRAM level by holds for what a store really takes.
 #[test]
 fn dram_bytes_per_entry_covers_what_a_store_holds() {
-    use tierbase::hash::{DRAM_BYTES_FIXED, DRAM_BYTES_PER_ENTRY, dram_bits_for_budget};
-    assert_eq!(dram_bits_for_budget(64 << 20), 12);
-    assert_eq!(dram_bits_for_budget(DRAM_BYTES_FIXED + (9 << 20)), 10);
-    assert_eq!(dram_bits_for_budget(DRAM_BYTES_FIXED + (9 << 20) - 1), 9);
-    assert_eq!(dram_bits_for_budget(0), 4);
-    assert_eq!(dram_bits_for_budget(u64::MAX), 20);
+    use tierbase::hash::{
+        DRAM_BYTES_FIXED, DRAM_BYTES_PER_ENTRY, MIN_DRAM_BUDGET, dram_bits_for_budget,
+    };
+    let bits = |budget| dram_bits_for_budget(budget).unwrap();
+    assert_eq!(bits(64 << 20), 12);
+    assert_eq!(bits(DRAM_BYTES_FIXED + (9 << 20)), 10);
+    assert_eq!(bits(DRAM_BYTES_FIXED + (9 << 20) - 1), 9);
+    assert_eq!(bits(MIN_DRAM_BUDGET), 4);
+    assert!(dram_bits_for_budget(0).is_err());
+    assert!(dram_bits_for_budget(MIN_DRAM_BUDGET - 1).is_err());
+    assert_eq!(bits(u64::MAX), 20);
     let dir = tempfile::tempdir().unwrap();
     for bits in [8, 12] {
         let path = dir.path().join(format!("{bits}.plush"));

@@ -103,7 +103,7 @@ impl PlushBenchStore {
             PlushLayout::Variable
         };
         let dram_bits = match o.dram_budget {
-            Some(b) => tierbase::hash::dram_bits_for_budget(b),
+            Some(b) => tierbase::hash::dram_bits_for_budget(b)?,
             None => dram_bits_for_records(o.records),
         };
         let mut opts = PlushOptions::default()

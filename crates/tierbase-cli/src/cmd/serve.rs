@@ -54,9 +54,10 @@ pub struct ServeArgs {
     /// Worker threads [default: one per CPU].
     #[arg(long)]
     threads: Option<usize>,
-    /// DRAM budget, e.g. 1G: the buffer pool of `--store btree` [default: 64M]; the DRAM level
-    /// of a new `--store plush`, filters included (the most entries that fit, 9 KiB each; an
-    /// existing store keeps its own) [default: 2^14 entries, about 137 MiB].
+    /// DRAM budget, e.g. 1G: the buffer pool of `--store btree` (at least 16 pages) [default:
+    /// 64M]; the DRAM level of a new `--store plush`, filters included (the most entries that
+    /// fit, 9 KiB each, beside 1088 KiB; at least 1232K; an existing store keeps its own)
+    /// [default: 2^14 entries, about 137 MiB].
     #[arg(long, value_parser = parse_size)]
     dram: Option<u64>,
 }

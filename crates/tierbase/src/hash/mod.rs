@@ -267,12 +267,23 @@ pub const DRAM_BYTES_PER_ENTRY: u64 = 9 << 10;
 /// payload logs' structs and chunk tables.
 pub const DRAM_BYTES_FIXED: u64 = 1088 << 10;
 
+/// The smallest DRAM budget a store keeps to: 2^4 entries beside [`DRAM_BYTES_FIXED`].
+pub const MIN_DRAM_BUDGET: u64 = DRAM_BYTES_FIXED + 16 * DRAM_BYTES_PER_ENTRY;
+
 /// `dram_bits` for a DRAM budget: the most entries (`2^bits`) whose DRAM
-/// ([`DRAM_BYTES_PER_ENTRY`] each) fits `budget` beside [`DRAM_BYTES_FIXED`], within 2^4 to
-/// 2^20 entries (the limits with the default four levels).
-pub fn dram_bits_for_budget(budget: u64) -> u32 {
-    let entries = (budget.saturating_sub(DRAM_BYTES_FIXED) / DRAM_BYTES_PER_ENTRY).max(1);
-    (63 - entries.leading_zeros()).clamp(4, 20)
+/// ([`DRAM_BYTES_PER_ENTRY`] each) fits `budget` beside [`DRAM_BYTES_FIXED`], at most 2^20
+/// (the limit with the default four levels). A budget below [`MIN_DRAM_BUDGET`] is refused:
+/// no store keeps to it.
+pub fn dram_bits_for_budget(budget: u64) -> Result<u32> {
+    if budget < MIN_DRAM_BUDGET {
+        return Err(Error::InvalidArgument(format!(
+            "a DRAM budget of {budget} bytes is below Plush's smallest DRAM level, 2^4 entries \
+             beside its fixed part ({} KiB)",
+            MIN_DRAM_BUDGET >> 10
+        )));
+    }
+    let entries = (budget - DRAM_BYTES_FIXED) / DRAM_BYTES_PER_ENTRY;
+    Ok((63 - entries.leading_zeros()).min(20))
 }
 
 /// Always-on counters of a store.
