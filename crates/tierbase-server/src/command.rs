@@ -57,6 +57,11 @@ pub(crate) struct Stats {
     /// SET batches a connection applied for another ([`Shared::set_queue`]).
     pub set_batches_for_others: Counter,
     pub protocol_errors: Counter,
+    /// Bytes of connections' buffers beyond their base (a gauge; see
+    /// `ServerConfig::max_client_memory`).
+    pub client_buffer_bytes: AtomicUsize,
+    /// Connections closed for the client memory limit.
+    pub evicted_clients: Counter,
 }
 
 /// One connection's session state.
@@ -1143,6 +1148,10 @@ fn info(shared: &Shared, rest: &[&[u8]]) -> String {
             ),
             s("maxclients", shared.config.max_clients.to_string()),
             s("blocked_clients", "0".into()),
+            s(
+                "tierbase_client_buffer_bytes",
+                st.client_buffer_bytes.load(Ordering::Relaxed).to_string(),
+            ),
         ],
     );
     // One read of the store's figures (it walks the store's block metadata).
@@ -1158,6 +1167,10 @@ fn info(shared: &Shared, rest: &[&[u8]]) -> String {
             s("used_memory_rss", rss_bytes().to_string()),
             s("tierbase_store_dram_bytes", dram),
             s("maxmemory", "0".into()),
+            s(
+                "maxmemory_clients",
+                shared.config.max_client_memory.to_string(),
+            ),
         ],
     );
     section(
@@ -1187,6 +1200,7 @@ fn info(shared: &Shared, rest: &[&[u8]]) -> String {
             s("total_connections_received", load(&st.connections_received)),
             s("total_commands_processed", load(&st.commands)),
             s("rejected_connections", load(&st.rejected_connections)),
+            s("evicted_clients", load(&st.evicted_clients)),
             s("keyspace_hits", load(&st.keyspace_hits)),
             s("keyspace_misses", load(&st.keyspace_misses)),
             s("total_net_input_bytes", load(&st.net_input_bytes)),

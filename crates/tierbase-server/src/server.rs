@@ -46,6 +46,10 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// Close a connection idle this long (`None`: never).
     pub idle_timeout: Option<Duration>,
+    /// Most bytes all connections' request and reply buffers may take beyond their first
+    /// 32 KiB each (Redis's `maxmemory-clients`): a connection whose buffers grow past 1 MiB
+    /// while the total is over it is closed.
+    pub max_client_memory: usize,
     /// Runtime worker threads.
     pub worker_threads: usize,
     /// Stop on SIGINT and SIGTERM (the command line sets this; embedded servers need not).
@@ -61,6 +65,7 @@ impl Default for ServerConfig {
             max_clients: 10_000,
             limits: Limits::default(),
             idle_timeout: None,
+            max_client_memory: 2 << 30,
             worker_threads: std::thread::available_parallelism().map_or(2, usize::from),
             handle_signals: false,
         }
@@ -400,6 +405,65 @@ const SET_ROUND: usize = 16;
 /// Replies buffered before they are written out mid-batch (a long pipeline of GETs must not
 /// build an unbounded reply buffer).
 const FLUSH_AT: usize = 64 * 1024;
+/// A connection whose buffers hold at most this much beyond their base is never the one
+/// closed for [`ServerConfig::max_client_memory`]: the clients that grow are.
+const CLIENT_MEMORY_FLOOR: usize = 1 << 20;
+
+/// A connection's share of [`Stats::client_buffer_bytes`]: its buffers' capacity beyond the
+/// two [`READ_CHUNK`]s every connection starts with. Given back when the connection ends.
+struct BufferCharge<'a> {
+    shared: &'a Shared,
+    held: usize,
+}
+
+impl<'a> BufferCharge<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        BufferCharge { shared, held: 0 }
+    }
+
+    /// Records the buffers' capacities now. False when this connection must be closed: the
+    /// server's total is over [`ServerConfig::max_client_memory`] and this connection holds
+    /// more than [`CLIENT_MEMORY_FLOOR`].
+    fn update(&mut self, input_capacity: usize, output_capacity: usize) -> bool {
+        let now = (input_capacity + output_capacity).saturating_sub(2 * READ_CHUNK);
+        let total = &self.shared.stats.client_buffer_bytes;
+        if now == self.held && now <= CLIENT_MEMORY_FLOOR {
+            // Every read of a small client: no write to the shared gauge.
+            return true;
+        }
+        let after = if now >= self.held {
+            total.fetch_add(now - self.held, Ordering::Relaxed) + (now - self.held)
+        } else {
+            total
+                .fetch_sub(self.held - now, Ordering::Relaxed)
+                .saturating_sub(self.held - now)
+        };
+        self.held = now;
+        now <= CLIENT_MEMORY_FLOOR || after <= self.shared.config.max_client_memory
+    }
+}
+
+impl Drop for BufferCharge<'_> {
+    fn drop(&mut self) {
+        let _ = self.update(0, 0);
+    }
+}
+
+/// Closes a connection whose buffers took the server over its client memory limit, with an
+/// error reply.
+async fn evict(stream: &mut TcpStream, shared: &Shared, protocol: Protocol) -> Flow {
+    shared.stats.evicted_clients.incr();
+    let mut reply = Vec::new();
+    Reply::error(format!(
+        "ERR client memory limit reached: the connections' buffers hold more than \
+         --max-client-memory ({} bytes)",
+        shared.config.max_client_memory
+    ))
+    .encode(protocol, &mut reply);
+    let _ = stream.write_all(&reply).await;
+    let _ = stream.shutdown().await;
+    Flow::Close
+}
 
 async fn connection(
     mut stream: TcpStream,
@@ -416,6 +480,7 @@ async fn connection(
     };
     let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut output: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut charge = BufferCharge::new(shared);
     loop {
         // Execute every complete request already read.
         let batch = run_batch(
@@ -425,6 +490,7 @@ async fn connection(
             &mut output,
             &mut stream,
             committer.as_deref(),
+            &mut charge,
         );
         let (flow, stop_reading) = match batch.await {
             Ok(r) => r,
@@ -432,13 +498,20 @@ async fn connection(
         };
         let unparsed = input.len();
         if !output.is_empty() {
-            if write_while_reading(&mut stream, &output, &mut input, shared)
-                .await
-                .is_err()
-            {
-                return Flow::Close;
+            match write_while_reading(&mut stream, &output, &mut input, &mut charge).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    // Mid-reply: no error reply can be framed; the connection just closes.
+                    shared.stats.evicted_clients.incr();
+                    return Flow::Close;
+                }
+                Err(_) => return Flow::Close,
             }
             output.clear();
+            if output.capacity() > 4 * READ_CHUNK {
+                // A large reply's buffer is not kept for the connection's lifetime.
+                output.shrink_to(READ_CHUNK);
+            }
         }
         // Requests that arrived while the replies went out are executed before waiting for
         // more.
@@ -469,6 +542,9 @@ async fn connection(
             return Flow::Close;
         }
         input.reserve(READ_CHUNK);
+        if !charge.update(input.capacity(), output.capacity()) {
+            return evict(&mut stream, shared, session.protocol).await;
+        }
         let read = async {
             match shared.config.idle_timeout {
                 Some(t) => tokio::time::timeout(t, stream.read_buf(&mut input))
@@ -496,12 +572,15 @@ async fn connection(
 /// [`query_buffer_limit`]): a client that sends a long pipeline before it reads any reply
 /// (as client libraries' pipelines do) would otherwise fill both directions' socket buffers
 /// and wait on the server forever. Beyond the limit the server stops reading (back-pressure).
+/// `Ok(false)`: the reads took the server over its client memory limit
+/// ([`BufferCharge::update`]), nothing more was written, and the connection is to be closed.
 async fn write_while_reading(
     stream: &mut TcpStream,
     output: &[u8],
     input: &mut Vec<u8>,
-    shared: &Shared,
-) -> std::io::Result<()> {
+    charge: &mut BufferCharge<'_>,
+) -> std::io::Result<bool> {
+    let shared = charge.shared;
     let limit = query_buffer_limit(&shared.config.limits);
     let (mut reader, mut writer) = stream.split();
     let mut written = 0;
@@ -518,12 +597,15 @@ async fn write_while_reading(
                 0 => peer_done = true,
                 n => {
                     shared.stats.net_input_bytes.add(n as u64);
+                    if !charge.update(input.capacity(), output.len()) {
+                        return Ok(false);
+                    }
                 }
             },
         }
     }
     shared.stats.net_output_bytes.add(output.len() as u64);
-    Ok(())
+    Ok(true)
 }
 
 /// Most unparsed request bytes a connection buffers while its replies cannot be sent: one
@@ -752,6 +834,7 @@ async fn run_batch(
     output: &mut Vec<u8>,
     stream: &mut TcpStream,
     committer: Option<&Committer>,
+    charge: &mut BufferCharge<'_>,
 ) -> std::result::Result<(Flow, bool), ()> {
     let mut consumed = 0;
     // Replies from here on are to requests not yet covered by a sync, if `wrote`.
@@ -788,11 +871,14 @@ async fn run_batch(
             break (stretch.flow, stretch.broken);
         }
         // A full reply buffer mid-pipeline: send it, then go on.
-        if write_while_reading(stream, output, input, shared)
-            .await
-            .is_err()
-        {
-            return Err(());
+        match write_while_reading(stream, output, input, charge).await {
+            Ok(true) => {}
+            Ok(false) => {
+                // Mid-reply: no error reply can be framed; the connection just closes.
+                shared.stats.evicted_clients.incr();
+                return Err(());
+            }
+            Err(_) => return Err(()),
         }
         output.clear();
         replies_from = 0;

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 mod common;
 
@@ -1194,6 +1194,73 @@ fn an_endless_request_reaches_the_query_buffer_limit() {
     );
     assert_eq!(show(&other.cmd(&[b"PING"])), "+PONG\r\n");
     drop(other);
+    server.stop();
+}
+
+/// The connections' buffers together are bounded (`max_client_memory`, Redis's
+/// `maxmemory-clients`): each client below the per-connection limit, but one whose growth
+/// takes the total over is closed with an error; the others go on, and a finished large
+/// request's or reply's buffers are given back. Before 2026-12-03, 10 000 clients could each
+/// hold 513 MiB.
+#[test]
+fn the_connections_buffers_share_one_limit() {
+    const LIMIT: usize = 8 << 20;
+    let mut server = TestServer::start_with(|c| c.max_client_memory = LIMIT);
+    let mut con = server.client();
+    let buffered = |con: &mut redis::Connection| -> usize {
+        let info: String = cmd("INFO").arg("clients").query(con).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("tierbase_client_buffer_bytes:"))
+            .unwrap_or_else(|| panic!("no tierbase_client_buffer_bytes in {info}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let wait_for = |con: &mut redis::Connection, what: &str, ok: &dyn Fn(usize) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = buffered(con);
+            if ok(now) {
+                return now;
+            }
+            assert!(Instant::now() < deadline, "{what}: {now} bytes buffered");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    // A: most of an 8 MB SET: its read buffer doubles to 4 MiB.
+    let value_len = 8_000_000;
+    let header = format!("*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n${value_len}\r\n");
+    let mut a = server.raw();
+    a.send(header.as_bytes());
+    a.send(&vec![b'x'; 3_000_000]);
+    let held_a = (4 << 20) + 16 * 1024 - 32 * 1024;
+    wait_for(&mut con, "A's 4 MiB", &|n| n == held_a);
+    // B: another large request. At 4 MiB both fit (8 MiB less 64 KiB); B's next doubling
+    // takes the total over, and B, not A, is closed. B sends exactly what the server reads
+    // before it grows B's buffer, so that the error is not lost to a reset.
+    let mut b = server.raw();
+    b.send(header.as_bytes());
+    b.send(&vec![b'y'; (4 << 20) - 16 * 1024 + 1 - header.len()]);
+    let refused = show(&b.reply());
+    assert!(
+        refused.starts_with("-ERR client memory limit reached"),
+        "{refused}"
+    );
+    b.expect_eof();
+    wait_for(&mut con, "B's buffers given back", &|n| n == held_a);
+    let info: String = cmd("INFO").arg("stats").query(&mut con).unwrap();
+    assert!(info.contains("evicted_clients:1"), "{info}");
+    // A finishes its SET (8 MiB of buffer, within the limit alone); then every buffer is
+    // back to its base, and a GET of the 8 MB value (an 8 MB reply) gives its buffer back too.
+    let mut rest = vec![b'x'; value_len - 3_000_000];
+    rest.extend_from_slice(b"\r\n");
+    a.send(&rest);
+    assert_eq!(show(&a.reply()), "+OK\r\n");
+    wait_for(&mut con, "A's buffers given back", &|n| n == 0);
+    let big: Vec<u8> = cmd("GET").arg("big").query(&mut con).unwrap();
+    assert_eq!(big.len(), value_len);
+    assert_eq!(buffered(&mut con), 0, "the reply's buffer was kept");
+    drop((a, con));
     server.stop();
 }
 

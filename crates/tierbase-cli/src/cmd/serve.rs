@@ -48,6 +48,11 @@ pub struct ServeArgs {
     /// Most arguments in one request.
     #[arg(long, default_value_t = 1024 * 1024)]
     max_args: usize,
+    /// Most bytes all clients' request and reply buffers may take beyond their first 32 KiB
+    /// each (Redis's maxmemory-clients): a client whose buffers grow past 1 MiB while the
+    /// total is over it is closed with an error.
+    #[arg(long, default_value = "2G", value_parser = parse_size)]
+    max_client_memory: u64,
     /// Close a client idle this many seconds (0: never).
     #[arg(long, default_value_t = 0)]
     timeout: u64,
@@ -95,6 +100,7 @@ pub fn run(args: ServeArgs, _ctx: &Ctx) -> anyhow::Result<()> {
             ..Limits::default()
         },
         idle_timeout: (args.timeout > 0).then(|| Duration::from_secs(args.timeout)),
+        max_client_memory: usize::try_from(args.max_client_memory).unwrap_or(usize::MAX),
         worker_threads: args.threads.unwrap_or(defaults.worker_threads),
         handle_signals: true,
     };
