@@ -48,11 +48,42 @@ pub fn check_range(from: Option<&[u8]>, to: Option<&[u8]>) -> anyhow::Result<()>
     Ok(())
 }
 
-/// A key or value for output: text when printable (and not `--hex`), else hex.
+/// A key or value for output: hex with `--hex`; else as is when it is printable UTF-8 that
+/// does not start with `"`, and otherwise in double quotes with escapes (`\"`, `\\`, `\n`,
+/// `\r`, `\t`, `\xNN` for other bytes), as redis-cli prints: so that bytes that are not text
+/// can never be taken for text (before 2026-12-03 they were printed as bare hex, which looked
+/// like a text value of hex digits).
 pub fn encode(hex: bool, b: &[u8]) -> String {
+    if hex {
+        return b.iter().map(|x| format!("{x:02x}")).collect();
+    }
     match std::str::from_utf8(b) {
-        Ok(s) if !hex && !s.chars().any(char::is_control) => s.to_string(),
-        _ => b.iter().map(|x| format!("{x:02x}")).collect(),
+        Ok(s) if !s.starts_with('"') && !s.chars().any(char::is_control) => s.to_string(),
+        _ => {
+            let mut out = String::from("\"");
+            for chunk in b.utf8_chunks() {
+                for c in chunk.valid().chars() {
+                    match c {
+                        '"' => out.push_str("\\\""),
+                        '\\' => out.push_str("\\\\"),
+                        '\n' => out.push_str("\\n"),
+                        '\r' => out.push_str("\\r"),
+                        '\t' => out.push_str("\\t"),
+                        c if c.is_control() => {
+                            for byte in c.encode_utf8(&mut [0u8; 4]).bytes() {
+                                out.push_str(&format!("\\x{byte:02x}"));
+                            }
+                        }
+                        c => out.push(c),
+                    }
+                }
+                for byte in chunk.invalid() {
+                    out.push_str(&format!("\\x{byte:02x}"));
+                }
+            }
+            out.push('"');
+            out
+        }
     }
 }
 
@@ -109,5 +140,16 @@ mod tests {
                 .contains("odd number")
         );
         assert_eq!(decode(false, "ＡＢ", "key").unwrap(), "ＡＢ".as_bytes());
+    }
+
+    #[test]
+    fn bytes_that_are_not_text_are_printed_quoted() {
+        assert_eq!(encode(false, b"plain text"), "plain text");
+        assert_eq!(encode(false, "ＡＢ".as_bytes()), "ＡＢ");
+        assert_eq!(encode(false, b"a\x00b\n"), r#""a\x00b\n""#);
+        assert_eq!(encode(false, b"\xff\xfeok"), r#""\xff\xfeok""#);
+        assert_eq!(encode(false, b"\"quoted\" \\"), r#""\"quoted\" \\""#);
+        assert_eq!(encode(false, b"ab\"c"), "ab\"c");
+        assert_eq!(encode(true, b"\x00\xff"), "00ff");
     }
 }

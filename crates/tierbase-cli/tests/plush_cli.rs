@@ -104,7 +104,13 @@ fn create_put_get_delete_scan_stats_verify_checkpoint() {
     let out = ok(&["plush", "scan", "--path", p]);
     assert_eq!(out.lines().count(), 2, "{out}");
     assert!(out.contains("hello\tthere"), "{out}");
-    assert!(out.contains("00ff\t0102"), "{out}");
+    // Bytes that are not text are printed quoted with escapes (they were bare hex, which
+    // looked like a text value of hex digits); with --hex, everything is hex.
+    let quoted = concat!(r#""\x00\xff""#, "\t", r#""\x01\x02""#);
+    assert!(out.contains(quoted), "{out}");
+    let hex = ok(&["plush", "scan", "--path", p, "--hex"]);
+    assert!(hex.contains("00ff\t0102"), "{hex}");
+    assert!(hex.contains("68656c6c6f\t7468657265"), "{hex}");
     let o = tierbase(&["plush", "scan", "--path", p, "--limit", "1"]);
     assert!(o.status.success());
     assert_eq!(stdout(&o).lines().count(), 1);

@@ -18,7 +18,9 @@ pub struct BTreeArgs {
     /// The store's directory.
     #[arg(long, global = true, value_name = "DIR")]
     path: Option<PathBuf>,
-    /// Keys and values on the command line (and in output) are hex instead of UTF-8 text.
+    /// Keys and values on the command line (and in output) are hex instead of UTF-8 text
+    /// (without it, output that is not printable text is printed in double quotes with \xNN
+    /// escapes, as redis-cli prints it).
     #[arg(long, global = true)]
     hex: bool,
     /// DRAM budget of the buffer pool, e.g. 64M or 1G (at least 16 pages, 256K at 16 KiB pages).

@@ -16,7 +16,9 @@ pub struct KvArgs {
     /// The store file.
     #[arg(long, global = true, value_name = "FILE")]
     path: Option<PathBuf>,
-    /// Keys and values on the command line (and in output) are hex instead of UTF-8 text.
+    /// Keys and values on the command line (and in output) are hex instead of UTF-8 text
+    /// (without it, output that is not printable text is printed in double quotes with \xNN
+    /// escapes, as redis-cli prints it).
     #[arg(long, global = true)]
     hex: bool,
     #[command(subcommand)]
