@@ -57,11 +57,23 @@ fn main() -> ExitCode {
         Err(e) => {
             // One line, like every other error (clap's own text adds usage and a hint).
             let text = e.to_string();
-            let first = text
+            let mut first = text
                 .lines()
                 .next()
                 .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ");
+                .trim_start_matches("error: ")
+                .to_string();
+            // "the following required arguments were not provided:" lists them on the
+            // indented lines after it: name them on this one.
+            if first.ends_with(':') {
+                let listed: Vec<&str> = text
+                    .lines()
+                    .skip(1)
+                    .take_while(|l| l.starts_with(' '))
+                    .map(str::trim)
+                    .collect();
+                first = format!("{} {}", first, listed.join(", "));
+            }
             // clap lists the accepted values on a later line: keep them on this one.
             let accepted = text
                 .lines()

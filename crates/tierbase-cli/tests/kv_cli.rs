@@ -148,6 +148,11 @@ fn bad_input_is_one_clear_line() {
         "No such file or directory",
     );
     one_line_error(&tierbase(&["kv", "get", "k"]), "--path <FILE> is required");
+    // Missing arguments are named (the line ended with "not provided:" and nothing after).
+    one_line_error(
+        &tierbase(&["kv", "put", "--path", f]),
+        "not provided: <KEY>, <VALUE>",
+    );
     one_line_error(
         &tierbase(&["kv", "--hex", "get", "--path", f, "zz"]),
         "is not hex",
