@@ -225,11 +225,39 @@ impl ResultFile {
     }
 }
 
+/// Where output to `path` goes: a symbolic link's target (the link is kept, not replaced by
+/// a file), and whether that is written in place — a device, a FIFO or a socket (`--out
+/// /dev/null`, `--out /dev/stdout`) is written through, never replaced by a rename (as root,
+/// a rename over `/dev/null` replaced it for the whole system).
+fn output_target(path: &Path) -> (PathBuf, bool) {
+    let mut target = path.to_path_buf();
+    // Follow links one at a time (a dangling link's target is where the file is to be).
+    for _ in 0..40 {
+        match std::fs::read_link(&target) {
+            Ok(next) => {
+                target = match target.parent() {
+                    Some(dir) => dir.join(next),
+                    None => next,
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    let in_place = std::fs::metadata(&target).is_ok_and(|m| !m.is_file() && !m.is_dir());
+    (target, in_place)
+}
+
 /// Writes `value` as pretty JSON atomically (temporary sibling, then rename), so a reader never
-/// sees half a file. Used for every result file (benchmark and device-profile results).
+/// sees half a file; a device or FIFO is written in place ([`output_target`]). Used for every
+/// result file (benchmark and device-profile results).
 pub fn write_json_atomically<T: Serialize>(value: &T, path: &Path) -> Result<()> {
     let text = serde_json::to_string_pretty(value)
         .map_err(|e| BenchError::invalid(format!("cannot encode results: {e}")))?;
+    let (path, in_place) = output_target(path);
+    let path = path.as_path();
+    if in_place {
+        return std::fs::write(path, text + "\n").map_err(|e| BenchError::io("write", path, e));
+    }
     let tmp = temp_sibling(path);
     std::fs::write(&tmp, text + "\n").map_err(|e| BenchError::io("write", &tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| {
@@ -294,6 +322,21 @@ pub fn check_writable(path: &Path) -> Result<()> {
             path.display()
         )));
     }
+    let (target, in_place) = output_target(path);
+    if in_place {
+        use std::os::unix::fs::FileTypeExt;
+        if std::fs::metadata(&target).is_ok_and(|m| m.file_type().is_fifo()) {
+            // Opening a FIFO waits for its reader, and closing it ends the reader's input.
+            return Ok(());
+        }
+        // Opened for writing, not truncated: nothing is written until the results are.
+        return std::fs::OpenOptions::new()
+            .write(true)
+            .open(&target)
+            .map(|_| ())
+            .map_err(|e| BenchError::io("cannot write to", path, e));
+    }
+    let path = target.as_path();
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

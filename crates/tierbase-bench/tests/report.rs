@@ -237,3 +237,44 @@ fn unwritable_outputs_are_refused_before_running() {
     let e = check_writable(dir.path()).unwrap_err().to_string();
     assert!(e.contains("is a directory"), "{e}");
 }
+
+/// A result file given as a symbolic link is written through the link (the link stays), and
+/// one given as a FIFO (or a device: `--out /dev/null`) is written in place. Before
+/// 2026-12-03 a rename replaced either with a regular file — as root, `/dev/null` itself.
+#[test]
+fn outputs_through_links_and_fifos_are_written_in_place() {
+    use std::io::Read;
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let f = results("memory", &[CoreWorkload::A]);
+    let real = dir.path().join("real.json");
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink("real.json", &link).unwrap();
+    check_writable(&link).unwrap();
+    f.write(&link).unwrap();
+    assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
+    assert_eq!(ResultFile::read(&real).unwrap(), f);
+
+    let fifo = dir.path().join("fifo.json");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("skipped the FIFO: mkfifo did not run");
+        return;
+    }
+    check_writable(&fifo).unwrap();
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            std::fs::File::open(&fifo)
+                .unwrap()
+                .read_to_string(&mut text)
+                .unwrap();
+            text
+        })
+    };
+    f.write(&fifo).unwrap();
+    assert!(fifo.metadata().unwrap().file_type().is_fifo(), "replaced");
+    let text = reader.join().unwrap();
+    assert_eq!(ResultFile::parse(&text, &fifo).unwrap(), f);
+}
