@@ -706,3 +706,15 @@ fn prepared_reads_keep_the_order_of_operations_and_count_misses() {
         );
     }
 }
+
+/// `--emulate` on a store without a block device is refused, not recorded: its label would
+/// have said "emulated hdd" over numbers no emulated device touched.
+#[test]
+fn emulating_a_block_device_the_store_does_not_use_is_refused() {
+    let cat = tierbase::device::Catalogue::builtin();
+    let mut plan = small_plan("btree-nvm-direct", &[CoreWorkload::C], &[1]);
+    plan.workloads = vec![CoreWorkload::C.spec(50, 50)];
+    plan.emulate = Some(cat.require("hdd").unwrap().clone());
+    let e = run_plan(&plan, &SilentProgress).unwrap_err().to_string();
+    assert!(e.contains("--nvm-emulate"), "{e}");
+}

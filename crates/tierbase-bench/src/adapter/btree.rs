@@ -144,6 +144,16 @@ pub struct BTreeBenchStore {
 impl BTreeBenchStore {
     /// Creates a fresh store in `o.dir`.
     pub fn open(o: &StoreOptions, tiers: Tiers) -> Result<Self> {
+        if tiers == Tiers::NvmDirect
+            && let Some(p) = &o.emulate
+        {
+            // It would label numbers no emulated device touched.
+            return Err(crate::BenchError::invalid(format!(
+                "--emulate {} emulates the page file's block device, and btree-nvm-direct keeps \
+                 its pages and log in NVM (no block I/O): use --nvm-emulate for its NVM",
+                p.name
+            )));
+        }
         let opts = options(o, tiers)?;
         let dram = opts.dram_bytes;
         let name = tiers.name();
@@ -203,7 +213,12 @@ impl BTreeBenchStore {
         note_emulation(
             &mut info,
             o.emulate.as_ref(),
-            "page and log I/O charged to the profile",
+            if wal_on_nvm {
+                "page-file I/O charged to the profile (the log is on NVM, not emulated); pages \
+                 the DRAM and NVM tiers hold never reach it"
+            } else {
+                "page and log I/O charged to the profile"
+            },
         );
         if let Some(p) = o.nvm_emulate.as_ref().filter(|_| tiers != Tiers::DramSsd) {
             let both = match info.emulated.take() {
