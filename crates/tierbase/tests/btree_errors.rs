@@ -902,7 +902,43 @@ fn a_torn_log_tail_is_the_end_and_a_wrong_lsn_is_corrupt() {
     let s = BTreeStore::open(&path, &opts()).unwrap();
     assert_eq!(s.restart_report().frames, 39);
     assert_eq!(contents(&s), states[39], "torn tail");
+    assert_eq!(
+        s.restart_report().log_damage,
+        None,
+        "a torn tail is no damage"
+    );
     s.verify().unwrap();
+    s.abandon();
+    restore();
+    // A damaged frame in the middle: replay stops there as at a torn tail, and the restart
+    // reports the valid frames after it (before 2026-12-03 it said nothing, and `verify` OK).
+    let (mid_at, _) = frames[10];
+    poke(
+        &log,
+        (mid_at + FRAME_HEADER + 3) as u64,
+        &[original[mid_at + FRAME_HEADER + 3] ^ 0x10],
+    );
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    assert_eq!(
+        contents(&s),
+        states[10],
+        "replay stops at the damaged frame"
+    );
+    let damage = s
+        .restart_report()
+        .log_damage
+        .expect("the damage is reported");
+    assert_eq!(damage.frames_after, 29, "{damage:?}");
+    let lsn = |i: usize| u64::from_le_bytes(original[frames[i].0 + 16..][..8].try_into().unwrap());
+    assert_eq!(damage.lsn, lsn(10));
+    assert_eq!(damage.last_lsn, lsn(39) + frames[39].1 as u64);
+    assert!(
+        s.stats()
+            .iter()
+            .any(|(k, v)| k == "restart_log_damage" && v.contains("29 valid frames")),
+        "{:?}",
+        s.stats()
+    );
     s.abandon();
     restore();
     // A bad checksum in the last frame: the same.

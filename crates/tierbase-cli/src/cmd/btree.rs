@@ -115,6 +115,11 @@ pub fn run(args: BTreeArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         return Ok(true);
     }
     let store = naming_path(BTreeStore::open(&path, &opts), "opening", &path)?;
+    // Said by the one open that meets it (it starts a new log generation after the damage).
+    let log_damage = store.restart_report().log_damage;
+    if let Some(d) = &log_damage {
+        eprintln!("tierbase: warning: {}: {d}", path.display());
+    }
     let found = match args.command {
         BTreeCommand::Point(c) => c.run(&store, hex)?,
         BTreeCommand::Scan {
@@ -161,6 +166,10 @@ pub fn run(args: BTreeArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
             true
         }
         BTreeCommand::Verify => match store.verify() {
+            Ok(_) if log_damage.is_some() => {
+                println!("problem: the log was damaged (see the warning above)");
+                false
+            }
             Ok((pages, keys)) => {
                 println!("OK: {pages} pages, {keys} keys, no format violations");
                 true

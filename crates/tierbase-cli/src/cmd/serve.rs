@@ -111,13 +111,14 @@ pub fn run(args: ServeArgs, _ctx: &Ctx) -> anyhow::Result<()> {
         "opening",
         &args.path,
     )?;
-    // A store that opened read-only (a restart on a full device) serves reads: say so first.
-    if let Some((_, reason)) = store
-        .metrics()
-        .into_iter()
-        .find(|(k, _)| k.ends_with("read_only"))
-    {
-        eprintln!("tierbase serve: the store is read-only (writes are refused): {reason}");
+    // A store that opened read-only (a restart on a full device) serves reads, and one whose
+    // restart met a damaged log frame lost what followed it: say so first.
+    for (name, text) in store.metrics() {
+        if name.ends_with("read_only") {
+            eprintln!("tierbase serve: the store is read-only (writes are refused): {text}");
+        } else if name.ends_with("log_damage") {
+            eprintln!("tierbase serve: warning: {text}");
+        }
     }
     let server = Server::bind(store, policy, config)?;
     let ready = server.ready()?;

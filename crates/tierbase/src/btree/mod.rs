@@ -411,6 +411,9 @@ pub struct RestartReport {
     pub nvm_scan_micros: u64,
     /// NVM direct: lines of the batch in flight at a crash restored from the undo log.
     pub undone_lines: u64,
+    /// Replay stopped at a damaged log frame that valid frames follow (reported once, by the
+    /// open that met it: the open starts a new log generation after it).
+    pub log_damage: Option<crate::wal::LogDamage>,
 }
 
 /// ACE's `n_w` for a page file on a disk's file system when no device profile says more: the
@@ -1004,6 +1007,10 @@ impl BTreeStore {
         })
         .map_err(|e| with_path(e, path.as_deref()))?;
         restart.log_bytes = end.lsn - redo_lsn;
+        restart.log_damage = end.damage;
+        if let Some(d) = &end.damage {
+            tracing::warn!("B-tree store in {:?}: {d}", path.as_deref());
+        }
         // Redo leaves the meta page at its newest state (a page on media is never newer than
         // the log, and every meta change is logged).
         let meta = {
@@ -1850,6 +1857,9 @@ impl Inner {
         }
         if let Some(reason) = &self.tree.writer.read().failed {
             out.push(("read_only".into(), reason.clone()));
+        }
+        if let Some(d) = &self.restart.log_damage {
+            out.push(("restart_log_damage".into(), d.to_string()));
         }
         out
     }

@@ -57,6 +57,40 @@ pub struct LogEnd {
     pub generation_start: u64,
     /// LSN after the last complete frame.
     pub lsn: u64,
+    /// Frames of the last generation that pass their check beyond the end: replay stopped at
+    /// a damaged frame, not at the log's end.
+    pub damage: Option<LogDamage>,
+}
+
+/// Valid frames found after the frame that ended replay (see [`LogEnd::damage`]). Replay
+/// cannot tell media damage (the frames after it were acknowledged, and are lost) from a
+/// power loss that tore one block of a write whose later blocks reached the media (they were
+/// not acknowledged): it stops at the damaged frame either way, as RocksDB's and PostgreSQL's
+/// default recovery do, and says so here so that the store can report it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogDamage {
+    /// LSN of the frame that fails its check (where replay stopped).
+    pub lsn: u64,
+    /// Frames after it that pass their check.
+    pub frames_after: u64,
+    /// LSN after the last of them.
+    pub last_lsn: u64,
+}
+
+impl std::fmt::Display for LogDamage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the log frame at LSN {} fails its check, and {} valid frame{} follow{} it up to \
+             LSN {}: replay stopped there, so if those were acknowledged writes they are lost \
+             (media damage; a power loss during a log write can also leave this)",
+            self.lsn,
+            self.frames_after,
+            if self.frames_after == 1 { "" } else { "s" },
+            if self.frames_after == 1 { "s" } else { "" },
+            self.last_lsn
+        )
+    }
 }
 
 struct Tail {
@@ -428,6 +462,7 @@ impl Wal {
             generation,
             generation_start: start,
             lsn: start,
+            damage: None,
         };
         let mut expect_gen = generation;
         loop {
@@ -454,19 +489,26 @@ impl Wal {
             let gen_start = end.lsn;
             end.generation = expect_gen;
             end.generation_start = gen_start;
+            // Whether replay stopped at bytes that are not zeros (the end of what was written)
+            // nor the end of the file.
+            let mut stopped_at_bytes = false;
             while let Some(h) = bytes.get(at, FRAME_HEADER as usize)? {
+                let written = h.iter().any(|&b| b != 0);
                 let len = u32::from_le_bytes(h[0..4].try_into().expect("4")) as usize;
                 let sum = u32::from_le_bytes(h[4..8].try_into().expect("4"));
                 let g = u32::from_le_bytes(h[8..12].try_into().expect("4"));
                 let plen = u32::from_le_bytes(h[12..16].try_into().expect("4")) as usize;
                 let lsn = u64::from_le_bytes(h[16..24].try_into().expect("8"));
                 if len < FRAME_HEADER as usize || !len.is_multiple_of(8) || g != expect_gen {
+                    stopped_at_bytes = written;
                     break;
                 }
                 let Some(body) = bytes.get(at + 8, len - 8)? else {
+                    stopped_at_bytes = written;
                     break;
                 };
                 if crc(body) != sum {
+                    stopped_at_bytes = written;
                     break;
                 }
                 let here = gen_start + (at as u64 - BLOCK);
@@ -482,6 +524,9 @@ impl Wal {
                 frame(lsn + FRAME_HEADER, payload)?;
                 at += len;
                 end.lsn = here + len as u64;
+            }
+            if stopped_at_bytes {
+                end.damage = frames_after(&mut bytes, at, expect_gen, gen_start)?;
             }
             if let LogFile::Pmem(region) = file
                 && end.lsn > gen_start
@@ -1002,6 +1047,48 @@ impl<'a> FrameReader<'a> {
         }
         Ok(self.buf.get(at - self.base..end - self.base))
     }
+}
+
+/// Looks for frames of generation `generation` (whose first frame is at file offset
+/// [`BLOCK`], LSN `gen_start`) that pass their check, anywhere after the frame at file offset
+/// `at` that ended replay; `None` when there are none (a torn tail, or the end of what was
+/// written followed by an older generation's bytes).
+fn frames_after(
+    bytes: &mut FrameReader<'_>,
+    at: usize,
+    generation: u32,
+    gen_start: u64,
+) -> Result<Option<LogDamage>> {
+    let lsn_at = |p: usize| gen_start + (p as u64 - BLOCK);
+    let mut found = LogDamage {
+        lsn: lsn_at(at),
+        frames_after: 0,
+        last_lsn: 0,
+    };
+    let mut p = at + 8;
+    while let Some(h) = bytes.get(p, FRAME_HEADER as usize)? {
+        let len = u32::from_le_bytes(h[0..4].try_into().expect("4")) as usize;
+        let sum = u32::from_le_bytes(h[4..8].try_into().expect("4"));
+        let g = u32::from_le_bytes(h[8..12].try_into().expect("4"));
+        let lsn = u64::from_le_bytes(h[16..24].try_into().expect("8"));
+        // The frame's own position is in it: a match by chance is all but impossible.
+        let plausible = g == generation
+            && lsn == lsn_at(p)
+            && len >= FRAME_HEADER as usize
+            && len.is_multiple_of(8);
+        if plausible
+            && bytes
+                .get(p + 8, len - 8)?
+                .is_some_and(|body| crc(body) == sum)
+        {
+            found.frames_after += 1;
+            found.last_lsn = lsn + len as u64;
+            p += len;
+        } else {
+            p += 8;
+        }
+    }
+    Ok((found.frames_after > 0).then_some(found))
 }
 
 #[cfg(test)]
