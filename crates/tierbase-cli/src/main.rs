@@ -47,8 +47,9 @@ enum Command {
 
 fn main() -> ExitCode {
     // A closed pipe (`tierbase kv stats | head -3`) ends the process quietly, as it does for
-    // every Unix tool, instead of a panic on the next print.
-    sigpipe::reset();
+    // every Unix tool. SIGPIPE stays ignored (Rust's default), so that a write into the
+    // closed pipe is an error: a store command then stops and closes its store cleanly,
+    // where the signal would have killed it with the store open (see `util::outln`).
     exit_quietly_when_output_fails();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -102,11 +103,24 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         // A negative answer ("not found", "verify found problems"), already printed.
         Ok(false) => ExitCode::from(1),
+        Err(e) if closed_pipe(&e) => ExitCode::from(CLOSED_PIPE),
         Err(e) => {
             eprintln!("tierbase: error: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// Exit status after the output's reader went away: what a shell reports for a process that
+/// SIGPIPE ended (128 + 13), without a message, as Unix tools do.
+const CLOSED_PIPE: u8 = 141;
+
+/// Whether `e` is a write into a pipe whose reader is gone.
+fn closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Output that cannot be written (`tierbase kv get k > /dev/full`: the device is full, or the
@@ -124,6 +138,9 @@ fn exit_quietly_when_output_fails() {
             .or_else(|| payload.downcast_ref::<&str>().copied())
             .unwrap_or_default();
         if let Some(cause) = msg.strip_prefix("failed printing to stdout: ") {
+            if cause.contains("Broken pipe") {
+                std::process::exit(i32::from(CLOSED_PIPE));
+            }
             eprintln!("tierbase: error: cannot write the output: {cause}");
             std::process::exit(1);
         }

@@ -15,6 +15,26 @@ pub fn format_size(bytes: u64) -> String {
     tierbase_bench::units::format_bytes(bytes)
 }
 
+/// `println!` that returns the write's error (a closed pipe, a full device) instead of
+/// panicking: a command holding a store then stops and closes it cleanly (a process killed by
+/// SIGPIPE mid-scan left a KV store looking crashed, and the next open dropped records it
+/// could not check).
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::util::write_line(format_args!($($arg)*))
+    };
+}
+pub(crate) use outln;
+
+/// One line to standard output (see [`outln`]).
+pub fn write_line(args: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(args)
+        .and_then(|()| out.write_all(b"\n"))
+        .context("cannot write the output")
+}
+
 /// A key or value from the command line: UTF-8 text, or hex with `--hex`.
 pub fn decode(hex: bool, s: &str, what: &str) -> anyhow::Result<Vec<u8>> {
     if !hex {

@@ -205,3 +205,44 @@ fn output_that_cannot_be_written_is_one_clear_line() {
     one_line_error(&run(&["kv", "get", "--path", p, "k"]), "No space left");
     one_line_error(&run(&["devices"]), "cannot write the output");
 }
+
+/// A reader that goes away (`tierbase kv scan | head -1`) ends the command quietly with the
+/// status a shell shows for SIGPIPE, and the store is closed cleanly: before 2026-12-03 the
+/// signal killed the process with the store open, so the next open took it for crashed and
+/// dropped every record it could not check.
+#[test]
+fn a_closed_pipe_ends_quietly_and_closes_the_store() {
+    use std::io::{BufRead, BufReader};
+    use tierbase::kv::{KvOptions, KvStore};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.tb");
+    let p = path.to_str().unwrap();
+    // Far more output than a pipe holds.
+    let store = KvStore::create(&path, &KvOptions::default()).unwrap();
+    for i in 0..5000 {
+        store
+            .put(format!("key{i}").as_bytes(), &[b'v'; 100])
+            .unwrap();
+    }
+    store.close().unwrap();
+    let mut child = std::process::Command::new(common::BIN)
+        .args(["kv", "scan", "--path", p, "--limit", "100000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("key"), "{first}");
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(141), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "", "quietly");
+    let stats = tierbase(&["kv", "stats", "--json", "--path", p]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&stats)).unwrap();
+    assert_eq!(
+        v["recovery"]["after_clean_close"], true,
+        "the scan left the store unclosed"
+    );
+}

@@ -10,6 +10,7 @@ use tierbase::btree::{BTreeOptions, BTreeStore};
 
 use super::Ctx;
 use super::store_ops::PointCommand;
+use crate::util::outln;
 use crate::util::{decode, encode, format_size, naming_path, parse_size};
 
 /// Arguments of `tierbase btree`.
@@ -105,12 +106,12 @@ pub fn run(args: BTreeArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         opts.nvm_path = nvm_file;
         let store = naming_path(BTreeStore::create(&path, &opts), "creating", &path)?;
         let medium = tierbase::store::Store::describe(&store).medium;
-        println!(
+        outln!(
             "created {} ({} pages; {})",
             path.display(),
             format_size(page_size),
             medium
-        );
+        )?;
         store.close()?;
         return Ok(true);
     }
@@ -133,15 +134,20 @@ pub fn run(args: BTreeArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
             crate::util::check_range(from.as_deref(), to.as_deref())?;
             let lo = from.as_deref().map_or(Bound::Unbounded, Bound::Included);
             let hi = to.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-            let mut n = 0;
-            store.range_expecting(lo, hi, reverse, limit, |k, v| {
+            let (mut n, mut more, mut output) = (0, false, Ok(()));
+            store.range_expecting(lo, hi, reverse, limit.saturating_add(1), |k, v| {
                 if n == limit {
+                    more = true;
                     return false;
                 }
-                println!("{}\t{}", encode(hex, k), encode(hex, v));
+                output = outln!("{}\t{}", encode(hex, k), encode(hex, v));
                 n += 1;
-                true
+                output.is_ok()
             })?;
+            output?;
+            if more {
+                eprintln!("... more (raise --limit)");
+            }
             true
         }
         BTreeCommand::Stats { json } => {
@@ -156,32 +162,32 @@ pub fn run(args: BTreeArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
                         (k, value)
                     })
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&map)?);
+                outln!("{}", serde_json::to_string_pretty(&map)?)?;
             } else {
                 let width = stats.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 2;
                 for (k, v) in stats {
-                    println!("{k:<width$}{v}");
+                    outln!("{k:<width$}{v}")?;
                 }
             }
             true
         }
         BTreeCommand::Verify => match store.verify() {
             Ok(_) if log_damage.is_some() => {
-                println!("problem: the log was damaged (see the warning above)");
+                outln!("problem: the log was damaged (see the warning above)")?;
                 false
             }
             Ok((pages, keys)) => {
-                println!("OK: {pages} pages, {keys} keys, no format violations");
+                outln!("OK: {pages} pages, {keys} keys, no format violations")?;
                 true
             }
             Err(e) => {
-                println!("problem: {e}");
+                outln!("problem: {e}")?;
                 false
             }
         },
         BTreeCommand::Checkpoint => {
             store.checkpoint()?;
-            println!("checkpointed");
+            outln!("checkpointed")?;
             true
         }
         BTreeCommand::Create { .. } => true,

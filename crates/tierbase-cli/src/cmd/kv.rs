@@ -8,6 +8,7 @@ use tierbase::kv::{KvOptions, KvStore, RecordLayout};
 
 use super::Ctx;
 use super::store_ops::PointCommand;
+use crate::util::outln;
 use crate::util::{encode, format_size, naming_path, parse_size};
 
 /// Arguments of `tierbase kv`.
@@ -93,28 +94,28 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
     if let KvCommand::Verify { json } = args.command {
         let report = naming_path(tierbase::kv::verify(&path), "verifying", &path)?;
         if json {
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            outln!("{}", serde_json::to_string_pretty(&report)?)?;
         } else {
             if let Some(l) = report.layout {
-                println!("layout          {l}");
+                outln!("layout          {l}")?;
             }
-            println!("blocks checked  {}", report.blocks_checked);
-            println!("valid records   {}", report.valid_records);
-            println!("deleted records {}", report.deleted_records);
-            println!(
+            outln!("blocks checked  {}", report.blocks_checked)?;
+            outln!("valid records   {}", report.valid_records)?;
+            outln!("deleted records {}", report.deleted_records)?;
+            outln!(
                 "torn records    {} (unacknowledged writes a crash cut short; the next open drops them)",
                 report.torn_records
-            );
-            println!(
+            )?;
+            outln!(
                 "duplicate keys  {} (by 64-bit fingerprint; recovery keeps the newest)",
                 report.duplicate_keys
-            );
+            )?;
             if report.is_ok() {
-                println!("OK: no format violations");
+                outln!("OK: no format violations")?;
             } else {
-                println!("{} problem(s):", report.problems.len());
+                outln!("{} problem(s):", report.problems.len())?;
                 for p in &report.problems {
-                    println!("  {p}");
+                    outln!("  {p}")?;
                 }
             }
         }
@@ -131,13 +132,13 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         opts.layout = layout;
         opts.pages_per_block = *pages_per_block;
         let store = naming_path(KvStore::create(&path, &opts), "creating", &path)?;
-        println!(
+        outln!(
             "created {} ({}, {}; {})",
             path.display(),
             store.layout(),
             format_size(store.region().len()),
             store.durability().guarantee()
-        );
+        )?;
         store.close()?;
         return Ok(true);
     }
@@ -150,12 +151,13 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         KvCommand::Point(c) => c.run(&store, hex)?,
         KvCommand::Scan { limit } => {
             let mut n = 0;
-            store.for_each(|k, v| {
+            for record in store.iter() {
+                let (k, v) = record?;
                 if n < limit {
-                    println!("{}\t{}", encode(hex, k), encode(hex, v));
+                    outln!("{}\t{}", encode(hex, &k), encode(hex, &v))?;
                 }
                 n += 1;
-            })?;
+            }
             if n > limit {
                 eprintln!("... {} more (raise --limit)", n - limit);
             }
@@ -170,9 +172,9 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
                     "metrics": store.metrics(),
                     "region": store.region().info(),
                 });
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                outln!("{}", serde_json::to_string_pretty(&v)?)?;
             } else {
-                print_stats(&store);
+                print_stats(&store)?;
             }
             true
         }
@@ -182,7 +184,7 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
     Ok(found)
 }
 
-fn print_stats(store: &KvStore) {
+fn print_stats(store: &KvStore) -> anyhow::Result<()> {
     let s = store.stats();
     let r = store.recovery();
     let per = |b: u64| {
@@ -192,16 +194,18 @@ fn print_stats(store: &KvStore) {
             format!("{:.1} B/record", b as f64 / s.records as f64)
         }
     };
-    println!("layout        {}", s.layout);
-    println!("records       {}", s.records);
-    println!("durability    {} ({})", s.durability, s.guarantee);
-    println!(
+    outln!("layout        {}", s.layout)?;
+    outln!("records       {}", s.records)?;
+    outln!("durability    {} ({})", s.durability, s.guarantee)?;
+    outln!(
         "commit        {} ({} deferred persists, {} file syncs)",
-        s.commit, s.deferred_persists, s.syncs
-    );
-    println!("emulation     {}", s.emulation);
-    println!("region        {}", format_size(s.region_bytes));
-    println!(
+        s.commit,
+        s.deferred_persists,
+        s.syncs
+    )?;
+    outln!("emulation     {}", s.emulation)?;
+    outln!("region        {}", format_size(s.region_bytes))?;
+    outln!(
         "blocks        {} allocated, {} used ({} sealed, {} owned, {} large, {} free), {} each",
         s.blocks_allocated,
         s.blocks_used,
@@ -210,25 +214,25 @@ fn print_stats(store: &KvStore) {
         s.blocks_large,
         s.blocks_free,
         format_size(s.block_bytes)
-    );
-    println!("live bytes    {}", format_size(s.live_bytes));
-    println!("dead bytes    {}", format_size(s.dead_bytes));
-    println!(
+    )?;
+    outln!("live bytes    {}", format_size(s.live_bytes))?;
+    outln!("dead bytes    {}", format_size(s.dead_bytes))?;
+    outln!(
         "DRAM index    {} ({})",
         format_size(s.index_bytes),
         per(s.index_bytes)
-    );
-    println!(
+    )?;
+    outln!(
         "DRAM total    {} ({})",
         format_size(s.dram_bytes),
         per(s.dram_bytes)
-    );
-    println!(
+    )?;
+    outln!(
         "recovery      {:.3} s with {} threads ({} blocks, {} records, {} duplicates resolved)",
         r.duration.as_secs_f64(),
         r.threads,
         r.blocks_scanned,
         r.records_found,
         r.duplicates_resolved
-    );
+    )
 }

@@ -11,6 +11,7 @@ use tierbase::store::Store as _;
 
 use super::Ctx;
 use super::store_ops::PointCommand;
+use crate::util::outln;
 use crate::util::{decode, encode, format_size, naming_path, parse_size};
 
 /// Arguments of `tierbase plush`.
@@ -168,7 +169,7 @@ pub fn run(args: PlushArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         let opts = create_options(create)?;
         let store = naming_path(PlushStore::create(&path, &opts), "creating", &path)?;
         let s = store.stats();
-        println!(
+        outln!(
             "created {} ({} records, {}-partitioned; {} DRAM entries, {} of DRAM; up to {} \
              levels; {})",
             path.display(),
@@ -178,7 +179,7 @@ pub fn run(args: PlushArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
             format_size(s.dram_bytes),
             s.max_levels,
             s.guarantee
-        );
+        )?;
         store.close()?;
         return Ok(true);
     }
@@ -208,7 +209,7 @@ pub fn run(args: PlushArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
                 &mut records,
             )?;
             for (k, v) in records.iter().take(limit) {
-                println!("{}\t{}", encode(hex, k), encode(hex, v));
+                outln!("{}\t{}", encode(hex, k), encode(hex, v))?;
             }
             if records.len() > limit {
                 eprintln!("... more (raise --limit)");
@@ -230,7 +231,7 @@ pub fn run(args: PlushArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
                     if n < limit {
                         // A key deleted since the walk saw it is skipped.
                         let Some(v) = store.get(k)? else { continue };
-                        println!("{}\t{}", encode(hex, k), encode(hex, &v));
+                        outln!("{}\t{}", encode(hex, k), encode(hex, &v))?;
                     }
                     n += 1;
                 }
@@ -252,16 +253,16 @@ pub fn run(args: PlushArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
                     "medium": store.describe().medium,
                     "recovery": store.recovery_report(),
                 });
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                outln!("{}", serde_json::to_string_pretty(&v)?)?;
             } else {
-                print_stats(&store);
+                print_stats(&store)?;
             }
             true
         }
         PlushCommand::Verify { json } => {
             let report = store.verify()?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                outln!("{}", serde_json::to_string_pretty(&report)?)?;
             } else {
                 let levels: Vec<String> = report
                     .level_records
@@ -270,26 +271,26 @@ pub fn run(args: PlushArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
                     .enumerate()
                     .map(|(l, (r, e))| format!("L{l} {r} in {e} entries"))
                     .collect();
-                println!("live keys       {}", report.live_keys);
-                println!("DRAM records    {}", report.dram_records);
-                println!(
+                outln!("live keys       {}", report.live_keys)?;
+                outln!("DRAM records    {}", report.dram_records)?;
+                outln!(
                     "level records   {}",
                     if levels.is_empty() {
                         "none (no PMem level yet)".to_string()
                     } else {
                         levels.join(", ")
                     }
-                );
-                println!(
+                )?;
+                outln!(
                     "dangling        {} (superseded records whose payload was collected; dropped at their next migration)",
                     report.dangling
-                );
+                )?;
                 if report.problems.is_empty() {
-                    println!("OK: no format violations");
+                    outln!("OK: no format violations")?;
                 } else {
-                    println!("{} problem(s):", report.problems.len());
+                    outln!("{} problem(s):", report.problems.len())?;
                     for p in &report.problems {
-                        println!("  {p}");
+                        outln!("  {p}")?;
                     }
                 }
             }
@@ -297,7 +298,7 @@ pub fn run(args: PlushArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         }
         PlushCommand::Checkpoint => {
             store.checkpoint()?;
-            println!("checkpointed");
+            outln!("checkpointed")?;
             true
         }
         PlushCommand::Create(_) => true,
@@ -306,44 +307,44 @@ pub fn run(args: PlushArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
     Ok(ok)
 }
 
-fn print_stats(store: &PlushStore) {
+fn print_stats(store: &PlushStore) -> anyhow::Result<()> {
     let s = store.stats();
     let r = store.recovery_report();
-    println!("layout        {}", s.layout);
-    println!("partition     {}", s.partition);
-    println!(
+    outln!("layout        {}", s.layout)?;
+    outln!("partition     {}", s.partition)?;
+    outln!(
         "records       {}",
         s.records
             .map_or_else(|| "unknown".to_string(), |n| n.to_string())
-    );
-    println!("durability    {} ({})", s.durability, s.guarantee);
-    println!("medium        {}", store.describe().medium);
-    println!("flush         {}", s.flush);
-    println!("key search    {}", s.key_search);
-    println!("emulation     {}", s.emulation);
-    println!(
+    )?;
+    outln!("durability    {} ({})", s.durability, s.guarantee)?;
+    outln!("medium        {}", store.describe().medium)?;
+    outln!("flush         {}", s.flush)?;
+    outln!("key search    {}", s.key_search)?;
+    outln!("emulation     {}", s.emulation)?;
+    outln!(
         "DRAM          {} ({} entries, fixed by configuration; {} records waiting)",
         format_size(s.dram_bytes),
         s.dram_entries,
         s.dram_records
-    );
-    println!("levels        {} of {}", s.levels, s.max_levels);
-    println!(
+    )?;
+    outln!("levels        {} of {}", s.levels, s.max_levels)?;
+    outln!(
         "region        {} ({} handed out)",
         format_size(s.region_bytes),
         format_size(s.space_used)
-    );
+    )?;
     if s.layout == PlushLayout::Variable {
-        println!(
+        outln!(
             "payload       {} in use, {} dead",
             format_size(s.payload_bytes),
             format_size(s.payload_dead_bytes)
-        );
+        )?;
     }
     if let Some(reason) = &s.read_only {
-        println!("read-only     {reason}");
+        outln!("read-only     {reason}")?;
     }
-    println!(
+    outln!(
         "recovery      {:.3} s ({} log chunks, {} log entries, {} replayed, {} frozen halves, {} filters)",
         r.total.as_secs_f64(),
         r.log_chunks,
@@ -351,9 +352,10 @@ fn print_stats(store: &PlushStore) {
         r.replayed,
         r.frozen_halves,
         r.filters
-    );
-    println!("counters (since this open)");
+    )?;
+    outln!("counters (since this open)")?;
     for (k, v) in &s.counters {
-        println!("  {k:<26}{v}");
+        outln!("  {k:<26}{v}")?;
     }
+    Ok(())
 }

@@ -6,6 +6,7 @@
 use clap::Subcommand;
 use tierbase::store::Store;
 
+use crate::util::outln;
 use crate::util::{decode, encode};
 
 /// Point operations on one key, shared by every store's command.
@@ -38,12 +39,12 @@ impl PointCommand {
             PointCommand::Put { key, value } => {
                 let (k, v) = (decode(hex, &key, "key")?, decode(hex, &value, "value")?);
                 let new = store.put(&k, &v)?;
-                println!("{}", if new { "inserted" } else { "replaced" });
+                outln!("{}", if new { "inserted" } else { "replaced" })?;
                 true
             }
             PointCommand::Get { key } => match store.get(&decode(hex, &key, "key")?)? {
                 Some(v) => {
-                    println!("{}", encode(hex, &v));
+                    outln!("{}", encode(hex, &v))?;
                     true
                 }
                 None => {
@@ -53,7 +54,7 @@ impl PointCommand {
             },
             PointCommand::Delete { key } => {
                 let found = store.delete(&decode(hex, &key, "key")?)?;
-                println!("{}", if found { "deleted" } else { "not found" });
+                outln!("{}", if found { "deleted" } else { "not found" })?;
                 found
             }
         })
