@@ -284,6 +284,8 @@ pub fn recovery(
              (got {key_size} and {value_size})"
         )));
     }
+    // Made if missing, as `bench ycsb` and `bench micro` make theirs.
+    std::fs::create_dir_all(dir).map_err(|e| BenchError::io("create directory", dir, e))?;
     let work = tempfile::Builder::new()
         .prefix("tierbase-recovery-")
         .tempdir_in(dir)

@@ -488,6 +488,7 @@ fn summarize(
         medium: rep.info.medium.clone(),
         durability: rep.info.durability.clone(),
         emulated: rep.info.emulated.clone(),
+        flush: rep.info.flush.clone(),
         capabilities: rep.info.capabilities,
         store_notes: rep.info.notes.clone(),
         workload: spec.name.clone(),

@@ -103,6 +103,10 @@ pub struct RunResult {
     pub durability: String,
     /// Emulated device profile, or null.
     pub emulated: Option<String>,
+    /// The cache-line flush instruction the store's persistent-memory writes ran, or null
+    /// when it writes none (block I/O, DRAM). Missing in files written before 2026-12-03.
+    #[serde(default)]
+    pub flush: Option<String>,
     /// Store capabilities.
     pub capabilities: Capabilities,
     /// Store notes (settings, caveats).

@@ -50,7 +50,7 @@ fn plush_passes_the_contract_through_its_pmem_levels() {
 fn plush_contract_through_pmem_levels(partition: Partition) {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
     let mut o = StoreOptions::new(dir.path());
-    o.dram_budget = Some(64 << 10);
+    o.dram_budget = Some(tierbase::hash::MIN_DRAM_BUDGET);
     let store = PlushBenchStore::open(&o, partition).unwrap();
     assert_eq!(
         store.info().capabilities.ordered_scan,

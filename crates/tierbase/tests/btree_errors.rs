@@ -168,6 +168,19 @@ fn missing_empty_and_garbage_directories_are_clear_errors() {
         }
         other => panic!("open of a missing dir: {other:?}"),
     }
+    // A file where the directory should be (a kv or Plush store): said so, not "pages.tb
+    // not found".
+    let file = dir.path().join("kv.tb");
+    std::fs::write(&file, b"a kv store").unwrap();
+    match BTreeStore::open(&file, &opts()) {
+        Err(e @ Error::InvalidArgument(_)) => {
+            assert!(
+                e.to_string().contains("is a file, not a B+-tree store"),
+                "{e}"
+            );
+        }
+        other => panic!("open of a file: {other:?}"),
+    }
     // Empty.
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).unwrap();

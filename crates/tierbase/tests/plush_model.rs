@@ -689,10 +689,20 @@ fn an_oversized_value_is_refused_without_making_the_store_read_only() {
     .unwrap();
     assert!(store.put(b"a", b"1").unwrap());
     let big = vec![7u8; 70 << 10]; // payload chunks are 64 KiB
-    assert!(matches!(
-        store.put(b"big", &big),
-        Err(Error::ValueTooLarge { .. })
-    ));
+    // Named by the value's own length and the most this key leaves room for (it said key +
+    // value).
+    match store.put(b"big", &big) {
+        Err(Error::ValueTooLarge { len, max }) => {
+            assert_eq!(len, big.len());
+            assert!(max < 64 << 10 && max > 60 << 10, "{max}");
+            assert!(store.put(b"big", &vec![7u8; max]).is_ok(), "{max} fits");
+            assert!(
+                store.put(b"big", &vec![7u8; max + 1]).is_err(),
+                "{max} + 1 fits"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
     assert_eq!(store.stats().read_only, None, "a refused put is no failure");
     assert!(matches!(
         store.modify(b"a", &mut |_| Change::Put(big.clone())),

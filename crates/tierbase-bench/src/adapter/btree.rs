@@ -185,6 +185,12 @@ impl BTreeBenchStore {
             (_, None) => format!("{medium} + NVM tier on {medium}"),
         };
         let mut info = StoreInfo::new(name, medium, durability);
+        // The NVM tier's and NVM log's persists; a page file is written with `pwrite`.
+        info.flush = store
+            .nvm_region()
+            .map(|r| r.flush_instruction())
+            .or_else(|| store.nvm_direct_region().map(|r| r.flush_instruction()))
+            .map(|f| f.name().to_string());
         info.capabilities = Capabilities {
             ordered_scan: true,
             atomic_update: true,

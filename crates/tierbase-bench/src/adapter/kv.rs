@@ -81,6 +81,7 @@ impl KvBenchStore {
             _ => file_medium(&o.dir),
         };
         let mut info = StoreInfo::new(name, medium, store.durability().name());
+        info.flush = Some(store.region().flush_instruction().name().to_string());
         info.capabilities = Capabilities {
             ordered_scan: false,
             atomic_update: true,

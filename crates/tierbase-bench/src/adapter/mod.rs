@@ -135,6 +135,11 @@ pub struct StoreInfo {
     pub durability: String,
     /// The device profile emulated on top of the medium, if any.
     pub emulated: Option<String>,
+    /// The cache-line flush instruction its persistent-memory writes ran (`clwb`,
+    /// `clflushopt`, `clflush`, `none`); `None` when it writes no persistent memory (block
+    /// I/O, or DRAM only). Files written before 2026-12-03 had it in the notes only.
+    #[serde(default)]
+    pub flush: Option<String>,
     /// What the store supports.
     pub capabilities: Capabilities,
     /// Free-form notes: settings, caveats (shown in reports).
@@ -153,18 +158,24 @@ impl StoreInfo {
             medium: medium.into(),
             durability: durability.into(),
             emulated: None,
+            flush: None,
             capabilities: Capabilities::default(),
             notes: Vec::new(),
         }
     }
 
-    /// One label naming the store, its durability, medium and emulation, as reports show it:
-    /// `rocksdb (wal+fsync) · disk file` or `memory (none) · DRAM (anonymous) · emulated hdd`.
+    /// One label naming the store, its durability, medium, flush instruction and emulation, as
+    /// reports show it: `rocksdb (wal+fsync) · disk file`, `kv (process-crash) · tmpfs file ·
+    /// flush clwb` or `memory (none) · DRAM (anonymous) · emulated hdd`.
     pub fn label(&self) -> String {
+        let medium = match &self.flush {
+            Some(f) => format!("{} · flush {f}", self.medium),
+            None => self.medium.clone(),
+        };
         series_label(
             &self.name,
             &self.durability,
-            &self.medium,
+            &medium,
             self.emulated.as_deref(),
         )
     }

@@ -156,6 +156,7 @@ impl PlushBenchStore {
             },
             s.max_levels
         ));
+        info.flush = Some(s.flush.to_string());
         info.notes.push(format!(
             "flush instruction {}; key search {}",
             s.flush, s.key_search
@@ -288,8 +289,8 @@ mod tests {
     fn dram_budget_bounds_the_stores_dram() {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
         // Budgets above the store's fixed part (`tierbase::hash::DRAM_BYTES_FIXED`, the payload's
-        // chunk table and the logs' bookkeeping, about 1 MiB): below it the smallest store
-        // (2^4 entries) is what a budget gets.
+        // chunk table and the logs' bookkeeping, about 1 MiB); one below the smallest store
+        // (2^4 entries) is refused.
         for budget in [2u64 << 20, 8 << 20] {
             let mut o = StoreOptions::new(dir.path().join(budget.to_string()));
             o.dram_budget = Some(budget);

@@ -422,7 +422,8 @@ impl WorkloadSpec {
     /// Reads a workload TOML file (see [`WorkloadSpec::from_toml`]).
     pub fn from_toml_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| BenchError::io("read", path, e))?;
-        Self::from_toml(&text).map_err(|e| match e {
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+        Self::parse_toml(&text, stem.as_deref()).map_err(|e| match e {
             BenchError::InvalidArgument(detail) => BenchError::BadWorkloadFile {
                 path: path.to_path_buf(),
                 detail,
@@ -443,7 +444,16 @@ impl WorkloadSpec {
     ///
     /// and `zipfian_eta = "grown"` for Gray et al.'s η in a growing "latest" chooser (the
     /// default, `"ycsb"`, is YCSB's own).
+    ///
+    /// Proportions are weights, divided by their sum as YCSB does. A file that changes the
+    /// base workload without a `name` is named `<base>-custom` (a file read by
+    /// [`WorkloadSpec::from_toml_file`]: its file name), so that its results are never shown
+    /// as the core workload's.
     pub fn from_toml(text: &str) -> Result<Self> {
+        Self::parse_toml(text, None)
+    }
+
+    fn parse_toml(text: &str, file_stem: Option<&str>) -> Result<Self> {
         let f: WorkloadFile =
             toml::from_str(text).map_err(|e| BenchError::invalid(one_line_toml_error(&e, text)))?;
         let base = match f.base.as_deref() {
@@ -451,9 +461,11 @@ impl WorkloadSpec {
             None => CoreWorkload::A,
         };
         let mut s = base.spec(DEFAULT_RECORD_COUNT, DEFAULT_OPERATION_COUNT);
+        let named = f.name.is_some();
         if let Some(v) = f.name {
             s.name = v;
         }
+        let core = s.clone();
         macro_rules! set {
             ($($field:ident),*) => { $( if let Some(v) = f.$field { s.$field = v; } )* };
         }
@@ -474,6 +486,18 @@ impl WorkloadSpec {
             key_size,
             value_size
         );
+        // Counts and sizes are the run's scale, not the workload's mix.
+        let mut scaled = core.clone();
+        scaled.record_count = s.record_count;
+        scaled.operation_count = s.operation_count;
+        scaled.key_size = s.key_size;
+        scaled.value_size = s.value_size;
+        if !named && s != scaled {
+            s.name = match file_stem {
+                Some(stem) => stem.to_string(),
+                None => format!("{}-custom", core.name),
+            };
+        }
         s.validate()?;
         Ok(s)
     }
@@ -654,6 +678,18 @@ mod tests {
         let d = WorkloadSpec::from_toml("base = \"d\"\nzipfian_eta = \"grown\"\n").unwrap();
         assert_eq!(d.zipfian_eta, ZipfianEta::Grown);
         assert_eq!(d.request_distribution, RequestDistribution::Latest);
+        // A file that changes the mix without a name is not shown as its base workload.
+        let custom = WorkloadSpec::from_toml("base = \"a\"\nread_proportion = 2.0\n").unwrap();
+        assert_eq!(custom.name, "a-custom");
+        let scaled = WorkloadSpec::from_toml("base = \"c\"\nrecord_count = 7\n").unwrap();
+        assert_eq!(scaled.name, "c", "only the scale changed");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("hot-reads.toml");
+        std::fs::write(&file, "request_distribution = \"uniform\"\n").unwrap();
+        assert_eq!(
+            WorkloadSpec::from_toml_file(&file).unwrap().name,
+            "hot-reads"
+        );
         assert!(WorkloadSpec::from_toml("zipfian_eta = \"gray\"").is_err());
         assert!(WorkloadSpec::from_toml("colour = 3").is_err());
         assert!(WorkloadSpec::from_toml("value_size = 2").is_err());

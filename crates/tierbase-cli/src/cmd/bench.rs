@@ -344,7 +344,8 @@ struct RampArgs {
     /// Keep the store after the run.
     #[arg(long)]
     keep_data: bool,
-    /// JSON file for the samples.
+    /// JSON file for the samples (a shape of its own: plot it yourself; `tierbase report`
+    /// does not read it).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
 }

@@ -9,8 +9,9 @@ use super::Ctx;
 /// Arguments of `tierbase report`.
 #[derive(clap::Args, Debug)]
 pub struct ReportArgs {
-    /// Result files written by `tierbase bench ycsb|micro|recovery|ace --out` or `tierbase
-    /// profile --out`.
+    /// Result files written by `tierbase bench ycsb|micro|ace --out` or `tierbase profile
+    /// --out` (`bench recovery` prints its figures only; `bench ramp --out` writes samples in
+    /// a shape of their own).
     #[arg(required = true, value_name = "JSON")]
     inputs: Vec<PathBuf>,
     /// HTML file to write.

@@ -815,6 +815,13 @@ impl BTreeStore {
     /// Opens the store in directory `dir`, replaying its log.
     pub fn open(dir: impl AsRef<Path>, opts: &BTreeOptions) -> Result<Self> {
         let dir = dir.as_ref();
+        if dir.is_file() {
+            return Err(Error::InvalidArgument(format!(
+                "{}: is a file, not a B+-tree store's directory (a kv or Plush store is one \
+                 file)",
+                dir.display()
+            )));
+        }
         let names = file_names(dir);
         for n in &names {
             if !n.exists() {

@@ -184,13 +184,14 @@ impl Payload {
         (self.chunk_bytes - PAYLOAD_CHUNK_HEADER - HEADER).min(MAX_PAYLOAD_VALUE as u64)
     }
 
-    /// Refuses an entry of `key_len + value_len` bytes over [`Payload::max_entry`].
+    /// Refuses an entry of `key_len + value_len` bytes over [`Payload::max_entry`]: a value
+    /// too large, named by its own length and the most this key leaves room for.
     pub fn check_entry(&self, key_len: usize, value_len: usize) -> Result<()> {
-        let len = key_len + value_len;
-        if len as u64 > self.max_entry() {
+        let max = self.max_entry() as usize;
+        if key_len + value_len > max {
             return Err(Error::ValueTooLarge {
-                len,
-                max: self.max_entry() as usize,
+                len: value_len,
+                max: max.saturating_sub(key_len),
             });
         }
         Ok(())

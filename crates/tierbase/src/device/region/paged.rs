@@ -87,6 +87,11 @@ impl PmemRegion {
 }
 
 impl PagedRegion {
+    /// The flush instruction the region's persists run.
+    pub fn flush_instruction(&self) -> crate::device::FlushInstruction {
+        self.region.flush_instruction()
+    }
+
     /// Bytes of the head.
     pub fn head_len(&self) -> u64 {
         self.head
