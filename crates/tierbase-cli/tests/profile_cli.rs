@@ -119,6 +119,25 @@ fn bad_block_input_is_one_clear_error() {
     fails_with(&b(&["--depths", "1,,2"]), "empty item");
     fails_with(&b(&["--max-depth", "x"]), "invalid max depth 'x'");
     fails_with(&b(&["--ops", "0"]), "invalid ops per point '0'");
+    // Unwritten blocks of a new file are no device's figures (alpha 45 on a virtual disk).
+    fails_with(
+        &b(&[
+            "--precondition",
+            "0",
+            "--size",
+            "1M",
+            "--sizes",
+            "4K",
+            "--no-refine",
+            "--max-depth",
+            "2",
+            "--ops",
+            "64",
+            "--path",
+            ".",
+        ]),
+        "--precondition 0 on a file the profiler creates",
+    );
     fails_with(&b(&["--reps", "-1"]), "invalid repetition count '-1'");
     fails_with(&m_threads_negative(), "invalid thread count '-2'");
     fails_with(&b(&["--mode", "sideways"]), "unknown queue mode");

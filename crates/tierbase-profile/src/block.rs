@@ -625,6 +625,16 @@ fn sweep_target(
     precond_opts: &BlockOptions,
     on_event: &mut impl FnMut(BlockEvent<'_>),
 ) -> Result<BlockRun> {
+    if cfg.precondition_passes == 0 && t.kind == TargetKind::New {
+        // Its reads would be of blocks never written, which the file system answers without
+        // touching the device (alpha 45 on a virtual disk).
+        return Err(BenchError::invalid(format!(
+            "--precondition 0 on a file the profiler creates ({}) would measure unwritten \
+             blocks, which the file system answers without device I/O: give at least one \
+             pass, or --path a file whose range is written",
+            t.path.display()
+        )));
+    }
     // Precondition natively.
     let mut precondition_s = 0.0;
     {
