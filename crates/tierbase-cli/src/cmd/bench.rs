@@ -122,7 +122,8 @@ struct YcsbArgs {
     /// Do not check that values read back carry their key's fingerprint.
     #[arg(long)]
     no_verify: bool,
-    /// Cache-line flush instruction for `kv` and `plush` (clwb, clflushopt, clflush, none)
+    /// Cache-line flush instruction for `kv`, `plush` and the B+-tree's NVM tier and log (clwb,
+    /// clflushopt, clflush, none)
     /// [default: the medium's: best by CPUID on DAX, none on tmpfs where flushing buys no
     /// durability].
     #[arg(long, value_name = "NAME", value_parser = parse_flush)]
@@ -264,7 +265,8 @@ struct MicroArgs {
     /// Make the stores behave like this device profile.
     #[arg(long, value_name = "PROFILE")]
     emulate: Option<String>,
-    /// Cache-line flush instruction for `kv` and `plush` (clwb, clflushopt, clflush, none)
+    /// Cache-line flush instruction for `kv`, `plush` and the B+-tree's NVM tier and log (clwb,
+    /// clflushopt, clflush, none)
     /// [default: the medium's: best by CPUID on DAX, none on tmpfs where flushing buys no
     /// durability].
     #[arg(long, value_name = "NAME", value_parser = parse_flush)]
