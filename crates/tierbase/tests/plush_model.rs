@@ -445,12 +445,15 @@ fn run(layout: PlushLayout, partition: Partition, migrators: usize, ops: &[Op]) 
             Op::Reopen => {
                 store.take().unwrap().close().unwrap();
                 let s = PlushStore::open(&path, &o).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                // Nothing was damaged: stale locators of collected chunks are no damage.
+                assert_eq!(s.recovery_report().damaged_payloads, 0, "{ctx}");
                 check_contents(&ctx, &s, &pool, &model);
                 store = Some(s);
             }
             Op::Crash => {
                 drop(store.take());
                 let s = PlushStore::open(&path, &o).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                assert_eq!(s.recovery_report().damaged_payloads, 0, "{ctx}");
                 check_contents(&ctx, &s, &pool, &model);
                 store = Some(s);
             }

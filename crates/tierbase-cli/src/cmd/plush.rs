@@ -188,6 +188,12 @@ pub fn run(args: PlushArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         "opening",
         &path,
     )?;
+    // Said by the one open that meets it (verify reports it as a problem too).
+    if let Some(d) = store.recovery_damage()
+        && !matches!(args.command, PlushCommand::Verify { .. })
+    {
+        eprintln!("tierbase: warning: {}: {d}", path.display());
+    }
     let ok = match args.command {
         PlushCommand::Point(c) => c.run(&store, hex)?,
         PlushCommand::Scan { limit, from, to } if store.partition() == Partition::Range => {

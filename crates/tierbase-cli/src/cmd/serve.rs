@@ -116,7 +116,7 @@ pub fn run(args: ServeArgs, _ctx: &Ctx) -> anyhow::Result<()> {
     for (name, text) in store.metrics() {
         if name.ends_with("read_only") {
             eprintln!("tierbase serve: the store is read-only (writes are refused): {text}");
-        } else if name.ends_with("log_damage") {
+        } else if name.ends_with("damage") {
             eprintln!("tierbase serve: warning: {text}");
         }
     }

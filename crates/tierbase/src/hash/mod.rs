@@ -1626,7 +1626,25 @@ impl PlushStore {
     /// selects the entry), payload locators (variable layout: current or dangling — a dangling
     /// one must have a newer record) and the DRAM halves. Run it on a store no one writes to.
     pub fn verify(&self) -> Result<VerifyReport> {
-        self.inner().verify()
+        let mut report = self.inner().verify()?;
+        // What this open's recovery dropped is no longer in the store to be found.
+        if let Some(d) = self.recovery_damage() {
+            report.problems.insert(0, d);
+        }
+        Ok(report)
+    }
+
+    /// What this open's recovery found damaged ([`RecoveryReport::damaged_payloads`]), if
+    /// anything: said once, by the open that met it (the records are dropped).
+    pub fn recovery_damage(&self) -> Option<String> {
+        let n = self.recovery_report().damaged_payloads;
+        (n > 0).then(|| {
+            format!(
+                "{n} record{} the recovery logs hold had a payload entry that fails its check \
+                 after a clean close (media damage): their keys are lost",
+                if n == 1 { "" } else { "s" }
+            )
+        })
     }
 }
 
@@ -1832,6 +1850,9 @@ impl Store for PlushStore {
             ("plush_region_bytes".into(), s.region_bytes.to_string()),
             ("plush_key_search".into(), s.key_search.to_string()),
         ];
+        if let Some(d) = self.recovery_damage() {
+            m.push(("plush_recovery_damage".into(), d));
+        }
         m.extend(
             s.counters
                 .into_iter()

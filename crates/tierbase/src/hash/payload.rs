@@ -46,6 +46,10 @@ pub(super) struct PChunk {
     pub in_use: AtomicBool,
     /// The current chunk of some payload log (appends may still land in it).
     pub current: AtomicBool,
+    /// The last close recorded where its entries end (its resume word): every entry in it
+    /// was persisted, so one that fails its check was damaged on media, not cut short by a
+    /// crash.
+    pub closed_cleanly: AtomicBool,
     /// Bytes of entries known to be superseded.
     pub dead: AtomicU64,
     /// Appends that wrote an entry here but have not indexed it yet.
@@ -346,6 +350,17 @@ impl Payload {
         let mut bytes = vec![0u8; kl + vl];
         region.read(at + HEADER, &mut bytes)?;
         Ok((w1 >> 32) as u32 == entry_crc_joined(epoch, w0, &bytes))
+    }
+
+    /// For an entry that is not [`Payload::is_whole`]: whether it was damaged on media —
+    /// its locator names its chunk's current epoch (it is not a stale locator of a collected
+    /// chunk), and the last close left that chunk cleanly ([`PChunk::closed_cleanly`]), so no
+    /// crash can have cut the entry short.
+    pub fn damaged_in_clean_chunk(&self, word: u64) -> bool {
+        let l = Locator::decode(word);
+        self.chunks.get(l.chunk as usize).is_some_and(|c| {
+            c.closed_cleanly.load(Ordering::Acquire) && l.current(c.epoch.load(Ordering::Acquire))
+        })
     }
 
     /// Whether the entries at `a` and `b` hold the same key (a dangling one matches nothing).

@@ -44,6 +44,10 @@ pub struct RecoveryReport {
     pub frozen_halves: u64,
     /// DRAM filters copied from PMem entries.
     pub filters: u64,
+    /// Log entries whose payload entry fails its check in a payload chunk the last close
+    /// left cleanly: damaged on media (a crash cannot cut short an entry there). Their keys
+    /// are lost; reported by `stats`, `plush verify` and `serve`.
+    pub damaged_payloads: u64,
     /// Time to check the header and tables and read the level-0 stamps.
     pub scan: Duration,
     /// Time to copy the DRAM filters.
@@ -224,6 +228,7 @@ pub(super) fn open(
                 );
                 if word(&region, off + payload_chunk::STATE)? & payload_chunk::IN_USE != 0 {
                     ch.in_use.store(true, Ordering::Release);
+                    let resume_word = word(&region, off + payload_chunk::RESUME)?;
                     // Where a clean close left its next entry: appends go on there. Cleared
                     // first (persisted), so that a crash after them is not mistaken for a
                     // clean close. Without it the write position is not known: the chunk
@@ -235,6 +240,7 @@ pub(super) fn open(
                     {
                         resumed.push((c, resume));
                     }
+                    ch.closed_cleanly.store(resume_word != 0, Ordering::Release);
                 } else {
                     free.push(c);
                 }
@@ -347,12 +353,21 @@ pub(super) fn open(
         return Err(e);
     }
     let mut reseal = Vec::new();
-    for ((chunks, entries, replayed, frozen), r) in results.into_inner() {
+    for ((chunks, entries, replayed, frozen, damaged), r) in results.into_inner() {
         report.log_chunks += chunks;
         report.log_entries += entries;
         report.replayed += replayed;
         report.frozen_halves += frozen;
+        report.damaged_payloads += damaged;
         reseal.extend(r);
+    }
+    if report.damaged_payloads > 0 {
+        tracing::warn!(
+            "Plush store {:?}: {} records' payload entries fail their check after a clean \
+             close (media damage): their keys are lost",
+            inner.path,
+            report.damaged_payloads
+        );
     }
     report.replay = t.elapsed();
     let opens = inner.region.atomic_u64(header::OPENS as u64)?;
@@ -377,6 +392,7 @@ fn replay_log(
     let per = geo.entries_per_log();
     let mut live: BTreeMap<usize, LiveSlots> = BTreeMap::new();
     let mut entries = 0u64;
+    let mut damaged = 0u64;
     let mut valid = vec![0u64; geo.log_chunks as usize];
     for &(c, off, generation, _) in chunks {
         for (entry, r) in inner.scan_chunk(off, generation, l as u32)? {
@@ -387,9 +403,11 @@ fn replay_log(
             if r.epoch > inner.dram.entries[entry].stamp.load(Ordering::Acquire) {
                 // Variable layout: a record whose payload entry is not whole was cut short by
                 // the crash (the two were persisted under one fence) and never acknowledged.
+                // In a chunk a clean close left, no entry was cut short: it was damaged.
                 if let Some(p) = &inner.payload
                     && !p.is_whole(&inner.region, r.value)?
                 {
+                    damaged += u64::from(p.damaged_in_clean_chunk(r.value));
                     continue;
                 }
                 live.entry(entry)
@@ -488,8 +506,12 @@ fn replay_log(
         }
     }
     log.pos.store(pos, Ordering::Release);
-    Ok(((chunks.len() as u64, entries, replayed, frozen), reseal))
+    Ok((
+        (chunks.len() as u64, entries, replayed, frozen, damaged),
+        reseal,
+    ))
 }
 
-/// (chunks read, entries found, records replayed, frozen halves) of one log.
-type Replayed = (u64, u64, u64, u64);
+/// (chunks read, entries found, records replayed, frozen halves, damaged payload entries) of
+/// one log.
+type Replayed = (u64, u64, u64, u64, u64);
