@@ -103,7 +103,9 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
             outln!("valid records   {}", report.valid_records)?;
             outln!("deleted records {}", report.deleted_records)?;
             outln!(
-                "torn records    {} (unacknowledged writes a crash cut short; the next open drops them)",
+                "torn records    {} (fail their check after a crash: writes it cut short, never \
+                 acknowledged — or media damage, which a check cannot tell apart after a crash; \
+                 the next open drops them)",
                 report.torn_records
             )?;
             outln!(
