@@ -1066,7 +1066,21 @@ fn frames_after(
         last_lsn: 0,
     };
     let mut p = at + 8;
+    // Frames lie end to end, so past the written part of the file (zeros a growth wrote
+    // ahead, up to 64 MiB) nothing more can follow: the search ends after this many zero
+    // bytes in a row (only a value of zeros that long inside a frame could hide one).
+    const ZEROS_END: usize = 4 << 20;
+    let mut zeros = 0;
     while let Some(h) = bytes.get(p, FRAME_HEADER as usize)? {
+        if h[..8] == [0; 8] {
+            zeros += 8;
+            if zeros >= ZEROS_END {
+                break;
+            }
+            p += 8;
+            continue;
+        }
+        zeros = 0;
         let len = u32::from_le_bytes(h[0..4].try_into().expect("4")) as usize;
         let sum = u32::from_le_bytes(h[4..8].try_into().expect("4"));
         let g = u32::from_le_bytes(h[8..12].try_into().expect("4"));
