@@ -33,13 +33,14 @@ enum Command {
     Report(cmd::report::ReportArgs),
     /// Measure a device (PerMA-Bench memory benchmarks, PIO block-device sweep).
     Profile(cmd::profile::ProfileArgs),
-    /// Operate a hybrid KV store file: create, put, get, delete, scan, stats, verify.
+    /// Operate a hybrid KV store file: create, put, get, delete, scan, stats, verify (get,
+    /// scan, stats and verify open it read-only and change nothing).
     Kv(cmd::kv::KvArgs),
     /// Operate a B+-tree store directory: create, put, get, delete, scan, stats, verify,
     /// checkpoint.
     Btree(cmd::btree::BTreeArgs),
     /// Operate a Plush store file (persistent hash table): create, put, get, delete, scan,
-    /// stats, verify, checkpoint.
+    /// stats, verify, checkpoint (get, scan, stats and verify open it read-only).
     Plush(cmd::plush::PlushArgs),
     /// Serve a store over the Redis protocol (redis-cli, redis-benchmark, client libraries).
     Serve(cmd::serve::ServeArgs),

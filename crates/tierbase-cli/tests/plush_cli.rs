@@ -554,3 +554,26 @@ fn impossible_log_chunk_sizes_are_refused_as_given() {
         assert!(!p.exists(), "a refused create left a file");
     }
 }
+
+/// Commands that only read (get, scan, stats, verify) open the store read-only: the file is
+/// not changed by a byte (an open counted itself in the header, and recovered a crashed
+/// store in place), and a write through the same command line still works afterwards.
+#[test]
+fn reading_commands_leave_the_file_as_it_was() {
+    let dir = tmpdir();
+    let path = dir.path().join("p.plush");
+    let p = path.to_str().unwrap();
+    create_small(&path, "variable");
+    ok(&["plush", "put", "--path", p, "a", "1"]);
+    let before = std::fs::read(&path).unwrap();
+    assert_eq!(ok(&["plush", "get", "--path", p, "a"]).trim(), "1");
+    ok(&["plush", "scan", "--path", p]);
+    ok(&["plush", "stats", "--path", p]);
+    ok(&["plush", "verify", "--path", p]);
+    assert!(
+        std::fs::read(&path).unwrap() == before,
+        "a reading command changed the store's file"
+    );
+    ok(&["plush", "put", "--path", p, "b", "2"]);
+    assert_eq!(ok(&["plush", "get", "--path", p, "b"]).trim(), "2");
+}

@@ -622,6 +622,7 @@ pub fn medium_of(region: &PmemRegion, path: &Path) -> String {
             FsKind::Memory => "tmpfs file".to_string(),
             FsKind::Disk => "disk file (page cache)".to_string(),
         },
+        MappingKind::Private => "file, read-only (copy-on-write)".to_string(),
     }
 }
 

@@ -215,6 +215,14 @@ pub enum Error {
         reason: String,
     },
 
+    /// The store was opened read-only (a snapshot, a read-only mount): it serves reads and
+    /// refuses every write; nothing changes its files.
+    #[error("{}: opened read-only: writes are refused (open it without --read-only to write)", path_display(.path))]
+    OpenedReadOnly {
+        /// The store file.
+        path: Option<PathBuf>,
+    },
+
     /// Another open handle (in this or another process) holds the file's lock.
     #[error("{}: in use: {holder} holds its lock", .path.display())]
     Locked {

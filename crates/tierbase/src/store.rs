@@ -33,6 +33,8 @@ use crate::error::{Error, Result};
 pub struct WriteFailure {
     failed: AtomicBool,
     reason: Mutex<Option<String>>,
+    /// Opened read-only: writes are refused from the start, with their own error.
+    opened_read_only: AtomicBool,
 }
 
 impl WriteFailure {
@@ -40,6 +42,11 @@ impl WriteFailure {
     #[inline]
     pub fn check(&self, path: Option<&Path>) -> Result<()> {
         if self.failed.load(Ordering::Acquire) {
+            if self.opened_read_only.load(Ordering::Relaxed) {
+                return Err(Error::OpenedReadOnly {
+                    path: path.map(Path::to_path_buf),
+                });
+            }
             return Err(Error::ReadOnly {
                 path: path.map(Path::to_path_buf),
                 reason: self.reason().unwrap_or_default(),
@@ -68,6 +75,7 @@ impl WriteFailure {
             e,
             Error::StoreFull { .. }
                 | Error::ReadOnly { .. }
+                | Error::OpenedReadOnly { .. }
                 | Error::EmptyKey
                 | Error::KeyTooLarge { .. }
                 | Error::ValueTooLarge { .. }
@@ -84,7 +92,19 @@ impl WriteFailure {
         self.failed.store(true, Ordering::Release);
     }
 
-    /// Whether a write failed.
+    /// The store was opened read-only (its region maps the file copy-on-write): every write
+    /// is refused with [`Error::OpenedReadOnly`] from now on.
+    pub fn open_read_only(&self) {
+        self.opened_read_only.store(true, Ordering::Relaxed);
+        self.failed.store(true, Ordering::Release);
+    }
+
+    /// Whether the store was opened read-only.
+    pub fn opened_read_only(&self) -> bool {
+        self.opened_read_only.load(Ordering::Relaxed)
+    }
+
+    /// Whether a write failed (or the store was opened read-only).
     #[inline]
     pub fn failed(&self) -> bool {
         self.failed.load(Ordering::Acquire)

@@ -144,11 +144,16 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         store.close()?;
         return Ok(true);
     }
-    let store = naming_path(
-        KvStore::open(&path, &KvOptions::default()),
-        "opening",
-        &path,
-    )?;
+    // Commands that only read open the store read-only: they change nothing in its file
+    // (also after a crash: recovery's repairs stay in this process), run beside other such
+    // commands, and work on a read-only mount.
+    let reads_only = match &args.command {
+        KvCommand::Point(c) => c.reads_only(),
+        _ => true,
+    };
+    let mut opts = KvOptions::default();
+    opts.region.read_only = reads_only;
+    let store = naming_path(KvStore::open(&path, &opts), "opening", &path)?;
     let found = match args.command {
         KvCommand::Point(c) => c.run(&store, hex)?,
         KvCommand::Scan { limit } => {

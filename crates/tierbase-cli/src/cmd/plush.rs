@@ -183,11 +183,15 @@ pub fn run(args: PlushArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         store.close()?;
         return Ok(true);
     }
-    let store = naming_path(
-        PlushStore::open(&path, &PlushOptions::default()),
-        "opening",
-        &path,
-    )?;
+    // Commands that only read open the store read-only (see `kv`): not checkpoint.
+    let reads_only = match &args.command {
+        PlushCommand::Point(c) => c.reads_only(),
+        PlushCommand::Checkpoint => false,
+        _ => true,
+    };
+    let mut opts = PlushOptions::default();
+    opts.region.read_only = reads_only;
+    let store = naming_path(PlushStore::open(&path, &opts), "opening", &path)?;
     // Said by the one open that meets it (verify reports it as a problem too).
     if let Some(d) = store.recovery_damage()
         && !matches!(args.command, PlushCommand::Verify { .. })

@@ -32,6 +32,11 @@ pub enum PointCommand {
 }
 
 impl PointCommand {
+    /// Whether the command only reads (its store is then opened read-only).
+    pub fn reads_only(&self) -> bool {
+        matches!(self, PointCommand::Get { .. })
+    }
+
     /// Runs the command on `store`, keys and values in hex when `hex`. Returns `Ok(false)` for
     /// "not found" (exit code 1, no error text).
     pub fn run(self, store: &dyn Store, hex: bool) -> anyhow::Result<bool> {

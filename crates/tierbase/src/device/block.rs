@@ -609,7 +609,7 @@ impl BlockDevice {
     /// simulated devices.
     pub fn lock_exclusive(&self) -> Result<()> {
         match &self.backing {
-            Backing::File(file) => lock_file(file, &self.path),
+            Backing::File(file) => lock_file(file, &self.path, false),
             Backing::Sim(_) | Backing::Memory(_) => Ok(()),
         }
     }

@@ -1160,7 +1160,14 @@ impl PlushStore {
         let (inner, mut report, reseal) = recovery::open(region, opts)?;
         let inner = Arc::new(inner);
         let mut workers = Vec::new();
-        for i in 0..opts.migrators {
+        // Read-only (a copy-on-write mapping: recovery's repairs stayed in this process):
+        // every write is refused; no migrator, grower or open-time migration runs (lookups
+        // search frozen halves as they are).
+        let read_only = inner.region.is_read_only();
+        if read_only {
+            inner.failure.open_read_only();
+        }
+        for i in 0..if read_only { 0 } else { opts.migrators } {
             let w = Background::spawn(
                 &format!("plush-migrate-{i}"),
                 inner.clone(),
@@ -1183,7 +1190,7 @@ impl PlushStore {
         // A large region grows ahead of the writers, off their path (an allocation that has
         // to grow it by a quarter holds the allocator meanwhile: seconds at gigabytes). Not
         // under the crash simulator, whose persist points must be the store's own.
-        if !inner.region.info().crash_simulated {
+        if !inner.region.info().crash_simulated && !read_only {
             let w = Background::spawn(
                 "plush-grow",
                 inner.clone(),
@@ -1205,13 +1212,15 @@ impl PlushStore {
             workers.push(w);
         }
         // Halves recovery found frozen migrate now, and every log gets its spare back.
-        inner.drain_queue();
-        for idx in reseal {
-            inner.checkpoint_entry(idx)?;
-        }
-        inner.finish_collections()?;
-        for l in 0..inner.logs.len() {
-            inner.settle_log(l)?;
+        if !read_only {
+            inner.drain_queue();
+            for idx in reseal {
+                inner.checkpoint_entry(idx)?;
+            }
+            inner.finish_collections()?;
+            for l in 0..inner.logs.len() {
+                inner.settle_log(l)?;
+            }
         }
         report.total = started.elapsed();
         Ok(PlushStore {
@@ -1589,6 +1598,10 @@ impl PlushStore {
             w.stop();
         }
         self.inner().migrators.lock().clear();
+        if self.inner().failure.opened_read_only() {
+            // Nothing was written, and nothing may be.
+            return Ok(());
+        }
         self.inner().drain_queue();
         if !self.inner().failure.failed() && Arc::strong_count(&self.shared) == 1 {
             // The last handle: hand the space reserved ahead back (nothing else allocates),

@@ -433,7 +433,13 @@ impl KvStore {
         inner.opened.store(true, Ordering::Release);
         let mut workers = Vec::new();
         let spawn_failed = |e: std::io::Error| Error::io("start a background thread", None, e);
-        if let Some(r) = opts.reclaim.clone() {
+        // Read-only (a copy-on-write mapping: recovery's repairs stayed in this process):
+        // every write is refused, and nothing runs in the background.
+        let read_only = inner.region.is_read_only();
+        if read_only {
+            inner.failure.open_read_only();
+        }
+        if let Some(r) = opts.reclaim.clone().filter(|_| !read_only) {
             let w = Background::spawn(
                 "tierbase-kv-reclaim",
                 inner.clone(),
@@ -444,7 +450,7 @@ impl KvStore {
             *inner.reclaimer.lock() = w.handle();
             workers.push(w);
         }
-        if opts.allow_growth {
+        if opts.allow_growth && !read_only {
             let w = Background::spawn(
                 "tierbase-kv-grow",
                 inner.clone(),

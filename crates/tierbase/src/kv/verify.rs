@@ -84,9 +84,11 @@ const MAX_PROBLEMS: usize = 1000;
 /// changing nothing. Errors only if the file cannot be read at all (missing, not a region);
 /// everything wrong inside it is listed in the report.
 pub fn verify(path: &Path) -> Result<VerifyReport> {
-    // Reserve no room to grow: verify only reads what is there.
+    // Reserve no room to grow, and open read-only: verify only reads what is there (also on a
+    // read-only mount; other read-only opens may run beside it).
     let opts = RegionOptions {
         reserve: 0,
+        read_only: true,
         ..RegionOptions::default()
     };
     let region = PmemRegion::open(path, &opts)?;

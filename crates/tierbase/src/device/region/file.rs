@@ -3,8 +3,11 @@
 use super::*;
 
 /// Takes an exclusive, non-blocking `flock` on a store file, so that no second handle — in
-/// this process or another — maps it while this one lives (released when the file closes).
-pub(crate) fn lock_file(file: &File, path: &Path) -> Result<()> {
+/// this process or another — maps it while this one lives (released when the file closes);
+/// `shared` (a read-only open): a shared lock, which other read-only opens share and a writer
+/// cannot take.
+pub(crate) fn lock_file(file: &File, path: &Path, shared: bool) -> Result<()> {
+    let how = if shared { libc::LOCK_SH } else { libc::LOCK_EX };
     // A lock whose holder no process lists any more is being released: the kernel closes a
     // killed process's io_uring files in a worker, moments after the process is gone. Wait
     // for that (up to a second) instead of refusing a restart right after a crash.
@@ -12,7 +15,7 @@ pub(crate) fn lock_file(file: &File, path: &Path) -> Result<()> {
     let mut retries = 0;
     loop {
         // SAFETY: flock on a file descriptor we own; no memory is involved.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        let rc = unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) };
         if rc == 0 {
             return Ok(());
         }

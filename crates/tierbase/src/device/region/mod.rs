@@ -97,6 +97,9 @@ pub enum MappingKind {
     DaxSync,
     /// `MAP_SHARED` through the page cache.
     Shared,
+    /// `MAP_PRIVATE` of a file opened read-only ([`RegionOptions::read_only`]): what the
+    /// process stores stays in its own copies of the pages, never in the file.
+    Private,
     /// Anonymous private memory (volatile or crash-simulated).
     Anonymous,
 }
@@ -125,6 +128,11 @@ pub struct RegionOptions {
     /// file sync, and on crash-simulated regions (which then model a page cache: unflushed
     /// words reach media at random). Elsewhere it has no effect.
     pub commit: Durability,
+    /// Open the file for reading only (a snapshot, a read-only mount, an inspection that must
+    /// not change the file): mapped copy-on-write, so nothing stored reaches the file; a
+    /// shared lock (other read-only opens share it; a writer cannot open meanwhile); durability
+    /// `None`; growth refused. The store above refuses writes ([`Error::OpenedReadOnly`]).
+    pub read_only: bool,
 }
 
 impl Default for RegionOptions {
@@ -136,6 +144,7 @@ impl Default for RegionOptions {
             prefault: false,
             emulate: None,
             commit: Durability::Immediate,
+            read_only: false,
         }
     }
 }
@@ -290,7 +299,8 @@ impl PmemRegion {
             .create_new(true)
             .open(path)
             .map_err(|e| io_err("create", Some(path), e))?;
-        let result = lock_file(&file, path).and_then(|()| Self::create_in(file, path, len, opts));
+        let result =
+            lock_file(&file, path, false).and_then(|()| Self::create_in(file, path, len, opts));
         if result.is_err() {
             let _ = std::fs::remove_file(path);
         }
@@ -328,10 +338,10 @@ impl PmemRegion {
     pub fn open(path: &Path, opts: &RegionOptions) -> Result<Self> {
         let file = OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(!opts.read_only)
             .open(path)
             .map_err(|e| Error::io("open", Some(path), e))?;
-        lock_file(&file, path)?;
+        lock_file(&file, path, opts.read_only)?;
         let file_len = file
             .metadata()
             .map_err(|e| Error::io("stat", Some(path), e))?
@@ -395,6 +405,15 @@ impl PmemRegion {
             group: GroupSync::default(),
             deferred: None,
         };
+        if opts.read_only {
+            region.mapping = MappingKind::Private;
+            region.map_range(0, REGION_HEADER_LEN + data_len, false)?;
+            region.flush = FlushInstruction::None;
+            if region.prefault {
+                region.prefault_range(0, data_len);
+            }
+            return Ok(region);
+        }
         // Map the header and the existing data; the first mapping decides DAX or not.
         region.mapping = region.map_range(0, REGION_HEADER_LEN + data_len, true)?;
         let available = match region.mapping {
@@ -533,6 +552,8 @@ impl PmemRegion {
         };
         let flags = match kind {
             MappingKind::DaxSync => libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC | libc::MAP_FIXED,
+            // Copy-on-write over a file opened read-only: writable pages, an unchanged file.
+            MappingKind::Private => libc::MAP_PRIVATE | libc::MAP_FIXED,
             _ => libc::MAP_SHARED | libc::MAP_FIXED,
         };
         // SAFETY: MAP_FIXED replaces pages of our own reservation (PROT_NONE, or an earlier
@@ -579,6 +600,11 @@ impl PmemRegion {
         };
         if new <= old {
             return Ok(());
+        }
+        if self.mapping == MappingKind::Private {
+            return Err(Error::OpenedReadOnly {
+                path: self.path.clone(),
+            });
         }
         // Growth protocol (docs/FORMAT-region.md): 1. allocate the file's new size and make
         // that durable; 2. map it; 3. publish the new length in the header with one 8-byte
@@ -702,6 +728,11 @@ impl PmemRegion {
     /// Flush instruction in use.
     pub fn flush_instruction(&self) -> FlushInstruction {
         self.flush
+    }
+
+    /// Whether the region maps its file read-only, copy-on-write ([`RegionOptions::read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.mapping == MappingKind::Private
     }
 
     /// Backing file path, if any.

@@ -1,0 +1,132 @@
+//! Read-only opens of the KV and Plush stores (`RegionOptions::read_only`): every read
+//! served, every write refused with `Error::OpenedReadOnly`, other read-only opens beside it
+//! and no writer, and the file not changed by a single byte — also when the open had to
+//! recover a store a crash left (its repairs stay in the process's copy-on-write pages).
+
+use std::path::Path;
+
+use tierbase::Error;
+use tierbase::hash::{PlushOptions, PlushStore};
+use tierbase::kv::{KvOptions, KvStore};
+
+fn scratch_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap())
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key{i:05}").into_bytes()
+}
+
+fn val(i: u32) -> Vec<u8> {
+    format!("value-{i}-{}", "x".repeat((i % 50) as usize)).into_bytes()
+}
+
+/// What a read-only store must do, through the engine's store interface.
+fn check_read_only(store: &dyn tierbase::store::Store, n: u32, ctx: &str) {
+    for i in (0..n).step_by(7) {
+        assert_eq!(store.get(&key(i)).unwrap(), Some(val(i)), "{ctx}: key {i}");
+    }
+    assert_eq!(store.len(), u64::from(n), "{ctx}");
+    let refused = [
+        store.put(b"new", b"v").map(|_| ()),
+        store.delete(&key(1)).map(|_| ()),
+        store.put_many(&[(b"a", b"b")]).map(|_| ()),
+    ];
+    for r in refused {
+        match r {
+            Err(e @ Error::OpenedReadOnly { .. }) => {
+                assert!(e.to_string().contains("opened read-only"), "{ctx}: {e}");
+            }
+            other => panic!("{ctx}: a write on a read-only store: {other:?}"),
+        }
+    }
+    assert_eq!(
+        store.get(&key(1)).unwrap(),
+        Some(val(1)),
+        "{ctx}: delete refused"
+    );
+}
+
+fn unchanged(path: &Path, before: &[u8], ctx: &str) {
+    let after = std::fs::read(path).unwrap();
+    assert!(after == before, "{ctx}: a read-only open changed the file");
+}
+
+#[test]
+fn a_read_only_kv_store_reads_refuses_writes_and_changes_nothing() {
+    let dir = scratch_dir();
+    let path = dir.path().join("s.tb");
+    let crashed = dir.path().join("crashed.tb");
+    let n = 2000;
+    let s = KvStore::create(&path, &KvOptions::default()).unwrap();
+    for i in 0..n {
+        s.put(&key(i), &val(i)).unwrap();
+    }
+    // A crash image: the file as it is while the store is open (its clean mark cleared).
+    std::fs::copy(&path, &crashed).unwrap();
+    s.close().unwrap();
+    let mut ro = KvOptions::default();
+    ro.region.read_only = true;
+    for (p, clean) in [(&path, true), (&crashed, false)] {
+        let ctx = format!("kv, clean close {clean}");
+        let before = std::fs::read(p).unwrap();
+        let a = KvStore::open(p, &ro).unwrap();
+        assert_eq!(a.recovery().after_clean_close, clean, "{ctx}");
+        // Another read-only open shares it; a writer cannot open meanwhile.
+        let b = KvStore::open(p, &ro).unwrap();
+        assert!(
+            matches!(
+                KvStore::open(p, &KvOptions::default()),
+                Err(Error::Locked { .. })
+            ),
+            "{ctx}: a writer opened beside a reader"
+        );
+        check_read_only(&a, n, &ctx);
+        check_read_only(&b, n, &ctx);
+        a.close().unwrap();
+        b.close().unwrap();
+        unchanged(p, &before, &ctx);
+    }
+    // The crash image still recovers for writing (the read-only opens repaired nothing).
+    let w = KvStore::open(&crashed, &KvOptions::default()).unwrap();
+    assert!(!w.recovery().after_clean_close);
+    assert!(w.put(b"new", b"v").unwrap());
+    w.close().unwrap();
+}
+
+#[test]
+fn a_read_only_plush_store_reads_refuses_writes_and_changes_nothing() {
+    let dir = scratch_dir();
+    let path = dir.path().join("p.plush");
+    let crashed = dir.path().join("crashed.plush");
+    let n = 3000;
+    // A small DRAM level, so that records reach PMem levels and halves are frozen.
+    let opts = PlushOptions::default().dram_bits(4);
+    let s = PlushStore::create(&path, &opts).unwrap();
+    for i in 0..n {
+        s.put(&key(i), &val(i)).unwrap();
+    }
+    std::fs::copy(&path, &crashed).unwrap();
+    s.close().unwrap();
+    let mut ro = opts.clone();
+    ro.region.read_only = true;
+    for (p, clean) in [(&path, true), (&crashed, false)] {
+        let ctx = format!("plush, clean close {clean}");
+        let before = std::fs::read(p).unwrap();
+        let a = PlushStore::open(p, &ro).unwrap();
+        let b = PlushStore::open(p, &ro).unwrap();
+        assert!(
+            matches!(PlushStore::open(p, &opts), Err(Error::Locked { .. })),
+            "{ctx}: a writer opened beside a reader"
+        );
+        check_read_only(&a, n, &ctx);
+        check_read_only(&b, n, &ctx);
+        assert!(a.verify().unwrap().problems.is_empty(), "{ctx}");
+        a.close().unwrap();
+        b.close().unwrap();
+        unchanged(p, &before, &ctx);
+    }
+    let w = PlushStore::open(&crashed, &opts).unwrap();
+    assert!(w.put(b"new", b"v").unwrap());
+    w.close().unwrap();
+}
