@@ -37,7 +37,7 @@ enum Command {
     /// scan, stats and verify open it read-only and change nothing).
     Kv(cmd::kv::KvArgs),
     /// Operate a B+-tree store directory: create, put, get, delete, scan, stats, verify,
-    /// checkpoint.
+    /// checkpoint (get, scan, stats and verify open it read-only).
     Btree(cmd::btree::BTreeArgs),
     /// Operate a Plush store file (persistent hash table): create, put, get, delete, scan,
     /// stats, verify, checkpoint (get, scan, stats and verify open it read-only).

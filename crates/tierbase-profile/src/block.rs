@@ -573,6 +573,7 @@ pub fn run_block(cfg: &BlockConfig, mut on_event: impl FnMut(BlockEvent<'_>)) ->
         queue_depth: 32,
         block_size: 4096,
         emulate: None,
+        ..BlockOptions::default()
     };
     let (size, cleanup) = match t.kind {
         TargetKind::New => {
@@ -706,6 +707,7 @@ fn sweep_options(cfg: &BlockConfig) -> BlockOptions {
         queue_depth: cfg.max_depth().max(1),
         block_size: 4096,
         emulate: cfg.emulate.clone(),
+        ..BlockOptions::default()
     }
 }
 
@@ -922,6 +924,7 @@ impl Sweep<'_> {
                     queue_depth: depth,
                     block_size: 4096,
                     emulate: None,
+                    ..BlockOptions::default()
                 },
             )?)
         } else {

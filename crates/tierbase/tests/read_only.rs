@@ -130,3 +130,74 @@ fn a_read_only_plush_store_reads_refuses_writes_and_changes_nothing() {
     assert!(w.put(b"new", b"v").unwrap());
     w.close().unwrap();
 }
+
+/// Every file of a B+-tree store directory, by name.
+fn dir_bytes(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+#[test]
+fn a_read_only_btree_store_reads_refuses_writes_and_changes_nothing() {
+    use tierbase::btree::{BTreeOptions, BTreeStore};
+    let dir = scratch_dir();
+    let path = dir.path().join("bt");
+    let crashed = dir.path().join("crashed");
+    let n = 3000;
+    let opts = BTreeOptions::default().page_size(4096).dram_bytes(4 << 20);
+    let s = BTreeStore::create(&path, &opts).unwrap();
+    for i in 0..n {
+        s.put(&key(i), &val(i)).unwrap();
+    }
+    // A crash image: the files as they are while the store is open (its log holds the puts
+    // since the open's checkpoint).
+    copy_dir(&path, &crashed);
+    s.close().unwrap();
+    let mut ro = opts.clone();
+    ro.read_only = true;
+    for (p, clean) in [(&path, true), (&crashed, false)] {
+        let ctx = format!("btree, clean close {clean}");
+        let before = dir_bytes(p);
+        let a = BTreeStore::open(p, &ro).unwrap();
+        assert_eq!(
+            a.restart_report().frames > 0,
+            !clean,
+            "{ctx}: {:?}",
+            a.restart_report()
+        );
+        let b = BTreeStore::open(p, &ro).unwrap();
+        assert!(
+            matches!(BTreeStore::open(p, &opts), Err(Error::Locked { .. })),
+            "{ctx}: a writer opened beside a reader"
+        );
+        check_read_only(&a, n, &ctx);
+        check_read_only(&b, n, &ctx);
+        assert!(a.checkpoint().is_err(), "{ctx}: a checkpoint writes");
+        a.verify().unwrap();
+        a.close().unwrap();
+        b.close().unwrap();
+        assert!(
+            dir_bytes(p) == before,
+            "{ctx}: a read-only open changed a file"
+        );
+    }
+    let w = BTreeStore::open(&crashed, &opts).unwrap();
+    assert!(w.put(b"new", b"v").unwrap());
+    w.close().unwrap();
+}

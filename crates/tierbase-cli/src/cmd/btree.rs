@@ -115,8 +115,17 @@ pub fn run(args: BTreeArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         store.close()?;
         return Ok(true);
     }
+    // Commands that only read open the store read-only: no checkpoint, no new log
+    // generation, no byte of its files changed (redo's pages stay in DRAM).
+    let mut opts = opts;
+    opts.read_only = match &args.command {
+        BTreeCommand::Point(c) => c.reads_only(),
+        BTreeCommand::Checkpoint => false,
+        _ => true,
+    };
     let store = naming_path(BTreeStore::open(&path, &opts), "opening", &path)?;
-    // Said by the one open that meets it (it starts a new log generation after the damage).
+    // Said by the open that meets it (one that writes starts a new log generation after the
+    // damage; a read-only one leaves it for the next).
     let log_damage = store.restart_report().log_damage;
     if let Some(d) = &log_damage {
         eprintln!("tierbase: warning: {}: {d}", path.display());

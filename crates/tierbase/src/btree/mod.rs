@@ -186,6 +186,29 @@ pub struct BTreeOptions {
     /// more instructions). Ignored by NVM direct, whose
     /// frames are persistent. The on-media format is the same either way.
     pub swizzle: bool,
+    /// Open an existing store for reading only (default false): its files opened read-only
+    /// with shared locks (read-only opens side by side, no writer meanwhile), the NVM tier
+    /// and an NVM log mapped copy-on-write; restart redoes the log into DRAM and writes
+    /// nothing (no checkpoint, no new log generation), so redo's pages must fit the DRAM
+    /// budget; every write is refused with [`Error::OpenedReadOnly`]. Works on a read-only
+    /// mount.
+    pub read_only: bool,
+}
+
+/// The writer's failure reason of a store opened read-only (see [`refusal`]).
+const OPENED_READ_ONLY: &str = "opened read-only";
+
+/// The error a refused write gets: [`Error::OpenedReadOnly`] for a store opened read-only,
+/// else [`Error::ReadOnly`] with the failure's reason.
+pub(crate) fn refusal(path: Option<PathBuf>, reason: &str) -> Error {
+    if reason == OPENED_READ_ONLY {
+        Error::OpenedReadOnly { path }
+    } else {
+        Error::ReadOnly {
+            path,
+            reason: reason.to_string(),
+        }
+    }
 }
 
 impl Default for BTreeOptions {
@@ -209,6 +232,7 @@ impl Default for BTreeOptions {
             nvm_direct: false,
             optimistic_reads: false,
             swizzle: true,
+            read_only: false,
         }
     }
 }
@@ -815,6 +839,17 @@ impl BTreeStore {
     /// Opens the store in directory `dir`, replaying its log.
     pub fn open(dir: impl AsRef<Path>, opts: &BTreeOptions) -> Result<Self> {
         let dir = dir.as_ref();
+        let mut read_only_opts;
+        let opts = if opts.read_only {
+            read_only_opts = opts.clone();
+            read_only_opts.block.read_only = true;
+            read_only_opts.nvm_region.read_only = true;
+            // An NVM tier is opened if there is one, never made.
+            read_only_opts.nvm_bytes = 0;
+            &read_only_opts
+        } else {
+            opts
+        };
         if dir.is_file() {
             return Err(Error::InvalidArgument(format!(
                 "{}: is a file, not a B+-tree store's directory (a kv or Plush store is one \
@@ -1007,6 +1042,10 @@ impl BTreeStore {
             undone_lines,
             ..RestartReport::default()
         };
+        if opts.read_only {
+            // Redo's pages stay in DRAM: nothing may be written to the read-only files.
+            tree.pool.freeze();
+        }
         let end = Wal::replay(&logs, redo_gen, redo_lsn, |lsn, payload| {
             restart.frames += 1;
             restart.records += tree.redo(lsn, payload)?;
@@ -1062,7 +1101,11 @@ impl BTreeStore {
             ));
         }
         tree.adopt_meta(meta);
-        let (wal, seq) = match tree.pool.flush_dirty() {
+        let (wal, seq) = match if opts.read_only {
+            Err(Error::OpenedReadOnly { path: None })
+        } else {
+            tree.pool.flush_dirty()
+        } {
             Ok(written) => {
                 restart.pages_written = written;
                 let pages = tree.pool.device();
@@ -1089,6 +1132,12 @@ impl BTreeStore {
             // No room on the device for the pages redo changed: open read-only, the pages in
             // DRAM and media as they are (a later restart redoes from the same checkpoint), so
             // that the data can be read before space is freed.
+            // Opened read-only: the pages redo changed stay in DRAM; no checkpoint, no new log
+            // generation (a later open redoes from the same checkpoint).
+            Err(Error::OpenedReadOnly { .. }) => {
+                tree.writer.write().failed = Some(OPENED_READ_ONLY.into());
+                (Wal::read_only(logs, end, OPENED_READ_ONLY.into()), seq)
+            }
             Err(e @ Error::DeviceFull { .. }) => {
                 let reason = format!(
                     "{e}; opened read-only, as restart could not write the pages it redid \
@@ -1102,7 +1151,11 @@ impl BTreeStore {
             Err(e) => return Err(e),
         };
         let wal = Arc::new(wal.with_tail_limit(tail_limit));
-        let write_behind = wal.spawn_write_behind()?;
+        let write_behind = if opts.read_only {
+            None
+        } else {
+            wal.spawn_write_behind()?
+        };
         log.0.set(wal).expect("log set once");
         restart.micros = started.elapsed().as_micros() as u64;
         let inner = Arc::new(Inner {
@@ -1131,41 +1184,46 @@ impl BTreeStore {
             Durability::Eventual(d) => d.min(Duration::from_millis(100)),
             _ => Duration::from_millis(100),
         };
-        let bg = Background::spawn(
-            "tierbase-btree",
-            inner.clone(),
-            interval,
-            |inner, ticker| {
-                let mut last_flush = Instant::now();
-                while ticker.next() {
-                    if let Durability::Eventual(d) = inner.durability
-                        && last_flush.elapsed() >= d
-                    {
-                        last_flush = Instant::now();
-                        if let Err(e) = inner.sync() {
-                            tracing::warn!("B-tree log flush: {e}");
+        // A read-only store has nothing to flush, grow or checkpoint.
+        let bg = (!opts.read_only)
+            .then(|| {
+                Background::spawn(
+                    "tierbase-btree",
+                    inner.clone(),
+                    interval,
+                    |inner, ticker| {
+                        let mut last_flush = Instant::now();
+                        while ticker.next() {
+                            if let Durability::Eventual(d) = inner.durability
+                                && last_flush.elapsed() >= d
+                            {
+                                last_flush = Instant::now();
+                                if let Err(e) = inner.sync() {
+                                    tracing::warn!("B-tree log flush: {e}");
+                                }
+                            }
+                            if let Some(w) = inner.log.get()
+                                && let Err(e) = w.prepare_ahead()
+                            {
+                                // Not fatal: a commit that needs the space grows the log itself.
+                                tracing::warn!("B-tree log zero-fill ahead: {e}");
+                            }
+                            let due = inner
+                                .log
+                                .get()
+                                .is_some_and(|w| w.generation_bytes() >= inner.checkpoint_bytes);
+                            if due && let Err(e) = inner.checkpoint() {
+                                tracing::warn!("B-tree checkpoint: {e}");
+                            }
                         }
-                    }
-                    if let Some(w) = inner.log.get()
-                        && let Err(e) = w.prepare_ahead()
-                    {
-                        // Not fatal: a commit that needs the space grows the log itself.
-                        tracing::warn!("B-tree log zero-fill ahead: {e}");
-                    }
-                    let due = inner
-                        .log
-                        .get()
-                        .is_some_and(|w| w.generation_bytes() >= inner.checkpoint_bytes);
-                    if due && let Err(e) = inner.checkpoint() {
-                        tracing::warn!("B-tree checkpoint: {e}");
-                    }
-                }
-            },
-        )
-        .map_err(|e| Error::io("spawn the B-tree background thread", None, e))?;
+                    },
+                )
+                .map_err(|e| Error::io("spawn the B-tree background thread", None, e))
+            })
+            .transpose()?;
         Ok(BTreeStore {
             _background: Arc::new(BackgroundGuard {
-                threads: Mutex::new([Some(bg), write_behind].into_iter().flatten().collect()),
+                threads: Mutex::new([bg, write_behind].into_iter().flatten().collect()),
                 inner: inner.clone(),
                 closed: AtomicBool::new(false),
             }),
@@ -1354,6 +1412,9 @@ fn with_path(e: Error, path: Option<&Path>) -> Error {
             path: Some(p.to_path_buf()),
             reason,
         },
+        (Error::OpenedReadOnly { path: None }, Some(p)) => Error::OpenedReadOnly {
+            path: Some(p.to_path_buf()),
+        },
         (e, _) => e,
     }
 }
@@ -1540,10 +1601,7 @@ impl Inner {
         if w.failed.is_none() {
             w.failed = Some(e.failure_reason());
         }
-        Error::ReadOnly {
-            path: self.path.clone(),
-            reason: w.failed.clone().unwrap_or_default(),
-        }
+        refusal(self.path.clone(), w.failed.as_deref().unwrap_or_default())
     }
 
     fn sync(&self) -> Result<()> {
@@ -1554,6 +1612,10 @@ impl Inner {
     /// slots (if there is a tier), so the next open starts warm from NVM rather than from the
     /// page file.
     fn shut_down(&self) -> Result<()> {
+        if self.tree.writer.read().failed.as_deref() == Some(OPENED_READ_ONLY) {
+            // Nothing was written, and nothing may be.
+            return Ok(());
+        }
         self.checkpoint()?;
         if !self.hand_over {
             return Ok(());
@@ -1570,10 +1632,7 @@ impl Inner {
         let (generation, start) = {
             let mut w = self.tree.writer.write();
             if let Some(reason) = &w.failed {
-                return Err(Error::ReadOnly {
-                    path: self.path.clone(),
-                    reason: reason.clone(),
-                });
+                return Err(refusal(self.path.clone(), reason));
             }
             // The generation the checkpoint starts must not need the older one's count.
             if let Err(e) = self.tree.settle_meta(&mut w) {

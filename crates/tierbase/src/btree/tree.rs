@@ -1392,10 +1392,7 @@ impl Tree {
             );
         }
         if let Some(reason) = &w.failed {
-            return Err(Error::ReadOnly {
-                path: None,
-                reason: reason.clone(),
-            });
+            return Err(super::refusal(None, reason));
         }
         w.rec.clear();
         w.frame_lsn = self.wal()?.next_lsn();

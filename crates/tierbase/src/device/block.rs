@@ -87,6 +87,10 @@ pub struct BlockOptions {
     pub block_size: u64,
     /// Make the device behave like this profile.
     pub emulate: Option<DeviceProfile>,
+    /// Open an existing file for reading only (a snapshot, a read-only mount): writes fail,
+    /// and [`BlockDevice::lock_exclusive`] takes a shared lock, which other read-only opens
+    /// share and a writer cannot take.
+    pub read_only: bool,
 }
 
 impl Default for BlockOptions {
@@ -97,6 +101,7 @@ impl Default for BlockOptions {
             queue_depth: 64,
             block_size: 4096,
             emulate: None,
+            read_only: false,
         }
     }
 }
@@ -183,6 +188,8 @@ pub struct BlockDevice {
     /// growth behind then finishes its step in large writes.
     growing_in_front: AtomicU64,
     direct: bool,
+    /// Opened for reading only ([`BlockOptions::read_only`]).
+    read_only: bool,
     block_size: u64,
     queue_depth: u32,
     rings: Option<Mutex<Vec<IoUring>>>,
@@ -297,7 +304,7 @@ impl BlockDevice {
         check_options(opts)?;
         let open = |direct: bool| {
             let mut o = OpenOptions::new();
-            o.read(true).write(true);
+            o.read(true).write(!opts.read_only);
             if direct {
                 o.custom_flags(libc::O_DIRECT);
             }
@@ -343,6 +350,7 @@ impl BlockDevice {
             grow_lock: Mutex::new(()),
             growing_in_front: AtomicU64::new(0),
             direct,
+            read_only: opts.read_only,
             block_size: opts.block_size,
             queue_depth: opts.queue_depth,
             rings,
@@ -407,6 +415,7 @@ impl BlockDevice {
             grow_lock: Mutex::new(()),
             growing_in_front: AtomicU64::new(0),
             direct: false,
+            read_only: false,
             block_size,
             queue_depth: 1,
             rings: None,
@@ -442,6 +451,7 @@ impl BlockDevice {
             grow_lock: Mutex::new(()),
             growing_in_front: AtomicU64::new(0),
             direct: false,
+            read_only: false,
             block_size: opts.block_size,
             queue_depth: opts.queue_depth,
             rings: None,
@@ -609,7 +619,7 @@ impl BlockDevice {
     /// simulated devices.
     pub fn lock_exclusive(&self) -> Result<()> {
         match &self.backing {
-            Backing::File(file) => lock_file(file, &self.path, false),
+            Backing::File(file) => lock_file(file, &self.path, self.read_only),
             Backing::Sim(_) | Backing::Memory(_) => Ok(()),
         }
     }
