@@ -205,7 +205,12 @@ fn syntax_error() -> Reply {
 
 /// A store failure as a reply: Redis's generic error prefix with the store's one line.
 fn store_error(e: &tierbase::Error) -> Reply {
-    Reply::error(format!("ERR {e}"))
+    match e {
+        // Redis's reply to a write on a read-only replica: client libraries raise their
+        // read-only error for it.
+        tierbase::Error::OpenedReadOnly { .. } => Reply::error(format!("READONLY {e}")),
+        e => Reply::error(format!("ERR {e}")),
+    }
 }
 
 /// Whether `e` says the key is one the store cannot hold (empty, or over its key limit): such

@@ -36,5 +36,6 @@ pub use error::{Result, ServerError};
 pub use glob::glob_match;
 pub use server::{Ready, Server, ServerConfig, ShutdownHandle, Summary};
 pub use stores::{
-    AUTO, ReplyPolicy, STORES, open_store, open_store_with, reply_policy, resolve_store,
+    AUTO, ReplyPolicy, STORES, open_store, open_store_read_only, open_store_with, reply_policy,
+    resolve_store,
 };

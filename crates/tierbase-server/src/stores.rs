@@ -189,6 +189,46 @@ pub fn open_store_with(
     }
 }
 
+/// An existing store opened for reading only (`tierbase serve --read-only`: a snapshot, a
+/// read-only mount, an inspection beside other read-only opens): reads are served, every
+/// write gets `-READONLY` and nothing changes the store's files. `dram_budget` as for
+/// [`open_store_with`] (the B+-tree's pool, which must hold the pages its restart redoes).
+pub fn open_store_read_only(
+    kind: &str,
+    path: &Path,
+    dram_budget: Option<u64>,
+) -> Result<(Box<dyn Store>, ReplyPolicy)> {
+    if !path.exists() {
+        return Err(ServerError::Config(format!(
+            "{}: no store to serve read-only",
+            path.display()
+        )));
+    }
+    let store: Box<dyn Store> = match resolve_store(kind, path)? {
+        "kv" => {
+            let mut opts = KvOptions::default();
+            opts.region.read_only = true;
+            Box::new(KvStore::open(path, &opts)?)
+        }
+        "btree" => {
+            let mut opts = BTreeOptions::default();
+            opts.read_only = true;
+            if let Some(b) = dram_budget {
+                opts = opts.dram_bytes(b);
+            }
+            Box::new(BTreeStore::open(path, &opts)?)
+        }
+        "plush" => {
+            let mut opts = PlushOptions::default();
+            opts.region.read_only = true;
+            Box::new(PlushStore::open(path, &opts)?)
+        }
+        other => return Err(unknown_store(other)),
+    };
+    let policy = reply_policy(store.as_ref(), Durability::Immediate);
+    Ok((store, policy))
+}
+
 /// The reply policy for `store` opened for serving at `level`.
 pub fn reply_policy(store: &dyn Store, level: Durability) -> ReplyPolicy {
     let medium = store.describe().guarantee;

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use tierbase::device::Durability;
 use tierbase_server::resp::Limits;
-use tierbase_server::{AUTO, STORES, Server, ServerConfig, open_store_with, resolve_store};
+use tierbase_server::{
+    AUTO, STORES, Server, ServerConfig, open_store_read_only, open_store_with, resolve_store,
+};
 
 use super::Ctx;
 use crate::util::parse_size;
@@ -65,6 +67,11 @@ pub struct ServeArgs {
     /// [default: 2^14 entries, about 137 MiB].
     #[arg(long, value_parser = parse_size)]
     dram: Option<u64>,
+    /// Serve an existing store for reading only: its files are opened read-only (also on a
+    /// read-only mount, beside other read-only opens, no writer meanwhile) and every write
+    /// gets -READONLY, as a read-only Redis replica answers.
+    #[arg(long)]
+    read_only: bool,
 }
 
 /// The stores `--store` accepts, `auto` last (so that usage errors list the stores first).
@@ -106,11 +113,15 @@ pub fn run(args: ServeArgs, _ctx: &Ctx) -> anyhow::Result<()> {
     };
     config.validate()?;
     let kind = resolve_store(&args.store, &args.path)?;
-    let (store, policy) = crate::util::naming_path(
-        open_store_with(kind, &args.path, args.durability, args.dram),
-        "opening",
-        &args.path,
-    )?;
+    let opened = if args.read_only {
+        open_store_read_only(kind, &args.path, args.dram)
+    } else {
+        open_store_with(kind, &args.path, args.durability, args.dram)
+    };
+    let (store, policy) = crate::util::naming_path(opened, "opening", &args.path)?;
+    if args.read_only {
+        eprintln!("tierbase serve: read-only: every write is refused (-READONLY)");
+    }
     // A store that opened read-only (a restart on a full device) serves reads, and one whose
     // restart met a damaged log frame lost what followed it: say so first.
     for (name, text) in store.metrics() {

@@ -113,6 +113,26 @@ impl StoreDir {
             self.store.dram_budget,
         )
         .unwrap();
+        self.serve_opened(store, policy, adjust)
+    }
+
+    /// Starts a server on the existing store opened read-only (`serve --read-only`).
+    pub fn serve_read_only(&self) -> TestServer {
+        let (store, policy) = tierbase_server::open_store_read_only(
+            self.store.name,
+            &self.path,
+            self.store.dram_budget,
+        )
+        .unwrap();
+        self.serve_opened(store, policy, |_| {})
+    }
+
+    fn serve_opened(
+        &self,
+        store: Box<dyn tierbase::store::Store>,
+        policy: tierbase_server::ReplyPolicy,
+        adjust: impl FnOnce(&mut ServerConfig),
+    ) -> TestServer {
         assert_eq!(store.describe().store, self.store.name);
         let mut config = base_config();
         adjust(&mut config);
