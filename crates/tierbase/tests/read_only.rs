@@ -8,6 +8,7 @@ use std::path::Path;
 use tierbase::Error;
 use tierbase::hash::{PlushOptions, PlushStore};
 use tierbase::kv::{KvOptions, KvStore};
+use tierbase::store::Store;
 
 fn scratch_dir() -> tempfile::TempDir {
     tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap())
@@ -22,7 +23,7 @@ fn val(i: u32) -> Vec<u8> {
 }
 
 /// What a read-only store must do, through the engine's store interface.
-fn check_read_only(store: &dyn tierbase::store::Store, n: u32, ctx: &str) {
+fn check_read_only(store: &dyn Store, n: u32, ctx: &str) {
     for i in (0..n).step_by(7) {
         assert_eq!(store.get(&key(i)).unwrap(), Some(val(i)), "{ctx}: key {i}");
     }
@@ -52,6 +53,36 @@ fn unchanged(path: &Path, before: &[u8], ctx: &str) {
     assert!(after == before, "{ctx}: a read-only open changed the file");
 }
 
+/// The read-only opens of a one-file store at `path` (closed cleanly) and at `crashed` (a
+/// copy taken while it was open): `open(path, read_only)` opens it either way.
+fn check_file_store(
+    path: &Path,
+    crashed: &Path,
+    n: u32,
+    open: impl Fn(&Path, bool) -> tierbase::Result<Box<dyn Store>>,
+) {
+    for (p, clean) in [(path, true), (crashed, false)] {
+        let ctx = format!("{}, clean close {clean}", p.display());
+        let before = std::fs::read(p).unwrap();
+        let a = open(p, true).unwrap();
+        // Another read-only open shares it; a writer cannot open meanwhile.
+        let b = open(p, true).unwrap();
+        assert!(
+            matches!(open(p, false), Err(Error::Locked { .. })),
+            "{ctx}: a writer opened beside a reader"
+        );
+        check_read_only(a.as_ref(), n, &ctx);
+        check_read_only(b.as_ref(), n, &ctx);
+        a.close().unwrap();
+        b.close().unwrap();
+        unchanged(p, &before, &ctx);
+    }
+    // The crash image still recovers for writing (the read-only opens repaired nothing).
+    let w = open(crashed, false).unwrap();
+    assert!(w.put(b"new", b"v").unwrap());
+    w.close().unwrap();
+}
+
 #[test]
 fn a_read_only_kv_store_reads_refuses_writes_and_changes_nothing() {
     let dir = scratch_dir();
@@ -65,33 +96,16 @@ fn a_read_only_kv_store_reads_refuses_writes_and_changes_nothing() {
     // A crash image: the file as it is while the store is open (its clean mark cleared).
     std::fs::copy(&path, &crashed).unwrap();
     s.close().unwrap();
-    let mut ro = KvOptions::default();
-    ro.region.read_only = true;
-    for (p, clean) in [(&path, true), (&crashed, false)] {
-        let ctx = format!("kv, clean close {clean}");
-        let before = std::fs::read(p).unwrap();
-        let a = KvStore::open(p, &ro).unwrap();
-        assert_eq!(a.recovery().after_clean_close, clean, "{ctx}");
-        // Another read-only open shares it; a writer cannot open meanwhile.
-        let b = KvStore::open(p, &ro).unwrap();
-        assert!(
-            matches!(
-                KvStore::open(p, &KvOptions::default()),
-                Err(Error::Locked { .. })
-            ),
-            "{ctx}: a writer opened beside a reader"
-        );
-        check_read_only(&a, n, &ctx);
-        check_read_only(&b, n, &ctx);
-        a.close().unwrap();
-        b.close().unwrap();
-        unchanged(p, &before, &ctx);
-    }
-    // The crash image still recovers for writing (the read-only opens repaired nothing).
-    let w = KvStore::open(&crashed, &KvOptions::default()).unwrap();
-    assert!(!w.recovery().after_clean_close);
-    assert!(w.put(b"new", b"v").unwrap());
-    w.close().unwrap();
+    let open = |p: &Path, read_only: bool| {
+        let mut o = KvOptions::default();
+        o.region.read_only = read_only;
+        KvStore::open(p, &o)
+    };
+    // The crash image is recovered (in the process's pages) as after a crash.
+    assert!(!open(&crashed, true).unwrap().recovery().after_clean_close);
+    check_file_store(&path, &crashed, n, |p, ro| {
+        open(p, ro).map(|s| Box::new(s) as Box<dyn Store>)
+    });
 }
 
 #[test]
@@ -108,27 +122,22 @@ fn a_read_only_plush_store_reads_refuses_writes_and_changes_nothing() {
     }
     std::fs::copy(&path, &crashed).unwrap();
     s.close().unwrap();
-    let mut ro = opts.clone();
-    ro.region.read_only = true;
-    for (p, clean) in [(&path, true), (&crashed, false)] {
-        let ctx = format!("plush, clean close {clean}");
-        let before = std::fs::read(p).unwrap();
-        let a = PlushStore::open(p, &ro).unwrap();
-        let b = PlushStore::open(p, &ro).unwrap();
-        assert!(
-            matches!(PlushStore::open(p, &opts), Err(Error::Locked { .. })),
-            "{ctx}: a writer opened beside a reader"
-        );
-        check_read_only(&a, n, &ctx);
-        check_read_only(&b, n, &ctx);
-        assert!(a.verify().unwrap().problems.is_empty(), "{ctx}");
-        a.close().unwrap();
-        b.close().unwrap();
-        unchanged(p, &before, &ctx);
-    }
-    let w = PlushStore::open(&crashed, &opts).unwrap();
-    assert!(w.put(b"new", b"v").unwrap());
-    w.close().unwrap();
+    let open = |p: &Path, read_only: bool| {
+        let mut o = opts.clone();
+        o.region.read_only = read_only;
+        PlushStore::open(p, &o)
+    };
+    assert!(
+        open(&crashed, true)
+            .unwrap()
+            .verify()
+            .unwrap()
+            .problems
+            .is_empty()
+    );
+    check_file_store(&path, &crashed, n, |p, ro| {
+        open(p, ro).map(|s| Box::new(s) as Box<dyn Store>)
+    });
 }
 
 /// Every file of a B+-tree store directory, by name.
