@@ -168,6 +168,19 @@ fn bad_input_is_one_clear_line() {
         &tierbase(&["kv", "create", "--path", "/tmp/x.tb", "--chunk", "10Q"]),
         "unknown unit 'Q'",
     );
+    let zero = dir.path().join("zero.tb");
+    one_line_error(
+        &tierbase(&[
+            "kv",
+            "create",
+            "--path",
+            zero.to_str().unwrap(),
+            "--chunk",
+            "0",
+        ]),
+        "must be at least one block, not 0",
+    );
+    assert!(!zero.exists(), "a refused create left its file");
     // A file that is not a store.
     let junk = dir.path().join("junk");
     std::fs::write(&junk, vec![7u8; 100_000]).unwrap();

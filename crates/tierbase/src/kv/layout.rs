@@ -118,6 +118,12 @@ pub struct Geometry {
 impl Geometry {
     /// Computes the geometry for a new store.
     pub fn new(layout: RecordLayout, pages_per_block: u32, chunk_bytes: u64) -> Result<Self> {
+        if chunk_bytes == 0 {
+            // It was taken as one block: a store that grew a block at a time.
+            return Err(Error::InvalidArgument(
+                "the largest growth step (chunk size) must be at least one block, not 0".into(),
+            ));
+        }
         if pages_per_block == 0 || pages_per_block > MAX_PAGES_PER_BLOCK {
             return Err(Error::InvalidArgument(format!(
                 "pages per block must be 1..={MAX_PAGES_PER_BLOCK}, got {pages_per_block}"
