@@ -564,6 +564,9 @@ fn push_line_text(out: &mut Vec<u8>, s: &str) {
 
 /// Appends `$<len>\r\n<bytes>\r\n`.
 fn push_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
+    // Room for all of it at once: appended in pieces, a large value's trailing CRLF would
+    // double the buffer (an 8 MB GET took 16 MB).
+    out.reserve(bytes.len() + 24);
     push_header(out, b'$', bytes.len());
     out.extend_from_slice(bytes);
     out.extend_from_slice(b"\r\n");

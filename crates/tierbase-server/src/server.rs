@@ -450,8 +450,18 @@ impl Drop for BufferCharge<'_> {
 }
 
 /// Closes a connection whose buffers took the server over its client memory limit, with an
-/// error reply.
-async fn evict(stream: &mut TcpStream, shared: &Shared, protocol: Protocol) -> Flow {
+/// error reply: its buffers are given back first, and a client that does not read gets a
+/// second to take the reply.
+async fn evict(
+    stream: &mut TcpStream,
+    shared: &Shared,
+    protocol: Protocol,
+    buffers: (&mut Vec<u8>, &mut Vec<u8>),
+    charge: &mut BufferCharge<'_>,
+) -> Flow {
+    *buffers.0 = Vec::new();
+    *buffers.1 = Vec::new();
+    let _ = charge.update(0, 0);
     shared.stats.evicted_clients.incr();
     let mut reply = Vec::new();
     Reply::error(format!(
@@ -460,7 +470,7 @@ async fn evict(stream: &mut TcpStream, shared: &Shared, protocol: Protocol) -> F
         shared.config.max_client_memory
     ))
     .encode(protocol, &mut reply);
-    let _ = stream.write_all(&reply).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&reply)).await;
     let _ = stream.shutdown().await;
     Flow::Close
 }
@@ -498,6 +508,11 @@ async fn connection(
         };
         let unparsed = input.len();
         if !output.is_empty() {
+            // The replies count before they go out (a large GET's, or MGET's).
+            if !charge.update(input.capacity(), output.capacity()) {
+                let buffers = (&mut input, &mut output);
+                return evict(&mut stream, shared, session.protocol, buffers, &mut charge).await;
+            }
             match write_while_reading(&mut stream, &output, &mut input, &mut charge).await {
                 Ok(true) => {}
                 Ok(false) => {
@@ -543,7 +558,8 @@ async fn connection(
         }
         input.reserve(READ_CHUNK);
         if !charge.update(input.capacity(), output.capacity()) {
-            return evict(&mut stream, shared, session.protocol).await;
+            let buffers = (&mut input, &mut output);
+            return evict(&mut stream, shared, session.protocol, buffers, &mut charge).await;
         }
         let read = async {
             match shared.config.idle_timeout {
@@ -871,6 +887,10 @@ async fn run_batch(
             break (stretch.flow, stretch.broken);
         }
         // A full reply buffer mid-pipeline: send it, then go on.
+        if !charge.update(input.capacity(), output.capacity()) {
+            evict(stream, shared, session.protocol, (input, output), charge).await;
+            return Err(());
+        }
         match write_while_reading(stream, output, input, charge).await {
             Ok(true) => {}
             Ok(false) => {

@@ -1260,7 +1260,24 @@ fn the_connections_buffers_share_one_limit() {
     let big: Vec<u8> = cmd("GET").arg("big").query(&mut con).unwrap();
     assert_eq!(big.len(), value_len);
     assert_eq!(buffered(&mut con), 0, "the reply's buffer was kept");
-    drop((a, con));
+    // Replies count too: while A holds 4 MiB again, an 8 MB reply would take the total over,
+    // so that client is closed with the error instead of the reply.
+    a.send(header.as_bytes());
+    a.send(&vec![b'x'; 3_000_000]);
+    wait_for(&mut con, "A's 4 MiB again", &|n| n == held_a);
+    let mut c = server.raw();
+    let refused = show(&c.cmd(&[b"GET", b"big"]));
+    assert!(
+        refused.starts_with("-ERR client memory limit reached"),
+        "{}",
+        &refused[..refused.len().min(80)]
+    );
+    c.expect_eof();
+    drop(a);
+    wait_for(&mut con, "A gone", &|n| n == 0);
+    let info: String = cmd("INFO").arg("stats").query(&mut con).unwrap();
+    assert!(info.contains("evicted_clients:2"), "{info}");
+    drop(con);
     server.stop();
 }
 

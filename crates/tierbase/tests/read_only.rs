@@ -206,6 +206,15 @@ fn a_read_only_btree_store_reads_refuses_writes_and_changes_nothing() {
             "{ctx}: a read-only open changed a file"
         );
     }
+    // Redo's pages must fit the pool: a clear error naming the budget, not "a failed write".
+    let mut small = ro.clone();
+    small.dram_bytes = 16 * 4096;
+    match BTreeStore::open(&crashed, &small) {
+        Err(e @ Error::InvalidArgument(_)) => {
+            assert!(e.to_string().contains("give a larger one (--dram)"), "{e}")
+        }
+        other => panic!("a read-only restart in 16 frames: {other:?}"),
+    }
     let w = BTreeStore::open(&crashed, &opts).unwrap();
     assert!(w.put(b"new", b"v").unwrap());
     w.close().unwrap();

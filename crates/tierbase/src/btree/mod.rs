@@ -1051,7 +1051,17 @@ impl BTreeStore {
             restart.records += tree.redo(lsn, payload)?;
             Ok(())
         })
-        .map_err(|e| with_path(e, path.as_deref()))?;
+        .map_err(|e| match e {
+            // The frozen pool ran out of frames for redo's pages (nothing failed).
+            Error::ReadOnly { .. } if opts.read_only => Error::InvalidArgument(format!(
+                "{}: opened read-only, restart keeps the pages its redo changes in DRAM, and \
+                 they do not fit the DRAM budget of {} bytes: give a larger one (--dram)",
+                path.as_deref()
+                    .map_or_else(|| "<memory>".into(), |p| p.display().to_string()),
+                opts.dram_bytes
+            )),
+            e => with_path(e, path.as_deref()),
+        })?;
         restart.log_bytes = end.lsn - redo_lsn;
         restart.log_damage = end.damage;
         if let Some(d) = &end.damage {

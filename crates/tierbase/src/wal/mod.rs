@@ -499,16 +499,19 @@ impl Wal {
                 let g = u32::from_le_bytes(h[8..12].try_into().expect("4"));
                 let plen = u32::from_le_bytes(h[12..16].try_into().expect("4")) as usize;
                 let lsn = u64::from_le_bytes(h[16..24].try_into().expect("8"));
+                // An older generation's bytes (a reused file) past the end are no damage: only a
+                // frame header of this generation that fails is searched past.
+                let ours = written && g == expect_gen;
                 if len < FRAME_HEADER as usize || !len.is_multiple_of(8) || g != expect_gen {
-                    stopped_at_bytes = written;
+                    stopped_at_bytes = ours;
                     break;
                 }
                 let Some(body) = bytes.get(at + 8, len - 8)? else {
-                    stopped_at_bytes = written;
+                    stopped_at_bytes = ours;
                     break;
                 };
                 if crc(body) != sum {
-                    stopped_at_bytes = written;
+                    stopped_at_bytes = ours;
                     break;
                 }
                 let here = gen_start + (at as u64 - BLOCK);
@@ -1086,18 +1089,20 @@ fn frames_after(
         let g = u32::from_le_bytes(h[8..12].try_into().expect("4"));
         let lsn = u64::from_le_bytes(h[16..24].try_into().expect("8"));
         // The frame's own position is in it: a match by chance is all but impossible.
-        let plausible = g == generation
-            && lsn == lsn_at(p)
-            && len >= FRAME_HEADER as usize
-            && len.is_multiple_of(8);
-        if plausible
-            && bytes
+        let framed = len >= FRAME_HEADER as usize && len.is_multiple_of(8);
+        let whole = |bytes: &mut FrameReader<'_>| -> Result<bool> {
+            Ok(bytes
                 .get(p + 8, len - 8)?
-                .is_some_and(|body| crc(body) == sum)
-        {
+                .is_some_and(|body| crc(body) == sum))
+        };
+        if framed && g == generation && lsn == lsn_at(p) && whole(bytes)? {
             found.frames_after += 1;
             found.last_lsn = lsn + len as u64;
             p += len;
+        } else if framed && g < generation && (generation - g).is_multiple_of(2) && whole(bytes)? {
+            // A whole frame of an older generation in this file: what this one wrote ended
+            // before it (a reused file is overwritten from its start), so nothing follows.
+            break;
         } else {
             p += 8;
         }
