@@ -234,6 +234,11 @@ impl ResultFile {
 /// /dev/null`, `--out /dev/stdout`) is written through, never replaced by a rename (as root,
 /// a rename over `/dev/null` replaced it for the whole system).
 fn output_target(path: &Path) -> (PathBuf, bool) {
+    // A device, FIFO or socket at the end of any links (`/dev/stdout` into a pipe): written
+    // through its own name, which the kernel resolves.
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+        return (path.to_path_buf(), true);
+    }
     let mut target = path.to_path_buf();
     // Follow links one at a time (a dangling link's target is where the file is to be).
     for _ in 0..40 {
@@ -247,8 +252,7 @@ fn output_target(path: &Path) -> (PathBuf, bool) {
             Err(_) => break,
         }
     }
-    let in_place = std::fs::metadata(&target).is_ok_and(|m| !m.is_file() && !m.is_dir());
-    (target, in_place)
+    (target, false)
 }
 
 /// Writes `value` as pretty JSON atomically (temporary sibling, then rename), so a reader never

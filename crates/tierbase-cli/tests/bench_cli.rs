@@ -256,3 +256,28 @@ fn stores_are_listed() {
         assert!(s.contains(name), "{s}");
     }
 }
+
+/// `--out /dev/stdout` into a pipe writes the results there (it was refused: the link led to
+/// `pipe:[N]`, which names no file), and nothing is left in the working directory.
+#[test]
+fn results_to_standard_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tierbase(
+        &ycsb(&[
+            "--store",
+            "memory",
+            "--threads",
+            "1",
+            "--out",
+            "/dev/stdout",
+        ]),
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("\"format\": \"tierbase-bench-results\""),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}

@@ -999,7 +999,9 @@ fn key_spec_flags(spec: &Spec) -> &'static [&'static str] {
     match spec.name {
         "del" | "unlink" => &["RM", "delete"],
         "getdel" => &["RW", "access", "delete"],
-        "mset" | "set" | "setnx" => &["RW", "update"],
+        "mset" => &["OW", "update"],
+        "setnx" => &["OW", "insert"],
+        "set" => &["RW", "access", "update", "variable_flags"],
         _ if spec.flags.contains(&"write") => &["RW", "access", "update"],
         _ => &["RO", "access"],
     }

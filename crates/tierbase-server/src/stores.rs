@@ -178,7 +178,8 @@ pub fn open_store_with(
                 )));
             }
             let mut opts = PlushOptions::default();
-            if let Some(b) = dram_budget {
+            // Only a new store is sized by it (an existing one keeps its own DRAM level).
+            if let Some(b) = dram_budget.filter(|_| !path.exists()) {
                 opts = opts.dram_bits(tierbase::hash::dram_bits_for_budget(b)?);
             }
             let store = PlushStore::open_or_create(path, &opts)?;
@@ -235,6 +236,10 @@ pub fn reply_policy(store: &dyn Store, level: Durability) -> ReplyPolicy {
     let defers = store.defers_sync();
     let in_process = !store.applied_survives_process_crash();
     let (guarantee, class) = match (medium.as_str(), level) {
+        ("read-only", _) => (
+            "read-only: every write is refused, nothing changes the store".to_string(),
+            "read-only",
+        ),
         ("nothing", _) => ("nothing survives the process".to_string(), "none"),
         // Applied writes may wait in the process's memory until the store's next sync.
         ("power loss", Durability::Eventual(d)) if in_process => (

@@ -125,7 +125,7 @@ pub fn run(args: ServeArgs, _ctx: &Ctx) -> anyhow::Result<()> {
     // A store that opened read-only (a restart on a full device) serves reads, and one whose
     // restart met a damaged log frame lost what followed it: say so first.
     for (name, text) in store.metrics() {
-        if name.ends_with("read_only") {
+        if name.ends_with("read_only") && !args.read_only {
             eprintln!("tierbase serve: the store is read-only (writes are refused): {text}");
         } else if name.ends_with("damage") {
             eprintln!("tierbase serve: warning: {text}");

@@ -944,6 +944,11 @@ impl BTreeStore {
         let flags = devs.flags();
         let log = Arc::new(LogLink::default());
         let (medium, guarantee) = describe_medium(&devs, dir);
+        let guarantee = if opts.read_only {
+            "read-only"
+        } else {
+            guarantee
+        };
         // The budget holds the log's buffers too (none when the log is on NVM).
         // NVM direct writes no log records: its log keeps the smallest buffers.
         let (tail_limit, log_buffers, log_in_budget) = if devs.nvm_direct {

@@ -1570,7 +1570,7 @@ impl PlushStore {
                 .load(Ordering::Acquire)
                 .then(|| inner.count.load(Ordering::Acquire).max(0) as u64),
             durability: info.durability,
-            guarantee: info.durability.guarantee(),
+            guarantee: inner.region.guarantee_label(),
             flush: inner.region.flush_instruction().name(),
             key_search: KeySearch::detected().name(),
             emulation: info.emulation,
@@ -1798,14 +1798,13 @@ impl Inner {
 
 impl Store for PlushStore {
     fn describe(&self) -> StoreDescription {
-        let info = self.inner().region.info();
         StoreDescription {
             store: "plush".into(),
             medium: match &self.inner().path {
-                Some(p) => format!("{} {}", info.durability.medium(), p.display()),
-                None => info.durability.medium().to_string(),
+                Some(p) => format!("{} {}", self.inner().region.medium_label(), p.display()),
+                None => self.inner().region.medium_label().to_string(),
             },
-            guarantee: info.durability.survives().into(),
+            guarantee: self.inner().region.survives_label().into(),
             commit: "immediate".into(),
             ordered: false,
         }

@@ -754,7 +754,7 @@ impl KvStore {
             layout: geo.layout,
             records: inner.index.len() as u64,
             durability: inner.region.durability(),
-            guarantee: inner.region.durability().guarantee(),
+            guarantee: inner.region.guarantee_label(),
             commit: if inner.region.defers_persists() || !self.shared.commit.defers() {
                 self.shared.commit.name()
             } else {
@@ -983,12 +983,12 @@ fn decode_header(hdr: &[u8], path: Option<&Path>, chunk_size: u64) -> Result<Geo
 impl Store for KvStore {
     fn describe(&self) -> StoreDescription {
         let inner = self.inner();
-        let mode = inner.region.durability();
+        let label = inner.region.medium_label();
         let medium = match inner.path() {
-            Some(p) => format!("{} {}", mode.medium(), p.display()),
-            None => mode.medium().to_string(),
+            Some(p) => format!("{label} {}", p.display()),
+            None => label.to_string(),
         };
-        let guarantee = mode.survives();
+        let guarantee = inner.region.survives_label();
         StoreDescription {
             store: "kv".into(),
             medium,

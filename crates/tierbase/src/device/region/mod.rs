@@ -409,9 +409,8 @@ impl PmemRegion {
             region.mapping = MappingKind::Private;
             region.map_range(0, REGION_HEADER_LEN + data_len, false)?;
             region.flush = FlushInstruction::None;
-            if region.prefault {
-                region.prefault_range(0, data_len);
-            }
+            // No prefault: it writes to fault pages in, which would copy every page.
+            region.prefault = false;
             return Ok(region);
         }
         // Map the header and the existing data; the first mapping decides DAX or not.
@@ -733,6 +732,36 @@ impl PmemRegion {
     /// Whether the region maps its file read-only, copy-on-write ([`RegionOptions::read_only`]).
     pub fn is_read_only(&self) -> bool {
         self.mapping == MappingKind::Private
+    }
+
+    /// What the region lives on, for a store's description: the durability mode's medium, or
+    /// "read-only file" (its mode is `None` only because nothing is written).
+    pub fn medium_label(&self) -> &'static str {
+        if self.is_read_only() {
+            "read-only file"
+        } else {
+            self.mode.medium()
+        }
+    }
+
+    /// What a write survives, in a sentence (see [`DurabilityMode::guarantee`]); for a
+    /// read-only region, that nothing is written.
+    pub fn guarantee_label(&self) -> &'static str {
+        if self.is_read_only() {
+            "opened read-only: nothing is written, every write is refused"
+        } else {
+            self.mode.guarantee()
+        }
+    }
+
+    /// What an acknowledged write survives, in two words (see [`DurabilityMode::survives`]);
+    /// `read-only` for a read-only region.
+    pub fn survives_label(&self) -> &'static str {
+        if self.is_read_only() {
+            "read-only"
+        } else {
+            self.mode.survives()
+        }
     }
 
     /// Backing file path, if any.
