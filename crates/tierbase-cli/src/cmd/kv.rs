@@ -203,7 +203,13 @@ fn print_stats(store: &KvStore) -> anyhow::Result<()> {
     };
     outln!("layout        {}", s.layout)?;
     outln!("records       {}", s.records)?;
-    outln!("durability    {} ({})", s.durability, s.guarantee)?;
+    // A read-only store runs in mode `none` only because it writes nothing.
+    let mode = if store.region().is_read_only() {
+        "read-only".to_string()
+    } else {
+        s.durability.to_string()
+    };
+    outln!("durability    {mode} ({})", s.guarantee)?;
     outln!(
         "commit        {} ({} deferred persists, {} file syncs)",
         s.commit,

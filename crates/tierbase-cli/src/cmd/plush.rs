@@ -327,7 +327,13 @@ fn print_stats(store: &PlushStore) -> anyhow::Result<()> {
         s.records
             .map_or_else(|| "unknown".to_string(), |n| n.to_string())
     )?;
-    outln!("durability    {} ({})", s.durability, s.guarantee)?;
+    // A read-only store runs in mode `none` only because it writes nothing.
+    let mode = if store.region().is_read_only() {
+        "read-only".to_string()
+    } else {
+        s.durability.to_string()
+    };
+    outln!("durability    {mode} ({})", s.guarantee)?;
     outln!("medium        {}", store.describe().medium)?;
     outln!("flush         {}", s.flush)?;
     outln!("key search    {}", s.key_search)?;
