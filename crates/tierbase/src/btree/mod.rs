@@ -1116,12 +1116,15 @@ impl BTreeStore {
             ));
         }
         tree.adopt_meta(meta);
-        let (wal, seq) = match if opts.read_only {
-            Err(Error::OpenedReadOnly { path: None })
-        } else {
-            tree.pool.flush_dirty()
-        } {
-            Ok(written) => {
+        // Opened read-only: the pages redo changed stay in DRAM; no checkpoint, no new log
+        // generation (a later open redoes from the same checkpoint).
+        let flushed = (!opts.read_only).then(|| tree.pool.flush_dirty());
+        let (wal, seq) = match flushed {
+            None => {
+                tree.writer.write().failed = Some(OPENED_READ_ONLY.into());
+                (Wal::read_only(logs, end, OPENED_READ_ONLY.into()), seq)
+            }
+            Some(Ok(written)) => {
                 restart.pages_written = written;
                 let pages = tree.pool.device();
                 // Redo now starts at the last generation read (its file stays untouched),
@@ -1147,13 +1150,7 @@ impl BTreeStore {
             // No room on the device for the pages redo changed: open read-only, the pages in
             // DRAM and media as they are (a later restart redoes from the same checkpoint), so
             // that the data can be read before space is freed.
-            // Opened read-only: the pages redo changed stay in DRAM; no checkpoint, no new log
-            // generation (a later open redoes from the same checkpoint).
-            Err(Error::OpenedReadOnly { .. }) => {
-                tree.writer.write().failed = Some(OPENED_READ_ONLY.into());
-                (Wal::read_only(logs, end, OPENED_READ_ONLY.into()), seq)
-            }
-            Err(e @ Error::DeviceFull { .. }) => {
+            Some(Err(e @ Error::DeviceFull { .. })) => {
                 let reason = format!(
                     "{e}; opened read-only, as restart could not write the pages it redid \
                      (free space and reopen)"
@@ -1163,7 +1160,7 @@ impl BTreeStore {
                 tree.writer.write().failed = Some(reason.clone());
                 (Wal::read_only(logs, end, reason), seq)
             }
-            Err(e) => return Err(e),
+            Some(Err(e)) => return Err(e),
         };
         let wal = Arc::new(wal.with_tail_limit(tail_limit));
         let write_behind = if opts.read_only {

@@ -1650,14 +1650,7 @@ impl PlushStore {
     /// What this open's recovery found damaged ([`RecoveryReport::damaged_payloads`]), if
     /// anything: said once, by the open that met it (the records are dropped).
     pub fn recovery_damage(&self) -> Option<String> {
-        let n = self.recovery_report().damaged_payloads;
-        (n > 0).then(|| {
-            format!(
-                "{n} record{} the recovery logs hold had a payload entry that fails its check \
-                 after a clean close (media damage): their keys are lost",
-                if n == 1 { "" } else { "s" }
-            )
-        })
+        self.recovery_report().damage()
     }
 }
 

@@ -228,7 +228,6 @@ pub(super) fn open(
                 );
                 if word(&region, off + payload_chunk::STATE)? & payload_chunk::IN_USE != 0 {
                     ch.in_use.store(true, Ordering::Release);
-                    let resume_word = word(&region, off + payload_chunk::RESUME)?;
                     // Where a clean close left its next entry: appends go on there. Cleared
                     // first (persisted), so that a crash after them is not mistaken for a
                     // clean close. Without it the write position is not known: the chunk
@@ -240,7 +239,7 @@ pub(super) fn open(
                     {
                         resumed.push((c, resume));
                     }
-                    ch.closed_cleanly.store(resume_word != 0, Ordering::Release);
+                    ch.closed_cleanly.store(resume != 0, Ordering::Release);
                 } else {
                     free.push(c);
                 }
@@ -361,19 +360,29 @@ pub(super) fn open(
         report.damaged_payloads += damaged;
         reseal.extend(r);
     }
-    if report.damaged_payloads > 0 {
-        tracing::warn!(
-            "Plush store {:?}: {} records' payload entries fail their check after a clean \
-             close (media damage): their keys are lost",
-            inner.path,
-            report.damaged_payloads
-        );
+    if let Some(d) = report.damage() {
+        tracing::warn!("Plush store {:?}: {d}", inner.path);
     }
     report.replay = t.elapsed();
     let opens = inner.region.atomic_u64(header::OPENS as u64)?;
     opens.fetch_add(1, Ordering::AcqRel);
     inner.region.persist(header::OPENS as u64, 8)?;
     Ok((inner, report, reseal))
+}
+
+impl RecoveryReport {
+    /// What recovery found damaged ([`RecoveryReport::damaged_payloads`]), if anything, in a
+    /// sentence.
+    pub fn damage(&self) -> Option<String> {
+        let n = self.damaged_payloads;
+        (n > 0).then(|| {
+            format!(
+                "{n} record{} the recovery logs hold had a payload entry that fails its check \
+                 after a clean close (media damage): their keys are lost",
+                if n == 1 { "" } else { "s" }
+            )
+        })
+    }
 }
 
 /// A DRAM entry's live log entries: (epoch, slot) → (key word, value word).

@@ -211,8 +211,7 @@ impl Writer<'_> {
     /// Inserts or replaces `key`. Returns `true` if the key was new. Durable when it returns
     /// (in the region's durability mode).
     pub(crate) fn put(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
-        self.inner.check_key(key)?;
-        self.inner.check_value(value)?;
+        self.inner.check_record(key, value)?;
         self.inner.check_writable()?;
         let inner = self.inner;
         let kw = inner.key_word(key);
@@ -290,8 +289,7 @@ impl Writer<'_> {
     /// atomically in place; everything else (every variable-layout value) is copy-on-write.
     /// Durable when it returns.
     pub(crate) fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
-        self.inner.check_key(key)?;
-        self.inner.check_value(value)?;
+        self.inner.check_record(key, value)?;
         self.inner.check_writable()?;
         let inner = self.inner;
         let kw = inner.key_word(key);

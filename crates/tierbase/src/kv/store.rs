@@ -799,6 +799,8 @@ impl Inner {
         }
     }
 
+    /// Refuses a value this store cannot hold: the wrong size for a fixed layout, or over
+    /// the largest.
     pub fn check_value(&self, value: &[u8]) -> Result<()> {
         match self.geo.fixed_sizes() {
             Some((_, v)) if value.len() != v => Err(Error::WrongSize {
