@@ -195,18 +195,33 @@ pub struct BTreeOptions {
     pub read_only: bool,
 }
 
-/// The writer's failure reason of a store opened read-only (see [`refusal`]).
-const OPENED_READ_ONLY: &str = "opened read-only";
+/// Why a B+-tree refuses writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Opened read-only: nothing failed, and nothing may be written.
+    OpenedReadOnly,
+    /// A write failed (its reason): the store went read-only.
+    Failed(String),
+}
 
-/// The error a refused write gets: [`Error::OpenedReadOnly`] for a store opened read-only,
-/// else [`Error::ReadOnly`] with the failure's reason.
-pub(crate) fn refusal(path: Option<PathBuf>, reason: &str) -> Error {
-    if reason == OPENED_READ_ONLY {
-        Error::OpenedReadOnly { path }
-    } else {
-        Error::ReadOnly {
-            path,
-            reason: reason.to_string(),
+impl Refusal {
+    /// The error a refused write gets: [`Error::OpenedReadOnly`] for a store opened
+    /// read-only, else [`Error::ReadOnly`] with the failure's reason.
+    pub(crate) fn error(&self, path: Option<PathBuf>) -> Error {
+        match self {
+            Refusal::OpenedReadOnly => Error::OpenedReadOnly { path },
+            Refusal::Failed(reason) => Error::ReadOnly {
+                path,
+                reason: reason.clone(),
+            },
+        }
+    }
+
+    /// The reason, as `stats` gives it.
+    pub(crate) fn reason(&self) -> &str {
+        match self {
+            Refusal::OpenedReadOnly => "opened read-only",
+            Refusal::Failed(reason) => reason,
         }
     }
 }
@@ -1121,8 +1136,10 @@ impl BTreeStore {
         let flushed = (!opts.read_only).then(|| tree.pool.flush_dirty());
         let (wal, seq) = match flushed {
             None => {
-                tree.writer.write().failed = Some(OPENED_READ_ONLY.into());
-                (Wal::read_only(logs, end, OPENED_READ_ONLY.into()), seq)
+                let refusal = Refusal::OpenedReadOnly;
+                let wal = Wal::read_only(logs, end, refusal.reason().into());
+                tree.writer.write().failed = Some(refusal);
+                (wal, seq)
             }
             Some(Ok(written)) => {
                 restart.pages_written = written;
@@ -1157,7 +1174,7 @@ impl BTreeStore {
                 );
                 let at = path.as_deref().map(Path::display);
                 tracing::warn!("B-tree store in {at:?}: {reason}");
-                tree.writer.write().failed = Some(reason.clone());
+                tree.writer.write().failed = Some(Refusal::Failed(reason.clone()));
                 (Wal::read_only(logs, end, reason), seq)
             }
             Some(Err(e)) => return Err(e),
@@ -1610,10 +1627,9 @@ impl Inner {
     /// A log or page write failed: the store refuses writes from now on.
     fn failed(&self, e: Error) -> Error {
         let mut w = self.tree.writer.write();
-        if w.failed.is_none() {
-            w.failed = Some(e.failure_reason());
-        }
-        refusal(self.path.clone(), w.failed.as_deref().unwrap_or_default())
+        w.failed
+            .get_or_insert_with(|| Refusal::Failed(e.failure_reason()))
+            .error(self.path.clone())
     }
 
     fn sync(&self) -> Result<()> {
@@ -1624,7 +1640,7 @@ impl Inner {
     /// slots (if there is a tier), so the next open starts warm from NVM rather than from the
     /// page file.
     fn shut_down(&self) -> Result<()> {
-        if self.tree.writer.read().failed.as_deref() == Some(OPENED_READ_ONLY) {
+        if self.tree.writer.read().failed == Some(Refusal::OpenedReadOnly) {
             // Nothing was written, and nothing may be.
             return Ok(());
         }
@@ -1643,8 +1659,8 @@ impl Inner {
         let mut seq = self.superblock.lock();
         let (generation, start) = {
             let mut w = self.tree.writer.write();
-            if let Some(reason) = &w.failed {
-                return Err(refusal(self.path.clone(), reason));
+            if let Some(refusal) = &w.failed {
+                return Err(refusal.error(self.path.clone()));
             }
             // The generation the checkpoint starts must not need the older one's count.
             if let Err(e) = self.tree.settle_meta(&mut w) {
@@ -1933,8 +1949,8 @@ impl Inner {
                 ("wal_durable_lsn".into(), w.durable_lsn().to_string()),
             ]);
         }
-        if let Some(reason) = &self.tree.writer.read().failed {
-            out.push(("read_only".into(), reason.clone()));
+        if let Some(refusal) = &self.tree.writer.read().failed {
+            out.push(("read_only".into(), refusal.reason().to_string()));
         }
         if let Some(d) = &self.restart.log_damage {
             out.push(("restart_log_damage".into(), d.to_string()));

@@ -181,7 +181,7 @@ pub(crate) struct Writer {
     /// Which pages have their image in the log of the current generation.
     imaged: ImagedPages,
     /// Why the store refuses writes, after a failure in the middle of a change.
-    pub(crate) failed: Option<String>,
+    pub(crate) failed: Option<super::Refusal>,
     /// NVM direct: pages are changed in place under the pool's undo log, and nothing is
     /// logged (no records, no page LSNs).
     direct: bool,
@@ -1385,14 +1385,14 @@ impl Tree {
 
     fn begin(&self, w: &mut Writer) -> Result<()> {
         if w.failed.is_none() && self.pool.frozen() {
-            w.failed = Some(
+            w.failed = Some(super::Refusal::Failed(
                 self.pool
                     .write_failure()
                     .unwrap_or_else(|| "a change failed half-way (panic)".into()),
-            );
+            ));
         }
-        if let Some(reason) = &w.failed {
-            return Err(super::refusal(None, reason));
+        if let Some(refusal) = &w.failed {
+            return Err(refusal.error(None));
         }
         w.rec.clear();
         w.frame_lsn = self.wal()?.next_lsn();
@@ -1447,7 +1447,7 @@ impl Tree {
     /// A change failed half-way: pages may hold part of it, so no further writes.
     fn fail(&self, w: &mut Writer, e: Error) -> Error {
         if w.failed.is_none() {
-            w.failed = Some(e.failure_reason());
+            w.failed = Some(super::Refusal::Failed(e.failure_reason()));
         }
         // Pages may hold part of the change without a log record for it: none of them may
         // reach media now (the store is read-only; restart redoes from the log).
