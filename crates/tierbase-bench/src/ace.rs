@@ -100,6 +100,17 @@ pub const DEFAULT_PAGE_SIZE: u64 = 4096;
 /// Most pages a trace may name (the page space is held in memory while generating).
 pub const MAX_PAGES: u64 = 1 << 32;
 
+/// Largest page size (a real page file's pages are read into buffers of this size).
+pub const MAX_PAGE_SIZE: u64 = 16 << 20;
+
+/// `MemAvailable` of /proc/meminfo in bytes (`None` where there is no such file).
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib.saturating_mul(1024))
+}
+
 const STREAM_HOT: u64 = 0xACE0;
 const STREAM_PAGES: u64 = 0xACE1;
 const STREAM_WRITES: u64 = 0xACE2;
@@ -589,6 +600,39 @@ pub struct AcePlan {
 }
 
 impl AcePlan {
+    /// Refuses a run whose traces and pools would not fit in the memory available now (an
+    /// allocation that fails aborts the process): a synthetic trace holds 8 bytes per access,
+    /// its generation 8 bytes per page, and each of `threads` pools about 64 bytes per page.
+    fn check_memory(&self, capacity: usize) -> Result<()> {
+        let ops = match &self.trace {
+            TraceSource::Synthetic(s) => {
+                if s.ops > MAX_PAGES {
+                    return Err(BenchError::invalid(format!(
+                        "--ops {}: must be at most {MAX_PAGES}",
+                        s.ops
+                    )));
+                }
+                s.ops
+            }
+            TraceSource::File { trace, .. } => trace.len() as u64,
+        };
+        let threads = self.threads.min(self.write_pcts().len().max(1)) as u64;
+        let need = ops
+            .saturating_mul(8)
+            .saturating_mul(threads)
+            .saturating_add(self.pages().saturating_mul(8))
+            .saturating_add((capacity as u64).saturating_mul(64).saturating_mul(threads));
+        match available_memory() {
+            Some(have) if need > have => Err(BenchError::invalid(format!(
+                "the traces and pools need about {} of memory and {} is available: lower \
+                 --ops, --pages or --threads",
+                crate::units::format_bytes(need),
+                crate::units::format_bytes(have)
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Page space of the trace.
     pub fn pages(&self) -> u64 {
         match &self.trace {
@@ -646,9 +690,12 @@ impl AcePlan {
         if self.policies.is_empty() {
             return Err(BenchError::invalid("no replacement policy given"));
         }
-        if self.page_size == 0 || !self.page_size.is_multiple_of(4096) {
+        if self.page_size == 0
+            || !self.page_size.is_multiple_of(4096)
+            || self.page_size > MAX_PAGE_SIZE
+        {
             return Err(BenchError::invalid(format!(
-                "--page-size {}: must be a multiple of 4096",
+                "--page-size {}: must be a multiple of 4096 and at most {MAX_PAGE_SIZE} (16 MiB)",
                 self.page_size
             )));
         }
@@ -658,7 +705,11 @@ impl AcePlan {
         for p in &self.policies {
             by_name(p, 1)?;
         }
+        if self.pages() == 0 {
+            return Err(BenchError::invalid("--pages must be at least 1"));
+        }
         let capacity = self.capacity.pages(self.pages())?;
+        self.check_memory(capacity)?;
         for w in self.write_pcts() {
             if !(0.0..=100.0).contains(&w) {
                 return Err(BenchError::invalid(format!(
@@ -942,6 +993,8 @@ struct PageFile {
     path: PathBuf,
     opts: BlockOptions,
     medium: String,
+    /// Removes the file when the run ends.
+    _cleanup: crate::cleanup::Cleanup,
 }
 
 impl PageFile {
@@ -953,11 +1006,14 @@ impl PageFile {
             ..BlockOptions::default()
         };
         let len = pages * page_size;
-        let device = BlockDevice::create(path, len, &opts)?;
+        // Registered before it exists: removed when the run ends, also on Ctrl-C.
+        let (device, cleanup) =
+            crate::cleanup::create_registered(path, || Ok(BlockDevice::create(path, len, &opts)?))?;
         let mut file = PageFile {
             path: path.to_path_buf(),
             opts,
             medium: String::new(),
+            _cleanup: cleanup,
         };
         const CHUNK: u64 = 1 << 20;
         let chunk = CHUNK.max(page_size) / page_size * page_size;
@@ -1003,12 +1059,6 @@ impl PageFile {
     fn open(&self, page_size: u64) -> Result<BlockPages> {
         let device = BlockDevice::open(&self.path, &self.opts)?;
         Ok(BlockPages::new(device, page_size as usize)?)
-    }
-}
-
-impl Drop for PageFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
     }
 }
 

@@ -44,6 +44,7 @@
 
 pub mod ace;
 pub mod adapter;
+pub mod cleanup;
 pub mod contract;
 mod error;
 pub mod generator;

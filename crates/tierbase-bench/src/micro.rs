@@ -284,12 +284,9 @@ pub fn recovery(
              (got {key_size} and {value_size})"
         )));
     }
-    // Made if missing, as `bench ycsb` and `bench micro` make theirs.
-    std::fs::create_dir_all(dir).map_err(|e| BenchError::io("create directory", dir, e))?;
-    let work = tempfile::Builder::new()
-        .prefix("tierbase-recovery-")
-        .tempdir_in(dir)
-        .map_err(|e| BenchError::io("create directory in", dir, e))?;
+    // Made if missing (and removed again), as `bench ycsb` and `bench micro` make theirs.
+    let _made = crate::cleanup::make_dir(dir, true)?;
+    let work = crate::cleanup::temp_dir("tierbase-recovery-", dir)?;
     if which == RecoveryStore::Plush {
         return recovery_plush(work.path(), plan, log);
     }

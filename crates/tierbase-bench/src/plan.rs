@@ -301,17 +301,16 @@ impl Repetition {
 pub fn run_plan(plan: &BenchPlan, progress: &dyn ProgressSink) -> Result<Vec<RunResult>> {
     plan.validate()?;
     let temp_root;
+    let mut made_dir = None;
     let base: &Path = match &plan.dir {
         Some(d) => {
-            std::fs::create_dir_all(d).map_err(|e| BenchError::io("create directory", d, e))?;
+            // A directory this run makes goes again afterwards, unless its data is kept.
+            made_dir = crate::cleanup::make_dir(d, !plan.keep_data)?;
             d
         }
         None => {
-            let root = default_data_root();
-            temp_root = tempfile::Builder::new()
-                .prefix("tierbase-bench-")
-                .tempdir_in(&root)
-                .map_err(|e| BenchError::io("create temporary directory in", &root, e))?;
+            // Removed afterwards, also on Ctrl-C (it may be in /dev/shm, that is, in RAM).
+            temp_root = crate::cleanup::temp_dir("tierbase-bench-", &default_data_root())?;
             temp_root.path()
         }
     };
@@ -325,6 +324,7 @@ pub fn run_plan(plan: &BenchPlan, progress: &dyn ProgressSink) -> Result<Vec<Run
             results.push(summarize(plan, spec, threads, reps));
         }
     }
+    drop(made_dir);
     Ok(results)
 }
 
@@ -337,10 +337,7 @@ fn run_repetition(
     progress: &dyn ProgressSink,
 ) -> Result<Repetition> {
     let prefix = format!("{}-{}-t{threads}-r{rep}-", plan.store, spec.name);
-    let dir = tempfile::Builder::new()
-        .prefix(&prefix)
-        .tempdir_in(base)
-        .map_err(|e| BenchError::io("create directory in", base, e))?;
+    let dir = crate::cleanup::temp_dir(&prefix, base)?;
     let mut opts = StoreOptions::new(dir.path());
     // The records the store will hold at the end: those loaded plus the inserts of warm-up and
     // measured operations (a sizing hint: stores pre-size for it, as Viper's benchmark sizes
@@ -452,8 +449,7 @@ fn run_repetition(
         let kept = dir.keep();
         progress.message(&format!("kept data in {}", kept.display()));
     } else {
-        dir.close()
-            .map_err(|e| BenchError::io("remove directory", base, e))?;
+        dir.remove()?;
     }
     Ok(Repetition {
         info,

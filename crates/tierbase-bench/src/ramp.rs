@@ -53,6 +53,10 @@ pub struct RampReport {
     pub store: String,
     /// Where the store's files were, as the store describes its media.
     pub medium: String,
+    /// The cache-line flush instruction of the NVM tier's persists (`None`: no NVM tier).
+    pub flush: Option<String>,
+    /// The device profile the store imitated (`None`: nothing emulated).
+    pub emulated: Option<String>,
     /// Records in the store.
     pub records: u64,
     /// Reads per second before the close (the second half of the warm run).
@@ -170,6 +174,16 @@ pub fn ramp(o: &StoreOptions, plan: &RampPlan, log: &mut dyn FnMut(&str)) -> Res
     let restart_ms = opened.elapsed().as_secs_f64() * 1e3;
     let nvm_scan_ms = store.restart_report().nvm_scan_micros as f64 / 1e3;
     let medium = tierbase::store::Store::describe(&store).medium;
+    let flush = store
+        .nvm_region()
+        .map(|r| r.flush_instruction())
+        .or_else(|| store.nvm_direct_region().map(|r| r.flush_instruction()))
+        .map(|f| f.name().to_string());
+    let emulated = [&o.emulate, &o.nvm_emulate]
+        .into_iter()
+        .flatten()
+        .map(|p| p.name.clone())
+        .reduce(|a, b| format!("{a} + {b}"));
     let after = read_for(&store, plan.records, &mut rng, plan.duration, plan.interval)?;
     let starts = std::iter::once(Duration::ZERO).chain(after.iter().map(|&(t, _)| t));
     let samples: Vec<RampSample> = after
@@ -188,6 +202,8 @@ pub fn ramp(o: &StoreOptions, plan: &RampPlan, log: &mut dyn FnMut(&str)) -> Res
     Ok(RampReport {
         store: plan.store.clone(),
         medium,
+        flush,
+        emulated,
         records: plan.records,
         warm_ops_per_sec,
         restart_ms,

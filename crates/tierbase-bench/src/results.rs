@@ -318,6 +318,48 @@ fn temp_sibling(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// Refuses an output that is one of `inputs`, or the same file as another output: writing it
+/// would replace a result file the run reads or writes (`tierbase report a.json -o a.json`
+/// turned the results into HTML). `what` names each path's option for the message.
+pub fn check_distinct(outputs: &[(&str, &Path)], inputs: &[&Path]) -> Result<()> {
+    for (n, (what, out)) in outputs.iter().enumerate() {
+        if let Some(input) = inputs.iter().find(|i| same_file(i, out)) {
+            return Err(BenchError::invalid(format!(
+                "{what} {} is the input {}: it would be overwritten; give another file",
+                out.display(),
+                input.display()
+            )));
+        }
+        if let Some((other, _)) = outputs[..n].iter().find(|(_, o)| same_file(o, out)) {
+            return Err(BenchError::invalid(format!(
+                "{what} and {other} name the same file {}: one would overwrite the other",
+                out.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `a` and `b` are one file: the same inode when both exist, else the same absolute
+/// path (through the parent directory's real path).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+        return x.dev() == y.dev() && x.ino() == y.ino();
+    }
+    let resolve = |p: &Path| -> Option<std::path::PathBuf> {
+        let parent = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        Some(std::fs::canonicalize(parent).ok()?.join(p.file_name()?))
+    };
+    match (resolve(a), resolve(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => false,
+    }
+}
+
 /// Checks, before a long benchmark, that `path` can be written: its directory exists and
 /// accepts a new file, and `path` is not a directory. Leaves nothing behind.
 pub fn check_writable(path: &Path) -> Result<()> {

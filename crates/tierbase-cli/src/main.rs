@@ -104,7 +104,10 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         // A negative answer ("not found", "verify found problems"), already printed.
         Ok(false) => ExitCode::from(1),
-        Err(e) if closed_pipe(&e) => ExitCode::from(CLOSED_PIPE),
+        Err(e) if closed_pipe(&e) => {
+            tierbase_bench::cleanup::remove_registered();
+            ExitCode::from(CLOSED_PIPE)
+        }
         Err(e) => {
             eprintln!("tierbase: error: {}", one_line(&e));
             ExitCode::FAILURE
@@ -139,6 +142,9 @@ fn exit_quietly_when_output_fails() {
             .or_else(|| payload.downcast_ref::<&str>().copied())
             .unwrap_or_default();
         if let Some(cause) = msg.strip_prefix("failed printing to stdout: ") {
+            // The process exits without unwinding: the guards of its temporary files and
+            // directories never drop.
+            tierbase_bench::cleanup::remove_registered();
             if cause.contains("Broken pipe") {
                 std::process::exit(i32::from(CLOSED_PIPE));
             }

@@ -10,6 +10,12 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     tierbase_bench::units::parse_size(s).map_err(|e| e.to_string())
 }
 
+/// [`parse_size`] for an option held in a `usize`.
+pub fn parse_size_usize(s: &str) -> Result<usize, String> {
+    let n = parse_size(s)?;
+    usize::try_from(n).map_err(|_| format!("invalid size '{s}': too large"))
+}
+
 /// Formats a byte count with a binary unit, e.g. `1.5 GiB`.
 pub fn format_size(bytes: u64) -> String {
     tierbase_bench::units::format_bytes(bytes)

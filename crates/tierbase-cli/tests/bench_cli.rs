@@ -166,9 +166,8 @@ fn bench_then_report_end_to_end() {
     ] {
         assert!(stdout.contains(want), "missing '{want}' in:\n{stdout}");
     }
-    // The runs' data directories were removed; the given --dir itself stays.
-    assert!(data.is_dir());
-    assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0);
+    // The runs' data directories were removed, and so was the --dir the run made.
+    assert!(!data.exists());
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(tmp.path().join("r.json")).unwrap()).unwrap();
     assert_eq!(v["runs"].as_array().unwrap().len(), 4);
@@ -280,4 +279,116 @@ fn results_to_standard_output() {
         text(&out.stdout)
     );
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn refusals_that_keep_results_and_reports_honest() {
+    // The table finds a store's runs by name: a second copy would show the first one's.
+    fails_with(
+        &[
+            "bench",
+            "micro",
+            "--stores",
+            "kv,kv",
+            "--records",
+            "100",
+            "-q",
+        ],
+        "--stores names kv twice",
+    );
+    // Without an NVM tier the figures would be the SSD design's under the 3-tier's name.
+    fails_with(
+        &ycsb(&["--store", "btree-3tier", "--nvm", "0"]),
+        "btree-3tier needs an NVM tier, and --nvm 0 gives it none",
+    );
+    // Outputs that would overwrite an input or each other.
+    fails_with(
+        &["report", "r.json", "--out", "./r.json"],
+        "--out ./r.json is the input r.json",
+    );
+    let ace = |extra: &[&'static str]| {
+        let mut v = vec!["bench", "ace", "--ops", "1000", "--pages", "1000", "-q"];
+        v.extend_from_slice(extra);
+        v
+    };
+    fails_with(
+        &ace(&["--out", "a.json", "--html", "a.json"]),
+        "--html and --out name the same file a.json",
+    );
+    // Limits that used to saturate a clock, abort an allocation or panic.
+    fails_with(
+        &ace(&["--page-size", "18446744073709547520"]),
+        "must be a multiple of 4096 and at most 16777216",
+    );
+    fails_with(
+        &["bench", "ace", "--ops", "18446744073709551615", "-q"],
+        "--ops 18446744073709551615: must be at most 4294967296",
+    );
+    fails_with(
+        &["bench", "ace", "--pages", "4294967296", "-q"],
+        "of memory and",
+    );
+    fails_with(
+        &["bench", "ace", "--ops", "1000", "--pages", "0", "-q"],
+        "--pages must be at least 1",
+    );
+    fails_with(
+        &ycsb(&["--value-size", "1G"]),
+        "value size 1073741824 is too large",
+    );
+}
+
+#[test]
+fn an_interrupted_benchmark_removes_the_data_it_made() {
+    use std::process::Stdio;
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    let child = Command::new(BIN)
+        .args([
+            "bench",
+            "ycsb",
+            "--records",
+            "50000000",
+            "--threads",
+            "1",
+            "--dir",
+            runs.to_str().unwrap(),
+            "-q",
+        ])
+        .current_dir(tmp.path())
+        .env(
+            "TIERBASE_PROFILES",
+            tmp.path().join("no-user-profiles.toml"),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the run's store exists (a load of 50 M records takes far longer).
+    let has_store = || {
+        std::fs::read_dir(&runs).is_ok_and(|mut d| {
+            d.any(|e| {
+                e.is_ok_and(|e| std::fs::read_dir(e.path()).is_ok_and(|mut s| s.next().is_some()))
+            })
+        })
+    };
+    for _ in 0..6000 {
+        if has_store() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(has_store(), "the benchmark made its store under {runs:?}");
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("interrupted; removed"));
+    assert!(
+        !runs.exists(),
+        "the directory the run made, and its store, are removed"
+    );
 }

@@ -322,3 +322,47 @@ fn ctrl_c_removes_the_temporary_file() {
     assert!(text(&out.stderr).contains("interrupted; removed"));
     assert!(entries(scratch.path()).is_empty(), "removed on Ctrl-C");
 }
+
+#[test]
+fn a_closed_output_pipe_removes_the_temporary_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let mut child = command(
+        &[
+            "profile",
+            "block",
+            "--emulate",
+            "hdd",
+            "--path",
+            scratch.path().to_str().unwrap(),
+            "--size",
+            "1M",
+            "--sizes",
+            "4K",
+            "--ops",
+            "64",
+            "--max-depth",
+            "2",
+            "-q",
+        ],
+        tmp.path(),
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // The first line is printed once the file exists; then the reader goes away, as `head -1`
+    // does, and the next line's write fails.
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    reader.read_line(&mut first).unwrap();
+    assert!(first.starts_with("tierbase profile block: "), "{first}");
+    drop(reader);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(141), "{}", text(&out.stderr));
+    assert!(
+        entries(scratch.path()).is_empty(),
+        "the temporary file is removed when the output pipe closes: {:?}",
+        entries(scratch.path())
+    );
+}

@@ -337,6 +337,23 @@ impl MemoryRun {
         )
     }
 
+    /// What a reader of an emulated run's figure must be told, if anything: that no operation
+    /// was charged the profile's cost (writes never persisted are not delayed), so the figure
+    /// is the medium's own; or why the emulation did not keep up
+    /// ([`MemoryRun::emulation_kept_up`]).
+    pub fn emulation_warning(&self) -> Option<String> {
+        let profile = self.emulated.as_deref()?;
+        if self.emulated_ops == Some(0) {
+            let name = profile.strip_prefix("emulated ").unwrap_or(profile);
+            return Some(format!(
+                "the emulation of {name} charged no operation of this run its cost (writes are charged when \
+                 they are persisted), so the figure is that of the medium under it ({})",
+                self.medium
+            ));
+        }
+        self.emulation_kept_up().err()
+    }
+
     /// One-line description: mode, operation, size, persist, threads, medium.
     pub fn describe(&self) -> String {
         let c = &self.config;

@@ -283,6 +283,22 @@ fn series_name(r: &MemoryRun, source: &str, x: &str, multi_file: bool) -> String
     parts.join(" · ")
 }
 
+/// A memory run's emulation, as its (HTML) table cell: the profile, and what the command
+/// line warned of it ([`MemoryRun::emulation_warning`]).
+fn emulation_cell(r: &MemoryRun) -> String {
+    let Some(profile) = &r.emulated else {
+        return "no".into();
+    };
+    match r.emulation_warning() {
+        Some(why) => format!(
+            "{}<br><span class=\"warn\">{}</span>",
+            escape(profile),
+            escape(&why)
+        ),
+        None => escape(profile),
+    }
+}
+
 fn memory_section(
     html: &mut String,
     runs: &[(&str, &MemoryRun)],
@@ -324,7 +340,7 @@ fn memory_section(
             escape(&r.benchmark),
             escape(&what),
             escape(&r.medium),
-            escape(r.emulated.as_deref().unwrap_or("no")),
+            emulation_cell(r),
             r.config.number_threads,
             r.bandwidth_gb_s,
             ValueFormat::Count.format(r.ops_per_s),

@@ -13,10 +13,8 @@ use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::Once;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
 use tierbase_bench::{BenchError, Result};
 
 /// What the profiler will write to.
@@ -230,77 +228,6 @@ pub fn signature_of(b: &[u8]) -> Option<&'static str> {
     None
 }
 
-static REGISTRY: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-static HANDLER: Once = Once::new();
-
-/// Removes its path when dropped (and on Ctrl-C while it lives).
-#[derive(Debug)]
-pub struct Cleanup {
-    path: PathBuf,
-    keep: bool,
-}
-
-impl Cleanup {
-    /// The path that will be removed.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Keep the file after all (deregisters it; Ctrl-C no longer removes it either).
-    pub fn keep(mut self) {
-        self.keep = true;
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let mut reg = REGISTRY.lock();
-        reg.retain(|p| p != &self.path);
-        if !self.keep {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
-
-/// Runs `create` (which must create the file at `path`) with `path` registered for removal
-/// on Ctrl-C, and returns its result with a guard that removes the file when dropped. The
-/// registry lock is held during creation, so an interrupt cannot slip between creating the
-/// file and registering it. If `create` fails, anything it left at `path` is removed.
-pub fn create_registered<T>(
-    path: &Path,
-    create: impl FnOnce() -> Result<T>,
-) -> Result<(T, Cleanup)> {
-    install_interrupt_handler();
-    let mut reg = REGISTRY.lock();
-    reg.push(path.to_path_buf());
-    let guard = Cleanup {
-        path: path.to_path_buf(),
-        keep: false,
-    };
-    let created = create();
-    drop(reg);
-    match created {
-        Ok(v) => Ok((v, guard)),
-        Err(e) => {
-            drop(guard);
-            Err(e)
-        }
-    }
-}
-
-/// Installs (once) the Ctrl-C (SIGINT) handler that removes every registered file and exits
-/// with status 130. If the process already has a handler, files are still removed on normal
-/// exit and errors, just not on Ctrl-C.
-pub fn install_interrupt_handler() {
-    HANDLER.call_once(|| {
-        let _ = ctrlc::set_handler(|| {
-            let reg = REGISTRY.lock();
-            for p in reg.iter() {
-                if std::fs::remove_file(p).is_ok() {
-                    eprintln!("tierbase: interrupted; removed {}", p.display());
-                }
-            }
-            std::process::exit(130);
-        });
-    });
-}
+// Temporary targets are registered with the engine's one cleanup registry (removed on drop,
+// on Ctrl-C and on a closed output pipe).
+pub use tierbase_bench::cleanup::{Cleanup, create_registered, install_interrupt_handler};

@@ -105,6 +105,14 @@ pub fn options(o: &StoreOptions, tiers: Tiers) -> Result<BTreeOptions> {
             Tiers::NvmDirect => nvm_for_records(o) * 3 / 2 + (16 << 20),
             _ => 4 * dram,
         });
+        if opts.nvm_bytes == 0 {
+            // The engine opens such a store without an NVM tier: its numbers would be the SSD
+            // design's under this design's name.
+            return Err(crate::BenchError::invalid(format!(
+                "{name} needs an NVM tier, and --nvm 0 gives it none (for DRAM over the page \
+                 file alone, run --store btree)"
+            )));
+        }
         opts.nvm_direct = tiers == Tiers::NvmDirect;
         if tiers == Tiers::DramNvm {
             opts.nvm_admission = Some(Admission::All);
@@ -158,6 +166,15 @@ impl BTreeBenchStore {
         let dram = opts.dram_bytes;
         let name = tiers.name();
         let store = BTreeStore::create(o.dir.join("btree"), &opts)?;
+        if tiers != Tiers::DramSsd
+            && store.nvm_region().is_none()
+            && store.nvm_direct_region().is_none()
+        {
+            return Err(crate::BenchError::invalid(format!(
+                "{name} opened without an NVM tier (--nvm {}): its figures would not be {name}'s",
+                opts.nvm_bytes
+            )));
+        }
         let medium = file_medium(&o.dir);
         let d = store.describe();
         let wal_on_nvm = tiers != Tiers::DramSsd && !o.wal_files;

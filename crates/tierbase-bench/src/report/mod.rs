@@ -394,7 +394,8 @@ fn sources_section(html: &mut String, inputs: &[ReportInput]) {
 fn summary_table(html: &mut String, all: &[Entry<'_>]) {
     html.push_str(
         "<h2>Runs</h2><table><tr><th class=\"l\">store</th><th class=\"l\">durability</th>\
-         <th class=\"l\">medium</th><th class=\"l\">emulated</th><th class=\"l\">workload</th>\
+         <th class=\"l\">medium</th><th class=\"l\">flush</th><th class=\"l\">emulated</th>\
+         <th class=\"l\">workload</th>\
          <th class=\"l\">distribution</th><th>threads</th><th>records</th><th>key B</th>\
          <th>value B</th><th>throughput ops/s</th><th>load ops/s</th><th class=\"l\">operation</th>\
          <th>count</th><th>not found</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th>\
@@ -436,6 +437,7 @@ fn summary_table(html: &mut String, all: &[Entry<'_>]) {
             "<tr class=\"run\"><td class=\"l\" rowspan=\"{rows}\">{}</td>\
              <td class=\"l\" rowspan=\"{rows}\">{}</td><td class=\"l\" rowspan=\"{rows}\">{}</td>\
              <td class=\"l\" rowspan=\"{rows}\">{}</td><td class=\"l\" rowspan=\"{rows}\">{}</td>\
+             <td class=\"l\" rowspan=\"{rows}\">{}</td>\
              <td class=\"l\" rowspan=\"{rows}\">{}</td><td rowspan=\"{rows}\">{}</td>\
              <td rowspan=\"{rows}\">{}</td><td rowspan=\"{rows}\">{}</td>\
              <td rowspan=\"{rows}\">{}</td><td rowspan=\"{rows}\"><b>{}</b>{flags}</td>\
@@ -443,6 +445,7 @@ fn summary_table(html: &mut String, all: &[Entry<'_>]) {
             escape(&r.store),
             escape(&r.durability),
             escape(&r.medium),
+            escape(&flush_cell(r)),
             escape(r.emulated.as_deref().unwrap_or("no")),
             escape(&r.workload),
             escape(&r.request_distribution),
@@ -641,9 +644,16 @@ fn workload_charts(html: &mut String, name: &str, entries: &[&Entry<'_>]) -> usi
     charts + 1
 }
 
+/// The flush instruction a run's persists used, as its table cell ("none": the store flushed
+/// no cache lines, as block I/O and DRAM stores do, or the file predates the field).
+fn flush_cell(r: &RunResult) -> String {
+    r.flush.clone().unwrap_or_else(|| "none".into())
+}
+
 fn stores_section(html: &mut String, all: &[Entry<'_>]) {
     html.push_str("<h2>Stores</h2><table><tr><th class=\"l\">series</th><th class=\"l\">durability</th>\
-                   <th class=\"l\">medium</th><th class=\"l\">emulated</th><th class=\"l\">ordered scans</th>\
+                   <th class=\"l\">medium</th><th class=\"l\">flush</th><th class=\"l\">emulated</th>\
+                   <th class=\"l\">ordered scans</th>\
                    <th class=\"l\">notes</th></tr>");
     let mut seen = BTreeSet::new();
     for e in all {
@@ -654,10 +664,12 @@ fn stores_section(html: &mut String, all: &[Entry<'_>]) {
         let _ = write!(
             html,
             "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td>\
-             <td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l w\">{}</td></tr>",
+             <td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td>\
+             <td class=\"l w\">{}</td></tr>",
             escape(&e.series),
             escape(&r.durability),
             escape(&r.medium),
+            escape(&flush_cell(r)),
             escape(r.emulated.as_deref().unwrap_or("no")),
             if r.capabilities.ordered_scan {
                 "yes"

@@ -258,32 +258,18 @@ impl fmt::Display for SizeSpec {
 }
 
 fn parse_bytes(s: &str, whole: &str) -> Result<u64> {
-    let t = s.trim();
-    let (digits, shift) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        None => (t, 0),
-        Some((i, _)) => {
-            let shift = match t.get(i..).map(str::to_ascii_uppercase).as_deref() {
-                Some("B") => 0,
-                Some("K" | "KB" | "KIB") => 10,
-                Some("M" | "MB" | "MIB") => 20,
-                _ => {
-                    return Err(BenchError::invalid(format!(
-                        "invalid size '{whole}': expected bytes such as 100, 4K, 1M, \
-                         uniform:16-1024 or zipfian:16-1024"
-                    )));
-                }
-            };
-            (t.get(..i).unwrap_or(""), shift)
-        }
-    };
-    let n: u64 = digits.parse().map_err(|_| {
+    // One size syntax for every option (K/M/G/T); the message adds the distributions.
+    crate::units::parse_size(s).map_err(|e| {
+        let within = if s.trim() == whole.trim() {
+            String::new()
+        } else {
+            format!(" (in '{whole}')")
+        };
         BenchError::invalid(format!(
-            "invalid size '{whole}': expected bytes such as 100, 4K, 1M, uniform:16-1024 or \
-             zipfian:16-1024"
+            "{e}{within}; a value size is written as bytes (100, 4K, 1M), uniform:MIN-MAX or \
+             zipfian:MIN-MAX"
         ))
-    })?;
-    n.checked_mul(1 << shift)
-        .ok_or_else(|| BenchError::invalid(format!("invalid size '{whole}': too large")))
+    })
 }
 
 impl FromStr for SizeSpec {

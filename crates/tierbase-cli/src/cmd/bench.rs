@@ -241,10 +241,10 @@ struct MicroArgs {
     #[arg(long, default_value_t = 1_000_000, value_name = "N")]
     operations: u64,
     /// Key size in bytes.
-    #[arg(long, default_value_t = 16, value_name = "BYTES")]
+    #[arg(long, default_value_t = 16, value_name = "BYTES", value_parser = crate::util::parse_size_usize)]
     key_size: usize,
-    /// Value size in bytes.
-    #[arg(long, default_value_t = 200, value_name = "BYTES")]
+    /// Value size in bytes (200, 4K).
+    #[arg(long, default_value_t = 200, value_name = "BYTES", value_parser = crate::util::parse_size)]
     value_size: u64,
     /// Seed of the operation streams.
     #[arg(long, default_value_t = DEFAULT_SEED)]
@@ -292,10 +292,10 @@ struct RecoveryArgs {
     #[arg(long, default_value = "1,2", value_name = "LIST")]
     threads: String,
     /// Key size in bytes.
-    #[arg(long, default_value_t = 16, value_name = "BYTES")]
+    #[arg(long, default_value_t = 16, value_name = "BYTES", value_parser = crate::util::parse_size_usize)]
     key_size: usize,
-    /// Value size in bytes.
-    #[arg(long, default_value_t = 200, value_name = "BYTES")]
+    /// Value size in bytes (200, 4K).
+    #[arg(long, default_value_t = 200, value_name = "BYTES", value_parser = crate::util::parse_size_usize)]
     value_size: usize,
     /// Opens timed per thread count; the median is reported.
     #[arg(long, default_value_t = 3, value_name = "N")]
@@ -319,8 +319,8 @@ struct RampArgs {
     /// Records loaded (16-byte keys, uniform reads).
     #[arg(long, default_value_t = 1_000_000, value_name = "N")]
     records: u64,
-    /// Value size in bytes.
-    #[arg(long, default_value_t = 100, value_name = "BYTES")]
+    /// Value size in bytes (100, 4K).
+    #[arg(long, default_value_t = 100, value_name = "BYTES", value_parser = crate::util::parse_size_usize)]
     value_size: usize,
     /// DRAM budget, e.g. 256M [default: 64 MiB].
     #[arg(long, value_name = "SIZE", value_parser = crate::util::parse_size)]
@@ -546,6 +546,18 @@ fn micro(a: MicroArgs, ctx: &Ctx) -> anyhow::Result<()> {
     if stores.is_empty() {
         anyhow::bail!("--stores: no store given");
     }
+    if let Some((i, s)) = stores
+        .iter()
+        .enumerate()
+        .find(|(i, s)| stores[..*i].contains(s))
+    {
+        // The table finds a store's runs by its name: the second copy would show the first's.
+        anyhow::bail!(
+            "--stores names {s} twice (positions {} and {}); for repeated runs use --repeat",
+            stores.iter().position(|x| x == s).unwrap_or(0) + 1,
+            i + 1
+        );
+    }
     let ops = MicroOp::parse_list(&a.ops)?;
     let dists = micro::parse_distributions(&a.distributions)?;
     let specs = micro::specs(
@@ -721,6 +733,10 @@ fn ramp(a: RampArgs) -> anyhow::Result<()> {
     if !(a.seconds.is_finite() && a.seconds > 0.0 && a.seconds <= 3600.0) {
         anyhow::bail!("--seconds must be above 0 and at most 3600");
     }
+    if let Some(out) = &a.out {
+        // Before the run, not after it.
+        check_writable(out)?;
+    }
     let mut o = tierbase_bench::adapter::StoreOptions::new(&a.dir);
     o.durability = tierbase::device::Durability::None;
     o.dram_budget = a.dram;
@@ -735,18 +751,31 @@ fn ramp(a: RampArgs) -> anyhow::Result<()> {
         interval: std::time::Duration::from_millis(a.interval_ms),
         seed: 42,
     };
+    // The directory must not exist (checked above): this command makes it, and removes it
+    // afterwards (also on Ctrl-C) unless --keep-data.
+    std::fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;
+    let made = tierbase_bench::cleanup::created_dir(&a.dir);
     let result = tierbase_bench::ramp::ramp(&o, &plan, &mut |line| eprintln!("{line}"));
-    if !a.keep_data {
-        let _ = std::fs::remove_dir_all(&a.dir);
+    if a.keep_data {
+        made.keep();
+    } else {
+        drop(made);
     }
     let r = result?;
     println!(
-        "\n{} restart ramp: {} records ({} B keys, {} B values, uniform reads, 1 thread); {}",
+        "\n{} restart ramp: {} records ({} B keys, {} B values, uniform reads, 1 thread); {}; \
+         {}{}",
         r.store,
         r.records,
         tierbase_bench::ramp::RAMP_KEY_SIZE,
         a.value_size,
-        r.medium
+        r.medium,
+        r.flush
+            .as_deref()
+            .map_or_else(|| "no NVM flushes".to_string(), |f| format!("flush {f}")),
+        r.emulated
+            .as_deref()
+            .map_or_else(String::new, |p| format!("; emulated {p}"))
     );
     println!(
         "warm before the close: {}; reopen {:.1} ms (NVM scan {:.1} ms); 90 % of warm after {}",
@@ -1007,6 +1036,8 @@ fn ace(a: AceArgs, ctx: &Ctx) -> anyhow::Result<()> {
         .unwrap_or_else(|| a.out.with_extension("html"));
     check_writable(&a.out)?;
     check_writable(&html)?;
+    let inputs: Vec<&std::path::Path> = a.trace.iter().map(PathBuf::as_path).collect();
+    tierbase_bench::results::check_distinct(&[("--out", &a.out), ("--html", &html)], &inputs)?;
     let quiet = a.quiet;
     let progress = move |line: &str| {
         if !quiet {

@@ -465,7 +465,7 @@ fn memory_line(r: &MemoryRun) -> String {
         r.bandwidth_gb_s,
         ValueFormat::Count.format(r.ops_per_s)
     );
-    if let Err(why) = r.emulation_kept_up() {
+    if let Some(why) = r.emulation_warning() {
         line.push_str(&format!("\nwarning: {why}"));
     }
     line

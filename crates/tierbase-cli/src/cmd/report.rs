@@ -29,6 +29,8 @@ pub struct ReportArgs {
 
 /// Runs the command.
 pub fn run(args: ReportArgs, _ctx: &Ctx) -> anyhow::Result<()> {
+    let inputs: Vec<&std::path::Path> = args.inputs.iter().map(PathBuf::as_path).collect();
+    tierbase_bench::results::check_distinct(&[("--out", &args.out)], &inputs)?;
     let s = write_report(&args.inputs, &args.out, &args.title)?;
     println!(
         "wrote {}: {} runs, {} workloads, {} charts",
