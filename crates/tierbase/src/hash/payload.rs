@@ -521,6 +521,10 @@ impl Inner {
         // which every append writes). A key's versions may lie in different logs: the index
         // orders them, not the logs (docs/BENCHMARKS.md, Figure 32).
         let log = &p.logs[crate::device::thread_slot() % p.logs.len()];
+        // Each rotation starts a chunk with room for this entry, which only another writer
+        // of the same log can take first: a bound on rotations turns a rotation that cannot
+        // make room into an error instead of a loop.
+        let mut rotations = 0usize;
         loop {
             let st = log.current.read();
             if let Some(c) = *st {
@@ -583,16 +587,30 @@ impl Inner {
             }
             let seen = *st;
             drop(st);
-            self.rotate_payload(p, log, seen, may_collect)?;
+            rotations += 1;
+            if rotations > 4 * p.chunks.len() + 16 {
+                return Err(Error::StoreFull {
+                    used: p.usage().0,
+                    capacity: p.chunks.len() as u64 * p.chunk_bytes,
+                    reason: format!(
+                        "the payload found no room for an entry of {bytes} bytes after \
+                         {rotations} chunk rotations"
+                    ),
+                });
+            }
+            self.rotate_payload(p, log, seen, may_collect, bytes)?;
         }
     }
 
+    /// Gives `log` a new current chunk with room for an entry of `need` bytes (`seen`: the
+    /// current chunk the caller found too full; another writer may have rotated since).
     fn rotate_payload(
         &self,
         p: &Payload,
         log: &PayloadLog,
         seen: Option<u32>,
         may_collect: bool,
+        need: u64,
     ) -> Result<()> {
         /// What a rotation does next, decided under the log's and the pool's locks.
         enum Next {
@@ -620,7 +638,16 @@ impl Inner {
                     .count() as u32;
                 let collect = may_collect && !fruitless;
                 let written = self.counters.payload_bytes.get();
-                let next = if let Some((c, pos)) = pool.partial.pop() {
+                // A partial chunk (a collection's copies) only if the entry fits in what it
+                // has left: taking one that is too small sealed it at once, and its free
+                // tail made it the next collection's victim, whose copies made another
+                // partial chunk too small — a writer of a large entry looped for good.
+                let fitting = pool
+                    .partial
+                    .iter()
+                    .rposition(|&(_, pos)| pos + need <= p.chunk_bytes);
+                let next = if let Some(i) = fitting {
+                    let (c, pos) = pool.partial.swap_remove(i);
                     Next::Start(c, pos)
                 } else if let Some(c) = pool.free.pop() {
                     Next::Start(c, PAYLOAD_CHUNK_HEADER)
