@@ -1702,11 +1702,39 @@ impl Inner {
         );
         r.level_entries.truncate(r.level_records.len());
         r.dram_records = self.dram.entries.iter().map(dram::held).sum();
+        if let Some(p) = &self.payload {
+            // DRAM's records too: recovery keeps one whose payload a clean close left damaged.
+            for idx in 0..self.dram.entries.len() {
+                let _s = self.dram.entries[idx].subtree.lock();
+                let (a, b) = halves(&self.dram.entries[idx]);
+                for half in [a, b] {
+                    for (slot, (_, value)) in self.dram.records(idx, half).into_iter().enumerate() {
+                        if p.is_current(value) && !p.is_whole(&self.region, value)? {
+                            p.mark_suspect(value);
+                            let loc = layout::Locator::decode(value);
+                            r.problems.push(format!(
+                                "DRAM entry {idx} half {half} slot {slot}: its payload entry \
+                                 (chunk {}, offset {}) fails its check: media damage",
+                                loc.chunk, loc.offset
+                            ));
+                        }
+                    }
+                }
+            }
+        }
         let mut keys = Vec::new();
         for idx in 0..self.dram.entries.len() {
             keys.clear();
-            self.subtree_keys(idx, &mut keys)?;
-            r.live_keys += keys.len() as u64;
+            match self.subtree_keys(idx, &mut keys) {
+                Ok(()) => r.live_keys += keys.len() as u64,
+                // Damage already reported above: the subtree's keys are not all countable.
+                Err(e @ Error::Corrupt { .. }) if !r.problems.is_empty() => {
+                    r.problems.push(format!(
+                        "DRAM entry {idx}'s keys could not all be counted: {e}"
+                    ));
+                }
+                Err(e) => return Err(e),
+            }
         }
         Ok(r)
     }
@@ -1774,7 +1802,9 @@ impl Inner {
                     r.dangling += 1;
                 } else if !p.is_whole(&self.region, rec.value)? {
                     // Only whole payload entries are ever indexed (a write a crash cut short
-                    // never reaches a level): this one was damaged since.
+                    // never reaches a level): this one was damaged since. Lookups check its
+                    // chunk's entries from now on.
+                    p.mark_suspect(rec.value);
                     let loc = layout::Locator::decode(rec.value);
                     r.problems.push(format!(
                         "level {level} entry {idx} slot {i}: its payload entry (chunk {}, \

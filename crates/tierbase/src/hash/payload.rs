@@ -46,10 +46,13 @@ pub(super) struct PChunk {
     pub in_use: AtomicBool,
     /// The current chunk of some payload log (appends may still land in it).
     pub current: AtomicBool,
-    /// The last close recorded where its entries end (its resume word): every entry in it
-    /// was persisted, so one that fails its check was damaged on media, not cut short by a
-    /// crash.
+    /// The last close was clean (it recorded where some chunk's entries end, its resume
+    /// word): every entry was persisted, so one that fails its check was damaged on media,
+    /// not cut short by a crash.
     pub closed_cleanly: AtomicBool,
+    /// An entry here was found damaged (by recovery or `verify`): lookups check every entry
+    /// they read here, so that damage is reported instead of served.
+    pub suspect: AtomicBool,
     /// Bytes of entries known to be superseded.
     pub dead: AtomicU64,
     /// Appends that wrote an entry here but have not indexed it yet.
@@ -264,7 +267,7 @@ impl Payload {
             return Ok(Lookup::Dangling);
         };
         let mut same = false;
-        if e.kl == key.len() {
+        if e.kl == key.len() && e.valid {
             // The key compared in place and, if it is `key`'s live value that is wanted, the
             // value copied in the same call. Resized without clearing first: a buffer reused
             // for values of one size is not zeroed before each copy.
@@ -276,6 +279,23 @@ impl Payload {
                 _ => &mut [][..],
             };
             same = region.read_if_key(e.bytes, key, e.kl as u64, value)?;
+        }
+        // Another key's entry (a 64-bit hash collision) is rare; so is a damaged one, which
+        // must not pass for another key's: the search would go on to an older version of
+        // this key. Entries of a chunk known to hold damage are checked whatever they say.
+        if (!same || e.chunk.suspect.load(Ordering::Relaxed)) && !self.is_whole(region, word)? {
+            if e.chunk.epoch.load(Ordering::Acquire) != e.epoch {
+                return Ok(Lookup::Dangling);
+            }
+            e.chunk.suspect.store(true, Ordering::Relaxed);
+            return Err(Error::corrupt(
+                None,
+                format!(
+                    "the payload entry at chunk {} offset {} fails its check (media damage): \
+                     the key's newest record cannot be read",
+                    e.loc.chunk, e.loc.offset
+                ),
+            ));
         }
         if !e.settle()? {
             return Ok(Lookup::Dangling);
@@ -354,8 +374,8 @@ impl Payload {
 
     /// For an entry that is not [`Payload::is_whole`]: whether it was damaged on media —
     /// its locator names its chunk's current epoch (it is not a stale locator of a collected
-    /// chunk), and the last close left that chunk cleanly ([`PChunk::closed_cleanly`]), so no
-    /// crash can have cut the entry short.
+    /// chunk), and the last close was clean ([`PChunk::closed_cleanly`]), so no crash can have
+    /// cut the entry short.
     pub fn damaged_in_clean_chunk(&self, word: u64) -> bool {
         let l = Locator::decode(word);
         self.chunks.get(l.chunk as usize).is_some_and(|c| {
@@ -363,14 +383,26 @@ impl Payload {
         })
     }
 
-    /// Whether the entries at `a` and `b` hold the same key (a dangling one matches nothing).
+    /// Marks the chunk of the entry at `word` as holding damage (see [`PChunk::suspect`]).
+    pub fn mark_suspect(&self, word: u64) {
+        if let Some(c) = self.chunks.get(Locator::decode(word).chunk as usize) {
+            c.suspect.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the entries at `a` and `b` (records with the same 64-bit key hash) hold the
+    /// same key (a dangling one matches nothing). A damaged entry is taken for the same key:
+    /// its key cannot be read, and the hash says it is all but surely the same — so that a
+    /// newer write of the key supersedes its damaged record instead of failing the migration.
     pub fn same_key(&self, region: &PmemRegion, a: u64, b: u64) -> Result<bool> {
         if a == b {
             return Ok(true);
         }
-        match (self.read(region, a)?, self.read(region, b)?) {
-            (Some(x), Some(y)) => Ok(x.key == y.key),
-            _ => Ok(false),
+        match (self.read(region, a), self.read(region, b)) {
+            (Ok(Some(x)), Ok(Some(y))) => Ok(x.key == y.key),
+            (Ok(None), _) | (_, Ok(None)) => Ok(false),
+            (Err(Error::Corrupt { .. }), _) | (_, Err(Error::Corrupt { .. })) => Ok(true),
+            (Err(e), _) | (_, Err(e)) => Err(e),
         }
     }
 

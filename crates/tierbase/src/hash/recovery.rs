@@ -44,9 +44,10 @@ pub struct RecoveryReport {
     pub frozen_halves: u64,
     /// DRAM filters copied from PMem entries.
     pub filters: u64,
-    /// Log entries whose payload entry fails its check in a payload chunk the last close
-    /// left cleanly: damaged on media (a crash cannot cut short an entry there). Their keys
-    /// are lost; reported by `stats`, `plush verify` and `serve`.
+    /// Log entries whose payload entry fails its check after a clean close: damaged on
+    /// media (a crash cannot cut short an entry then). Their records are kept, and reading
+    /// their keys fails with the damage (no older version comes back) until they are written
+    /// again; reported by `stats`, `plush verify` and `serve`.
     pub damaged_payloads: u64,
     /// Time to check the header and tables and read the level-0 stamps.
     pub scan: Duration,
@@ -239,10 +240,16 @@ pub(super) fn open(
                     {
                         resumed.push((c, resume));
                     }
-                    ch.closed_cleanly.store(resume != 0, Ordering::Release);
                 } else {
                     free.push(c);
                 }
+            }
+            // A clean close records a resume word in the chunk each payload log appends to
+            // (the open clears them all before anything is appended): one found means the
+            // last close was clean, and no entry anywhere was cut short by a crash.
+            let clean = !resumed.is_empty();
+            for ch in pl.chunks.iter() {
+                ch.closed_cleanly.store(clean, Ordering::Release);
             }
             pl.restore(free, resumed);
             Some(pl)
@@ -378,7 +385,8 @@ impl RecoveryReport {
         (n > 0).then(|| {
             format!(
                 "{n} record{} the recovery logs hold had a payload entry that fails its check \
-                 after a clean close (media damage): their keys are lost",
+                 after a clean close (media damage): reading their keys reports the damage \
+                 until they are written again",
                 if n == 1 { "" } else { "s" }
             )
         })
@@ -411,13 +419,19 @@ fn replay_log(
                 .fetch_max(r.epoch, Ordering::AcqRel);
             if r.epoch > inner.dram.entries[entry].stamp.load(Ordering::Acquire) {
                 // Variable layout: a record whose payload entry is not whole was cut short by
-                // the crash (the two were persisted under one fence) and never acknowledged.
-                // In a chunk a clean close left, no entry was cut short: it was damaged.
+                // the crash (the two were persisted under one fence) and never acknowledged:
+                // dropped. After a clean close no entry was cut short: it was damaged on
+                // media, and the record is kept — dropped, an older version of its key would
+                // come back — in a chunk marked suspect, whose entries lookups check, so that
+                // reading the key reports the damage.
                 if let Some(p) = &inner.payload
                     && !p.is_whole(&inner.region, r.value)?
                 {
-                    damaged += u64::from(p.damaged_in_clean_chunk(r.value));
-                    continue;
+                    if !p.damaged_in_clean_chunk(r.value) {
+                        continue;
+                    }
+                    damaged += 1;
+                    p.mark_suspect(r.value);
                 }
                 live.entry(entry)
                     .or_default()
