@@ -107,6 +107,11 @@ pub(super) struct Payload {
     /// found superseded): chunks are checked for dead entries only when the payload holds
     /// clearly more than this — an insert-only load never pays for the check.
     live: LiveBytes,
+    /// Whether `live` is known. An open does not know which entries are dead and counts
+    /// everything as live, which would keep the estimator from ever looking: until each
+    /// sealed chunk has been estimated once, the estimator looks regardless (one chunk a
+    /// rotation), and then `live` is set from what it found.
+    live_known: AtomicBool,
 }
 
 /// [`Payload::live`]: bytes added and bytes found dead in per-thread counter shards (every
@@ -183,6 +188,7 @@ impl Payload {
             gc: RwLock::new(()),
             soft_limit: chunks.saturating_sub(logs + 1).max(logs + 1),
             live: LiveBytes::default(),
+            live_known: AtomicBool::new(true),
         }
     }
 
@@ -451,6 +457,27 @@ impl Payload {
         if allocated < 2 * self.logs.len() as u32 + 2 {
             return None;
         }
+        if !self.live_known.load(Ordering::Acquire) {
+            // After an open: every sealed chunk once, oldest first; then what they were found
+            // to hold is what is live (the chunks that take entries count as live whole).
+            let never = (0..self.chunks.len() as u32)
+                .filter(|&c| {
+                    let ch = &self.chunks[c as usize];
+                    self.sealed(ch) && ch.estimated_at.load(Ordering::Acquire) == 0
+                })
+                .min_by_key(|&c| self.chunks[c as usize].started_at.load(Ordering::Acquire));
+            if never.is_some() {
+                return never;
+            }
+            let reclaimable: u64 = self
+                .chunks
+                .iter()
+                .filter(|c| self.sealed(c))
+                .map(|c| c.reclaimable().min(self.chunk_bytes))
+                .sum();
+            self.live.set(self.usage().0.saturating_sub(reclaimable));
+            self.live_known.store(true, Ordering::Release);
+        }
         let (used, _) = self.usage();
         let slack = (2 * self.logs.len() as u64 + 2) * self.chunk_bytes;
         let live = self.live.get();
@@ -494,6 +521,7 @@ impl Payload {
         p.spare = p.free.pop();
         p.partial = resumed;
         self.live.set(self.usage().0);
+        self.live_known.store(false, Ordering::Release);
     }
 
     /// For a clean close: where each chunk that takes more entries — a payload log's current
