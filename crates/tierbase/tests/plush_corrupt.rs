@@ -1120,10 +1120,19 @@ fn a_damaged_payload_entry_of_a_replayed_record_is_reported_after_a_clean_close(
                 "{problems:?}"
             );
             let metrics = tierbase::store::Store::metrics(&s);
-            assert!(
-                metrics.iter().any(|(k, _)| k == "plush_recovery_damage"),
-                "{metrics:?}"
-            );
+            // What `INFO tierbase` shows (docs/SERVER.md lists them).
+            for name in [
+                "plush_recovery_damage",
+                "plush_durability_mode",
+                "plush_flush",
+                "plush_emulation",
+                "plush_payload_space_amplification",
+            ] {
+                assert!(
+                    metrics.iter().any(|(k, _)| k == name),
+                    "{name}: {metrics:?}"
+                );
+            }
         } else {
             assert_eq!(s.recovery_report().damaged_payloads, 0);
             assert!(problems.is_empty(), "{problems:?}");

@@ -351,9 +351,12 @@ fn print_stats(store: &PlushStore) -> anyhow::Result<()> {
         format_size(s.space_used)
     )?;
     if s.layout == PlushLayout::Variable {
+        // Dead bytes are those found since this open (an open knows none, and counts the
+        // rest as live until its collector has looked at each chunk).
         outln!(
-            "payload       {} in use, {} dead",
+            "payload       {} in use: {} not known dead, {} found dead since this open",
             format_size(s.payload_bytes),
+            format_size(s.payload_live_bytes),
             format_size(s.payload_dead_bytes)
         )?;
     }

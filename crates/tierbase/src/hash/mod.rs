@@ -1884,7 +1884,39 @@ impl Store for PlushStore {
             ("plush_dram_records".into(), s.dram_records.to_string()),
             ("plush_region_bytes".into(), s.region_bytes.to_string()),
             ("plush_key_search".into(), s.key_search.to_string()),
+            (
+                "plush_durability_mode".into(),
+                format!("{:?}", s.durability),
+            ),
+            ("plush_flush".into(), s.flush.to_string()),
+            ("plush_emulation".into(), s.emulation.clone()),
+            ("plush_space_used_bytes".into(), s.space_used.to_string()),
         ];
+        if let Some(r) = &s.read_only {
+            m.push(("plush_read_only".into(), r.clone()));
+        }
+        if s.layout == PlushLayout::Variable {
+            // Live is "not known dead": an open counts every payload byte as live until its
+            // collector has looked at each chunk.
+            m.extend([
+                ("plush_payload_bytes".into(), s.payload_bytes.to_string()),
+                (
+                    "plush_payload_live_bytes".into(),
+                    s.payload_live_bytes.to_string(),
+                ),
+                (
+                    "plush_payload_dead_bytes".into(),
+                    s.payload_dead_bytes.to_string(),
+                ),
+                (
+                    "plush_payload_space_amplification".into(),
+                    format!(
+                        "{:.2}",
+                        s.payload_bytes as f64 / s.payload_live_bytes.max(1) as f64
+                    ),
+                ),
+            ]);
+        }
         if let Some(d) = self.recovery_damage() {
             m.push(("plush_recovery_damage".into(), d));
         }
