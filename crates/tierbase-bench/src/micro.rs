@@ -186,6 +186,8 @@ pub struct RecoveryReport {
     pub medium: String,
     /// Durability mode of the store.
     pub durability: String,
+    /// The cache-line flush instruction of the store's persists.
+    pub flush: String,
     /// Whether the timed opens recovered the image a crash leaves (every record checked)
     /// rather than a cleanly closed store.
     pub after_crash: bool,
@@ -310,6 +312,7 @@ pub fn recovery(
     })?;
     let region_bytes = store.region().len();
     let durability = store.durability().name().to_string();
+    let flush = store.region().flush_instruction().name().to_string();
     store.close()?;
     let medium = crate::adapter::file_medium(work.path()).to_string();
     let mut runs = Vec::new();
@@ -362,6 +365,7 @@ pub fn recovery(
         region_bytes,
         medium,
         durability,
+        flush,
         after_crash,
         dram_bytes,
         index_bytes,
@@ -449,6 +453,7 @@ fn recovery_plush(
     })?;
     let region_bytes = store.region().len();
     let durability = store.region().durability().name().to_string();
+    let flush = store.region().flush_instruction().name().to_string();
     let crash_path = work.join("crashed.tb");
     if plan.after_crash {
         // The image a crash leaves: the file while the store is open and idle.
@@ -497,6 +502,7 @@ fn recovery_plush(
         region_bytes,
         medium,
         durability,
+        flush,
         after_crash: plan.after_crash,
         dram_bytes,
         index_bytes: dram_bytes,

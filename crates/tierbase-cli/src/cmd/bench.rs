@@ -688,7 +688,7 @@ fn recovery(a: RecoveryArgs) -> anyhow::Result<()> {
     };
     let report = tierbase_bench::micro::recovery(&dir, &plan, &mut |line| eprintln!("{line}"))?;
     println!(
-        "\n{} recovery {}: {} records ({} B keys, {} B values), {} store on {} ({})",
+        "\n{} recovery {}: {} records ({} B keys, {} B values), {} store on {} ({}, flush {})",
         report.store,
         if report.after_crash && report.store == "plush" {
             "after a crash (the DRAM level replayed from the logs)"
@@ -702,7 +702,8 @@ fn recovery(a: RecoveryArgs) -> anyhow::Result<()> {
         a.value_size,
         crate::util::format_size(report.region_bytes),
         report.medium,
-        report.durability
+        report.durability,
+        report.flush
     );
     let per = |b: u64| b as f64 / report.records.max(1) as f64;
     println!(
