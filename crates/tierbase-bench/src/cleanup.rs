@@ -71,10 +71,11 @@ fn remove(entry: &Entry) -> std::io::Result<()> {
     }
 }
 
-/// Runs `create` (which must create the file at `path`) with `path` registered, and returns
-/// its result with a guard that removes the file when dropped. The registry lock is held
-/// during creation, so an interrupt cannot slip between creating the file and registering
-/// it. If `create` fails, anything it left at `path` is removed.
+/// Runs `create` (which must create the file at `path`) and returns its result with a guard
+/// that removes the file when dropped. The registry lock is held during creation, so an
+/// interrupt cannot slip between creating the file and registering it. If `create` fails,
+/// what it left at `path` is removed — unless the path was there before (a file someone else
+/// made is never removed).
 pub fn create_registered<T>(
     path: &Path,
     create: impl FnOnce() -> Result<T>,
@@ -85,14 +86,16 @@ pub fn create_registered<T>(
         dir: false,
     };
     let mut reg = REGISTRY.lock();
-    reg.push(entry.clone());
-    let guard = Cleanup { entry, keep: false };
-    let created = create();
-    drop(reg);
-    match created {
-        Ok(v) => Ok((v, guard)),
+    let existed = std::fs::symlink_metadata(path).is_ok();
+    match create() {
+        Ok(v) => {
+            reg.push(entry.clone());
+            Ok((v, Cleanup { entry, keep: false }))
+        }
         Err(e) => {
-            drop(guard);
+            if !existed {
+                let _ = remove(&entry);
+            }
             Err(e)
         }
     }
@@ -143,7 +146,10 @@ pub fn make_dir(dir: &Path, remove: bool) -> Result<Option<Cleanup>> {
 pub fn remove_registered() -> Vec<PathBuf> {
     let reg = REGISTRY.lock();
     reg.iter()
-        .filter(|e| remove(e).is_ok())
+        .filter(|e| {
+            // Other threads may still be writing into a directory (ENOTEMPTY): try again.
+            (0..5).any(|_| remove(e).is_ok() || std::fs::symlink_metadata(&e.path).is_err())
+        })
         .map(|e| e.path.clone())
         .collect()
 }

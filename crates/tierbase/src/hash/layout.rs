@@ -653,7 +653,8 @@ pub mod payload_chunk {
     pub const EPOCH: u64 = 8;
     /// State (u64, one word so that no crash can leave half of a change): bit 0 set while the
     /// chunk holds entries (0 = free); bits 32..64 the victim's chunk id + 1 while the chunk
-    /// receives a collection's copies, and bit 1 once all of them are durable.
+    /// receives a collection's copies, and bit 1 once all of them are durable; bit 2
+    /// ([`CRASHED`]).
     pub const STATE: u64 = 16;
     /// Where the next entry goes (u64), written by a clean close for the chunk a payload log
     /// was appending to and cleared (persisted) by the next open before anything is appended
@@ -664,6 +665,10 @@ pub mod payload_chunk {
     pub const IN_USE: u64 = 1;
     /// [`STATE`] bit: the collection's copies are complete.
     pub const GC_COMPLETE: u64 = 2;
+    /// [`STATE`] bit: the chunk held entries when the store crashed (set, persisted, by the
+    /// open after the crash; cleared when the chunk is freed): an entry in it that fails its
+    /// check may have been cut short by that crash, whatever later clean closes record.
+    pub const CRASHED: u64 = 4;
 
     /// The state of a chunk in use that receives copies from `victim`.
     pub fn collecting(victim: u32, complete: bool) -> u64 {

@@ -383,6 +383,10 @@ struct Probe<'a> {
     hash: u64,
     word: u64,
     bytes: &'a [u8],
+    /// A user's read: a damaged entry met on the way is reported (`Err(Corrupt)`) rather
+    /// than passed over. Writers, migrations and the collector pass over it as before (an
+    /// error there would refuse writes of the key, or of every key, for one bad entry).
+    report_damage: bool,
 }
 
 /// One record an ordered walk of a subtree met ([`Inner::subtree_live`]).
@@ -430,6 +434,7 @@ impl Inner {
                     hash: self.geo.hash_fixed(word),
                     word,
                     bytes: key,
+                    report_damage: false,
                 })
             }
             PlushLayout::Variable => {
@@ -441,6 +446,7 @@ impl Inner {
                     hash,
                     word: hash,
                     bytes: key,
+                    report_damage: false,
                 })
             }
         }
@@ -468,12 +474,14 @@ impl Inner {
                 }
                 Ok(Resolved::Found(Found::Value(value)))
             }
-            Some(p) => Ok(match p.read_for(&self.region, value, probe.bytes, out)? {
-                Lookup::Key { live: true } => Resolved::Found(Found::Value(value)),
-                Lookup::Key { live: false } => Resolved::Found(Found::Deleted(value)),
-                Lookup::Other => Resolved::Other,
-                Lookup::Dangling => Resolved::Dangling,
-            }),
+            Some(p) => Ok(
+                match p.read_for(&self.region, value, probe.bytes, out, probe.report_damage)? {
+                    Lookup::Key { live: true } => Resolved::Found(Found::Value(value)),
+                    Lookup::Key { live: false } => Resolved::Found(Found::Deleted(value)),
+                    Lookup::Other => Resolved::Other,
+                    Lookup::Dangling => Resolved::Dangling,
+                },
+            ),
         }
     }
 
@@ -553,6 +561,7 @@ impl Inner {
             hash,
             word: hash,
             bytes: key,
+            report_damage: false,
         };
         Ok(self.find(&probe, None)?.map(|f| match f {
             Found::Value(w) | Found::Deleted(w) => w,
@@ -779,7 +788,10 @@ impl Inner {
     }
 
     fn get_into(&self, key: &[u8], value: &mut Vec<u8>) -> Result<bool> {
-        let probe = self.probe(key)?;
+        let probe = Probe {
+            report_damage: true,
+            ..self.probe(key)?
+        };
         self.counters.gets.incr();
         Ok(matches!(
             self.find(&probe, Some(value))?,
@@ -805,7 +817,10 @@ impl Inner {
         {
             probes.clear();
             for key in round {
-                probes.push(self.probe(key)?);
+                probes.push(Probe {
+                    report_damage: true,
+                    ..self.probe(key)?
+                });
             }
             // Each key's DRAM entry, level entries and (DRAM) filter lines.
             for p in &probes {

@@ -46,9 +46,9 @@ pub(super) struct PChunk {
     pub in_use: AtomicBool,
     /// The current chunk of some payload log (appends may still land in it).
     pub current: AtomicBool,
-    /// The last close was clean (it recorded where some chunk's entries end, its resume
-    /// word): every entry was persisted, so one that fails its check was damaged on media,
-    /// not cut short by a crash.
+    /// The last close recorded where its entries end (its resume word): every entry in it
+    /// was persisted, so one that fails its check was damaged on media, not cut short by a
+    /// crash.
     pub closed_cleanly: AtomicBool,
     /// An entry here was found damaged (by recovery or `verify`): lookups check every entry
     /// they read here, so that damage is reported instead of served.
@@ -268,6 +268,7 @@ impl Payload {
         word: u64,
         key: &[u8],
         value: Option<&mut Vec<u8>>,
+        report_damage: bool,
     ) -> Result<Lookup> {
         let Some(e) = self.locate(region, word)? else {
             return Ok(Lookup::Dangling);
@@ -287,9 +288,16 @@ impl Payload {
             same = region.read_if_key(e.bytes, key, e.kl as u64, value)?;
         }
         // Another key's entry (a 64-bit hash collision) is rare; so is a damaged one, which
-        // must not pass for another key's: the search would go on to an older version of
-        // this key. Entries of a chunk known to hold damage are checked whatever they say.
-        if (!same || e.chunk.suspect.load(Ordering::Relaxed)) && !self.is_whole(region, word)? {
+        // must not pass for another key's in a user's read: the search would go on to an
+        // older version of this key. Entries of a chunk known to hold damage are checked
+        // whatever they say.
+        if report_damage
+            && (!same || e.chunk.suspect.load(Ordering::Relaxed))
+            && !self.is_whole(region, word)?
+        {
+            // The entry's bytes before the epoch: a chunk collected and reused meanwhile is
+            // a dangling locator, not damage.
+            std::sync::atomic::fence(Ordering::Acquire);
             if e.chunk.epoch.load(Ordering::Acquire) != e.epoch {
                 return Ok(Lookup::Dangling);
             }
@@ -380,8 +388,8 @@ impl Payload {
 
     /// For an entry that is not [`Payload::is_whole`]: whether it was damaged on media —
     /// its locator names its chunk's current epoch (it is not a stale locator of a collected
-    /// chunk), and the last close was clean ([`PChunk::closed_cleanly`]), so no crash can have
-    /// cut the entry short.
+    /// chunk), and the last close left that chunk cleanly ([`PChunk::closed_cleanly`]), so no
+    /// crash can have cut the entry short.
     pub fn damaged_in_clean_chunk(&self, word: u64) -> bool {
         let l = Locator::decode(word);
         self.chunks.get(l.chunk as usize).is_some_and(|c| {
@@ -448,7 +456,12 @@ impl Payload {
 
     /// Whether `c` holds entries and takes no more (a candidate for collection).
     fn sealed(&self, c: &PChunk) -> bool {
-        c.in_use.load(Ordering::Acquire) && !c.current.load(Ordering::Acquire)
+        // Not a chunk known to hold damage: the collector copies only entries that pass
+        // their check, so collecting it would leave its damaged record dangling, and a read
+        // of the key would go on to an older version instead of reporting the damage.
+        c.in_use.load(Ordering::Acquire)
+            && !c.current.load(Ordering::Acquire)
+            && !c.suspect.load(Ordering::Relaxed)
     }
 
     /// The oldest sealed chunk whose live bytes were not estimated since each payload log wrote
@@ -648,7 +661,7 @@ impl Inner {
             let seen = *st;
             drop(st);
             rotations += 1;
-            if rotations > 4 * p.chunks.len() + 16 {
+            if rotations > 64 {
                 return Err(Error::StoreFull {
                     used: p.usage().0,
                     capacity: p.chunks.len() as u64 * p.chunk_bytes,
@@ -943,6 +956,7 @@ impl Inner {
         v.dead.store(0, Ordering::Relaxed);
         v.unused.store(0, Ordering::Relaxed);
         v.estimated_at.store(0, Ordering::Release);
+        v.suspect.store(false, Ordering::Relaxed);
         let s_off = p.chunks[spare as usize].off.load(Ordering::Acquire);
         self.set_chunk_state(s_off, payload_chunk::IN_USE)?;
         Ok(())

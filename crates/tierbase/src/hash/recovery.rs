@@ -199,6 +199,8 @@ pub(super) fn open(
             );
             let mut free = Vec::new();
             let mut resumed = Vec::new();
+            // Chunks in use not marked as held through a crash ([`payload_chunk::CRASHED`]).
+            let mut unmarked = Vec::new();
             for c in 0..geo.payload_chunks {
                 let off = word(&region, geo.payload_table_word(c))?;
                 if off == 0 {
@@ -227,8 +229,12 @@ pub(super) fn open(
                     word(&region, off + payload_chunk::EPOCH)?,
                     Ordering::Release,
                 );
-                if word(&region, off + payload_chunk::STATE)? & payload_chunk::IN_USE != 0 {
+                let state = word(&region, off + payload_chunk::STATE)?;
+                if state & payload_chunk::IN_USE != 0 {
                     ch.in_use.store(true, Ordering::Release);
+                    if state & payload_chunk::CRASHED == 0 {
+                        unmarked.push((c, off));
+                    }
                     // Where a clean close left its next entry: appends go on there. Cleared
                     // first (persisted), so that a crash after them is not mistaken for a
                     // clean close. Without it the write position is not known: the chunk
@@ -244,12 +250,23 @@ pub(super) fn open(
                     free.push(c);
                 }
             }
-            // A clean close records a resume word in the chunk each payload log appends to
-            // (the open clears them all before anything is appended): one found means the
-            // last close was clean, and no entry anywhere was cut short by a crash.
-            let clean = !resumed.is_empty();
-            for ch in pl.chunks.iter() {
-                ch.closed_cleanly.store(clean, Ordering::Release);
+            // A clean close records a resume word in the chunk each payload log appends to,
+            // and the open clears them all before anything is appended: none found means the
+            // last close was a crash, and every chunk in use then is marked (persisted) as
+            // one a crash may have cut an entry short in. An entry that fails its check is
+            // media damage only in a chunk so marked never, after a clean close.
+            let clean_close = !resumed.is_empty();
+            for (c, off) in unmarked {
+                if clean_close {
+                    pl.chunks[c as usize]
+                        .closed_cleanly
+                        .store(true, Ordering::Release);
+                } else {
+                    region
+                        .atomic_u64(off + payload_chunk::STATE)?
+                        .fetch_or(payload_chunk::CRASHED, Ordering::AcqRel);
+                    region.persist(off + payload_chunk::STATE, 8)?;
+                }
             }
             pl.restore(free, resumed);
             Some(pl)
@@ -420,10 +437,10 @@ fn replay_log(
             if r.epoch > inner.dram.entries[entry].stamp.load(Ordering::Acquire) {
                 // Variable layout: a record whose payload entry is not whole was cut short by
                 // the crash (the two were persisted under one fence) and never acknowledged:
-                // dropped. After a clean close no entry was cut short: it was damaged on
-                // media, and the record is kept — dropped, an older version of its key would
-                // come back — in a chunk marked suspect, whose entries lookups check, so that
-                // reading the key reports the damage.
+                // dropped. In a chunk a clean close left, no entry was cut short: it was
+                // damaged on media, and the record is kept — dropped, an older version of its
+                // key would come back — in a chunk marked suspect, whose entries reads check,
+                // so that reading the key reports the damage (a write of the key replaces it).
                 if let Some(p) = &inner.payload
                     && !p.is_whole(&inner.region, r.value)?
                 {
