@@ -124,11 +124,22 @@ pub fn run(args: BTreeArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         _ => true,
     };
     let store = naming_path(BTreeStore::open(&path, &opts), "opening", &path)?;
-    // Said by the open that meets it (one that writes starts a new log generation after the
-    // damage; a read-only one leaves it for the next).
-    let log_damage = store.restart_report().log_damage;
-    if let Some(d) = &log_damage {
+    // Met by this open, or recorded by an earlier one that wrote (which started a new log
+    // generation after the damage, so that no replay meets it again).
+    let report = store.restart_report();
+    let log_damage = report.log_damage.is_some() || report.recorded_log_damage.is_some();
+    if let (Some(d), true) = (&report.log_damage, report.recorded_log_damage.is_none()) {
         eprintln!("tierbase: warning: {}: {d}", path.display());
+    }
+    if let Some(text) = &report.recorded_log_damage {
+        for line in text.lines() {
+            eprintln!("tierbase: warning: {}: {line}", path.display());
+        }
+        eprintln!(
+            "tierbase: warning: {}: (kept in {}; remove it once the loss is accepted)",
+            path.display(),
+            path.join(tierbase::btree::LOG_DAMAGE_FILE).display()
+        );
     }
     let found = match args.command {
         BTreeCommand::Point(c) => c.run(&store, hex)?,
@@ -181,7 +192,7 @@ pub fn run(args: BTreeArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
             true
         }
         BTreeCommand::Verify => match store.verify() {
-            Ok(_) if log_damage.is_some() => {
+            Ok(_) if log_damage => {
                 outln!("problem: the log was damaged (see the warning above)")?;
                 false
             }

@@ -450,9 +450,47 @@ pub struct RestartReport {
     pub nvm_scan_micros: u64,
     /// NVM direct: lines of the batch in flight at a crash restored from the undo log.
     pub undone_lines: u64,
-    /// Replay stopped at a damaged log frame that valid frames follow (reported once, by the
-    /// open that met it: the open starts a new log generation after it).
+    /// Replay stopped at a damaged log frame that valid frames follow. A read-write open
+    /// then starts a new log generation after it (a later replay no longer meets it), so it
+    /// also appends the description to [`LOG_DAMAGE_FILE`] in the store's directory.
     pub log_damage: Option<crate::wal::LogDamage>,
+    /// What [`LOG_DAMAGE_FILE`] holds: the log damage this open and earlier read-write opens
+    /// met, one line each, until an operator who has accepted the loss removes the file
+    /// (`verify` fails while it is there).
+    pub recorded_log_damage: Option<String>,
+}
+
+/// The file in a B+-tree store's directory that keeps the log damage read-write opens met
+/// (one line each): each such open starts a new log generation after the damage, after which
+/// no replay meets it again, and `verify` would say OK while the writes after the damage are
+/// gone. Removed by hand once the loss is accepted.
+pub const LOG_DAMAGE_FILE: &str = "log-damage.txt";
+
+/// Appends `found` (if any, and the open writes) to the store's [`LOG_DAMAGE_FILE`],
+/// durably, and returns what the file holds.
+fn record_log_damage(
+    dir: &Path,
+    found: Option<&crate::wal::LogDamage>,
+    read_only: bool,
+) -> Result<Option<String>> {
+    let file = dir.join(LOG_DAMAGE_FILE);
+    if let (Some(d), false) = (found, read_only) {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&file)
+            .map_err(|e| Error::io("open", Some(&file), e))?;
+        writeln!(f, "{d}")
+            .and_then(|()| f.sync_all())
+            .map_err(|e| Error::io("write", Some(&file), e))?;
+        sync_dir(dir)?;
+    }
+    match std::fs::read_to_string(&file) {
+        Ok(text) => Ok(Some(text.trim_end().to_string()).filter(|t| !t.is_empty())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("read", Some(&file), e)),
+    }
 }
 
 /// ACE's `n_w` for a page file on a disk's file system when no device profile says more: the
@@ -1086,6 +1124,10 @@ impl BTreeStore {
         restart.log_damage = end.damage;
         if let Some(d) = &end.damage {
             tracing::warn!("B-tree store in {:?}: {d}", path.as_deref());
+        }
+        if let Some(dir) = path.as_deref() {
+            restart.recorded_log_damage =
+                record_log_damage(dir, restart.log_damage.as_ref(), opts.read_only)?;
         }
         // Redo leaves the meta page at its newest state (a page on media is never newer than
         // the log, and every meta change is logged).
@@ -1952,8 +1994,21 @@ impl Inner {
         if let Some(refusal) = &self.tree.writer.read().failed {
             out.push(("read_only".into(), refusal.reason().to_string()));
         }
-        if let Some(d) = &self.restart.log_damage {
+        // This open's damage is in the file's text when the open writes (said once).
+        if let Some(d) = &self.restart.log_damage
+            && self.restart.recorded_log_damage.is_none()
+        {
             out.push(("restart_log_damage".into(), d.to_string()));
+        }
+        if let Some(text) = &self.restart.recorded_log_damage {
+            out.push((
+                "recorded_log_damage".into(),
+                format!(
+                    "{} (kept in {LOG_DAMAGE_FILE} in the store's directory: remove it once \
+                     the loss is accepted)",
+                    text.replace('\n', "; ")
+                ),
+            ));
         }
         out
     }
