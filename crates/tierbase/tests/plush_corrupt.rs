@@ -1226,13 +1226,15 @@ fn a_damaged_newest_entry_never_brings_back_an_older_version() {
     }
 }
 
-fn flip_in_file(path: &Path, pattern: &[u8]) {
+/// Flips a byte `delta` bytes from where `pattern` starts in the file (its middle if `None`).
+fn flip_in_file(path: &Path, pattern: &[u8], delta: Option<isize>) {
     let mut bytes = std::fs::read(path).unwrap();
     let at = bytes
         .windows(pattern.len())
         .position(|w| w == pattern)
         .expect("the pattern is in the file");
-    bytes[at + pattern.len() / 2] ^= 0x5a;
+    let at = at.checked_add_signed(delta.unwrap_or(pattern.len() as isize / 2));
+    bytes[at.unwrap()] ^= 0x5a;
     std::fs::write(path, &bytes).unwrap();
 }
 
@@ -1250,7 +1252,7 @@ fn a_torn_entry_from_an_earlier_crash_is_not_media_damage_after_a_later_clean_cl
     s.put(b"kkk", b"OLDVALUE-OLDVALUE-OLDVALUE").unwrap();
     s.upsert(b"kkk", b"NEWVALUE-NEWVALUE-NEWVALUE").unwrap();
     drop(s); // a crash, which tore the newest entry
-    flip_in_file(&path, b"NEWVALUE-NEWVALUE-NEWVALUE");
+    flip_in_file(&path, b"NEWVALUE-NEWVALUE-NEWVALUE", None);
     for session in 0..3 {
         let s = PlushStore::open(&path, &opts).unwrap();
         assert_eq!(s.recovery_report().damaged_payloads, 0, "session {session}");
@@ -1271,6 +1273,13 @@ fn a_torn_entry_from_an_earlier_crash_is_not_media_damage_after_a_later_clean_cl
 /// (a review found that the first version of the damage report refused both).
 #[test]
 fn a_damaged_key_can_be_written_again_and_other_writes_go_on() {
+    // A value byte, and a byte of the header's lengths (the key is 3 bytes, the header 16).
+    for delta in [None, Some(-19 + 1)] {
+        damaged_key_rewritten(delta);
+    }
+}
+
+fn damaged_key_rewritten(delta: Option<isize>) {
     let dir = scratch_dir();
     let path = dir.path().join("rewrite.plush");
     let mut opts = PlushOptions::small()
@@ -1290,7 +1299,7 @@ fn a_damaged_key_can_be_written_again_and_other_writes_go_on() {
             .unwrap();
     }
     s.close().unwrap();
-    flip_in_file(&path, &new);
+    flip_in_file(&path, &new, delta);
     let s = PlushStore::open(&path, &opts).unwrap();
     assert_eq!(s.recovery_report().damaged_payloads, 1);
     assert!(

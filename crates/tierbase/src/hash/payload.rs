@@ -50,8 +50,9 @@ pub(super) struct PChunk {
     /// was persisted, so one that fails its check was damaged on media, not cut short by a
     /// crash.
     pub closed_cleanly: AtomicBool,
-    /// An entry here was found damaged (by recovery or `verify`): lookups check every entry
-    /// they read here, so that damage is reported instead of served.
+    /// An entry here was found damaged (by recovery, `verify` or a read): user reads check
+    /// every entry they read here, so that damage is reported instead of served, and the
+    /// collector leaves the chunk alone.
     pub suspect: AtomicBool,
     /// Bytes of entries known to be superseded.
     pub dead: AtomicU64,
@@ -310,6 +311,16 @@ impl Payload {
                     e.loc.chunk, e.loc.offset
                 ),
             ));
+        }
+        if !report_damage && !e.valid {
+            // Lengths a damaged header claims: passed over as another key's (see
+            // `Probe::report_damage`), unless the chunk was collected meanwhile.
+            std::sync::atomic::fence(Ordering::Acquire);
+            return Ok(if e.chunk.epoch.load(Ordering::Acquire) != e.epoch {
+                Lookup::Dangling
+            } else {
+                Lookup::Other
+            });
         }
         if !e.settle()? {
             return Ok(Lookup::Dangling);
