@@ -16,6 +16,15 @@ pub fn parse_size_usize(s: &str) -> Result<usize, String> {
     usize::try_from(n).map_err(|_| format!("invalid size '{s}': too large"))
 }
 
+/// A scan's `--limit`: at least 1 (`--limit 0` printed nothing but "... more").
+pub fn parse_limit(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("'{s}' is not a count: {e}")),
+    }
+}
+
 /// Formats a byte count with a binary unit, e.g. `1.5 GiB`.
 pub fn format_size(bytes: u64) -> String {
     tierbase_bench::units::format_bytes(bytes)

@@ -1241,7 +1241,18 @@ fn info(shared: &Shared, rest: &[&[u8]]) -> String {
     store_lines.extend(
         store_metrics
             .into_iter()
-            .filter(|(k, _)| k != "store" && k != "store_ordered"),
+            .filter(|(k, _)| k != "store" && k != "store_ordered")
+            .map(|(k, v)| match k.as_str() {
+                // The level the store was opened at, which is not what a reply means when the
+                // server syncs before it replies (`durability:none` beside `tierbase_commit:
+                // immediate` read as a contradiction): named as what it is.
+                "durability" if shared.policy.sync_before_reply => (
+                    "store_durability_level".to_string(),
+                    format!("{v} (the server syncs each batch before its replies)"),
+                ),
+                "durability" => ("store_durability_level".to_string(), v),
+                _ => (k, v),
+            }),
     );
     section("Tierbase", store_lines);
     out

@@ -130,6 +130,18 @@ fn pipelined_gets_are_read_in_batches_and_answered_in_order() {
     // Hits: a, b, a, b, a, a and 50 of the long run; misses: none, b and 50.
     assert_eq!(info_number(&mut raw, "keyspace_hits") - hits_before, 56);
     assert_eq!(info_number(&mut raw, "keyspace_misses") - misses_before, 52);
+    // The store's own level is named as such: `durability:none` beside
+    // `tierbase_commit:immediate` read as a contradiction.
+    let info = String::from_utf8(raw.cmd(&[b"INFO", b"tierbase"])).unwrap();
+    assert!(
+        !info.lines().any(|l| l.starts_with("durability:")),
+        "{info}"
+    );
+    assert!(
+        info.lines()
+            .any(|l| l.starts_with("store_durability_level:none (the server syncs")),
+        "{info}"
+    );
     drop(raw);
     served.stop();
 }

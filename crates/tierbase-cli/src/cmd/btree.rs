@@ -68,7 +68,7 @@ enum BTreeCommand {
         #[arg(long)]
         reverse: bool,
         /// Stop after this many keys.
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, default_value_t = 100, value_parser = crate::util::parse_limit)]
         limit: usize,
     },
     /// Print key count, tree height, pool, page-file and log counters, restart figures.

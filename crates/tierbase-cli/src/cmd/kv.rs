@@ -48,7 +48,7 @@ enum KvCommand {
     /// Print records, in no particular order (the store has a hash index: no ordered scans).
     Scan {
         /// Stop after this many records.
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, default_value_t = 100, value_parser = crate::util::parse_limit)]
         limit: usize,
     },
     /// Print record count, live/dead bytes, blocks, DRAM use, durability mode, recovery time.

@@ -40,7 +40,7 @@ enum PlushCommand {
     /// range`), in no particular order from a hash-partitioned one.
     Scan {
         /// Stop after this many records.
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, default_value_t = 100, value_parser = crate::util::parse_limit)]
         limit: usize,
         /// First key (inclusive); range-partitioned stores only.
         #[arg(long)]
