@@ -265,7 +265,8 @@ impl Inner {
                 log.id,
             )?
             .into_iter()
-            .filter(|(entry, r)| r.epoch > super::dram::stamp(&self.dram.entries[*entry]))
+            .filter(|(_, entry, r)| r.epoch > super::dram::stamp(&self.dram.entries[*entry]))
+            .map(|(_, entry, r)| (entry, r))
             .collect();
         let off = st.offsets[spare as usize];
         let generation = st.gens[spare as usize];
@@ -320,13 +321,14 @@ impl Inner {
         Ok(())
     }
 
-    /// The valid entries of the chunk at `off` in generation `generation`, with their DRAM entries.
+    /// The valid entries of the chunk at `off` in generation `generation`: (slot in the chunk,
+    /// DRAM entry, record).
     pub(super) fn scan_chunk(
         &self,
         off: u64,
         generation: u64,
         log: u32,
-    ) -> Result<Vec<(usize, LogRecord)>> {
+    ) -> Result<Vec<(u64, usize, LogRecord)>> {
         let mut out = Vec::new();
         if generation == 0 {
             return Ok(out);
@@ -335,7 +337,7 @@ impl Inner {
         let mut raw = vec![0u8; (n * LOG_ENTRY_BYTES) as usize];
         self.region.read(off + LOG_CHUNK_HEADER, &mut raw)?;
         let mask = self.geo.dram_entries() as u64 - 1;
-        for e in raw.chunks_exact(LOG_ENTRY_BYTES as usize) {
+        for (slot, e) in (0u64..).zip(raw.chunks_exact(LOG_ENTRY_BYTES as usize)) {
             let mut w = [0u64; 4];
             for (i, x) in w.iter_mut().enumerate() {
                 *x = u64::from_le_bytes(e[8 * i..8 * i + 8].try_into().expect("8"));
@@ -345,7 +347,7 @@ impl Inner {
                 if entry % self.geo.logs as usize != log as usize {
                     continue; // not this log's: a stray entry cannot be trusted
                 }
-                out.push((entry, r));
+                out.push((slot, entry, r));
             }
         }
         Ok(out)

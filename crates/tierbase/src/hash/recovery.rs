@@ -428,10 +428,13 @@ fn replay_log(
     let mut entries = 0u64;
     let mut damaged = 0u64;
     let mut valid = vec![0u64; geo.log_chunks as usize];
+    // Per chunk, one past its last valid entry's slot.
+    let mut valid_end = vec![0u64; geo.log_chunks as usize];
     for &(c, off, generation, _) in chunks {
-        for (entry, r) in inner.scan_chunk(off, generation, l as u32)? {
+        for (slot, entry, r) in inner.scan_chunk(off, generation, l as u32)? {
             entries += 1;
             valid[c as usize] += 1;
+            valid_end[c as usize] = valid_end[c as usize].max(slot + 1);
             log.max_epoch[c as usize * per + entry / geo.logs as usize]
                 .fetch_max(r.epoch, Ordering::AcqRel);
             if r.epoch > inner.dram.entries[entry].stamp.load(Ordering::Acquire) {
@@ -534,15 +537,22 @@ fn replay_log(
             )
         })?,
     };
-    // Where the next entry goes: where a clean close left it in the newest chunk (cleared
+    // Where the next entry goes in the newest chunk: where a clean close left it (cleared
     // first, persisted, so that a crash after more appends is not mistaken for a clean
-    // close), else a fresh chunk (the write position is not known).
+    // close); after a crash, past its last valid entry. Slots before that which hold no valid
+    // entry (writes the crash cut short: concurrent appenders take slots in one order and
+    // persist them in another) stay holes; slots after it hold nothing valid, and an append
+    // there writes every word of its entry, whose check word rejects any mix with the words
+    // a torn write left (docs/FORMAT-plush.md). Before 2026-12-03 each crash abandoned every
+    // log's newest chunk, and a store killed often held hundreds of them.
     let mut pos = geo.log_chunk_entries();
     if let Some(&&(c, off, _, _)) = started.last() {
         let resume = super::take_resume(&inner.region, off + log_chunk::RESUME)?;
         // Entries fill a chunk in order, and a clean close leaves no gap.
         if resume != 0 && resume < geo.log_chunk_entries() && valid[c as usize] <= resume {
             pos = resume;
+        } else if resume == 0 {
+            pos = valid_end[c as usize];
         }
     }
     log.pos.store(pos, Ordering::Release);
