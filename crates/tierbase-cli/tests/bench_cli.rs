@@ -7,14 +7,18 @@ use std::process::{Command, Output};
 
 use common::{BIN, assert_one_line_error, text};
 
-fn tierbase(args: &[&str], tmp: &Path) -> Output {
-    Command::new(BIN)
-        .args(args)
+/// The command line run in `tmp` (its temporary files and user profiles there too).
+fn command(args: &[&str], tmp: &Path) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args)
         .current_dir(tmp)
         .env("TMPDIR", tmp)
-        .env("TIERBASE_PROFILES", tmp.join("no-user-profiles.toml"))
-        .output()
-        .expect("run tierbase")
+        .env("TIERBASE_PROFILES", tmp.join("no-user-profiles.toml"));
+    c
+}
+
+fn tierbase(args: &[&str], tmp: &Path) -> Output {
+    command(args, tmp).output().expect("run tierbase")
 }
 
 /// Runs with `args`, expects failure with exactly one stderr line containing `want`.
@@ -343,8 +347,8 @@ fn an_interrupted_benchmark_removes_the_data_it_made() {
     use std::process::Stdio;
     let tmp = tempfile::tempdir().unwrap();
     let runs = tmp.path().join("runs");
-    let child = Command::new(BIN)
-        .args([
+    let child = command(
+        &[
             "bench",
             "ycsb",
             "--records",
@@ -354,16 +358,13 @@ fn an_interrupted_benchmark_removes_the_data_it_made() {
             "--dir",
             runs.to_str().unwrap(),
             "-q",
-        ])
-        .current_dir(tmp.path())
-        .env(
-            "TIERBASE_PROFILES",
-            tmp.path().join("no-user-profiles.toml"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+        tmp.path(),
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     // Wait until the run's store exists (a load of 50 M records takes far longer).
     let has_store = || {
         std::fs::read_dir(&runs).is_ok_and(|mut d| {

@@ -274,44 +274,47 @@ fn a_memory_run_with_a_chain_writes_json() {
     assert_eq!(entries(tmp.path()), vec!["mem.json"]);
 }
 
+/// Starts `profile block` on an emulated HDD in a temporary file under `scratch` (`extra`:
+/// how much it sweeps) and reads its first stdout line, printed once the file exists and the
+/// sweep starts; returns the child and the reader of the rest of its output.
+fn start_hdd_sweep(
+    tmp: &Path,
+    scratch: &Path,
+    extra: &[&str],
+) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
+    let mut args = vec![
+        "profile",
+        "block",
+        "--emulate",
+        "hdd",
+        "--path",
+        scratch.to_str().unwrap(),
+        "--size",
+        "1M",
+        "--sizes",
+        "4K",
+        "-q",
+    ];
+    args.extend_from_slice(extra);
+    let mut child = command(&args, tmp)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    reader.read_line(&mut first).unwrap();
+    assert!(first.starts_with("tierbase profile block: "), "{first}");
+    assert_eq!(entries(scratch).len(), 1, "the temporary file exists");
+    (child, reader)
+}
+
 #[test]
 fn ctrl_c_removes_the_temporary_file() {
     let tmp = tempfile::tempdir().unwrap();
     let scratch = tempfile::tempdir().unwrap();
     // An emulated HDD with 100k I/Os per point would run for hours.
-    let mut child = command(
-        &[
-            "profile",
-            "block",
-            "--emulate",
-            "hdd",
-            "--path",
-            scratch.path().to_str().unwrap(),
-            "--size",
-            "1M",
-            "--sizes",
-            "4K",
-            "--ops",
-            "100000",
-            "-q",
-        ],
-        tmp.path(),
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    // The first stdout line is printed once the file exists and the sweep starts.
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    assert!(first.starts_with("tierbase profile block: "), "{first}");
-    assert_eq!(
-        entries(scratch.path()).len(),
-        1,
-        "the temporary file exists"
-    );
+    let (child, _reader) = start_hdd_sweep(tmp.path(), scratch.path(), &["--ops", "100000"]);
     let killed = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
@@ -327,36 +330,12 @@ fn ctrl_c_removes_the_temporary_file() {
 fn a_closed_output_pipe_removes_the_temporary_file() {
     let tmp = tempfile::tempdir().unwrap();
     let scratch = tempfile::tempdir().unwrap();
-    let mut child = command(
-        &[
-            "profile",
-            "block",
-            "--emulate",
-            "hdd",
-            "--path",
-            scratch.path().to_str().unwrap(),
-            "--size",
-            "1M",
-            "--sizes",
-            "4K",
-            "--ops",
-            "64",
-            "--max-depth",
-            "2",
-            "-q",
-        ],
+    let (child, reader) = start_hdd_sweep(
         tmp.path(),
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    // The first line is printed once the file exists; then the reader goes away, as `head -1`
-    // does, and the next line's write fails.
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    reader.read_line(&mut first).unwrap();
-    assert!(first.starts_with("tierbase profile block: "), "{first}");
+        scratch.path(),
+        &["--ops", "64", "--max-depth", "2"],
+    );
+    // The reader goes away, as `head -1` does, and the next line's write fails.
     drop(reader);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(141), "{}", text(&out.stderr));

@@ -578,7 +578,7 @@ pub fn run_block(cfg: &BlockConfig, mut on_event: impl FnMut(BlockEvent<'_>)) ->
     let (size, cleanup) = match t.kind {
         TargetKind::New => {
             let size = cfg.size.unwrap_or(DEFAULT_SIZE).next_multiple_of(4096);
-            let (_dev, c) = target::create_registered(&t.path, || {
+            let (_dev, c) = tierbase_bench::cleanup::create_registered(&t.path, || {
                 Ok(BlockDevice::create(&t.path, size, &precond_opts)?)
             })?;
             let c = if cfg.keep && !t.temporary {

@@ -29,8 +29,9 @@ use crate::chain::{AccessChain, ChainOpKind, ChainPlan, MemoryKind, mix, parse_c
 use crate::packages::{self, Distribution, ExecMode, Package, PackageSpec, WorkPackages};
 use crate::persist::Persist;
 use crate::raw::RawMem;
-use crate::target::{self, Cleanup, TargetKind};
+use crate::target::{self, TargetKind};
 use crate::{LatencySummary, format_bytes, new_histogram};
+use tierbase_bench::cleanup::Cleanup;
 
 /// Read or write (raw benchmarks; chains say per operation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -566,7 +567,7 @@ fn prepare(key: &TargetKey, catalogue: &Catalogue, opts: &RunOptions) -> Result<
             let t = target::resolve(Some(given), &default_dir, opts.force, false)?;
             let (region, cleanup) = match t.kind {
                 TargetKind::New => {
-                    let (r, c) = target::create_registered(&t.path, || {
+                    let (r, c) = tierbase_bench::cleanup::create_registered(&t.path, || {
                         Ok(PmemRegion::create(&t.path, key.range, &ropts)?)
                     })?;
                     let c = if opts.keep && !t.temporary {

@@ -1,9 +1,10 @@
-//! Where a profiler may write, and cleaning up after it.
+//! Where a profiler may write.
 //!
 //! Owns: the safety rules of issue 4 — never write to a path that exists unless `--force`;
 //! refuse block devices that hold a file system or a partition table unless `--force`, and
-//! mounted ones always; temporary files when no path is given, removed afterwards, also on
-//! Ctrl-C — and the detection behind them. Must not touch: what is done with the target.
+//! mounted ones always; a temporary file's name when no path is given (removed afterwards,
+//! also on Ctrl-C and a closed output pipe, by `tierbase_bench::cleanup`) — and the detection
+//! behind them. Must not touch: what is done with the target, or its removal.
 //!
 //! File systems are recognised by **reading the superblock magic numbers** at their documented
 //! offsets (ext2/3/4, XFS, Btrfs, F2FS, swap, FAT, NTFS, LUKS, LVM2, squashfs, ISO 9660) and
@@ -227,7 +228,3 @@ pub fn signature_of(b: &[u8]) -> Option<&'static str> {
     }
     None
 }
-
-// Temporary targets are registered with the engine's one cleanup registry (removed on drop,
-// on Ctrl-C and on a closed output pipe).
-pub use tierbase_bench::cleanup::{Cleanup, create_registered, install_interrupt_handler};

@@ -754,13 +754,10 @@ fn ramp(a: RampArgs) -> anyhow::Result<()> {
     };
     // The directory must not exist (checked above): this command makes it, and removes it
     // afterwards (also on Ctrl-C) unless --keep-data.
-    std::fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;
-    let made = tierbase_bench::cleanup::created_dir(&a.dir);
+    let made = tierbase_bench::cleanup::make_dir(&a.dir, true)?;
     let result = tierbase_bench::ramp::ramp(&o, &plan, &mut |line| eprintln!("{line}"));
-    if a.keep_data {
+    if let (true, Some(made)) = (a.keep_data, made) {
         made.keep();
-    } else {
-        drop(made);
     }
     let r = result?;
     println!(

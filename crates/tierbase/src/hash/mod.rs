@@ -787,11 +787,17 @@ impl Inner {
         Ok(existed)
     }
 
-    fn get_into(&self, key: &[u8], value: &mut Vec<u8>) -> Result<bool> {
-        let probe = Probe {
+    /// [`Self::probe`] for a user's read, which reports damage it meets
+    /// ([`Probe::report_damage`]).
+    fn read_probe<'a>(&self, key: &'a [u8]) -> Result<Probe<'a>> {
+        Ok(Probe {
             report_damage: true,
             ..self.probe(key)?
-        };
+        })
+    }
+
+    fn get_into(&self, key: &[u8], value: &mut Vec<u8>) -> Result<bool> {
+        let probe = self.read_probe(key)?;
         self.counters.gets.incr();
         Ok(matches!(
             self.find(&probe, Some(value))?,
@@ -817,10 +823,7 @@ impl Inner {
         {
             probes.clear();
             for key in round {
-                probes.push(Probe {
-                    report_damage: true,
-                    ..self.probe(key)?
-                });
+                probes.push(self.read_probe(key)?);
             }
             // Each key's DRAM entry, level entries and (DRAM) filter lines.
             for p in &probes {

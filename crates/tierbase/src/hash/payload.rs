@@ -296,10 +296,8 @@ impl Payload {
             && (!same || e.chunk.suspect.load(Ordering::Relaxed))
             && !self.is_whole(region, word)?
         {
-            // The entry's bytes before the epoch: a chunk collected and reused meanwhile is
-            // a dangling locator, not damage.
-            std::sync::atomic::fence(Ordering::Acquire);
-            if e.chunk.epoch.load(Ordering::Acquire) != e.epoch {
+            // A chunk collected and reused meanwhile is a dangling locator, not damage.
+            if e.collected() {
                 return Ok(Lookup::Dangling);
             }
             e.chunk.suspect.store(true, Ordering::Relaxed);
@@ -315,8 +313,7 @@ impl Payload {
         if !report_damage && !e.valid {
             // Lengths a damaged header claims: passed over as another key's (see
             // `Probe::report_damage`), unless the chunk was collected meanwhile.
-            std::sync::atomic::fence(Ordering::Acquire);
-            return Ok(if e.chunk.epoch.load(Ordering::Acquire) != e.epoch {
+            return Ok(if e.collected() {
                 Lookup::Dangling
             } else {
                 Lookup::Other
@@ -1200,11 +1197,17 @@ struct Located<'a> {
 }
 
 impl Located<'_> {
+    /// After the entry's bytes were read: whether its chunk was collected meanwhile (then
+    /// they may be anything). The fence orders those reads before the epoch's.
+    fn collected(&self) -> bool {
+        std::sync::atomic::fence(Ordering::Acquire);
+        self.chunk.epoch.load(Ordering::Acquire) != self.epoch
+    }
+
     /// After the entry's bytes were read: `false` if its chunk was collected meanwhile (then
     /// they may be anything, and the header too); an error if the header was impossible.
     fn settle(&self) -> Result<bool> {
-        std::sync::atomic::fence(Ordering::Acquire);
-        if self.chunk.epoch.load(Ordering::Acquire) != self.epoch {
+        if self.collected() {
             return Ok(false);
         }
         if !self.valid {
