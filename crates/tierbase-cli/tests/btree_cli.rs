@@ -86,6 +86,19 @@ fn bad_input_is_one_clear_line() {
         "3000",
     ]);
     one_line_error(&o, "page size");
+    // A tier too small for a page names the size asked for, not its rounding to 4 KiB, and
+    // leaves nothing behind.
+    let small = dir.path().join("t3");
+    let o = tierbase(&[
+        "btree",
+        "create",
+        "--path",
+        small.to_str().unwrap(),
+        "--nvm",
+        "1K",
+    ]);
+    one_line_error(&o, "NVM tier of 1024 bytes holds no 16384-byte page");
+    assert!(!small.exists());
     std::fs::write(path.join("pages.tb"), vec![7u8; 65536]).unwrap();
     let o = tierbase(&["btree", "get", "--path", p, "k"]);
     one_line_error(&o, "superblock");

@@ -798,7 +798,7 @@ fn format_direct(devs: &BTreeDevices, page_size: usize) -> Result<()> {
     if region.len() < need {
         return Err(Error::InvalidArgument(format!(
             "an NVM-direct store with {page_size}-byte pages needs an NVM region of at least \
-             {need} bytes (its undo log takes {head}); {} given",
+             {need} bytes (its undo log takes {head}); the region holds {}",
             region.len()
         )));
     }
@@ -1518,13 +1518,17 @@ fn describe_medium(devs: &BTreeDevices, dir: Option<&Path>) -> (String, &'static
             |p| p.display().to_string(),
         );
         medium.push_str(&format!(
-            "; {} {} MiB in {place} ({}, flush {}, emulation {})",
+            "; {} {} in {place} ({}, flush {}, emulation {})",
             if devs.nvm_direct {
                 "NVM-direct pages and undo log"
             } else {
                 "NVM tier"
             },
-            info.len >> 20,
+            if info.len >= 1 << 20 {
+                format!("{} MiB", info.len >> 20)
+            } else {
+                format!("{} KiB", info.len >> 10)
+            },
             info.durability,
             info.flush,
             info.emulation
@@ -1641,6 +1645,13 @@ fn open_nvm(
         Some(p) => absolute(p)?,
         None => link.clone(),
     };
+    if !opts.nvm_direct && opts.nvm_bytes < crate::buffer::nvm::smallest_tier(opts.page_size) {
+        // Refused at the size asked for (a region rounds its length up to whole pages).
+        return Err(crate::buffer::nvm::too_small(
+            opts.nvm_bytes,
+            opts.page_size,
+        ));
+    }
     let region = PmemRegion::create(&target, opts.nvm_bytes, &opts.nvm_region)?;
     made.push(target.clone());
     if target != link {

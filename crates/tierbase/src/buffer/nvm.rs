@@ -242,6 +242,19 @@ impl std::fmt::Debug for NvmTier {
     }
 }
 
+/// The smallest region that holds one page of `page_size` (header, directory, page).
+pub fn smallest_tier(page_size: usize) -> u64 {
+    HEADER_LEN + 4096 + page_size as u64
+}
+
+/// The refusal of a tier of `len` bytes too small for one page.
+pub fn too_small(len: u64, page_size: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "NVM tier of {len} bytes holds no {page_size}-byte page (needs at least {})",
+        smallest_tier(page_size)
+    ))
+}
+
 /// (slots, data offset) of a region of `len` bytes holding pages of `page_size`.
 fn geometry(len: u64, page_size: usize) -> (u32, u64) {
     let ps = page_size as u64;
@@ -295,10 +308,7 @@ impl NvmTier {
         let slots = if unformatted {
             let slots = fit;
             if slots == 0 {
-                return Err(Error::InvalidArgument(format!(
-                    "NVM tier of {len} bytes holds no {page_size}-byte page (needs at least {})",
-                    HEADER_LEN + 4096 + page_size as u64
-                )));
+                return Err(too_small(len, page_size));
             }
             // The directory of a new region is zero already; the header makes it a tier.
             region.write(0, &fresh)?;
