@@ -78,8 +78,16 @@ fn verify_reports_damage_with_exit_code_1() {
     let o = tierbase(&["kv", "verify", "--path", p]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stdout(&o).contains("problem"), "{}", stdout(&o));
-    // Opening it for use refuses with one line.
-    one_line_error(&tierbase(&["kv", "get", "--path", p, "k"]), "corrupt");
+    // A read-write open refuses with one line; a read-only one reads around the damage and
+    // warns that it did.
+    one_line_error(&tierbase(&["kv", "put", "--path", p, "k2", "v"]), "read-only open");
+    let o = tierbase(&["kv", "get", "--path", p, "k"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("warning") && stderr(&o).contains("media damage"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// A flipped bit in a record of a cleanly closed store (no write was in flight, so the record

@@ -141,7 +141,10 @@ const fn spec(
 const W: &[&str] = &["write"];
 const WD: &[&str] = &["write", "denyoom"];
 const R: &[&str] = &["readonly", "fast"];
-const A: &[&str] = &["fast", "no-auth"];
+// Redis 7's spellings (`no_auth`), and its `fast` on the O(1) writes.
+const A: &[&str] = &["fast", "no_auth"];
+const WF: &[&str] = &["write", "fast"];
+const WDF: &[&str] = &["write", "denyoom", "fast"];
 const NK: (i64, i64, i64) = (0, 0, 0);
 const K1: (i64, i64, i64) = (1, 1, 1);
 
@@ -159,19 +162,19 @@ static COMMANDS: &[Spec] = &[
     spec("dbsize", 1, R, NK),
     spec("get", 2, R, K1),
     spec("set", -3, WD, K1),
-    spec("setnx", 3, WD, K1),
-    spec("getset", 3, WD, K1),
-    spec("getdel", 2, W, K1),
+    spec("setnx", 3, WDF, K1),
+    spec("getset", 3, WDF, K1),
+    spec("getdel", 2, WF, K1),
     spec("mget", -2, R, (1, -1, 1)),
     spec("mset", -3, WD, (1, -1, 2)),
     spec("del", -2, W, (1, -1, 1)),
-    spec("unlink", -2, W, (1, -1, 1)),
+    spec("unlink", -2, WF, (1, -1, 1)),
     spec("exists", -2, R, (1, -1, 1)),
-    spec("incr", 2, WD, K1),
-    spec("decr", 2, WD, K1),
-    spec("incrby", 3, WD, K1),
-    spec("decrby", 3, WD, K1),
-    spec("append", 3, WD, K1),
+    spec("incr", 2, WDF, K1),
+    spec("decr", 2, WDF, K1),
+    spec("incrby", 3, WDF, K1),
+    spec("decrby", 3, WDF, K1),
+    spec("append", 3, WDF, K1),
     spec("strlen", 2, R, K1),
     spec("type", 2, R, K1),
     spec("ttl", 2, R, K1),
@@ -273,7 +276,7 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[&[u8]]) ->
     if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
         return Outcome::read(wrong_args(name));
     }
-    if !session.authenticated && !spec.flags.contains(&"no-auth") {
+    if !session.authenticated && !spec.flags.contains(&"no_auth") {
         return Outcome::read(Reply::error("NOAUTH Authentication required."));
     }
     let store = shared.store.as_ref();
@@ -821,10 +824,16 @@ fn auth(shared: &Shared, session: &mut Session, rest: &[&[u8]]) -> Reply {
         _ => return syntax_error(),
     };
     let Some(expected) = &shared.config.requirepass else {
-        return Reply::error(
-            "ERR AUTH <password> called without any password configured for the default user. \
-             Are you sure your configuration is correct?",
-        );
+        // Without a password the default user takes any (Redis's `nopass`), so the two-argument
+        // form succeeds as it does with Redis — clients configured with a user name send it.
+        return match rest {
+            [_] => Reply::error(
+                "ERR AUTH <password> called without any password configured for the default \
+                 user. Are you sure your configuration is correct?",
+            ),
+            _ if user == b"default" => Reply::ok(),
+            _ => Reply::error("WRONGPASS invalid username-password pair or user is disabled."),
+        };
     };
     if user == b"default" && constant_time_eq(pass, expected.as_bytes()) {
         session.authenticated = true;
@@ -985,11 +994,15 @@ fn acl_categories(spec: &Spec) -> Vec<&'static str> {
         Some("string") => out.push("@string"),
         Some("generic") => out.push("@keyspace"),
         Some("connection") => out.push("@connection"),
+        // Server commands on the keyspace (Redis files them so).
+        _ if matches!(spec.name, "dbsize" | "flushdb") => out.push("@keyspace"),
         _ => {}
     }
     out.push(if has("fast") { "@fast" } else { "@slow" });
     if has("admin") {
         out.extend(["@admin", "@dangerous"]);
+    } else if spec.name == "flushdb" {
+        out.push("@dangerous");
     }
     out
 }
@@ -1251,6 +1264,13 @@ fn info(shared: &Shared, rest: &[&[u8]]) -> String {
                     format!("{v} (the server syncs each batch before its replies)"),
                 ),
                 "durability" => ("store_durability_level".to_string(), v),
+                // `kv`'s level, likewise (`kv_commit:none` beside `tierbase_commit:immediate`).
+                "kv_commit" if shared.policy.sync_before_reply => (
+                    k,
+                    format!(
+                        "{v} (opened so by the server, which syncs each batch before its replies)"
+                    ),
+                ),
                 _ => (k, v),
             }),
     );

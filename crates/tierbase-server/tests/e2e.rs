@@ -1061,6 +1061,13 @@ fn auth_without_requirepass() {
     let mut raw = server.raw();
     let e = raw.cmd(&[b"AUTH", b"x"]);
     assert!(e.starts_with(b"-ERR AUTH"), "{:?}", show(&e));
+    // As with Redis, the default user takes any password when none is set: clients
+    // configured with a user name send the two-argument form, or HELLO … AUTH.
+    assert_eq!(show(&raw.cmd(&[b"AUTH", b"default", b"x"])), "+OK\r\n");
+    let e = raw.cmd(&[b"AUTH", b"bob", b"x"]);
+    assert!(e.starts_with(b"-WRONGPASS"), "{:?}", show(&e));
+    let hello = raw.cmd(&[b"HELLO", b"3", b"AUTH", b"default", b"x"]);
+    assert!(hello.starts_with(b"%"), "{:?}", show(&hello));
     // Still usable, and never needed.
     assert_eq!(show(&raw.cmd(&[b"SET", b"a", b"1"])), "+OK\r\n");
     drop(raw);
@@ -1326,6 +1333,27 @@ fn command_info_and_docs() {
     }
     assert_eq!(entry(&info[1]), ("set".to_string(), -3, 1));
     assert_eq!(info[2], redis::Value::Nil);
+    // Flags and categories as Redis 7 spells and files them.
+    let mut flags_and_categories = |name: &str| -> (Vec<String>, Vec<String>) {
+        let v: Vec<redis::Value> = cmd("COMMAND").arg("INFO").arg(name).query(&mut c).unwrap();
+        let redis::Value::Array(f) = &v[0] else {
+            panic!("{v:?}")
+        };
+        (
+            redis::from_redis_value(f[2].clone()).unwrap(),
+            redis::from_redis_value(f[6].clone()).unwrap(),
+        )
+    };
+    let (flags, categories) = flags_and_categories("incr");
+    assert_eq!(flags, ["write", "denyoom", "fast"]);
+    assert_eq!(categories, ["@write", "@string", "@fast"]);
+    assert!(
+        flags_and_categories("hello")
+            .0
+            .contains(&"no_auth".to_string())
+    );
+    let (_, categories) = flags_and_categories("flushdb");
+    assert_eq!(categories, ["@write", "@keyspace", "@slow", "@dangerous"]);
     let all: Vec<redis::Value> = cmd("COMMAND").query(&mut c).unwrap();
     assert!(all.contains(&info[0]) && all.contains(&info[1]));
     // COMMAND DOCS: every command, each with Redis 7's fields; named ones only, unknown

@@ -142,6 +142,8 @@ fn pipelined_gets_are_read_in_batches_and_answered_in_order() {
             .any(|l| l.starts_with("store_durability_level:none (the server syncs")),
         "{info}"
     );
+    // The pool and log buffers are the store's DRAM (`used_memory` said 0).
+    assert!(info_number(&mut raw, "used_memory") >= 1 << 20);
     drop(raw);
     served.stop();
 }

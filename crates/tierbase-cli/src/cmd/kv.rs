@@ -38,7 +38,8 @@ enum KvCommand {
         #[arg(long)]
         pages_per_block: Option<u32>,
         /// Largest growth step of the region, e.g. 64M or 1G (a new store takes a few blocks
-        /// and grows by a quarter of its size at a time, up to this).
+        /// and grows by a quarter of its size at a time, up to this); a step below one block
+        /// is one block (0 is refused).
         #[arg(long, default_value = "64M", value_parser = parse_size)]
         chunk: u64,
     },
@@ -51,7 +52,8 @@ enum KvCommand {
         #[arg(long, default_value_t = 100, value_parser = crate::util::parse_limit)]
         limit: usize,
     },
-    /// Print record count, live/dead bytes, blocks, DRAM use, durability mode, recovery time.
+    /// Print record count, live/dead bytes, blocks, DRAM use, the durability a read-write open
+    /// of the file gets, recovery time and any media damage the open worked around.
     Stats {
         /// Machine-readable JSON.
         #[arg(long)]
@@ -154,6 +156,13 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
     let mut opts = KvOptions::default();
     opts.region.read_only = reads_only;
     let store = naming_path(KvStore::open(&path, &opts), "opening", &path)?;
+    if !matches!(args.command, KvCommand::Stats { .. }) {
+        // Damage the open worked around (`stats` lists it): what a get or scan of it returns
+        // may miss records.
+        for d in &store.recovery().damage {
+            eprintln!("tierbase: warning: {}: {d}", path.display());
+        }
+    }
     let found = match args.command {
         KvCommand::Point(c) => c.run(&store, hex)?,
         KvCommand::Scan { limit } => {
@@ -203,13 +212,22 @@ fn print_stats(store: &KvStore) -> anyhow::Result<()> {
     };
     outln!("layout        {}", s.layout)?;
     outln!("records       {}", s.records)?;
-    // A read-only store runs in mode `none` only because it writes nothing.
-    let mode = if store.region().is_read_only() {
-        "read-only".to_string()
+    // `stats` opens the store read-only, whose mode is `none` only because it writes nothing:
+    // say what a writer's open of this file would use instead.
+    if store.region().is_read_only() {
+        let writers = match store.region().path().map(tierbase::device::fs_kind) {
+            Some(tierbase::device::FsKind::Memory) => {
+                "process-crash: a memory-backed file survives a process crash, not a power loss"
+            }
+            _ => {
+                "msync on a disk file (survives a power loss), or dax on persistent memory \
+                 mapped with MAP_SYNC"
+            }
+        };
+        outln!("durability    of a read-write open: {writers}")?;
     } else {
-        s.durability.to_string()
-    };
-    outln!("durability    {mode} ({})", s.guarantee)?;
+        outln!("durability    {} ({})", s.durability, s.guarantee)?;
+    }
     outln!(
         "commit        {} ({} deferred persists, {} file syncs)",
         s.commit,
@@ -247,5 +265,9 @@ fn print_stats(store: &KvStore) -> anyhow::Result<()> {
         r.blocks_scanned,
         r.records_found,
         r.duplicates_resolved
-    )
+    )?;
+    for d in &r.damage {
+        outln!("damage        {d}")?;
+    }
+    Ok(())
 }

@@ -26,9 +26,9 @@ pub struct ServeArgs {
     /// store and --durability; the start line says it (docs/SERVER.md).
     #[arg(long, value_name = "FILE")]
     path: PathBuf,
-    /// Address to listen on. Anything but loopback needs --requirepass (or
-    /// --protected-mode no).
-    #[arg(long, default_value = "127.0.0.1:6380")]
+    /// Address to listen on, `host:port` (a name such as `localhost` takes its first address).
+    /// Anything but loopback needs --requirepass (or --protected-mode no).
+    #[arg(long, default_value = "127.0.0.1:6380", value_parser = parse_listen)]
     listen: SocketAddr,
     /// When a write's reply is sent: immediate (once durable), eventual[:<ms>] (once applied;
     /// a background flush makes it durable within the interval), none (durable at shutdown).
@@ -145,4 +145,19 @@ pub fn run(args: ServeArgs, _ctx: &Ctx) -> anyhow::Result<()> {
         summary.reason, summary.connections, summary.commands
     );
     Ok(())
+}
+
+/// `--listen`: an address, or a host name and port resolved to the name's first address
+/// (`localhost:6380`, as redis-server's `bind localhost` takes).
+fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    use std::net::ToSocketAddrs;
+    let mut addrs = text
+        .to_socket_addrs()
+        .map_err(|e| format!("not an address or a host name and port ({e}): {text}"))?;
+    addrs
+        .next()
+        .ok_or_else(|| format!("{text} resolves to no address"))
 }

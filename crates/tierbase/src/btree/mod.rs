@@ -1751,6 +1751,11 @@ impl Inner {
     fn stats(&self) -> Vec<(String, String)> {
         let p = &self.tree.pool;
         let pc = &p.counters;
+        let pool_bytes = if p.direct().is_some() {
+            0 // the frames are the NVM pages
+        } else {
+            p.frames() as u64 * p.page_size() as u64 + p.mini_pages() as u64 * MINI_PAGE_BYTES
+        };
         let dc = p.device().counters();
         let design = match (p.direct(), p.nvm()) {
             (Some(_), _) => "nvm direct (pages in NVM, changed in place)",
@@ -1785,15 +1790,12 @@ impl Inner {
                 if p.swizzling() { "on" } else { "off" }.into(),
             ),
             ("dram_budget_bytes".into(), self.dram_budget.to_string()),
+            ("pool_bytes".into(), pool_bytes.to_string()),
+            // What the store holds in DRAM by design (the pool and the log's buffers), as
+            // `kv` and Plush report theirs (`INFO`'s `used_memory`).
             (
-                "pool_bytes".into(),
-                if p.direct().is_some() {
-                    0 // the frames are the NVM pages
-                } else {
-                    p.frames() as u64 * p.page_size() as u64
-                        + p.mini_pages() as u64 * MINI_PAGE_BYTES
-                }
-                .to_string(),
+                "dram_bytes".into(),
+                (pool_bytes + self.log_buffers).to_string(),
             ),
             ("log_buffer_bytes".into(), self.log_buffers.to_string()),
             ("pages_resident".into(), p.resident_pages().to_string()),

@@ -537,7 +537,9 @@ impl Writer<'_> {
         hdr.extend_from_slice(&(key.len() as u32).to_le_bytes());
         hdr.extend_from_slice(&u64::from(version).to_le_bytes());
         hdr.extend_from_slice(&(value.len() as u64).to_le_bytes());
-        hdr.extend_from_slice(&0u64.to_le_bytes());
+        let check = var::large_check(&hdr, key, value);
+        hdr.extend_from_slice(&check.to_le_bytes());
+        hdr.extend_from_slice(&var::LARGE_CHECK_MARK.to_le_bytes());
         inner.write_large(head, 4, &hdr)?;
         inner.write_large(head, var::LARGE_HEADER, key)?;
         inner.write_large(head, var::LARGE_HEADER + key.len() as u64, value)?;

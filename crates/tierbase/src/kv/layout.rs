@@ -53,11 +53,29 @@ pub mod header {
     /// End of the checksummed part.
     pub const CRC_COVERS: usize = 40;
     /// Used-block high-water mark, u64 (8-byte aligned; updated atomically and persisted
-    /// before a block beyond it is first written).
+    /// before a block beyond it is first written): the count in the low half, its bitwise
+    /// complement in the high half ([`super::used_word`]).
     pub const USED_BLOCKS: usize = 48;
     /// Clean-close mark, u64: [`CLEAN_MARK`](super::CLEAN_MARK) when the store was closed with
     /// every write complete; zeroed, durably, at open before any write.
     pub const CLEAN: usize = 56;
+}
+
+/// The header's used-block word for `blocks` (below 2^29): the count in the low half and its
+/// bitwise complement in the high half, so that one 8-byte store changes both and a flipped bit
+/// anywhere in the word shows (a count that media damage lowered would hide every record of
+/// the blocks above it, and the next writes would reuse them).
+pub fn used_word(blocks: u64) -> u64 {
+    let low = blocks & 0xFFFF_FFFF;
+    low | (u64::from(!(low as u32)) << 32)
+}
+
+/// The used-block count a header word holds, `None` if the word is damaged. A word whose high
+/// half is zero was written before the complement was (stores made before 2026-12-03): its
+/// count is taken as it is.
+pub fn used_from_word(word: u64) -> Option<u64> {
+    let (low, high) = (word as u32, (word >> 32) as u32);
+    (high == 0 || high == !low).then_some(u64::from(low))
 }
 
 /// The value of the header's clean-close word after a clean close ("CLEANKV1").
@@ -178,6 +196,24 @@ impl Geometry {
     #[inline]
     pub fn block_offset(&self, b: u64) -> u64 {
         HEADER_LEN + b * self.block_size()
+    }
+
+    /// Maps a logical offset inside the large record whose head is block `head` (0 = the
+    /// head block's start) to a region offset and the bytes available before the next block
+    /// boundary (where a continuation prefix interrupts the payload).
+    pub fn large_locate(&self, head: u64, logical: u64) -> (u64, u64) {
+        let bs = self.block_size();
+        if logical < bs {
+            return (self.block_offset(head) + logical, bs - logical);
+        }
+        let per = bs - var::CONT_PREFIX;
+        let rest = logical - bs;
+        let i = rest / per;
+        let within = rest % per;
+        (
+            self.block_offset(head + 1 + i) + var::CONT_PREFIX + within,
+            per - within,
+        )
     }
 
     /// Region offset of page `p` of block `b`.
@@ -399,8 +435,20 @@ pub mod var {
     /// Byte position of an inline record's version (u64 with the u32 version in its low half).
     pub const INLINE_VERSION: u64 = 8;
     /// Large head: header (u32) + key length (u32) + version (u64) + value length (u64) +
-    /// reserved (u64), then key, value — spanning blocks.
+    /// check (u32) + check marker (u32), then key, value — spanning blocks.
     pub const LARGE_HEADER: u64 = 32;
+    /// Byte position of a large head's check: CRC32C of head bytes 4..24 (key length, version,
+    /// value length), the key and the value.
+    pub const LARGE_CHECK: u64 = 24;
+    /// [`LARGE_CHECK_MARK`] at byte 28 of a large head says its check is there; a head written
+    /// before checks were (2026-12-03) has zero in both words.
+    pub const LARGE_CHECK_MARK: u32 = u32::from_le_bytes(*b"CHK1");
+
+    /// The check of a large record whose head bytes 4..24 are `fields`.
+    pub fn large_check(fields: &[u8], key: &[u8], value: &[u8]) -> u32 {
+        let crc = crc32c::crc32c(fields);
+        crc32c::crc32c_append(crc32c::crc32c_append(crc, key), value)
+    }
     /// Each continuation block of a large record starts with an 8-byte prefix.
     pub const CONT_PREFIX: u64 = 8;
 
@@ -449,6 +497,19 @@ pub fn large_blocks(block: u64, key_len: usize, value_len: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_used_block_word_shows_any_flipped_bit() {
+        for blocks in [0, 1, 11, 2730, RecordOffset::MAX_BLOCK] {
+            let w = used_word(blocks);
+            assert_eq!(used_from_word(w), Some(blocks));
+            for bit in 0..64 {
+                assert_eq!(used_from_word(w ^ (1 << bit)), None, "{blocks}, bit {bit}");
+            }
+        }
+        // A word written before the complement.
+        assert_eq!(used_from_word(11), Some(11));
+    }
 
     #[test]
     fn viper_216_byte_records_fit_18_per_page() {

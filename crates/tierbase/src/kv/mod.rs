@@ -363,18 +363,9 @@ impl KvStore {
             });
         }
         // Every header field is checked before it sizes anything.
-        let used_blocks = region
-            .atomic_u64(header::USED_BLOCKS as u64)?
-            .load(Ordering::Acquire);
+        let mark = recovery::read_used_mark(&region, &geo)?;
+        let used_blocks = mark.blocks;
         let mapped_blocks = geo.blocks_in(region.len());
-        if used_blocks > mapped_blocks {
-            return Err(Error::corrupt(
-                path.as_deref(),
-                format!(
-                    "store header claims {used_blocks} used blocks but the region holds only {mapped_blocks}"
-                ),
-            ));
-        }
         // Size the index for what the region's blocks hold when they are 3/4 full (sizing for
         // completely full blocks would waste DRAM on stores with many deletes). The mapped
         // blocks, not only the used ones: a store pre-sized for its records
@@ -425,7 +416,17 @@ impl KvStore {
         // pass for one, so the mark goes before the first write can.
         let clean_word = inner.region.atomic_u64(header::CLEAN as u64)?;
         let clean = clean_word.load(Ordering::Acquire) == layout::CLEAN_MARK;
-        let recovery = recovery::recover(&inner, opts.recovery_threads.max(1), clean)?;
+        let recovery = recovery::recover(&inner, opts.recovery_threads.max(1), clean, &mark)?;
+        for d in &recovery.damage {
+            let at = inner.path.as_deref().unwrap_or(Path::new("<memory>"));
+            tracing::warn!("{}: {d}", at.display());
+        }
+        if mark.damage.is_some() && !inner.region.is_read_only() {
+            // The worked-out count replaces the damaged one before any block is taken.
+            let word = inner.region.atomic_u64(header::USED_BLOCKS as u64)?;
+            word.store(layout::used_word(used_blocks), Ordering::Release);
+            inner.region.persist(header::USED_BLOCKS as u64, 8)?;
+        }
         if clean_word.load(Ordering::Acquire) != 0 {
             clean_word.store(0, Ordering::Release);
             inner.region.persist(header::CLEAN as u64, 8)?;

@@ -23,9 +23,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use super::layout::{RecordLayout, RecordOffset, header, var};
+use super::layout::{self, Geometry, RecordLayout, RecordOffset, header, var};
 use super::store::{FREE, Inner, LARGE, SEALED};
 use super::walk::{Entry, Malformed, walk_block};
+use crate::device::PmemRegion;
 use crate::error::{Error, Result};
 
 /// What the last open's recovery did.
@@ -46,6 +47,68 @@ pub struct RecoveryReport {
     /// The store had been closed cleanly, so no write can have been cut short: records were
     /// not checked against their checks, nor free space cleared (a crash means both are done).
     pub after_clean_close: bool,
+    /// Media damage the open found and worked around, one sentence each (also logged as
+    /// warnings); `verify` reports the same as problems.
+    pub damage: Vec<String>,
+}
+
+/// The used-block count an open works with.
+pub(crate) struct UsedMark {
+    /// Blocks `0..blocks` may hold records; the blocks above have never been written.
+    pub blocks: u64,
+    /// Why the header's count was not taken as it is (media damage), if it was not.
+    pub damage: Option<String>,
+}
+
+/// Reads the header's used-block count. A damaged word, or a count below a block that holds
+/// data (which no write order produces), is media damage: the count is then worked out from
+/// the blocks themselves — one past the last that holds a nonzero byte, as blocks above the
+/// count are never written — so that no record is hidden and no block in use is handed out
+/// again. A count beyond the region is a truncated file: refused.
+pub(crate) fn read_used_mark(region: &PmemRegion, geo: &Geometry) -> Result<UsedMark> {
+    let mapped = geo.blocks_in(region.len());
+    let word = region
+        .atomic_u64(header::USED_BLOCKS as u64)?
+        .load(Ordering::Acquire);
+    let damage = match layout::used_from_word(word) {
+        Some(used) if used > mapped => {
+            return Err(Error::corrupt(
+                region.path(),
+                format!(
+                    "store header claims {used} used blocks but the region holds only {mapped}"
+                ),
+            ));
+        }
+        Some(used) if used == mapped || block_is_empty(region, geo, used)? => {
+            return Ok(UsedMark {
+                blocks: used,
+                damage: None,
+            });
+        }
+        Some(used) => {
+            format!("the header's used-block count {used} is below block {used}, which holds data")
+        }
+        None => {
+            format!("the header's used-block word {word:#018x} is damaged (its halves disagree)")
+        }
+    };
+    let mut blocks = mapped;
+    while blocks > 0 && block_is_empty(region, geo, blocks - 1)? {
+        blocks -= 1;
+    }
+    Ok(UsedMark {
+        blocks,
+        damage: Some(format!(
+            "{damage}: media damage; taken as {blocks}, one past the last block holding data"
+        )),
+    })
+}
+
+/// Whether every byte of block `b` is zero (never written).
+fn block_is_empty(region: &PmemRegion, geo: &Geometry, b: u64) -> Result<bool> {
+    let mut buf = vec![0u8; geo.block_size() as usize];
+    region.read(geo.block_offset(b), &mut buf)?;
+    Ok(buf.iter().all(|&x| x == 0))
 }
 
 const CHUNK: u64 = 16;
@@ -54,24 +117,23 @@ const CHUNK: u64 = 16;
 struct ThreadResult {
     records: u64,
     torn: u64,
+    damage: Vec<String>,
     max_version: u32,
     losers: Vec<RecordOffset>,
 }
 
 /// Scans blocks `0..used` with `threads` threads and fills the index and metadata. `clean`:
 /// the store was closed cleanly (no torn record can exist; see [`RecoveryReport`]).
-pub(crate) fn recover(inner: &Inner, threads: usize, clean: bool) -> Result<RecoveryReport> {
+/// `mark`: what [`read_used_mark`] found.
+pub(crate) fn recover(
+    inner: &Inner,
+    threads: usize,
+    clean: bool,
+    mark: &UsedMark,
+) -> Result<RecoveryReport> {
     let start = Instant::now();
-    let used = inner
-        .region
-        .atomic_u64(header::USED_BLOCKS as u64)?
-        .load(Ordering::Acquire);
+    let used = mark.blocks;
     let allocated = inner.geo.blocks_in(inner.region.len());
-    if used > allocated {
-        return Err(inner.corrupt(format!(
-            "store header claims {used} used blocks but the region holds only {allocated}"
-        )));
-    }
     inner.add_metas(allocated)?;
     inner.allocated_blocks.store(allocated, Ordering::Release);
     inner.next_block.store(used, Ordering::Release);
@@ -113,6 +175,7 @@ pub(crate) fn recover(inner: &Inner, threads: usize, clean: bool) -> Result<Reco
         threads,
         blocks_scanned: used,
         after_clean_close: clean,
+        damage: mark.damage.iter().cloned().collect(),
         ..RecoveryReport::default()
     };
     let mut losers = Vec::new();
@@ -120,6 +183,7 @@ pub(crate) fn recover(inner: &Inner, threads: usize, clean: bool) -> Result<Reco
     for r in results {
         report.records_found += r.records;
         report.torn_records += r.torn;
+        report.damage.extend(r.damage);
         max_version = max_version.max(r.max_version);
         losers.extend(r.losers);
     }
@@ -226,6 +290,9 @@ fn scan_block(inner: &Inner, b: u64, used: u64, check: bool, w: &mut Scanner) ->
     // Part of a large record (head or continuation, whatever another thread has classified
     // so far): its bytes are the record's, not free space.
     let mut large = false;
+    // Where the last whole inline entry ends: a read-only open of a block whose log is
+    // damaged reads up to there.
+    let mut parsed_to = 0u64;
     let walked = walk_block(&inner.region, &geo, b, used, bs, &mut |entry| {
         // An inline record (fixed slot or variable log entry): what it adds to the block's
         // live count (records or bytes), if it is whole.
@@ -238,6 +305,9 @@ fn scan_block(inner: &Inner, b: u64, used: u64, check: bool, w: &mut Scanner) ->
             } => Some((off, size)),
             _ => None,
         };
+        if let Entry::Inline { off, size, .. } = entry {
+            parsed_to = u64::from(off.page()) * layout::PAGE + u64::from(off.pos()) + size;
+        }
         if let Some((off, weight)) = inline {
             // `scratch` is free while the walk runs (the batch uses it after).
             if check && !inner.record_is_whole(off, scratch)? {
@@ -280,12 +350,31 @@ fn scan_block(inner: &Inner, b: u64, used: u64, check: bool, w: &mut Scanner) ->
         }
         Ok(())
     })?;
-    let tail = walked.map_err(|Malformed(detail)| inner.corrupt(detail))?;
+    let (tail, damaged) = match walked {
+        Ok(tail) => (tail, false),
+        // Media damage (no write order produces it). A read-only open reads the block's
+        // records before it and reports the rest as lost to it; a read-write open is refused,
+        // so that no write lands on the damaged block before someone looks at it.
+        Err(Malformed(detail)) if inner.region.is_read_only() => {
+            r.damage.push(format!(
+                "{detail}: media damage; this read-only open reads the block's records before \
+                 it (up to byte {parsed_to}), not those after it"
+            ));
+            (parsed_to, true)
+        }
+        Err(Malformed(detail)) => {
+            return Err(inner.corrupt(format!(
+                "{detail}: media damage. A read-only open (`tierbase kv get` or `scan`, \
+                 `tierbase serve --read-only`) reads the other records; a read-write open is \
+                 refused so that no write lands on the damaged block"
+            )));
+        }
+    };
     r.torn += torn.len() as u64;
     for off in torn {
         inner.discard_torn(off)?;
     }
-    if check && inner.self_validating && !large {
+    if check && inner.self_validating && !large && !damaged {
         clear_free_space(inner, b, tail)?;
     }
     batch.flush(inner, r, scratch)?;

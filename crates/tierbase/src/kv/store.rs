@@ -433,28 +433,28 @@ impl Inner {
         Ok(Some((klen, vlen as usize, version)))
     }
 
+    /// Whether the large record of block `b`, whose key and value were read into `key` and
+    /// `value`, matches its check (a record written before large records had checks has none
+    /// to fail).
+    pub fn large_is_whole(&self, b: u64, key: &[u8], value: &[u8]) -> Result<bool> {
+        let base = self.geo.block_offset(b);
+        let mut head = [0u8; 28];
+        self.region.read(base + 4, &mut head)?;
+        let (fields, tail) = head.split_at(20);
+        let check = u32::from_le_bytes(tail[..4].try_into().unwrap_or_default());
+        let mark = u32::from_le_bytes(tail[4..].try_into().unwrap_or_default());
+        Ok(match mark {
+            var::LARGE_CHECK_MARK => check == var::large_check(fields, key, value),
+            0 => check == 0,
+            _ => false,
+        })
+    }
+
     /// Large head in block `b`: (key length, value length, version).
     pub fn large_lengths(&self, b: u64) -> Result<(usize, usize, u32)> {
         self.large_lengths_checked(b)?.ok_or_else(|| {
             self.corrupt(format!("large record in block {b} has impossible lengths"))
         })
-    }
-
-    /// Maps a logical offset inside a large record (0 = head block start) to a region offset
-    /// and the bytes available before the next block boundary.
-    fn large_locate(&self, head: u64, logical: u64) -> (u64, u64) {
-        let bs = self.geo.block_size();
-        if logical < bs {
-            return (self.geo.block_offset(head) + logical, bs - logical);
-        }
-        let per = bs - var::CONT_PREFIX;
-        let rest = logical - bs;
-        let i = rest / per;
-        let within = rest % per;
-        (
-            self.geo.block_offset(head + 1 + i) + var::CONT_PREFIX + within,
-            per - within,
-        )
     }
 
     /// The pieces of `len` bytes of a large record from logical offset `from`: each a region
@@ -471,7 +471,7 @@ impl Inner {
             if done >= len {
                 return None;
             }
-            let (at, avail) = self.large_locate(head, from + done as u64);
+            let (at, avail) = self.geo.large_locate(head, from + done as u64);
             let n = (avail as usize).min(len - done);
             let piece = (at, done..done + n);
             done += n;
@@ -588,7 +588,17 @@ impl Inner {
             }
             value.resize(vlen, 0);
             self.read_large(b, var::LARGE_HEADER + klen as u64, value)?;
-            return Ok(stale(ReadOutcome::Found));
+            let whole = self.large_is_whole(b, scratch, value)?;
+            if !head_latch.validate(v1) {
+                return Ok(ReadOutcome::Retry);
+            }
+            if !whole {
+                // Read consistently (the page did not move): damage, not a race.
+                return Err(self.corrupt(format!(
+                    "the large record of block {b} fails its check: media damage"
+                )));
+            }
+            return Ok(ReadOutcome::Found);
         }
         // An inline record is read whether or not its valid bit is still set: a delete clears
         // it (durably) before it removes the index entry, and until then the key exists.
@@ -1223,8 +1233,21 @@ impl Inner {
                 Err(actual) => cur = actual,
             }
         }
+        // The count rises to `cur + n` (unless another taker raised it further), with its
+        // complement in the same word (`layout::used_word`).
         let used = self.region.atomic_u64(header::USED_BLOCKS as u64)?;
-        used.fetch_max(cur + n, Ordering::AcqRel);
+        let mut word = used.load(Ordering::Acquire);
+        while layout::used_from_word(word).is_none_or(|have| have < cur + n) {
+            match used.compare_exchange_weak(
+                word,
+                layout::used_word(cur + n),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(w) => word = w,
+            }
+        }
         self.region.persist(header::USED_BLOCKS as u64, 8)?;
         if self.growth_due()
             && let Some(t) = self.grower.lock().as_ref()

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::layout::{self, Geometry, HEADER_LEN, RecordOffset, header};
 use super::store::{FREE, Inner, LARGE};
-use super::walk::{Entry, Malformed, record_is_whole, walk_block};
+use super::walk::{Entry, Malformed, large_record_is_whole, record_is_whole, walk_block};
 use crate::device::{PmemRegion, RegionOptions};
 use crate::error::Result;
 
@@ -115,20 +115,35 @@ pub fn verify_region(region: &PmemRegion) -> Result<VerifyReport> {
         }
     };
     report.layout = Some(geo.layout);
-    let used = region.read_u64(header::USED_BLOCKS as u64)?;
-    let allocated = geo.blocks_in(region.len());
-    if used > allocated {
+    // Bytes the format keeps zero (an open ignores them).
+    let stray = (header::CRC + 4..header::USED_BLOCKS)
+        .chain(header::CLEAN + 8..HEADER_LEN as usize)
+        .filter(|&i| hdr.get(i).is_some_and(|&b| b != 0))
+        .count();
+    if stray > 0 {
         report.problems.push(format!(
-            "header claims {used} used blocks but the region holds only {allocated}"
+            "{stray} header bytes the format keeps zero are not (bytes 44..48, 64..4096): media damage"
         ));
-        return Ok(report);
     }
+    let mark = match super::recovery::read_used_mark(region, &geo) {
+        Ok(m) => m,
+        Err(e) => {
+            report.problems.push(e.to_string());
+            return Ok(report);
+        }
+    };
+    // A damaged count is worked out from the blocks, as an open does; the rest is checked.
+    report.problems.extend(mark.damage);
+    let used = mark.blocks;
     report.blocks_checked = used;
     check_blocks(region, &geo, used, &mut report)?;
     // A record that fails its check is a write a crash cut short — unless the store was
     // closed cleanly, when no write was in flight: then it is damage (a flipped bit in a
     // record the store would otherwise serve as it is, as a clean open checks no record).
     let clean = region.read_u64(header::CLEAN as u64)? == layout::CLEAN_MARK;
+    if clean && geo.fixed_sizes().is_some() {
+        check_free_slots(region, &geo, used, &mut report)?;
+    }
     if clean && report.torn_records > 0 {
         report.problems.push(format!(
             "{} records fail their check although the store was closed cleanly (no write was \
@@ -137,6 +152,42 @@ pub fn verify_region(region: &PmemRegion) -> Result<VerifyReport> {
         ));
     }
     Ok(report)
+}
+
+/// After a clean close a free fixed slot's stamp is zero (an invalidation zeroes it before it
+/// clears the slot's bit; an insert sets the bit before its stamp is durable): a free slot
+/// with a stamp is media damage — a bitset bit lost (a record the store no longer sees) or a
+/// stamp changed.
+fn check_free_slots(
+    region: &PmemRegion,
+    geo: &Geometry,
+    used: u64,
+    report: &mut VerifyReport,
+) -> Result<()> {
+    let (mut found, mut first) = (0u64, None);
+    for b in 0..used {
+        for p in 0..geo.pages_per_block {
+            let page = geo.page_offset(b, p);
+            for s in 0..geo.slots {
+                let bits = region.read_u64(page + u64::from(s / 64) * 8)?;
+                if bits & (1 << (s % 64)) != 0 {
+                    continue;
+                }
+                if region.read_u64(geo.slot_offset(b, p, s) + layout::SLOT_STAMP)? != 0 {
+                    found += 1;
+                    first.get_or_insert((b, p, s));
+                }
+            }
+        }
+    }
+    if let Some((b, p, s)) = first {
+        report.problems.push(format!(
+            "{found} free slots hold a record stamp although the store was closed cleanly \
+             (the first: block {b} page {p} slot {s}): media damage — a page's bitset lost the \
+             slot's bit (a record the store no longer sees) or the stamp changed"
+        ));
+    }
+    Ok(())
 }
 
 fn check_blocks(
@@ -187,6 +238,11 @@ fn check_blocks(
                 Entry::LargeHead { valid, .. } => {
                     if valid {
                         report.valid_records += 1;
+                        if !large_record_is_whole(region, geo, b)? {
+                            problems.push(format!(
+                                "block {b}: the large record fails its check: media damage"
+                            ));
+                        }
                     } else {
                         report.deleted_records += 1;
                     }
