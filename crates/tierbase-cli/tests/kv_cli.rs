@@ -80,7 +80,10 @@ fn verify_reports_damage_with_exit_code_1() {
     assert!(stdout(&o).contains("problem"), "{}", stdout(&o));
     // A read-write open refuses with one line; a read-only one reads around the damage and
     // warns that it did.
-    one_line_error(&tierbase(&["kv", "put", "--path", p, "k2", "v"]), "read-only open");
+    one_line_error(
+        &tierbase(&["kv", "put", "--path", p, "k2", "v"]),
+        "read-only open",
+    );
     let o = tierbase(&["kv", "get", "--path", p, "k"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(

@@ -1071,6 +1071,11 @@ impl Store for KvStore {
                 stats.deferred_persists.to_string(),
             ),
         ];
+        // Media damage the open worked around (`serve` prints it at start).
+        let damage = &self.recovery().damage;
+        if !damage.is_empty() {
+            lines.push(("kv_open_damage".to_string(), damage.join("; ")));
+        }
         let counters = [
             ("puts", m.puts),
             ("updates", m.updates),
