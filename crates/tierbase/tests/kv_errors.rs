@@ -288,8 +288,10 @@ fn a_damaged_used_block_count_hides_no_record() {
     );
     assert_eq!(tierbase::kv::layout::used_from_word(word), Some(used));
     let low_flipped = word ^ (1 << (63 - used.leading_zeros()));
-    let written_before_the_complement = 1u64;
-    for damaged in [low_flipped, written_before_the_complement] {
+    // Words as stores made before the complement wrote them (high half zero): a count below
+    // blocks holding data, and one beyond the region.
+    let (before_below, before_beyond) = (1u64, 1u64 << 28);
+    for damaged in [low_flipped, before_below, before_beyond] {
         std::fs::write(&path, &original).unwrap();
         poke(&path, KV + 48, &damaged.to_le_bytes());
         let report = tierbase::kv::verify(&path).unwrap();

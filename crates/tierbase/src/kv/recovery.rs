@@ -64,14 +64,16 @@ pub(crate) struct UsedMark {
 /// data (which no write order produces), is media damage: the count is then worked out from
 /// the blocks themselves — one past the last that holds a nonzero byte, as blocks above the
 /// count are never written — so that no record is hidden and no block in use is handed out
-/// again. A count beyond the region is a truncated file: refused.
+/// again. A whole count beyond the region is a truncated file: refused.
 pub(crate) fn read_used_mark(region: &PmemRegion, geo: &Geometry) -> Result<UsedMark> {
     let mapped = geo.blocks_in(region.len());
     let word = region
         .atomic_u64(header::USED_BLOCKS as u64)?
         .load(Ordering::Acquire);
+    // A word written before the complement was (zero high half) has nothing to check it by.
+    let checked = word >> 32 != 0;
     let damage = match layout::used_from_word(word) {
-        Some(used) if used > mapped => {
+        Some(used) if used > mapped && checked => {
             return Err(Error::corrupt(
                 region.path(),
                 format!(
@@ -79,12 +81,16 @@ pub(crate) fn read_used_mark(region: &PmemRegion, geo: &Geometry) -> Result<Used
                 ),
             ));
         }
-        Some(used) if used == mapped || block_is_empty(region, geo, used)? => {
+        Some(used) if used == mapped || (used < mapped && block_is_empty(region, geo, used)?) => {
             return Ok(UsedMark {
                 blocks: used,
                 damage: None,
             });
         }
+        Some(used) if used > mapped => format!(
+            "the header's used-block count {used} (written without its complement) is beyond \
+             the region's {mapped} blocks"
+        ),
         Some(used) => {
             format!("the header's used-block count {used} is below block {used}, which holds data")
         }
