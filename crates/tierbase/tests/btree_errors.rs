@@ -1220,3 +1220,68 @@ fn nvm_tier_damage_and_absence_are_clear_errors() {
     }
     assert!(!leftover.join("pages.tb").exists());
 }
+
+/// A value written under a larger DRAM budget takes more overflow pages than a smaller pool
+/// can hold for one change: deleting or replacing it under the smaller one ran out of frames
+/// half-way and left the store read-only for every client. Now it is refused before anything
+/// changes, the store goes on, and a larger budget deletes it.
+#[test]
+fn a_value_too_large_for_the_pool_is_refused_before_anything_changes() {
+    let dir = scratch_dir();
+    let path = dir.path().join("big");
+    let big = vec![7u8; 3 << 20];
+    let large = || {
+        BTreeOptions::default()
+            .page_size(PAGE)
+            .dram_bytes(32 << 20)
+            .durability(Durability::Immediate)
+    };
+    let s = BTreeStore::create(&path, &large()).unwrap();
+    s.put(b"big", &big).unwrap();
+    s.put(b"small", b"1").unwrap();
+    s.close().unwrap();
+    let small = BTreeOptions::default()
+        .page_size(PAGE)
+        .dram_bytes(2 << 20)
+        .durability(Durability::Immediate);
+    let s = BTreeStore::open(&path, &small).unwrap();
+    for attempt in ["delete", "replace"] {
+        let err = match attempt {
+            "delete" => s.delete(b"big").unwrap_err(),
+            _ => s.put(b"big", b"short").unwrap_err(),
+        };
+        assert!(matches!(err, Error::InvalidArgument(_)), "{attempt}: {err}");
+        assert!(err.to_string().contains("larger DRAM budget"), "{err}");
+        // Nothing changed, and other writes go on.
+        assert_eq!(s.get(b"big").unwrap().as_deref(), Some(&big[..]));
+        s.put(b"small", attempt.as_bytes()).unwrap();
+    }
+    s.close().unwrap();
+    let s = BTreeStore::open(&path, &large()).unwrap();
+    assert_eq!(s.get(b"small").unwrap().as_deref(), Some(&b"replace"[..]));
+    assert!(s.delete(b"big").unwrap());
+    assert_eq!(s.get(b"big").unwrap(), None);
+    s.close().unwrap();
+}
+
+/// A tier file wiped (its data area zeroed, the region header kept) opened as a new, empty
+/// tier: the store served an empty tree and took writes over the page file's old pages. A
+/// store that has used its tier now refuses a blank tier header.
+#[test]
+fn a_wiped_nvm_tier_is_refused_not_formatted_again() {
+    let dir = scratch_dir();
+    let (path, model, nvm) = filled_three_tier_store(dir.path(), None);
+    let mut bytes = std::fs::read(&nvm).unwrap();
+    bytes[4096..].fill(0);
+    std::fs::write(&nvm, &bytes).unwrap();
+    match BTreeStore::open(&path, &opts()) {
+        Err(e @ Error::Corrupt { .. }) => {
+            assert!(
+                e.to_string().contains("nvm.tb") && e.to_string().contains("blank"),
+                "{e}"
+            )
+        }
+        Err(e) => panic!("{e}"),
+        Ok(s) => panic!("opened with {} of {} keys", s.len(), model.len()),
+    }
+}

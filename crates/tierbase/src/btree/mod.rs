@@ -1073,7 +1073,9 @@ impl BTreeStore {
         };
         if let Some(region) = devs.nvm {
             let scan = Instant::now();
-            let tier = NvmTier::open(region, page_size, opts.nvm_admission)
+            // Only the superblock a create writes (sequence 1) may precede the tier's header: any
+            // later one was written by an open that had formatted the tier first.
+            let tier = NvmTier::open_in_store(region, page_size, opts.nvm_admission, seq > 1)
                 .map_err(|e| with_path(e, path.as_deref()))?;
             nvm_report = (tier.found_at_open, scan.elapsed().as_micros() as u64);
             pool = pool

@@ -1019,6 +1019,33 @@ impl Tree {
     }
 
     /// Frees the overflow chain `r` refers to.
+    /// Refuses, before anything changes, to free the overflow chain `r` refers to when its
+    /// pages with a change's path and splits would not fit the buffer pool: freeing
+    /// changes every page of the chain, and a batch's pages stay in DRAM until it commits. A
+    /// value written under a larger DRAM budget can take more than a smaller one holds; a
+    /// delete or overwrite of it that ran out of frames half-way made the store read-only.
+    /// `height`: the length of the change's path (the tree's height is not read here: the
+    /// caller holds the leaf, which may be the root).
+    fn check_chain_fits(&self, r: &[u8], height: usize) -> Result<()> {
+        if self.pool.direct().is_some() {
+            return Ok(()); // its pages are changed in place, with an undo log of its own
+        }
+        let cap = (self.pool.page_size() - node::HEADER) as u64;
+        let chain = node::u64_at(r, 0).div_ceil(cap);
+        let path = 2 * height as u64 + 2;
+        // The whole pool, not the half a batch is held to: a single change ran fine up to it,
+        // and only past it did the frames run out.
+        let frames = self.pool.frames() as u64;
+        if chain + path > frames {
+            return Err(Error::InvalidArgument(format!(
+                "the key's value takes {chain} overflow pages, and freeing them changes more \
+                 pages than this buffer pool holds ({frames}): reopen with a larger DRAM budget \
+                 (--dram) to delete or replace it"
+            )));
+        }
+        Ok(())
+    }
+
     fn free_chain(&self, w: &mut Writer, r: &[u8]) -> Result<()> {
         let total = node::u64_at(r, 0);
         let mut next = node::u64_at(r, 8);
@@ -1216,6 +1243,11 @@ impl Tree {
             };
             match r {
                 Ok(e) => existed.push(e),
+                // Refused before the batch changed anything (no record logged, so no page
+                // changed): nothing to undo, and the store goes on.
+                Err(e @ Error::InvalidArgument(_)) if w.rec.is_empty() && !w.direct => {
+                    return Err(e);
+                }
                 Err(e) => return Err(self.fail(&mut w, e)),
             }
         }
@@ -1890,6 +1922,9 @@ impl Tree {
                 ),
             }
         };
+        if let Some(r) = &old {
+            self.check_chain_fits(r, path.len())?;
+        }
         if fits {
             let new = edit(&mut leaf)
                 .upsert_cell(key, value, is_ref)
@@ -2109,6 +2144,9 @@ impl Tree {
                 n.is_ref(i).then(|| n.value(i).to_vec())
             }
         };
+        if let Some(r) = &old {
+            self.check_chain_fits(r, path.len())?;
+        }
         edit(&mut leaf).remove(key);
         self.log_change(w, &mut leaf, &|rec: &mut Vec<u8>| {
             Self::key_record(rec, REC_REMOVE, leaf_pid, key);

@@ -289,6 +289,19 @@ impl NvmTier {
         page_size: usize,
         admission: Option<Admission>,
     ) -> Result<Self> {
+        Self::open_in_store(region, page_size, admission, false)
+    }
+
+    /// [`NvmTier::open`] for a store that has used its tier before (`formatted`): a header
+    /// still unformatted is then a wiped or replaced file — the newest copies of pages may
+    /// have been in it — and refused instead of formatted as a new, empty tier (a wiped tier
+    /// opened as an empty store, and the next writes went on over the page file's old pages).
+    pub fn open_in_store(
+        region: PmemRegion,
+        page_size: usize,
+        admission: Option<Admission>,
+        formatted: bool,
+    ) -> Result<Self> {
         let path = region.path().map(std::path::Path::to_path_buf);
         let corrupt = |detail: String| Error::corrupt(path.as_deref(), detail);
         let len = region.len();
@@ -305,6 +318,15 @@ impl NvmTier {
             && h.chunks(8)
                 .zip(fresh.chunks(8))
                 .all(|(w, f)| w.iter().all(|&b| b == 0) || w == f);
+        // (A whole header reads as "unformatted" too: formatting it again changes nothing.)
+        if unformatted && formatted && h[..] != fresh[..] {
+            return Err(corrupt(
+                "the NVM tier's header is blank, but the store has used the tier: the file was \
+                 wiped or replaced, and the newest copies of its pages may be lost (restore the \
+                 store's own tier file)"
+                    .into(),
+            ));
+        }
         let slots = if unformatted {
             let slots = fit;
             if slots == 0 {

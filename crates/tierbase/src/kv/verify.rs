@@ -37,8 +37,7 @@ pub(crate) fn candidate_offsets(inner: &Inner, b: u64) -> Result<Vec<RecordOffse
         u64::from(m.tail.load(Ordering::Acquire))
     };
     let mut out = Vec::new();
-    // A malformed block during iteration means media corruption; report it as such.
-    walk_block(&inner.region, &inner.geo, b, used, limit, &mut |e| {
+    let walked = walk_block(&inner.region, &inner.geo, b, used, limit, &mut |e| {
         if let Entry::Slot(off)
         | Entry::Inline {
             off, valid: true, ..
@@ -47,9 +46,16 @@ pub(crate) fn candidate_offsets(inner: &Inner, b: u64) -> Result<Vec<RecordOffse
             out.push(off);
         }
         Ok(())
-    })?
-    .map_err(|Malformed(d)| inner.corrupt(d))?;
-    Ok(out)
+    })?;
+    match walked {
+        Ok(_) => Ok(out),
+        // A read-only open met this damage and reported it (`RecoveryReport::damage`): it
+        // reads the records before it, as recovery indexed them. (A variable block's walk
+        // stops short of its damage anyway: its tail is where recovery stopped.)
+        Err(Malformed(_)) if inner.region.is_read_only() => Ok(out),
+        // Anywhere else (a read-write open refuses a damaged block) it is corruption.
+        Err(Malformed(d)) => Err(inner.corrupt(d)),
+    }
 }
 
 /// What `verify` found.
