@@ -444,6 +444,28 @@ pub mod var {
     /// before checks were (2026-12-03) has zero in both words.
     pub const LARGE_CHECK_MARK: u32 = u32::from_le_bytes(*b"CHK1");
 
+    /// What a large head's bytes 4..32 say about its check.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum LargeCheck {
+        /// The check to compare.
+        Checked(u32),
+        /// A head written before checks (both words zero).
+        Unchecked,
+        /// Neither: damage.
+        Damaged,
+    }
+
+    /// Reads [`LargeCheck`] from a large head's bytes 4..32 (`head`).
+    pub fn large_head_check(head: &[u8; 28]) -> LargeCheck {
+        let word =
+            |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+        match (word(20), word(24)) {
+            (check, LARGE_CHECK_MARK) => LargeCheck::Checked(check),
+            (0, 0) => LargeCheck::Unchecked,
+            _ => LargeCheck::Damaged,
+        }
+    }
+
     /// The check of a large record whose head bytes 4..24 are `fields`.
     pub fn large_check(fields: &[u8], key: &[u8], value: &[u8]) -> u32 {
         let crc = crc32c::crc32c(fields);

@@ -440,13 +440,10 @@ impl Inner {
         let base = self.geo.block_offset(b);
         let mut head = [0u8; 28];
         self.region.read(base + 4, &mut head)?;
-        let (fields, tail) = head.split_at(20);
-        let check = u32::from_le_bytes(tail[..4].try_into().unwrap_or_default());
-        let mark = u32::from_le_bytes(tail[4..].try_into().unwrap_or_default());
-        Ok(match mark {
-            var::LARGE_CHECK_MARK => check == var::large_check(fields, key, value),
-            0 => check == 0,
-            _ => false,
+        Ok(match var::large_head_check(&head) {
+            var::LargeCheck::Checked(check) => check == var::large_check(&head[..20], key, value),
+            var::LargeCheck::Unchecked => true,
+            var::LargeCheck::Damaged => false,
         })
     }
 

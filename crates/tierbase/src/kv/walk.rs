@@ -186,7 +186,7 @@ pub(crate) fn record_is_whole(
 pub(crate) fn large_record_is_whole(region: &PmemRegion, geo: &Geometry, b: u64) -> Result<bool> {
     let mut head = [0u8; 28];
     region.read(geo.block_offset(b) + 4, &mut head)?;
-    let (fields, tail) = head.split_at(20);
+    let fields = &head[..20];
     let word = |at: usize| {
         u32::from_le_bytes(
             fields
@@ -195,13 +195,11 @@ pub(crate) fn large_record_is_whole(region: &PmemRegion, geo: &Geometry, b: u64)
                 .unwrap_or_default(),
         )
     };
-    let check = u32::from_le_bytes(tail[..4].try_into().unwrap_or_default());
-    let mark = u32::from_le_bytes(tail[4..].try_into().unwrap_or_default());
-    match mark {
-        var::LARGE_CHECK_MARK => {}
-        0 => return Ok(check == 0),
-        _ => return Ok(false),
-    }
+    let check = match var::large_head_check(&head) {
+        var::LargeCheck::Checked(check) => check,
+        var::LargeCheck::Unchecked => return Ok(true),
+        var::LargeCheck::Damaged => return Ok(false),
+    };
     let klen = u64::from(word(0));
     let vlen = u64::from(word(12)) | (u64::from(word(16)) << 32);
     if klen as usize > layout::MAX_VAR_KEY || vlen > layout::MAX_LARGE_VALUE as u64 {
