@@ -459,7 +459,9 @@ pub mod var {
     pub fn large_head_check(head: &[u8; 28]) -> LargeCheck {
         let word =
             |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
-        match (word(20), word(24)) {
+        // `head` starts at byte 4 of the block.
+        let check_at = LARGE_CHECK as usize - 4;
+        match (word(check_at), word(check_at + 4)) {
             (check, LARGE_CHECK_MARK) => LargeCheck::Checked(check),
             (0, 0) => LargeCheck::Unchecked,
             _ => LargeCheck::Damaged,
@@ -471,6 +473,7 @@ pub mod var {
         let crc = crc32c::crc32c(fields);
         crc32c::crc32c_append(crc32c::crc32c_append(crc, key), value)
     }
+
     /// Each continuation block of a large record starts with an 8-byte prefix.
     pub const CONT_PREFIX: u64 = 8;
 

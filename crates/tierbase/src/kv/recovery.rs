@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use super::layout::{self, Geometry, RecordLayout, RecordOffset, header, var};
 use super::store::{FREE, Inner, LARGE, SEALED};
-use super::walk::{Entry, Malformed, walk_block};
+use super::walk::{Entry, Malformed, stamped_free_slots, walk_block};
 use crate::device::PmemRegion;
 use crate::error::{Error, Result};
 
@@ -403,24 +403,14 @@ fn clear_free_space(inner: &Inner, b: u64, tail: u64) -> Result<()> {
     match geo.layout {
         RecordLayout::Fixed { .. } => {
             let mut dirty = Vec::new();
-            for p in 0..geo.pages_per_block {
-                let page = geo.page_offset(b, p);
-                for s in 0..geo.slots {
-                    let bits = inner
-                        .region
-                        .atomic_u64(page + u64::from(s / 64) * 8)?
-                        .load(Ordering::Acquire);
-                    if bits & (1 << (s % 64)) != 0 {
-                        continue;
-                    }
-                    let at = geo.slot_offset(b, p, s);
-                    let stamp = inner.region.atomic_u64(at)?;
-                    if stamp.load(Ordering::Acquire) != 0 {
-                        stamp.store(0, Ordering::Release);
-                        dirty.push((at, 8));
-                    }
-                }
-            }
+            stamped_free_slots(&inner.region, &geo, b, &mut |at, _, _| {
+                inner
+                    .region
+                    .atomic_u64(at + layout::SLOT_STAMP)?
+                    .store(0, Ordering::Release);
+                dirty.push((at + layout::SLOT_STAMP, 8));
+                Ok(())
+            })?;
             if !dirty.is_empty() {
                 inner.region.persist_all(&dirty)?;
             }

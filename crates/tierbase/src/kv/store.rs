@@ -34,6 +34,7 @@ use parking_lot::{Mutex, RwLock};
 use super::index::OffsetIndex;
 use super::layout::{self, Geometry, RecordLayout, RecordOffset, header, stamp, var};
 use super::metrics::Metrics;
+use super::walk::LargeHead;
 use crate::device::{DramArena, DurabilityMode, PmemRegion};
 use crate::error::{Error, Result};
 use crate::space::FreeExtents;
@@ -423,28 +424,7 @@ impl Inner {
     /// Large head in block `b`: (key length, value length, version), or `None` if the lengths
     /// are impossible (a torn read or damage; callers decide which).
     pub fn large_lengths_checked(&self, b: u64) -> Result<Option<(usize, usize, u32)>> {
-        let base = self.geo.block_offset(b);
-        let klen = self.region.read_u64(base + 4)? as u32 as usize;
-        let version = self.region.read_u64(base + 8)? as u32;
-        let vlen = self.region.read_u64(base + 16)?;
-        if klen == 0 || klen > layout::MAX_VAR_KEY || vlen > layout::MAX_LARGE_VALUE as u64 {
-            return Ok(None);
-        }
-        Ok(Some((klen, vlen as usize, version)))
-    }
-
-    /// Whether the large record of block `b`, whose key and value were read into `key` and
-    /// `value`, matches its check (a record written before large records had checks has none
-    /// to fail).
-    pub fn large_is_whole(&self, b: u64, key: &[u8], value: &[u8]) -> Result<bool> {
-        let base = self.geo.block_offset(b);
-        let mut head = [0u8; 28];
-        self.region.read(base + 4, &mut head)?;
-        Ok(match var::large_head_check(&head) {
-            var::LargeCheck::Checked(check) => check == var::large_check(&head[..20], key, value),
-            var::LargeCheck::Unchecked => true,
-            var::LargeCheck::Damaged => false,
-        })
+        Ok(LargeHead::read(&self.region, &self.geo, b)?.lengths())
     }
 
     /// Large head in block `b`: (key length, value length, version).
@@ -571,7 +551,9 @@ impl Inner {
             {
                 return Ok(stale(ReadOutcome::NotThisKey));
             }
-            let Some((klen, vlen, _)) = self.large_lengths_checked(b)? else {
+            // One read of the head: its lengths now, its check once key and value are read.
+            let head = LargeHead::read(&self.region, &self.geo, b)?;
+            let Some((klen, vlen, _)) = head.lengths() else {
                 return Ok(stale(ReadOutcome::NotThisKey));
             };
             // Validate the lengths before allocating for them.
@@ -585,7 +567,7 @@ impl Inner {
             }
             value.resize(vlen, 0);
             self.read_large(b, var::LARGE_HEADER + klen as u64, value)?;
-            let whole = self.large_is_whole(b, scratch, value)?;
+            let whole = head.matches(scratch, value);
             if !head_latch.validate(v1) {
                 return Ok(ReadOutcome::Retry);
             }

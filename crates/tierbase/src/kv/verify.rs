@@ -11,7 +11,9 @@ use serde::Serialize;
 
 use super::layout::{self, Geometry, HEADER_LEN, RecordOffset, header};
 use super::store::{FREE, Inner, LARGE};
-use super::walk::{Entry, Malformed, large_record_is_whole, record_is_whole, walk_block};
+use super::walk::{
+    Entry, Malformed, large_record_is_whole, record_is_whole, stamped_free_slots, walk_block,
+};
 use crate::device::{PmemRegion, RegionOptions};
 use crate::error::Result;
 
@@ -172,19 +174,11 @@ fn check_free_slots(
 ) -> Result<()> {
     let (mut found, mut first) = (0u64, None);
     for b in 0..used {
-        for p in 0..geo.pages_per_block {
-            let page = geo.page_offset(b, p);
-            for s in 0..geo.slots {
-                let bits = region.read_u64(page + u64::from(s / 64) * 8)?;
-                if bits & (1 << (s % 64)) != 0 {
-                    continue;
-                }
-                if region.read_u64(geo.slot_offset(b, p, s) + layout::SLOT_STAMP)? != 0 {
-                    found += 1;
-                    first.get_or_insert((b, p, s));
-                }
-            }
-        }
+        stamped_free_slots(region, geo, b, &mut |_, p, s| {
+            found += 1;
+            first.get_or_insert((b, p, s));
+            Ok(())
+        })?;
     }
     if let Some((b, p, s)) = first {
         report.problems.push(format!(

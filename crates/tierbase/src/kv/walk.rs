@@ -100,14 +100,15 @@ fn walk_log(
                 })?;
                 return Ok(Ok(0));
             }
-            let klen = region.read_u64(base + 4)? as u32 as usize;
-            let vlen = region.read_u64(base + 16)?;
-            if klen == 0 || klen > layout::MAX_VAR_KEY || vlen > layout::MAX_LARGE_VALUE as u64 {
+            let head = LargeHead::read(region, geo, b)?;
+            let Some((klen, vlen, _)) = head.lengths() else {
                 return Ok(Err(Malformed(format!(
-                    "block {b}: large record with impossible lengths (key {klen}, value {vlen})"
+                    "block {b}: large record with impossible lengths (key {}, value {})",
+                    head.word(0),
+                    head.value_len()
                 ))));
-            }
-            let span = layout::large_blocks(bs, klen, vlen as usize);
+            };
+            let span = layout::large_blocks(bs, klen, vlen);
             if b + span > used {
                 return Ok(Err(Malformed(format!(
                     "block {b}: large record spans {span} blocks, beyond the {used} in use"
@@ -179,35 +180,77 @@ pub(crate) fn record_is_whole(
     }
 }
 
+/// A large record's head: bytes 4..32 of its first block (key length, version, value length,
+/// check, check marker) — the one reading of it, for recovery, reads and `verify`.
+pub(crate) struct LargeHead([u8; 28]);
+
+impl LargeHead {
+    /// Reads the head of the large record in block `b`.
+    pub(crate) fn read(region: &PmemRegion, geo: &Geometry, b: u64) -> Result<Self> {
+        let mut head = [0u8; 28];
+        region.read(geo.block_offset(b) + 4, &mut head)?;
+        Ok(LargeHead(head))
+    }
+
+    /// The u32 at byte `at` of these 28 bytes (head byte `4 + at`).
+    fn word(&self, at: usize) -> u32 {
+        let h = &self.0;
+        u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]])
+    }
+
+    fn value_len(&self) -> u64 {
+        u64::from(self.word(12)) | (u64::from(self.word(16)) << 32)
+    }
+
+    /// (key length, value length, version), or `None` if the lengths are impossible (a torn
+    /// read or damage; callers decide which).
+    pub(crate) fn lengths(&self) -> Option<(usize, usize, u32)> {
+        let (klen, vlen) = (self.word(0) as usize, self.value_len());
+        if klen == 0 || klen > layout::MAX_VAR_KEY || vlen > layout::MAX_LARGE_VALUE as u64 {
+            return None;
+        }
+        Some((klen, vlen as usize, self.word(4)))
+    }
+
+    /// What the head says about its check ([`var::large_head_check`]).
+    pub(crate) fn check(&self) -> var::LargeCheck {
+        var::large_head_check(&self.0)
+    }
+
+    /// Whether `key` and `value` match the head's check (a head written before large records
+    /// had checks has none to fail).
+    pub(crate) fn matches(&self, key: &[u8], value: &[u8]) -> bool {
+        match self.check() {
+            var::LargeCheck::Checked(check) => {
+                check == var::large_check(self.checked_fields(), key, value)
+            }
+            var::LargeCheck::Unchecked => true,
+            var::LargeCheck::Damaged => false,
+        }
+    }
+
+    /// The head bytes its check covers (key length, version, value length).
+    fn checked_fields(&self) -> &[u8] {
+        &self.0[..20]
+    }
+}
+
 /// Whether the large record whose head is block `b` matches its check, reading its key and
-/// value piece by piece (a value may take 1 GiB). A head written before large records had
-/// checks (both check words zero) has none to fail. Large records are written in ordered
-/// steps (the head's valid bit last), so a valid one that fails is media damage.
+/// value piece by piece (a value may take 1 GiB). Large records are written in ordered steps
+/// (the head's valid bit last), so a valid one that fails is media damage.
 pub(crate) fn large_record_is_whole(region: &PmemRegion, geo: &Geometry, b: u64) -> Result<bool> {
-    let mut head = [0u8; 28];
-    region.read(geo.block_offset(b) + 4, &mut head)?;
-    let fields = &head[..20];
-    let word = |at: usize| {
-        u32::from_le_bytes(
-            fields
-                .get(at..at + 4)
-                .and_then(|w| w.try_into().ok())
-                .unwrap_or_default(),
-        )
-    };
-    let check = match var::large_head_check(&head) {
+    let head = LargeHead::read(region, geo, b)?;
+    let check = match head.check() {
         var::LargeCheck::Checked(check) => check,
         var::LargeCheck::Unchecked => return Ok(true),
         var::LargeCheck::Damaged => return Ok(false),
     };
-    let klen = u64::from(word(0));
-    let vlen = u64::from(word(12)) | (u64::from(word(16)) << 32);
-    if klen as usize > layout::MAX_VAR_KEY || vlen > layout::MAX_LARGE_VALUE as u64 {
+    let Some((klen, vlen, _)) = head.lengths() else {
         return Ok(false);
-    }
-    let mut crc = crc32c::crc32c(fields);
+    };
+    let mut crc = crc32c::crc32c(head.checked_fields());
     let mut buf = vec![0u8; 64 << 10];
-    let (mut at, end) = (var::LARGE_HEADER, var::LARGE_HEADER + klen + vlen);
+    let (mut at, end) = (var::LARGE_HEADER, var::LARGE_HEADER + (klen + vlen) as u64);
     while at < end {
         let (pos, avail) = geo.large_locate(b, at);
         let n = avail.min(end - at).min(buf.len() as u64) as usize;
@@ -217,4 +260,37 @@ pub(crate) fn large_record_is_whole(region: &PmemRegion, geo: &Geometry, b: u64)
         at += n as u64;
     }
     Ok(crc == check)
+}
+
+/// Calls `visit(offset, page, slot)` for each slot of fixed block `b` that its page's bitset marks free
+/// but whose stamp is not zero (what an unacknowledged write may leave; after a clean close,
+/// media damage). Each bitset word is read once.
+pub(crate) fn stamped_free_slots(
+    region: &PmemRegion,
+    geo: &Geometry,
+    b: u64,
+    visit: &mut dyn FnMut(u64, u32, u32) -> Result<()>,
+) -> Result<()> {
+    for p in 0..geo.pages_per_block {
+        let page = geo.page_offset(b, p);
+        for w in 0..geo.bitset_words {
+            let bits = region
+                .atomic_u64(page + u64::from(w) * 8)?
+                .load(Ordering::Acquire);
+            for s in w * 64..(w * 64 + 64).min(geo.slots) {
+                if bits & (1 << (s % 64)) != 0 {
+                    continue;
+                }
+                let at = geo.slot_offset(b, p, s);
+                if region
+                    .atomic_u64(at + layout::SLOT_STAMP)?
+                    .load(Ordering::Acquire)
+                    != 0
+                {
+                    visit(at, p, s)?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
