@@ -64,8 +64,10 @@ struct Snapshot(PathBuf, Vec<(&'static str, Vec<u8>)>);
 
 impl Snapshot {
     fn take(dir: &Path) -> Snapshot {
-        let files = ["pages.tb", "wal-0.tb", "wal-1.tb"]
+        // The tier with the rest: an older page file beside a newer tier is refused.
+        let files = ["pages.tb", "wal-0.tb", "wal-1.tb", "nvm.tb"]
             .into_iter()
+            .filter(|n| *n != "nvm.tb" || dir.join(n).exists())
             .map(|n| (n, std::fs::read(dir.join(n)).unwrap()))
             .collect();
         Snapshot(dir.to_path_buf(), files)
@@ -1284,4 +1286,129 @@ fn a_wiped_nvm_tier_is_refused_not_formatted_again() {
         Err(e) => panic!("{e}"),
         Ok(s) => panic!("opened with {} of {} keys", s.len(), model.len()),
     }
+}
+
+/// The refusal of opening `path`, whose message must hold every one of `words`.
+fn refused_naming(path: &Path, model: &Model, words: &[&str]) {
+    match BTreeStore::open(path, &opts()) {
+        Err(e @ Error::Corrupt { .. }) => {
+            let m = e.to_string();
+            assert!(
+                m.contains("nvm.tb") && words.iter().all(|w| m.contains(w)),
+                "{m}"
+            )
+        }
+        Err(e) => panic!("{e}"),
+        Ok(s) => {
+            let wrong = model
+                .iter()
+                .filter(|(k, v)| s.get(k).unwrap().as_deref() != Some(&v[..]))
+                .count();
+            panic!(
+                "opened, {wrong} of {} keys not the store's own values",
+                model.len()
+            )
+        }
+    }
+}
+
+/// Another store's tier put in place of a store's own: its pages were taken as the store's
+/// newest (a user's test: 753 of 3,000 keys served with the other store's values, `verify`
+/// finding nothing wrong). The tier's header names its store, and the open refuses it.
+#[test]
+fn another_stores_nvm_tier_is_refused() {
+    let (one, two) = (scratch_dir(), scratch_dir());
+    let (path_one, model, nvm_one) = filled_three_tier_store(one.path(), None);
+    let (_, _, nvm_two) = filled_three_tier_store(two.path(), None);
+    // The other store holds other values for the same keys.
+    let s = BTreeStore::open(two.path().join("t"), &opts()).unwrap();
+    for i in 0..3000u32 {
+        s.put(&key(i), b"the other store's").unwrap();
+    }
+    s.close().unwrap();
+    std::fs::copy(&nvm_two, &nvm_one).unwrap();
+    refused_naming(&path_one, &model, &["another store"]);
+}
+
+/// An older copy of the store's own tier (a restore of one file of the directory) brought
+/// back older values; one from a later checkpoint than the page file is refused too.
+#[test]
+fn an_older_copy_of_the_tier_or_the_page_file_is_refused() {
+    let dir = scratch_dir();
+    let (path, _, nvm) = filled_three_tier_store(dir.path(), None);
+    let saved = dir.path().join("saved");
+    std::fs::create_dir(&saved).unwrap();
+    for f in ["nvm.tb", "pages.tb"] {
+        std::fs::copy(path.join(f), saved.join(f)).unwrap();
+    }
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    let mut model = Model::new();
+    for i in 0..3000u32 {
+        s.put(&key(i), b"newer").unwrap();
+        model.insert(key(i), b"newer".to_vec());
+    }
+    s.close().unwrap();
+    let (now_nvm, now_pages) = (
+        std::fs::read(&nvm).unwrap(),
+        std::fs::read(path.join("pages.tb")).unwrap(),
+    );
+    std::fs::copy(saved.join("nvm.tb"), &nvm).unwrap();
+    refused_naming(&path, &model, &["older copy of the tier"]);
+    std::fs::write(&nvm, &now_nvm).unwrap();
+    std::fs::copy(saved.join("pages.tb"), path.join("pages.tb")).unwrap();
+    refused_naming(&path, &model, &["page file is older than the tier"]);
+    // The store's own files together open, with every value.
+    std::fs::write(path.join("pages.tb"), &now_pages).unwrap();
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    read_all(&s, &model, "the store's own files").unwrap();
+    s.close().unwrap();
+}
+
+/// A damaged checkpoint word (its complement disagrees) is refused, naming it.
+#[test]
+fn a_damaged_tier_checkpoint_word_is_refused() {
+    let dir = scratch_dir();
+    let (path, model, nvm) = filled_three_tier_store(dir.path(), None);
+    // Region header 4096, then the tier's header: the checkpoint word at 40.
+    poke(&nvm, 4096 + 40, &[0xff]);
+    refused_naming(&path, &model, &["checkpoint word is damaged"]);
+}
+
+/// A store written before ids (no id in its superblocks, no tie in its tier) opens with all
+/// its keys; its first read-write open gives it an id and ties the tier, which another
+/// store's tier then no longer passes for.
+#[test]
+fn a_store_from_before_ids_opens_and_is_tied_by_its_next_open() {
+    let (one, two) = (scratch_dir(), scratch_dir());
+    let (path, model, nvm) = filled_three_tier_store(one.path(), None);
+    // Clear the id and its check in both superblocks, and the tier's tie words.
+    for slot in 0..2u64 {
+        poke(&path.join("pages.tb"), slot * PAGE as u64 + 48, &[0; 12]);
+    }
+    poke(&nvm, 4096 + 32, &[0; 16]);
+    let mut ro = opts();
+    ro.read_only = true;
+    let read_only = BTreeStore::open(&path, &ro).unwrap();
+    read_all(
+        &read_only,
+        &model,
+        "read-only open of a store without an id",
+    )
+    .unwrap();
+    let stats: std::collections::HashMap<String, String> = read_only.stats().into_iter().collect();
+    assert!(stats["store_id"].starts_with("none yet"), "{stats:?}");
+    drop(read_only);
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    read_all(&s, &model, "first read-write open").unwrap();
+    let stats: std::collections::HashMap<String, String> = s.stats().into_iter().collect();
+    let id = stats["store_id"].clone();
+    assert_eq!(id.len(), 16, "{stats:?}");
+    s.close().unwrap();
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    let stats: std::collections::HashMap<String, String> = s.stats().into_iter().collect();
+    assert_eq!(stats["store_id"], id, "the id stays");
+    s.close().unwrap();
+    let (_, _, nvm_two) = filled_three_tier_store(two.path(), None);
+    std::fs::copy(&nvm_two, &nvm).unwrap();
+    refused_naming(&path, &model, &["another store"]);
 }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::buffer::nvm::{Admission, NvmTier};
+use crate::buffer::nvm::{Admission, NvmTier, StoreTie};
 use crate::buffer::{BufferPool, MINI_PAGE_BYTES, PoolOptions, WalRule};
 use crate::device::{
     AlignedBuf, BlockDevice, BlockOptions, Counter, Durability, DurabilityMode, FsKind,
@@ -540,6 +540,10 @@ struct Inner {
     superblock: Mutex<u64>,
     /// The superblock's flags (what the store's media are).
     flags: u32,
+    /// The store's id, in its superblocks and its NVM tier's header; whether the media hold
+    /// it yet (not when a read-only open met a superblock from before ids).
+    store_id: u64,
+    store_id_on_media: bool,
     restart: RestartReport,
     counters: StoreCounters,
     cursors: Mutex<Cursors>,
@@ -623,14 +627,27 @@ struct Super {
     generation: u32,
     lsn: u64,
     flags: u32,
+    /// The store's id (`None` in a superblock written before ids: the store's tier, if any,
+    /// is then not checked against it, and the next read-write open gives it one).
+    id: Option<u64>,
+}
+
+/// A new store's id: random, never zero (zero means "none").
+fn new_store_id() -> u64 {
+    loop {
+        let id = rand::random::<u64>();
+        if id != 0 {
+            return id;
+        }
+    }
 }
 
 fn superblock(
     page_size: usize,
     seq: u64,
-    generation: u32,
-    lsn: u64,
+    (generation, lsn): (u32, u64),
     flags: u32,
+    id: u64,
 ) -> Result<AlignedBuf> {
     let mut b = AlignedBuf::new(SUPER_LEN)?;
     b[..8].copy_from_slice(SUPER_MAGIC);
@@ -651,6 +668,10 @@ fn superblock(
     b[32..40].copy_from_slice(&lsn.to_le_bytes());
     let c = crc32c::crc32c(&b[..40]);
     b[40..44].copy_from_slice(&c.to_le_bytes());
+    // The id with a check of its own over bytes 0..56: code that predates it reads 0..44 only.
+    b[48..56].copy_from_slice(&id.to_le_bytes());
+    let c = crc32c::crc32c(&b[..56]);
+    b[56..60].copy_from_slice(&c.to_le_bytes());
     Ok(b)
 }
 
@@ -704,6 +725,8 @@ fn read_superblock(dev: &BlockDevice, path: Option<&Path>) -> Result<Super> {
             if flags & !known != 0 {
                 continue; // bits its version never sets
             }
+            let id = u64::from_le_bytes(b[48..56].try_into().expect("8"));
+            let id = (id != 0 && crc32c::crc32c(&b[..56]).to_le_bytes() == b[56..60]).then_some(id);
             if best.is_none_or(|b| seq > b.seq) {
                 best = Some(Super {
                     page_size: ps,
@@ -711,6 +734,7 @@ fn read_superblock(dev: &BlockDevice, path: Option<&Path>) -> Result<Super> {
                     generation: g,
                     lsn,
                     flags,
+                    id,
                 });
             }
         }
@@ -733,17 +757,25 @@ fn read_superblock(dev: &BlockDevice, path: Option<&Path>) -> Result<Super> {
     })
 }
 
+/// Writes superblock `seq` of store `id` and syncs it; with an NVM tier, ties the tier to it
+/// first ([`NvmTier::tie`]: the tier's checkpoint word is then the newest superblock's or
+/// the next, after any crash).
 fn write_superblock(
     dev: &BlockDevice,
+    tier: Option<&NvmTier>,
+    id: u64,
     page_size: usize,
     seq: u64,
-    (g, lsn): (u32, u64),
+    redo: (u32, u64),
     flags: u32,
 ) -> Result<()> {
+    if let Some(tier) = tier {
+        tier.tie(id, seq)?;
+    }
     let slot = seq % 2;
     dev.write_at(
         slot * page_size as u64,
-        &superblock(page_size, seq, g, lsn, flags)?,
+        &superblock(page_size, seq, redo, flags, id)?,
     )?;
     dev.sync()
 }
@@ -765,7 +797,15 @@ fn format(devs: &BTreeDevices, page_size: usize) -> Result<()> {
     devs.pages.write_at(FIRST_ROOT * page_size as u64, &root)?;
     devs.pages.sync()?;
     Wal::format(&devs.logs, FIRST_LSN)?;
-    write_superblock(&devs.pages, page_size, 1, (1, FIRST_LSN), devs.flags())
+    write_superblock(
+        &devs.pages,
+        None,
+        new_store_id(),
+        page_size,
+        1,
+        (1, FIRST_LSN),
+        devs.flags(),
+    )
 }
 
 /// The first meta page and root leaf of a new store.
@@ -814,7 +854,15 @@ fn format_direct(devs: &BTreeDevices, page_size: usize) -> Result<()> {
         devs.pages.grow(need)?;
     }
     Wal::format(&devs.logs, FIRST_LSN)?;
-    write_superblock(&devs.pages, page_size, 1, (1, FIRST_LSN), devs.flags())
+    write_superblock(
+        &devs.pages,
+        None,
+        new_store_id(),
+        page_size,
+        1,
+        (1, FIRST_LSN),
+        devs.flags(),
+    )
 }
 
 impl BTreeStore {
@@ -1075,7 +1123,8 @@ impl BTreeStore {
             let scan = Instant::now();
             // Only the superblock a create writes (sequence 1) may precede the tier's header: any
             // later one was written by an open that had formatted the tier first.
-            let tier = NvmTier::open_in_store(region, page_size, opts.nvm_admission, seq > 1)
+            let tie = StoreTie { id: sb.id, seq };
+            let tier = NvmTier::open_in_store(region, page_size, opts.nvm_admission, tie)
                 .map_err(|e| with_path(e, path.as_deref()))?;
             nvm_report = (tier.found_at_open, scan.elapsed().as_micros() as u64);
             pool = pool
@@ -1177,6 +1226,11 @@ impl BTreeStore {
         tree.adopt_meta(meta);
         // Opened read-only: the pages redo changed stay in DRAM; no checkpoint, no new log
         // generation (a later open redoes from the same checkpoint).
+        // A superblock from before ids takes its tier's, if an interrupted first tie left one.
+        let store_id = sb
+            .id
+            .or_else(|| tree.pool.nvm().and_then(NvmTier::store_id))
+            .unwrap_or_else(new_store_id);
         let flushed = (!opts.read_only).then(|| tree.pool.flush_dirty());
         let (wal, seq) = match flushed {
             None => {
@@ -1188,10 +1242,13 @@ impl BTreeStore {
             Some(Ok(written)) => {
                 restart.pages_written = written;
                 let pages = tree.pool.device();
+                let tier = tree.pool.nvm();
                 // Redo now starts at the last generation read (its file stays untouched),
                 // then the log continues in a new generation, then redo starts there.
                 write_superblock(
                     pages,
+                    tier,
+                    store_id,
                     page_size,
                     seq + 1,
                     (end.generation, end.generation_start),
@@ -1200,6 +1257,8 @@ impl BTreeStore {
                 let wal = Wal::resume(logs, end)?;
                 write_superblock(
                     pages,
+                    tier,
+                    store_id,
                     page_size,
                     seq + 2,
                     (end.generation + 1, end.lsn),
@@ -1246,6 +1305,8 @@ impl BTreeStore {
             checkpoint_bytes: opts.checkpoint_bytes.max(1 << 20),
             superblock: Mutex::new(seq),
             flags,
+            store_id,
+            store_id_on_media: sb.id.is_some() || !opts.read_only,
             restart,
             counters: StoreCounters::default(),
             cursors: Mutex::new(Cursors::default()),
@@ -1736,6 +1797,8 @@ impl Inner {
         let result = self.tree.pool.flush_dirty().and_then(|_| {
             write_superblock(
                 self.tree.pool.device(),
+                self.tree.pool.nvm(),
+                self.store_id,
                 self.tree.pool.page_size(),
                 *seq + 1,
                 (generation, start),
@@ -1767,6 +1830,14 @@ impl Inner {
         };
         let mut out = vec![
             ("store".to_string(), "btree".to_string()),
+            (
+                "store_id".into(),
+                if self.store_id_on_media {
+                    format!("{:016x}", self.store_id)
+                } else {
+                    "none yet (a superblock from before ids; a read-write open gives one)".into()
+                },
+            ),
             ("design".into(), design.into()),
             ("medium".into(), self.medium.clone()),
             ("durability".into(), self.durability.name()),
