@@ -46,12 +46,28 @@ enum Command {
     Serve(cmd::serve::ServeArgs),
 }
 
+impl Command {
+    /// The command's name if it reads no device profile (`--profiles` means nothing to it).
+    fn reading_no_profiles(&self) -> Option<&'static str> {
+        match self {
+            Command::Devices(_) | Command::Bench(_) | Command::Profile(_) => None,
+            Command::Report(_) => Some("report"),
+            Command::Kv(_) => Some("kv"),
+            Command::Btree(_) => Some("btree"),
+            Command::Plush(_) => Some("plush"),
+            Command::Serve(_) => Some("serve"),
+        }
+    }
+}
+
 fn main() -> ExitCode {
     // A closed pipe (`tierbase kv stats | head -3`) ends the process quietly, as it does for
     // every Unix tool. SIGPIPE stays ignored (Rust's default), so that a write into the
     // closed pipe is an error: a store command then stops and closes its store cleanly,
     // where the signal would have killed it with the store open (see `util::outln`).
     exit_quietly_when_output_fails();
+    // A file-size limit (`ulimit -f`) is a full device: "store full", not death by SIGXFSZ.
+    tierbase::device::report_file_size_limit_as_full();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version are not errors: clap prints them as usual.
@@ -87,6 +103,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Stores and the server read no device profile: a profile given to them would be ignored
+    // without a word (a missing or malformed file even "worked"), so it is refused.
+    if let (false, Some(name)) = (cli.profiles.is_empty(), cli.command.reading_no_profiles()) {
+        eprintln!(
+            "tierbase: error: --profiles is for devices, bench and profile; `tierbase {name}` \
+             reads no device profile (see --help)"
+        );
+        return ExitCode::from(2);
+    }
     let ctx = cmd::Ctx {
         profile_files: cli.profiles,
     };

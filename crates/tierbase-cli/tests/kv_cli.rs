@@ -40,9 +40,19 @@ fn create_put_get_delete_scan_stats_verify() {
     assert!(s.contains("records       2"), "{s}");
     assert!(s.contains("durability"), "{s}");
     assert!(s.contains("DRAM index"), "{s}");
+    let text_durability = s.lines().find_map(|l| l.strip_prefix("durability    "));
     let o = tierbase(&["kv", "stats", "--path", p, "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["stats"]["records"], 2);
+    // The JSON says what the text says: a writer's durability, beside the read-only
+    // session's own `none` (it gave only the session's).
+    let writers = v["read_write_durability"]
+        .as_str()
+        .expect("a writer's durability");
+    assert_eq!(
+        text_durability.and_then(|d| d.strip_prefix("of a read-write open: ")),
+        Some(writers)
+    );
     assert!(v["recovery"]["duration"].is_object());
 
     let o = tierbase(&["kv", "delete", "--path", p, "hello"]);
@@ -130,6 +140,28 @@ fn verify_reports_a_flipped_bit_in_a_cleanly_closed_store() {
     let o = tierbase(&["kv", "verify", "--path", p]);
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
     assert!(stdout(&o).contains("media damage"), "{}", stdout(&o));
+    // The record is named by where it is (it was only counted).
+    assert!(
+        stdout(&o).lines().any(|l| l.trim().starts_with("block ")
+            && l.contains(" page ")
+            && l.ends_with("the record fails its check: media damage")),
+        "{}",
+        stdout(&o)
+    );
+    // After a clean close nothing drops such a record: the count's explanation must not say
+    // the next open does (it did, written for the after-a-crash case only).
+    let torn = stdout(&o)
+        .lines()
+        .find(|l| l.starts_with("torn records"))
+        .map(str::to_owned);
+    let torn = torn.expect("a torn-records line");
+    assert!(
+        torn.contains("closed cleanly") && !torn.contains("drops them"),
+        "{torn}"
+    );
+    let o = tierbase(&["kv", "verify", "--path", p, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["closed_cleanly"], true);
 }
 
 #[test]
@@ -167,6 +199,19 @@ fn bad_input_is_one_clear_line() {
         "No such file or directory",
     );
     one_line_error(&tierbase(&["kv", "get", "k"]), "--path <FILE> is required");
+    // A device profile means nothing to a store: refused, not ignored (a missing file
+    // "worked").
+    one_line_error(
+        &tierbase(&[
+            "--profiles",
+            "/nonexistent.toml",
+            "kv",
+            "stats",
+            "--path",
+            f,
+        ]),
+        "reads no device profile",
+    );
     // Missing arguments are named (the line ended with "not provided:" and nothing after).
     one_line_error(
         &tierbase(&["kv", "put", "--path", f]),
@@ -207,6 +252,52 @@ fn bad_input_is_one_clear_line() {
         &tierbase(&["kv", "stats", "--path", junk.to_str().unwrap()]),
         "not a tierbase region",
     );
+}
+
+/// A file-size limit (the shell's `ulimit -f`) met while the store grows is a full device:
+/// one clear line and exit status 1, and the store keeps what it held. (The kernel's
+/// `SIGXFSZ` killed the command mid-write, with no error line and the store left open.)
+#[test]
+fn a_file_size_limit_is_a_full_store_not_a_killing_signal() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("limited.tb");
+    let p = path.to_str().unwrap();
+    let o = tierbase(&["kv", "create", "--path", p, "--chunk", "1M"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        tierbase(&["kv", "put", "--path", p, "kept", "v"])
+            .status
+            .success()
+    );
+    // Files may not grow past the store's size (`ulimit -f` counts 512-byte blocks in a
+    // POSIX shell); a value larger than the whole store must grow it. No `trap '' XFSZ`
+    // here: the command itself must not die of the signal.
+    let limit = std::fs::metadata(&path).unwrap().len().div_ceil(512);
+    let value = "x".repeat(120_000);
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -f {limit} || exit 97; exec \"$0\" \"$@\""))
+        .arg(common::BIN)
+        .args(["kv", "put", "--path", p, "big", &value])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.signal(),
+        None,
+        "killed by a signal: {}",
+        stderr(&o)
+    );
+    assert_ne!(
+        o.status.code(),
+        Some(97),
+        "the shell could not set the limit"
+    );
+    one_line_error(&o, "full");
+    let o = tierbase(&["kv", "get", "--path", p, "kept"]);
+    assert_eq!(stdout(&o).trim(), "v", "{}", stderr(&o));
+    let o = tierbase(&["kv", "verify", "--path", p]);
+    assert!(o.status.success(), "{}", stdout(&o));
 }
 
 /// Output that cannot be written (a full device) is one clear line and exit status 1, not a

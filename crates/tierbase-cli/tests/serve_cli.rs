@@ -795,6 +795,49 @@ fn unknown_store_is_a_usage_error() {
     assert!(!path.exists());
 }
 
+/// A port already in use is one line, and the store the run created for it is gone again
+/// (it left a new empty store behind).
+#[test]
+fn a_port_in_use_leaves_no_new_store_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    for store in ["kv", "btree", "plush"] {
+        let path = dir.path().join(format!("new-{store}"));
+        let p = path.to_str().unwrap();
+        let o = tierbase(&["serve", "--path", p, "--store", store, "--listen", &listen]);
+        let err = assert_one_line_error(&o, "port in use");
+        assert!(err.contains("in use"), "{err}");
+        assert!(!path.exists(), "{store}: the new store was left behind");
+    }
+    // An existing store stays, of course.
+    let kept = dir.path().join("kept.tb");
+    let k = kept.to_str().unwrap();
+    assert!(tierbase(&["kv", "create", "--path", k]).status.success());
+    let o = tierbase(&["serve", "--path", k, "--listen", &listen]);
+    assert_one_line_error(&o, "port in use, existing store");
+    assert!(kept.exists());
+}
+
+/// A store named with `--store` that the path holds another store's files of: one line that
+/// says which store is there ("create directory: File exists" for a kv file as a btree).
+#[test]
+fn a_store_named_other_than_the_one_at_the_path_is_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.tb");
+    let p = path.to_str().unwrap();
+    assert!(tierbase(&["kv", "create", "--path", p]).status.success());
+    for other in ["btree", "plush"] {
+        let o = tierbase(&["serve", "--path", p, "--store", other]);
+        let err = assert_one_line_error(&o, other);
+        assert!(
+            err.contains(&format!("holds a kv store, not a {other} store")),
+            "{err}"
+        );
+    }
+    assert!(tierbase(&["kv", "verify", "--path", p]).status.success());
+}
+
 #[test]
 fn unknown_store_lists_the_valid_stores() {
     let dir = tempfile::tempdir().unwrap();

@@ -28,11 +28,21 @@ pub const AUTO: &str = "auto";
 /// store's in-place invalidations are random page writes there, docs/BENCHMARKS.md Figure 6).
 pub fn resolve_store(kind: &str, path: &Path) -> Result<&'static str> {
     if kind != AUTO {
-        return STORES
+        let named = STORES
             .iter()
             .copied()
             .find(|s| *s == kind)
-            .ok_or_else(|| unknown_store(kind));
+            .ok_or_else(|| unknown_store(kind))?;
+        // Another store's files under the name: say so, rather than what opening them as this
+        // store fails with ("create directory: File exists" for a kv file named as a btree).
+        return match held_store(path) {
+            Ok(Some(held)) if held != named => Err(ServerError::Config(format!(
+                "{} holds a {held} store, not a {named} store: serve it with --store {held} \
+                 (or without --store)",
+                path.display()
+            ))),
+            _ => Ok(named),
+        };
     }
     let meta = match std::fs::metadata(path) {
         Ok(meta) => meta,
@@ -64,20 +74,35 @@ pub fn resolve_store(kind: &str, path: &Path) -> Result<&'static str> {
     if !meta.is_file() {
         return Err(which_store(path, "neither a file nor a directory"));
     }
-    // A region's header, then the store's own magic at the start of its data.
+    match held_store(path) {
+        Ok(Some(held)) => Ok(held),
+        Ok(None) => Err(which_store(path, "neither a kv nor a plush store file")),
+        Err(e) => Err(which_store(path, &e.to_string())),
+    }
+}
+
+/// The store whose files are at `path`, if any: a directory with a B+-tree's page file, or
+/// a file with a region's header and then a kv or plush store's magic at its data's start.
+fn held_store(path: &Path) -> std::io::Result<Option<&'static str>> {
+    if path.is_dir() {
+        let pages = path.join(tierbase::btree::PAGES_FILE).exists();
+        return Ok(pages.then_some("btree"));
+    }
     let mut head = vec![0u8; REGION_HEADER_LEN + 8];
-    let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head));
-    if let Err(e) = read {
-        return Err(which_store(path, &e.to_string()));
+    match std::fs::File::open(path)?.read_exact(&mut head) {
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        read => read?,
     }
     let magic = &head[REGION_HEADER_LEN..];
-    if &head[..8] == REGION_MAGIC && magic == tierbase::kv::layout::MAGIC {
-        Ok("kv")
-    } else if &head[..8] == REGION_MAGIC && magic == tierbase::hash::layout::MAGIC {
-        Ok("plush")
+    Ok(if &head[..8] != REGION_MAGIC {
+        None
+    } else if magic == tierbase::kv::layout::MAGIC {
+        Some("kv")
+    } else if magic == tierbase::hash::layout::MAGIC {
+        Some("plush")
     } else {
-        Err(which_store(path, "neither a kv nor a plush store file"))
-    }
+        None
+    })
 }
 
 fn unknown_store(kind: &str) -> ServerError {

@@ -368,6 +368,42 @@ fn a_damaged_large_record_is_reported_not_served() {
     assert_eq!(c.get(b"small").unwrap().as_deref(), Some(&b"kept"[..]));
 }
 
+/// A large record's blocks after its head each start with a marker saying which block of the
+/// record they are; the value's check covers the bytes after the markers, not the markers.
+/// `verify` said OK with a marker zeroed (a block that reads as empty, which could be taken for
+/// free space); now it names the block.
+#[test]
+fn a_damaged_large_record_continuation_marker_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.tb");
+    let store = KvStore::create(&path, &opts(RecordLayout::Variable)).unwrap();
+    let mut value = vec![7u8; 100_000];
+    value[60_000..60_008].copy_from_slice(b"FINDME!!");
+    let mut c = store.client();
+    c.put(b"big", &value).unwrap();
+    drop(c);
+    store.close().unwrap();
+    assert!(tierbase::kv::verify(&path).unwrap().is_ok());
+    // The block holding value byte 60,000 (blocks of 2 pages start after the store header).
+    let bytes = std::fs::read(&path).unwrap();
+    let at = bytes.windows(8).position(|w| w == b"FINDME!!").unwrap() as u64;
+    let (first, block) = (KV + 4096, 2 * 4096);
+    let start = first + (at - first) / block * block;
+    let word = u32::from_le_bytes(bytes[start as usize..][..4].try_into().unwrap());
+    assert_eq!(word & 0b110, 0b110, "a continuation marker: {word:#x}");
+    poke(&path, start, &[0; 4]);
+    let report = tierbase::kv::verify(&path).unwrap();
+    let b = (start - first) / block;
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.starts_with(&format!("block {b}: not marked as block"))),
+        "{:?}",
+        report.problems
+    );
+}
+
 /// One damaged record header in a variable block made every open fail, read-only ones too:
 /// no record of the store could be read. Now a read-only open reads the block's records before
 /// the damage and every other block, and reports the damage; a read-write open is still

@@ -104,12 +104,20 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
             outln!("blocks checked  {}", report.blocks_checked)?;
             outln!("valid records   {}", report.valid_records)?;
             outln!("deleted records {}", report.deleted_records)?;
-            outln!(
-                "torn records    {} (fail their check after a crash: writes it cut short, never \
-                 acknowledged — or media damage, which a check cannot tell apart after a crash; \
-                 the next open drops them)",
-                report.torn_records
-            )?;
+            if report.closed_cleanly {
+                outln!(
+                    "torn records    {} (fail their check although the store was closed cleanly: \
+                     media damage; the next open keeps them as they read, checking no record)",
+                    report.torn_records
+                )?;
+            } else {
+                outln!(
+                    "torn records    {} (fail their check after a crash: writes it cut short, \
+                     never acknowledged — or media damage, which a check cannot tell apart after \
+                     a crash; the next open drops them)",
+                    report.torn_records
+                )?;
+            }
             outln!(
                 "duplicate keys  {} (by 64-bit fingerprint; recovery keeps the newest)",
                 report.duplicate_keys
@@ -182,7 +190,9 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
         KvCommand::Stats { json } => {
             let stats = store.stats();
             if json {
+                // `stats.durability` is this read-only session's (`none`): say a writer's too.
                 let v = serde_json::json!({
+                    "read_write_durability": read_write_durability(&store),
                     "stats": stats,
                     "recovery": store.recovery(),
                     "metrics": store.metrics(),
@@ -200,6 +210,23 @@ pub fn run(args: KvArgs, _ctx: &Ctx) -> anyhow::Result<bool> {
     Ok(found)
 }
 
+/// What a writer's open of the store's file would use, when `store` is open read-only: its
+/// own mode is `none` only because it writes nothing.
+fn read_write_durability(store: &KvStore) -> Option<&'static str> {
+    if !store.region().is_read_only() {
+        return None;
+    }
+    Some(match store.region().path().map(tierbase::device::fs_kind) {
+        Some(tierbase::device::FsKind::Memory) => {
+            "process-crash: a memory-backed file survives a process crash, not a power loss"
+        }
+        _ => {
+            "msync on a disk file (survives a power loss), or dax on persistent memory mapped \
+             with MAP_SYNC"
+        }
+    })
+}
+
 fn print_stats(store: &KvStore) -> anyhow::Result<()> {
     let s = store.stats();
     let r = store.recovery();
@@ -212,18 +239,7 @@ fn print_stats(store: &KvStore) -> anyhow::Result<()> {
     };
     outln!("layout        {}", s.layout)?;
     outln!("records       {}", s.records)?;
-    // `stats` opens the store read-only, whose mode is `none` only because it writes nothing:
-    // say what a writer's open of this file would use instead.
-    if store.region().is_read_only() {
-        let writers = match store.region().path().map(tierbase::device::fs_kind) {
-            Some(tierbase::device::FsKind::Memory) => {
-                "process-crash: a memory-backed file survives a process crash, not a power loss"
-            }
-            _ => {
-                "msync on a disk file (survives a power loss), or dax on persistent memory \
-                 mapped with MAP_SYNC"
-            }
-        };
+    if let Some(writers) = read_write_durability(store) {
         outln!("durability    of a read-write open: {writers}")?;
     } else {
         outln!("durability    {} ({})", s.durability, s.guarantee)?;

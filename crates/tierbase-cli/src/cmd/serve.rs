@@ -113,6 +113,7 @@ pub fn run(args: ServeArgs, _ctx: &Ctx) -> anyhow::Result<()> {
     };
     config.validate()?;
     let kind = resolve_store(&args.store, &args.path)?;
+    let existed = args.path.exists();
     let opened = if args.read_only {
         open_store_read_only(kind, &args.path, args.dram)
     } else {
@@ -131,7 +132,18 @@ pub fn run(args: ServeArgs, _ctx: &Ctx) -> anyhow::Result<()> {
             eprintln!("tierbase serve: warning: {text}");
         }
     }
-    let server = Server::bind(store, policy, config)?;
+    let server = match Server::bind(store, policy, config) {
+        Ok(server) => server,
+        Err(e) => {
+            // The store this run created (and `bind` closed) serves no one: a failed start
+            // (the port in use) leaves no new empty store behind.
+            if !existed {
+                let _ = std::fs::remove_file(&args.path)
+                    .or_else(|_| std::fs::remove_dir_all(&args.path));
+            }
+            return Err(e.into());
+        }
+    };
     let ready = server.ready()?;
     let serving = format!(
         "{} — store {} on {}; commit {}; guarantee: {}",

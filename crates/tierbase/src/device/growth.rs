@@ -27,6 +27,20 @@ pub(crate) fn grow_toward(
     }
 }
 
+/// Makes a write past the process's file-size limit (the shell's `ulimit -f`,
+/// `RLIMIT_FSIZE`) fail with `EFBIG`, which the device layer reports as
+/// [`Error::DeviceFull`], instead of killing the process with `SIGXFSZ` — whose default
+/// action ends it mid-write with no error line (a server dies with every client cut off).
+/// For programs (the command line, the server); a library leaves signals to its host.
+pub fn report_file_size_limit_as_full() {
+    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler (no code runs
+    // in signal context); `signal` only changes process-wide state that nothing else in
+    // this process relies on for SIGXFSZ.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

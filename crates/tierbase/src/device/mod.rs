@@ -43,6 +43,7 @@ pub use emulate::{
 };
 pub(crate) use group_sync::GroupSync;
 pub(crate) use growth::grow_toward;
+pub use growth::report_file_size_limit_as_full;
 pub use profile::{Catalogue, DeviceKind, DeviceProfile};
 pub use raw::RawAccess;
 pub use region::{

@@ -73,8 +73,12 @@ pub struct VerifyReport {
     pub deleted_records: u64,
     /// Keys with more than one valid copy (legal only transiently: recovery keeps the newest).
     pub duplicate_keys: u64,
-    /// Marked records a crash tore (unacknowledged writes; legal: the next open unmarks them).
+    /// Marked records that fail their check: after a crash, writes it tore (unacknowledged;
+    /// legal: the next open unmarks them); after a clean close, media damage (a problem).
     pub torn_records: u64,
+    /// Whether the store's last close was clean (no write was in flight): a record failing
+    /// its check is then damage, which an open keeps (checking no record), not a torn write it drops.
+    pub closed_cleanly: bool,
     /// Format violations (media corruption or a bug); empty means the store is well-formed.
     pub problems: Vec<String>,
 }
@@ -144,11 +148,12 @@ pub fn verify_region(region: &PmemRegion) -> Result<VerifyReport> {
     report.problems.extend(mark.damage);
     let used = mark.blocks;
     report.blocks_checked = used;
-    check_blocks(region, &geo, used, &mut report)?;
+    let torn_at = check_blocks(region, &geo, used, &mut report)?;
     // A record that fails its check is a write a crash cut short — unless the store was
     // closed cleanly, when no write was in flight: then it is damage (a flipped bit in a
     // record the store would otherwise serve as it is, as a clean open checks no record).
     let clean = region.read_u64(header::CLEAN as u64)? == layout::CLEAN_MARK;
+    report.closed_cleanly = clean;
     if clean && geo.fixed_sizes().is_some() {
         check_free_slots(region, &geo, used, &mut report)?;
     }
@@ -158,6 +163,21 @@ pub fn verify_region(region: &PmemRegion) -> Result<VerifyReport> {
              cut short): media damage",
             report.torn_records
         ));
+        for off in torn_at {
+            if report.problems.len() < MAX_PROBLEMS {
+                report.problems.push(format!(
+                    "block {} page {} {} {}: the record fails its check: media damage",
+                    off.block(),
+                    off.page(),
+                    if geo.fixed_sizes().is_some() {
+                        "slot"
+                    } else {
+                        "byte"
+                    },
+                    off.pos()
+                ));
+            }
+        }
     }
     Ok(report)
 }
@@ -195,10 +215,14 @@ fn check_blocks(
     geo: &Geometry,
     used: u64,
     report: &mut VerifyReport,
-) -> Result<()> {
+) -> Result<Vec<RecordOffset>> {
+    // Where the records failing their check are (the first MAX_PROBLEMS), to name them.
+    let mut torn_at = Vec::new();
     // Fingerprint -> valid copies, to find duplicate keys without holding every key in memory.
     let mut copies: HashMap<u64, u32> = HashMap::new();
     let mut continuations = Vec::new();
+    // Valid large records' (head block, span): each block after the head must say it follows.
+    let mut large_heads = Vec::new();
     let (mut key, mut value) = (Vec::new(), Vec::new());
     for b in 0..used {
         let mut problems = Vec::new();
@@ -207,6 +231,9 @@ fn check_blocks(
                 Entry::Slot(off) => {
                     if !record_is_whole(region, geo, off, &mut value)? {
                         report.torn_records += 1;
+                        if torn_at.len() < MAX_PROBLEMS {
+                            torn_at.push(off);
+                        }
                         return Ok(());
                     }
                     if let Some((k, _)) = geo.fixed_sizes() {
@@ -224,6 +251,9 @@ fn check_blocks(
                     }
                     if !record_is_whole(region, geo, off, &mut value)? {
                         report.torn_records += 1;
+                        if torn_at.len() < MAX_PROBLEMS {
+                            torn_at.push(off);
+                        }
                         return Ok(());
                     }
                     let pos = geo.page_offset(off.block(), off.page()) + u64::from(off.pos());
@@ -235,9 +265,10 @@ fn check_blocks(
                     }
                     report.valid_records += 1;
                 }
-                Entry::LargeHead { valid, .. } => {
+                Entry::LargeHead { valid, span } => {
                     if valid {
                         report.valid_records += 1;
+                        large_heads.push((b, span));
                         if !large_record_is_whole(region, geo, b)? {
                             problems.push(format!(
                                 "block {b}: the large record fails its check: media damage"
@@ -260,7 +291,7 @@ fn check_blocks(
             }
         }
     }
-    for (b, distance) in continuations {
+    for &(b, distance) in &continuations {
         // Orphan continuation blocks are legal (a crash before the head became valid; distance
         // 0 marks a head still being written), but a continuation never points before block 0.
         if distance > b {
@@ -269,6 +300,21 @@ fn check_blocks(
             ));
         }
     }
+    // A valid head's blocks were all marked before it became valid: a block that does not say
+    // it follows its head is damage (the value's check covers the bytes after each marker,
+    // not the marker, and a block that reads as empty could be taken for free space).
+    let followers: HashMap<u64, u64> = continuations.into_iter().collect();
+    for (head, span) in large_heads {
+        for i in 1..span {
+            if followers.get(&(head + i)) != Some(&i) && report.problems.len() < MAX_PROBLEMS {
+                report.problems.push(format!(
+                    "block {}: not marked as block {i} of the large record at block {head}: \
+                     media damage",
+                    head + i
+                ));
+            }
+        }
+    }
     report.duplicate_keys = copies.values().filter(|&&n| n > 1).count() as u64;
-    Ok(())
+    Ok(torn_at)
 }
