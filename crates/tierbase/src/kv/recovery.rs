@@ -126,6 +126,10 @@ struct ThreadResult {
     damage: Vec<String>,
     max_version: u32,
     losers: Vec<RecordOffset>,
+    /// Variable blocks that hold no entry but bytes that are not zero: a crash's torn first
+    /// write, or a large record's block whose marker media damage zeroed. Cleared only once
+    /// every large head has claimed its blocks (see [`recover`]).
+    dirty_empty: Vec<u64>,
 }
 
 /// Scans blocks `0..used` with `threads` threads and fills the index and metadata. `clean`:
@@ -186,12 +190,27 @@ pub(crate) fn recover(
     };
     let mut losers = Vec::new();
     let mut max_version = 0;
+    let mut dirty_empty = Vec::new();
     for r in results {
         report.records_found += r.records;
         report.torn_records += r.torn;
         report.damage.extend(r.damage);
         max_version = max_version.max(r.max_version);
         losers.extend(r.losers);
+        dirty_empty.extend(r.dirty_empty);
+    }
+    // A block a valid large head claims is the record's, whatever its first word says: the
+    // value's check covers its bytes, not its marker. Zeroing it as a torn write's leftovers
+    // (as a block of its own would be) destroyed a record that was whole.
+    for b in dirty_empty {
+        if inner.block_meta(b)?.state.load(Ordering::Acquire) == LARGE {
+            report.damage.push(format!(
+                "block {b}: part of a large record but without its continuation marker: media \
+                 damage; the record is whole (its check covers its bytes) and is kept"
+            ));
+        } else {
+            clear_free_space(inner, b, 0)?;
+        }
     }
     inner.key_locks.seed(max_version);
 
@@ -387,7 +406,13 @@ fn scan_block(inner: &Inner, b: u64, used: u64, check: bool, w: &mut Scanner) ->
     // Every layout, in-place fixed ones too: their free slots' stamps are zero after a clean
     // close as well (`verify` reports one that is not), though no check relies on it there.
     if check && !large && !damaged {
-        clear_free_space(inner, b, tail)?;
+        if tail == 0 && geo.layout == RecordLayout::Variable {
+            if !free_space_is_zero(inner, b, 0)? {
+                r.dirty_empty.push(b);
+            }
+        } else {
+            clear_free_space(inner, b, tail)?;
+        }
     }
     batch.flush(inner, r, scratch)?;
     let m = inner.block_meta(b)?;
@@ -416,17 +441,22 @@ fn clear_free_space(inner: &Inner, b: u64, tail: u64) -> Result<()> {
             }
         }
         RecordLayout::Variable => {
-            let start = geo.block_offset(b) + tail;
-            let len = (geo.block_size() - tail) as usize;
-            let mut rest = vec![0u8; len];
-            inner.region.read(start, &mut rest)?;
-            if rest.iter().any(|&x| x != 0) {
-                rest.fill(0);
+            if !free_space_is_zero(inner, b, tail)? {
+                let start = geo.block_offset(b) + tail;
+                let rest = vec![0u8; (geo.block_size() - tail) as usize];
                 inner.region.write_nt_persist(start, &rest)?;
             }
         }
     }
     Ok(())
+}
+
+/// Whether variable block `b` holds only zeros from byte `tail` on.
+fn free_space_is_zero(inner: &Inner, b: u64, tail: u64) -> Result<bool> {
+    let geo = inner.geo;
+    let mut rest = vec![0u8; (geo.block_size() - tail) as usize];
+    inner.region.read(geo.block_offset(b) + tail, &mut rest)?;
+    Ok(rest.iter().all(|&x| x == 0))
 }
 
 /// Inserts a found record, resolving a duplicate key by sequence number.
