@@ -13,8 +13,9 @@ mod util;
 #[derive(Parser, Debug)]
 #[command(name = "tierbase", version, about, long_about = None, propagate_version = true)]
 struct Cli {
-    /// Extra device-profile catalogue file (TOML, same format as the built-in catalogue);
-    /// may be given several times. The user file ($TIERBASE_PROFILES or
+    /// Extra device-profile catalogue file (TOML, same format as the built-in catalogue) for
+    /// `devices`, `bench` and `profile` (the store commands and `serve` refuse it); may be
+    /// given several times. The user file ($TIERBASE_PROFILES or
     /// ~/.config/tierbase/profiles.toml) is always read when it exists.
     #[arg(long = "profiles", global = true, value_name = "FILE")]
     profiles: Vec<PathBuf>,
