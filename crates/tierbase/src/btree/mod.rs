@@ -796,16 +796,16 @@ fn format(devs: &BTreeDevices, page_size: usize) -> Result<()> {
     crate::buffer::seal(&mut root);
     devs.pages.write_at(FIRST_ROOT * page_size as u64, &root)?;
     devs.pages.sync()?;
+    format_log_and_superblock(devs, page_size)
+}
+
+/// A new store's last steps, once its pages are durable: an empty log, then the first
+/// superblock with a new store id (its tier, if any, is tied by the first open).
+fn format_log_and_superblock(devs: &BTreeDevices, page_size: usize) -> Result<()> {
     Wal::format(&devs.logs, FIRST_LSN)?;
-    write_superblock(
-        &devs.pages,
-        None,
-        new_store_id(),
-        page_size,
-        1,
-        (1, FIRST_LSN),
-        devs.flags(),
-    )
+    let first = (1, FIRST_LSN);
+    let id = new_store_id();
+    write_superblock(&devs.pages, None, id, page_size, 1, first, devs.flags())
 }
 
 /// The first meta page and root leaf of a new store.
@@ -853,16 +853,7 @@ fn format_direct(devs: &BTreeDevices, page_size: usize) -> Result<()> {
     if devs.pages.len() < need {
         devs.pages.grow(need)?;
     }
-    Wal::format(&devs.logs, FIRST_LSN)?;
-    write_superblock(
-        &devs.pages,
-        None,
-        new_store_id(),
-        page_size,
-        1,
-        (1, FIRST_LSN),
-        devs.flags(),
-    )
+    format_log_and_superblock(devs, page_size)
 }
 
 impl BTreeStore {
