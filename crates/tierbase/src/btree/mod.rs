@@ -800,11 +800,11 @@ fn format(devs: &BTreeDevices, page_size: usize) -> Result<()> {
 }
 
 /// A new store's last steps, once its pages are durable: an empty log, then the first
-/// superblock with a new store id (its tier, if any, is tied by the first open).
+/// superblock, both with a new store id (its tier, if any, is tied by the first open).
 fn format_log_and_superblock(devs: &BTreeDevices, page_size: usize) -> Result<()> {
-    Wal::format(&devs.logs, FIRST_LSN)?;
-    let first = (1, FIRST_LSN);
     let id = new_store_id();
+    Wal::format_owned(&devs.logs, FIRST_LSN, id)?;
+    let first = (1, FIRST_LSN);
     write_superblock(&devs.pages, None, id, page_size, 1, first, devs.flags())
 }
 
@@ -1146,7 +1146,7 @@ impl BTreeStore {
             // Redo's pages stay in DRAM: nothing may be written to the read-only files.
             tree.pool.freeze();
         }
-        let end = Wal::replay(&logs, redo_gen, redo_lsn, |lsn, payload| {
+        let end = Wal::replay_owned(&logs, redo_gen, redo_lsn, sb.id, |lsn, payload| {
             restart.frames += 1;
             restart.records += tree.redo(lsn, payload)?;
             Ok(())
@@ -1245,7 +1245,7 @@ impl BTreeStore {
                     (end.generation, end.generation_start),
                     flags,
                 )?;
-                let wal = Wal::resume(logs, end)?;
+                let wal = Wal::resume_owned(logs, end, store_id)?;
                 write_superblock(
                     pages,
                     tier,

@@ -29,6 +29,7 @@
 //! the durable end to the appended end (flush, one fence): nothing is rewritten, and a torn
 //! persist leaves a frame whose checksum fails, which ends replay as a torn block does.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
@@ -197,6 +198,9 @@ pub struct Wal {
     write_behind_asked: AtomicBool,
     /// A write or sync of the log failed ([`Wal::fail`]): later write-outs and appends fail.
     broken: AtomicBool,
+    /// The id of the store the log belongs to, written into every generation's header
+    /// ([`Wal::owned_by`]; 0: none).
+    owner: u64,
     /// Counters.
     pub counters: WalCounters,
 }
@@ -249,6 +253,14 @@ impl LogFile {
     /// Whether the file holds no bytes.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The file's path, if it has one (not a simulated device).
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            LogFile::Block(d) => Some(d.path()),
+            LogFile::Pmem(r) => r.path(),
+        }
     }
 
     /// The region, when the log is on persistent memory.
@@ -344,7 +356,7 @@ impl LogFile {
     }
 }
 
-fn header_block(generation: u32, start: u64) -> Result<AlignedBuf> {
+fn header_block(generation: u32, start: u64, owner: u64) -> Result<AlignedBuf> {
     let mut b = AlignedBuf::new(BLOCK as usize)?;
     b.fill(0);
     b[..8].copy_from_slice(MAGIC);
@@ -352,11 +364,24 @@ fn header_block(generation: u32, start: u64) -> Result<AlignedBuf> {
     b[16..24].copy_from_slice(&start.to_le_bytes());
     let c = crc(&b[..24]);
     b[24..28].copy_from_slice(&c.to_le_bytes());
+    if owner != 0 {
+        // With a check of its own over bytes 0..36: code that predates it reads 0..28 only.
+        b[28..36].copy_from_slice(&owner.to_le_bytes());
+        let c = crc(&b[..36]);
+        b[36..40].copy_from_slice(&c.to_le_bytes());
+    }
     Ok(b)
 }
 
-/// `(generation, start LSN)` of a log file's header, if it has a valid one.
-fn read_header(file: &LogFile) -> Result<Option<(u32, u64)>> {
+/// A log file's valid header: generation, start LSN and owner (`None`: a header written
+/// without one, or whose owner field fails its check).
+struct Header {
+    generation: u32,
+    start: u64,
+    owner: Option<u64>,
+}
+
+fn read_header(file: &LogFile) -> Result<Option<Header>> {
     if file.len() < BLOCK {
         return Ok(None);
     }
@@ -365,9 +390,13 @@ fn read_header(file: &LogFile) -> Result<Option<(u32, u64)>> {
     if &b[..8] != MAGIC || crc(&b[..24]).to_le_bytes() != b[24..28] {
         return Ok(None);
     }
-    let generation = u32::from_le_bytes(b[8..12].try_into().expect("4"));
-    let start = u64::from_le_bytes(b[16..24].try_into().expect("8"));
-    Ok(Some((generation, start)))
+    let owner = u64::from_le_bytes(b[28..36].try_into().expect("8"));
+    let owner_checked = crc(&b[..36]).to_le_bytes() == b[36..40];
+    Ok(Some(Header {
+        generation: u32::from_le_bytes(b[8..12].try_into().expect("4")),
+        start: u64::from_le_bytes(b[16..24].try_into().expect("8")),
+        owner: (owner != 0 && owner_checked).then_some(owner),
+    }))
 }
 
 /// Most a log file grows at once: its zeros are written while a commit waits (about 4 ms
@@ -389,9 +418,15 @@ impl Wal {
     /// Starts a new log in two empty files: generation 1 at LSN `start` (open it with
     /// [`Wal::replay`] and [`Wal::resume`]).
     pub fn format(files: &[LogFile; 2], start: u64) -> Result<()> {
+        Self::format_owned(files, start, 0)
+    }
+
+    /// [`Wal::format`] for the store with id `owner` (not 0), written into the header:
+    /// [`Wal::replay_owned`] then refuses the files as another store's log.
+    pub fn format_owned(files: &[LogFile; 2], start: u64, owner: u64) -> Result<()> {
         let file = &files[1];
         file.ensure_len(BLOCK)?;
-        file.write_durable(0, &header_block(1, start)?, &WalCounters::default())
+        file.write_durable(0, &header_block(1, start, owner)?, &WalCounters::default())
     }
 
     fn with_tail(files: [LogFile; 2], generation: u32, start: u64) -> Wal {
@@ -413,8 +448,15 @@ impl Wal {
             write_behind: OnceLock::new(),
             write_behind_asked: AtomicBool::new(false),
             broken: AtomicBool::new(false),
+            owner: 0,
             counters: WalCounters::default(),
         }
+    }
+
+    /// Names the store the log belongs to in every generation header written from now on.
+    fn owned_by(mut self, owner: u64) -> Self {
+        self.owner = owner;
+        self
     }
 
     /// Sets the unwritten tail at which an append writes the tail out (at least one block).
@@ -446,7 +488,8 @@ impl Wal {
     fn write_header(&self, generation: u32, start: u64) -> Result<()> {
         let file = &self.files[generation as usize % 2];
         file.ensure_len(BLOCK)?;
-        file.write_durable(0, &header_block(generation, start)?, &self.counters)
+        let header = header_block(generation, start, self.owner)?;
+        file.write_durable(0, &header, &self.counters)
     }
 
     /// Reads every frame from generation `generation` on (whose first frame is at `start`),
@@ -456,6 +499,19 @@ impl Wal {
         files: &[LogFile; 2],
         generation: u32,
         start: u64,
+        frame: impl FnMut(u64, &[u8]) -> Result<()>,
+    ) -> Result<LogEnd> {
+        Self::replay_owned(files, generation, start, None, frame)
+    }
+
+    /// [`Wal::replay`] of the log of the store with id `owner`: a generation header naming
+    /// another store is refused (another store's log file put in place of this one's would
+    /// be redone onto its pages). Headers written without an owner are accepted.
+    pub fn replay_owned(
+        files: &[LogFile; 2],
+        generation: u32,
+        start: u64,
+        owner: Option<u64>,
         mut frame: impl FnMut(u64, &[u8]) -> Result<()>,
     ) -> Result<LogEnd> {
         let mut end = LogEnd {
@@ -467,12 +523,31 @@ impl Wal {
         let mut expect_gen = generation;
         loop {
             let file = &files[expect_gen as usize % 2];
-            match read_header(file)? {
-                Some((g, s)) if g == expect_gen && s == end.lsn => {}
+            let header = read_header(file)?;
+            if let (
+                Some(want),
+                Some(Header {
+                    owner: Some(is), ..
+                }),
+            ) = (owner, &header)
+                && *is != want
+            {
+                return Err(Error::corrupt(
+                    file.path(),
+                    format!(
+                        "the log belongs to another store ({is:016x}, not {want:016x}): its \
+                         records would be redone onto this store's pages; restore the log \
+                         files written with the store (a directory's files are restored \
+                         together)"
+                    ),
+                ));
+            }
+            match header {
+                Some(h) if h.generation == expect_gen && h.start == end.lsn => {}
                 Some(_) | None if expect_gen != generation => return Ok(end),
                 found => {
                     let holds = match found {
-                        Some((g, s)) => format!("generation {g} from LSN {s}"),
+                        Some(h) => format!("generation {} from LSN {}", h.generation, h.start),
                         None => "no log header".into(),
                     };
                     return Err(Error::corrupt(
@@ -557,8 +632,14 @@ impl Wal {
     /// Continues the log after [`Wal::replay`] ended at `end`: the next generation starts
     /// there (so that nothing after the end of the replayed generation is ever read again).
     pub fn resume(files: [LogFile; 2], end: LogEnd) -> Result<Wal> {
+        Self::resume_owned(files, end, 0)
+    }
+
+    /// [`Wal::resume`] for the store with id `owner`, written into every new generation's
+    /// header.
+    pub fn resume_owned(files: [LogFile; 2], end: LogEnd, owner: u64) -> Result<Wal> {
         let next = end.generation + 1;
-        let wal = Wal::with_tail(files, next, end.lsn);
+        let wal = Wal::with_tail(files, next, end.lsn).owned_by(owner);
         wal.write_header(next, end.lsn)?;
         Ok(wal)
     }
