@@ -810,6 +810,16 @@ fn a_port_in_use_leaves_no_new_store_behind() {
         assert!(err.contains("in use"), "{err}");
         assert!(!path.exists(), "{store}: the new store was left behind");
     }
+    // A directory that was empty stays, empty again.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let e = empty.to_str().unwrap();
+    let o = tierbase(&[
+        "serve", "--path", e, "--store", "btree", "--listen", &listen,
+    ]);
+    assert_one_line_error(&o, "port in use, empty directory");
+    let left: Vec<_> = std::fs::read_dir(&empty).unwrap().collect();
+    assert!(left.is_empty(), "the new store's files were left: {left:?}");
     // An existing store stays, of course.
     let kept = dir.path().join("kept.tb");
     let k = kept.to_str().unwrap();
@@ -836,6 +846,19 @@ fn a_store_named_other_than_the_one_at_the_path_is_one_clear_line() {
         );
     }
     assert!(tierbase(&["kv", "verify", "--path", p]).status.success());
+    // A directory named as a file store.
+    let o = tierbase(&[
+        "serve",
+        "--path",
+        dir.path().to_str().unwrap(),
+        "--store",
+        "kv",
+    ]);
+    let err = assert_one_line_error(&o, "a directory as a kv store");
+    assert!(
+        err.contains("is a directory: a kv store is a file"),
+        "{err}"
+    );
 }
 
 #[test]

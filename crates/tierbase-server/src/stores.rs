@@ -35,6 +35,12 @@ pub fn resolve_store(kind: &str, path: &Path) -> Result<&'static str> {
             .ok_or_else(|| unknown_store(kind))?;
         // Another store's files under the name: say so, rather than what opening them as this
         // store fails with ("create directory: File exists" for a kv file named as a btree).
+        if named != "btree" && path.is_dir() {
+            return Err(ServerError::Config(format!(
+                "{} is a directory: a {named} store is a file (a directory holds a btree store)",
+                path.display()
+            )));
+        }
         return match held_store(path) {
             Ok(Some(held)) if held != named => Err(ServerError::Config(format!(
                 "{} holds a {held} store, not a {named} store: serve it with --store {held} \

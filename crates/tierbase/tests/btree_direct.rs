@@ -312,3 +312,58 @@ fn a_damaged_page_is_a_clear_error_not_a_panic() {
         }
     }
 }
+
+/// Another NVM-direct store's region put in place of a store's own: its pages were served as
+/// the store's (any well-formed region was taken). The region's undo log header names its
+/// store now, and the open refuses another's; a region from before ids (no owner) is tied by
+/// the store's next read-write open, after which another store's region no longer passes.
+#[test]
+fn another_stores_nvm_direct_region_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let make = |name: &str, value: &[u8]| {
+        let path = dir.path().join(name);
+        let s = BTreeStore::create(&path, &opts(1 << 20)).unwrap();
+        for i in 0..300 {
+            s.put(&key(i), value).unwrap();
+        }
+        s.close().unwrap();
+        path
+    };
+    let (one, two) = (make("one", b"this store's"), make("two", b"the other's"));
+    let own = std::fs::read(one.join("nvm.tb")).unwrap();
+    std::fs::copy(two.join("nvm.tb"), one.join("nvm.tb")).unwrap();
+    match BTreeStore::open(&one, &BTreeOptions::default()) {
+        Err(e @ Error::Corrupt { .. }) => {
+            let m = e.to_string();
+            assert!(m.contains("nvm.tb") && m.contains("another store"), "{m}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok(s) => panic!(
+            "opened: {:?} for a key of this store",
+            s.get(&key(1)).unwrap()
+        ),
+    }
+    // The store's own region with its owner field cleared (written before ids), under
+    // superblocks without an id either: opens with every value, and is tied again.
+    std::fs::write(one.join("nvm.tb"), &own).unwrap();
+    damage(&one, UNDO_AT + 40, &[0; 12]);
+    for slot in 0..2u64 {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(one.join("pages.tb"))
+            .unwrap();
+        f.write_all_at(&[0; 12], slot * 4096 + 48).unwrap();
+    }
+    let s = BTreeStore::open(&one, &BTreeOptions::default()).unwrap();
+    for i in 0..300 {
+        assert_eq!(
+            s.get(&key(i)).unwrap().as_deref(),
+            Some(&b"this store's"[..])
+        );
+    }
+    s.close().unwrap();
+    std::fs::copy(two.join("nvm.tb"), one.join("nvm.tb")).unwrap();
+    let e = BTreeStore::open(&one, &BTreeOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("another store"), "{e}");
+}

@@ -370,66 +370,84 @@ fn a_damaged_large_record_is_reported_not_served() {
 
 /// A large record's blocks after its head each start with a marker saying which block of the
 /// record they are; the value's check covers the bytes after the markers, not the markers.
-/// `verify` said OK with a marker zeroed (a block that reads as empty, which could be taken for
-/// free space); now it names the block.
+/// With a marker zeroed (the block reads as empty) or its large-record bit flipped (the block
+/// reads as inline records), `verify` said OK, and the open after a crash zeroed the block as
+/// a torn write's leftovers: the value destroyed. Now `verify` names the block, and recovery
+/// keeps it as the record's and reports it.
 #[test]
 fn a_damaged_large_record_continuation_marker_is_reported() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.tb");
-    let store = KvStore::create(&path, &opts(RecordLayout::Variable)).unwrap();
-    let mut value = vec![7u8; 100_000];
-    value[60_000..60_008].copy_from_slice(b"FINDME!!");
-    let mut c = store.client();
-    c.put(b"big", &value).unwrap();
-    drop(c);
-    store.close().unwrap();
-    assert!(tierbase::kv::verify(&path).unwrap().is_ok());
-    // The block holding value byte 60,000 (blocks of 2 pages start after the store header).
-    let bytes = std::fs::read(&path).unwrap();
-    let at = bytes.windows(8).position(|w| w == b"FINDME!!").unwrap() as u64;
-    let (first, block) = (KV + 4096, 2 * 4096);
-    let start = first + (at - first) / block * block;
-    let word = u32::from_le_bytes(bytes[start as usize..][..4].try_into().unwrap());
-    assert_eq!(word & 0b110, 0b110, "a continuation marker: {word:#x}");
-    poke(&path, start, &[0; 4]);
-    let report = tierbase::kv::verify(&path).unwrap();
-    let b = (start - first) / block;
-    assert!(
-        report
-            .problems
-            .iter()
-            .any(|p| p.starts_with(&format!("block {b}: not marked as block"))),
-        "{:?}",
-        report.problems
-    );
-    // The open after a crash (the clean-close mark taken off) zeroes what a torn write left
-    // in blocks holding no entry: it zeroed this block, the value's bytes, and the next get
-    // failed its check. The block belongs to the record; it is kept and reported.
-    poke(
-        &path,
-        KV + tierbase::kv::layout::header::CLEAN as u64,
-        &[0; 8],
-    );
-    let store = KvStore::open(&path, &KvOptions::default()).unwrap();
-    assert!(
-        store
-            .recovery()
-            .damage
-            .iter()
-            .any(|d| d.starts_with(&format!("block {b}: part of a large record"))),
-        "{:?}",
-        store.recovery().damage
-    );
-    let mut c = store.client();
-    assert_eq!(c.get(b"big").unwrap().as_deref(), Some(&value[..]));
-    // The record is replaced as any other: its blocks are free again, and reused.
-    c.put(b"big", b"small now").unwrap();
-    c.put(b"other", &vec![9u8; 100_000]).unwrap();
-    assert_eq!(c.get(b"big").unwrap().as_deref(), Some(&b"small now"[..]));
-    drop(c);
-    store.close().unwrap();
-    let report = tierbase::kv::verify(&path).unwrap();
-    assert!(report.is_ok(), "{:?}", report.problems);
+    for (fill, damage) in [
+        (7u8, "zeroed"),
+        (0, "zeroed"),
+        (7, "large bit"),
+        (0, "large bit"),
+    ] {
+        let ctx = format!("value bytes {fill}, marker {damage}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.tb");
+        let store = KvStore::create(&path, &opts(RecordLayout::Variable)).unwrap();
+        let mut value = vec![fill; 100_000];
+        value[60_000..60_008].copy_from_slice(b"FINDME!!");
+        let mut c = store.client();
+        c.put(b"big", &value).unwrap();
+        drop(c);
+        store.close().unwrap();
+        assert!(tierbase::kv::verify(&path).unwrap().is_ok());
+        // The block holding value byte 60,000 (blocks of 2 pages start after the store
+        // header).
+        let bytes = std::fs::read(&path).unwrap();
+        let at = bytes.windows(8).position(|w| w == b"FINDME!!").unwrap() as u64;
+        let (first, block) = (KV + 4096, 2 * 4096);
+        let start = first + (at - first) / block * block;
+        let word = u32::from_le_bytes(bytes[start as usize..][..4].try_into().unwrap());
+        assert_eq!(word & 0b110, 0b110, "a continuation marker: {word:#x}");
+        let damaged = match damage {
+            "zeroed" => 0,
+            _ => word & !0b010,
+        };
+        poke(&path, start, &damaged.to_le_bytes());
+        let report = tierbase::kv::verify(&path).unwrap();
+        let b = (start - first) / block;
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.starts_with(&format!("block {b}: not marked as block"))),
+            "{ctx}: {:?}",
+            report.problems
+        );
+        // The open after a crash (the clean-close mark taken off).
+        poke(
+            &path,
+            KV + tierbase::kv::layout::header::CLEAN as u64,
+            &[0; 8],
+        );
+        let store = KvStore::open(&path, &KvOptions::default()).unwrap();
+        assert!(
+            store
+                .recovery()
+                .damage
+                .iter()
+                .any(|d| d.starts_with(&format!("block {b}: block "))),
+            "{ctx}: {:?}",
+            store.recovery().damage
+        );
+        let mut c = store.client();
+        assert_eq!(c.get(b"big").unwrap().as_deref(), Some(&value[..]), "{ctx}");
+        assert_eq!(
+            store.len(),
+            1,
+            "{ctx}: nothing read out of the value's bytes"
+        );
+        // The record is replaced as any other: its blocks are free again, and reused.
+        c.put(b"big", b"small now").unwrap();
+        c.put(b"other", &vec![9u8; 100_000]).unwrap();
+        assert_eq!(c.get(b"big").unwrap().as_deref(), Some(&b"small now"[..]));
+        drop(c);
+        store.close().unwrap();
+        let report = tierbase::kv::verify(&path).unwrap();
+        assert!(report.is_ok(), "{ctx}: {:?}", report.problems);
+    }
 }
 
 /// One damaged record header in a variable block made every open fail, read-only ones too:

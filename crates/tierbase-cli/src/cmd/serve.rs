@@ -113,7 +113,9 @@ pub fn run(args: ServeArgs, _ctx: &Ctx) -> anyhow::Result<()> {
     };
     config.validate()?;
     let kind = resolve_store(&args.store, &args.path)?;
-    let existed = args.path.exists();
+    // What the path held before: a failed start removes only what it created.
+    let was_missing = !args.path.exists();
+    let was_empty_dir = std::fs::read_dir(&args.path).is_ok_and(|mut d| d.next().is_none());
     let opened = if args.read_only {
         open_store_read_only(kind, &args.path, args.dram)
     } else {
@@ -137,9 +139,18 @@ pub fn run(args: ServeArgs, _ctx: &Ctx) -> anyhow::Result<()> {
         Err(e) => {
             // The store this run created (and `bind` closed) serves no one: a failed start
             // (the port in use) leaves no new empty store behind.
-            if !existed {
+            if was_missing {
                 let _ = std::fs::remove_file(&args.path)
                     .or_else(|_| std::fs::remove_dir_all(&args.path));
+            } else if was_empty_dir && !args.read_only {
+                // The B+-tree's files in a directory that was empty; the directory stays.
+                for entry in std::fs::read_dir(&args.path)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                {
+                    let _ = std::fs::remove_file(entry.path());
+                }
             }
             return Err(e.into());
         }

@@ -783,8 +783,9 @@ fn write_superblock(
 /// Writes the initial pages, log and superblock onto empty devices.
 fn format(devs: &BTreeDevices, page_size: usize) -> Result<()> {
     crate::buffer::check_page_size(page_size)?;
+    let id = new_store_id();
     if devs.nvm_direct {
-        return format_direct(devs, page_size);
+        return format_direct(devs, page_size, id);
     }
     let need = (FIRST_ROOT + 1) * page_size as u64;
     if devs.pages.len() < need {
@@ -796,16 +797,53 @@ fn format(devs: &BTreeDevices, page_size: usize) -> Result<()> {
     crate::buffer::seal(&mut root);
     devs.pages.write_at(FIRST_ROOT * page_size as u64, &root)?;
     devs.pages.sync()?;
-    format_log_and_superblock(devs, page_size)
+    format_log_and_superblock(devs, page_size, id)
 }
 
 /// A new store's last steps, once its pages are durable: an empty log, then the first
-/// superblock, both with a new store id (its tier, if any, is tied by the first open).
-fn format_log_and_superblock(devs: &BTreeDevices, page_size: usize) -> Result<()> {
-    let id = new_store_id();
+/// superblock, both naming store `id` (its tier, if any, is tied by the first open).
+fn format_log_and_superblock(devs: &BTreeDevices, page_size: usize, id: u64) -> Result<()> {
     Wal::format_owned(&devs.logs, FIRST_LSN, id)?;
     let first = (1, FIRST_LSN);
     write_superblock(&devs.pages, None, id, page_size, 1, first, devs.flags())
+}
+
+/// The id of the NVM-direct store whose region is `region` and whose superblock names
+/// `superblock_id`: a region naming another store, or none under a superblock that names one,
+/// is refused (its pages would be served as this store's); a read-write open of a store from
+/// before ids ties its region to a new id first (the superblocks take it next).
+fn direct_store_id(
+    region: &PmemRegion,
+    superblock_id: Option<u64>,
+    read_only: bool,
+) -> Result<Option<u64>> {
+    let owner = crate::buffer::direct::owner(region)?;
+    let refuse = |what: String| {
+        Err(Error::corrupt(
+            region.path(),
+            format!(
+                "the NVM-direct region {what}: its pages would be served as this store's; \
+                 restore the region written with the store (a directory's files are restored \
+                 together)"
+            ),
+        ))
+    };
+    match (superblock_id, owner) {
+        (Some(want), Some(is)) if want != is => refuse(format!(
+            "belongs to another store ({is:016x}, not {want:016x})"
+        )),
+        (Some(want), None) => refuse(format!(
+            "names no store, and the store is {want:016x} (another store's region from before \
+             ids, or its owner field damaged)"
+        )),
+        (Some(id), Some(_)) | (None, Some(id)) => Ok(Some(id)),
+        (None, None) if read_only => Ok(None),
+        (None, None) => {
+            let id = new_store_id();
+            crate::buffer::direct::tie(region, id)?;
+            Ok(Some(id))
+        }
+    }
 }
 
 /// The first meta page and root leaf of a new store.
@@ -827,7 +865,7 @@ fn first_pages(page_size: usize) -> Result<(AlignedBuf, AlignedBuf)> {
 
 /// [`format`] for NVM direct: the undo log, meta page and root leaf into the NVM region
 /// (persisted), then the log files' headers and the superblock into the page file.
-fn format_direct(devs: &BTreeDevices, page_size: usize) -> Result<()> {
+fn format_direct(devs: &BTreeDevices, page_size: usize, id: u64) -> Result<()> {
     let Some(region) = &devs.nvm else {
         return Err(Error::InvalidArgument(
             "the NVM-direct design needs an NVM region (give it a size)".into(),
@@ -849,11 +887,12 @@ fn format_direct(devs: &BTreeDevices, page_size: usize) -> Result<()> {
     }
     region.drain();
     crate::buffer::direct::format(region, page_size, head)?;
+    crate::buffer::direct::tie(region, id)?;
     let need = 2 * page_size as u64;
     if devs.pages.len() < need {
         devs.pages.grow(need)?;
     }
-    format_log_and_superblock(devs, page_size)
+    format_log_and_superblock(devs, page_size, id)
 }
 
 impl BTreeStore {
@@ -1068,6 +1107,8 @@ impl BTreeStore {
         };
         let mut nvm_report = (0, 0);
         let mut undone_lines = 0;
+        // NVM direct's region names its store as a tier does (None: not yet).
+        let mut direct_id = None;
         let mut pool = if devs.nvm_direct {
             let region = devs.nvm.take().ok_or_else(|| {
                 Error::corrupt(
@@ -1079,6 +1120,7 @@ impl BTreeStore {
             let scan = Instant::now();
             let undone = crate::buffer::direct::recover(&region, page_size)
                 .map_err(|e| with_path(e, path.as_deref()))?;
+            direct_id = direct_store_id(&region, sb.id, opts.read_only)?;
             undone_lines = undone.lines;
             let (paged, pages) = region.into_paged(undone.head, page_size)?;
             nvm_report = (pages.len() as u64, scan.elapsed().as_micros() as u64);
@@ -1220,15 +1262,18 @@ impl BTreeStore {
         // A superblock from before ids takes its tier's, if an interrupted first tie left one.
         let store_id = sb
             .id
+            .or(direct_id)
             .or_else(|| tree.pool.nvm().and_then(NvmTier::store_id))
             .unwrap_or_else(new_store_id);
         let flushed = (!opts.read_only).then(|| tree.pool.flush_dirty());
-        let (wal, seq) = match flushed {
+        // Whether this open wrote superblocks (with the store's id, which a store from before
+        // ids has on media only then).
+        let (wal, seq, wrote_superblocks) = match flushed {
             None => {
                 let refusal = Refusal::OpenedReadOnly;
                 let wal = Wal::read_only(logs, end, refusal.reason().into());
                 tree.writer.write().failed = Some(refusal);
-                (wal, seq)
+                (wal, seq, false)
             }
             Some(Ok(written)) => {
                 restart.pages_written = written;
@@ -1256,7 +1301,7 @@ impl BTreeStore {
                     flags,
                 )?;
                 tree.writer.write().generation = end.generation + 1;
-                (wal, seq + 2)
+                (wal, seq + 2, true)
             }
             // No room on the device for the pages redo changed: open read-only, the pages in
             // DRAM and media as they are (a later restart redoes from the same checkpoint), so
@@ -1269,7 +1314,7 @@ impl BTreeStore {
                 let at = path.as_deref().map(Path::display);
                 tracing::warn!("B-tree store in {at:?}: {reason}");
                 tree.writer.write().failed = Some(Refusal::Failed(reason.clone()));
-                (Wal::read_only(logs, end, reason), seq)
+                (Wal::read_only(logs, end, reason), seq, false)
             }
             Some(Err(e)) => return Err(e),
         };
@@ -1297,7 +1342,7 @@ impl BTreeStore {
             superblock: Mutex::new(seq),
             flags,
             store_id,
-            store_id_on_media: sb.id.is_some() || !opts.read_only,
+            store_id_on_media: sb.id.is_some() || wrote_superblocks,
             restart,
             counters: StoreCounters::default(),
             cursors: Mutex::new(Cursors::default()),

@@ -109,6 +109,30 @@ pub fn format(region: &PmemRegion, page_size: usize, head: u64) -> Result<()> {
     region.persist(0, 2 * HEAD)
 }
 
+/// Where the header holds the id of the store the region belongs to, and its check.
+const OWNER_AT: usize = 40;
+const OWNER_CHECK_AT: usize = 48;
+
+/// The id of the store `region` belongs to, from its undo log's header: `None` when it names
+/// none (a region from before ids, or one whose owner field fails its check).
+pub fn owner(region: &PmemRegion) -> Result<Option<u64>> {
+    let mut h = [0u8; HEAD];
+    region.read(0, &mut h)?;
+    let id = u64::from_le_bytes(h[OWNER_AT..OWNER_CHECK_AT].try_into().expect("8"));
+    let check = crc32c::crc32c(&h[OWNER_AT..OWNER_CHECK_AT]).to_le_bytes();
+    Ok((id != 0 && h[OWNER_CHECK_AT..OWNER_CHECK_AT + 4] == check).then_some(id))
+}
+
+/// Writes the id of the store `region` belongs to into its header, persisted.
+pub fn tie(region: &PmemRegion, owner: u64) -> Result<()> {
+    let mut b = [0u8; 12];
+    b[..8].copy_from_slice(&owner.to_le_bytes());
+    let check = crc32c::crc32c(&b[..8]).to_le_bytes();
+    b[8..].copy_from_slice(&check);
+    region.write(OWNER_AT as u64, &b)?;
+    region.persist(OWNER_AT as u64, b.len())
+}
+
 /// What a restart's undo did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Undone {

@@ -346,11 +346,15 @@ fn check_tie(id: u64, seq: u64, tier_id: u64, word: u64) -> std::result::Result<
         Some(t) if t == store_at || t == store_at.wrapping_add(1) => Ok(()),
         Some(t) => Err(format!(
             "the NVM tier is from checkpoint {t} and the store's superblock from checkpoint \
-             {store_at}: {}; {RESTORE}",
+             {store_at}: {}",
             if t.wrapping_sub(store_at) < 1 << 31 {
-                "the page file is older than the tier (an older copy of pages.tb?)"
+                "the page file is older than the tier (an older copy of pages.tb?); restore \
+                 the page file and log files written with the tier (a directory's files are \
+                 restored together)"
             } else {
-                "an older copy of the tier, whose pages would bring back older values"
+                "an older copy of the tier, whose pages would bring back older values; \
+                 restore the tier file written with the store (a directory's files are \
+                 restored together)"
             }
         )),
     }

@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use super::layout::{self, Geometry, RecordLayout, RecordOffset, header, var};
 use super::store::{FREE, Inner, LARGE, SEALED};
-use super::walk::{Entry, Malformed, stamped_free_slots, walk_block};
+use super::walk::{Entry, Malformed, claimed_by_large_heads, stamped_free_slots, walk_block};
 use crate::device::PmemRegion;
 use crate::error::{Error, Result};
 
@@ -126,10 +126,6 @@ struct ThreadResult {
     damage: Vec<String>,
     max_version: u32,
     losers: Vec<RecordOffset>,
-    /// Variable blocks that hold no entry but bytes that are not zero: a crash's torn first
-    /// write, or a large record's block whose marker media damage zeroed. Cleared only once
-    /// every large head has claimed its blocks (see [`recover`]).
-    dirty_empty: Vec<u64>,
 }
 
 /// Scans blocks `0..used` with `threads` threads and fills the index and metadata. `clean`:
@@ -149,6 +145,9 @@ pub(crate) fn recover(
     inner.next_block.store(used, Ordering::Release);
 
     let threads = threads.clamp(1, (used / CHUNK + 1) as usize);
+    // Blocks of valid large records, claimed before any block is walked (a damaged marker
+    // made such a block look like free space, which a walk after a crash zeroed).
+    let claimed = claimed_by_large_heads(&inner.region, &inner.geo, used)?;
     let next = AtomicU64::new(0);
     let first_error: Mutex<Option<Error>> = Mutex::new(None);
     let results: Vec<ThreadResult> = std::thread::scope(|s| {
@@ -162,7 +161,11 @@ pub(crate) fn recover(
                             break;
                         }
                         for b in from..(from + CHUNK).min(used) {
-                            if let Err(e) = scan_block(inner, b, used, !clean, &mut w) {
+                            let scanned = match claimed.get(&b) {
+                                Some(&(head, i)) => claimed_block(inner, b, head, i, &mut w),
+                                None => scan_block(inner, b, used, !clean, &mut w),
+                            };
+                            if let Err(e) = scanned {
                                 first_error.lock().get_or_insert(e);
                                 return w.result;
                             }
@@ -190,27 +193,12 @@ pub(crate) fn recover(
     };
     let mut losers = Vec::new();
     let mut max_version = 0;
-    let mut dirty_empty = Vec::new();
     for r in results {
         report.records_found += r.records;
         report.torn_records += r.torn;
         report.damage.extend(r.damage);
         max_version = max_version.max(r.max_version);
         losers.extend(r.losers);
-        dirty_empty.extend(r.dirty_empty);
-    }
-    // A block a valid large head claims is the record's, whatever its first word says: the
-    // value's check covers its bytes, not its marker. Zeroing it as a torn write's leftovers
-    // (as a block of its own would be) destroyed a record that was whole.
-    for b in dirty_empty {
-        if inner.block_meta(b)?.state.load(Ordering::Acquire) == LARGE {
-            report.damage.push(format!(
-                "block {b}: part of a large record but without its continuation marker: media \
-                 damage; the record is whole (its check covers its bytes) and is kept"
-            ));
-        } else {
-            clear_free_space(inner, b, 0)?;
-        }
     }
     inner.key_locks.seed(max_version);
 
@@ -299,6 +287,25 @@ struct Scanner {
     batch: Batch,
     key: Vec<u8>,
     scratch: Vec<u8>,
+}
+
+/// Block `b`, block `i` of the valid large record whose head is block `head`: the record's,
+/// whatever its first word says. A first word other than its continuation marker is media
+/// damage, reported; the record's check covers its payload, and reads go by it.
+fn claimed_block(inner: &Inner, b: u64, head: u64, i: u64, w: &mut Scanner) -> Result<()> {
+    let word = inner
+        .region
+        .atomic_u32(inner.geo.block_offset(b))?
+        .load(Ordering::Acquire);
+    if word != var::cont_word(i) {
+        w.result.damage.push(format!(
+            "block {b}: block {i} of the large record at block {head}, but its first word reads \
+             {word:#010x}, not that record's marker: media damage; the block is kept as the \
+             record's (its check covers the value)"
+        ));
+    }
+    inner.block_meta(b)?.tail.store(0, Ordering::Release);
+    Ok(())
 }
 
 fn scan_block(inner: &Inner, b: u64, used: u64, check: bool, w: &mut Scanner) -> Result<()> {
@@ -406,13 +413,7 @@ fn scan_block(inner: &Inner, b: u64, used: u64, check: bool, w: &mut Scanner) ->
     // Every layout, in-place fixed ones too: their free slots' stamps are zero after a clean
     // close as well (`verify` reports one that is not), though no check relies on it there.
     if check && !large && !damaged {
-        if tail == 0 && geo.layout == RecordLayout::Variable {
-            if !free_space_is_zero(inner, b, 0)? {
-                r.dirty_empty.push(b);
-            }
-        } else {
-            clear_free_space(inner, b, tail)?;
-        }
+        clear_free_space(inner, b, tail)?;
     }
     batch.flush(inner, r, scratch)?;
     let m = inner.block_meta(b)?;
@@ -441,22 +442,17 @@ fn clear_free_space(inner: &Inner, b: u64, tail: u64) -> Result<()> {
             }
         }
         RecordLayout::Variable => {
-            if !free_space_is_zero(inner, b, tail)? {
-                let start = geo.block_offset(b) + tail;
-                let rest = vec![0u8; (geo.block_size() - tail) as usize];
+            let start = geo.block_offset(b) + tail;
+            let len = (geo.block_size() - tail) as usize;
+            let mut rest = vec![0u8; len];
+            inner.region.read(start, &mut rest)?;
+            if rest.iter().any(|&x| x != 0) {
+                rest.fill(0);
                 inner.region.write_nt_persist(start, &rest)?;
             }
         }
     }
     Ok(())
-}
-
-/// Whether variable block `b` holds only zeros from byte `tail` on.
-fn free_space_is_zero(inner: &Inner, b: u64, tail: u64) -> Result<bool> {
-    let geo = inner.geo;
-    let mut rest = vec![0u8; (geo.block_size() - tail) as usize];
-    inner.region.read(geo.block_offset(b) + tail, &mut rest)?;
-    Ok(rest.iter().all(|&x| x == 0))
 }
 
 /// Inserts a found record, resolving a duplicate key by sequence number.

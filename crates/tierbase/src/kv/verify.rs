@@ -77,7 +77,8 @@ pub struct VerifyReport {
     /// legal: the next open unmarks them); after a clean close, media damage (a problem).
     pub torn_records: u64,
     /// Whether the store's last close was clean (no write was in flight): a record failing
-    /// its check is then damage, which an open keeps (checking no record), not a torn write it drops.
+    /// its check is then damage, which an open keeps (checking no record), not a torn write
+    /// it drops.
     pub closed_cleanly: bool,
     /// Format violations (media corruption or a bug); empty means the store is well-formed.
     pub problems: Vec<String>,

@@ -141,6 +141,49 @@ fn walk_log(
     Ok(Ok(pos))
 }
 
+/// The blocks that valid large records claim after their heads, each with its head and its
+/// distance from it, found from every block's first word (and each valid head's lengths)
+/// before any block is walked: a walk of such a block must not read its bytes as a log,
+/// whatever its first word says (the record's check covers its payload, not its markers,
+/// and damage to a marker made the block look empty or like inline records).
+pub(crate) fn claimed_by_large_heads(
+    region: &PmemRegion,
+    geo: &Geometry,
+    used: u64,
+) -> Result<std::collections::HashMap<u64, (u64, u64)>> {
+    let mut claimed = std::collections::HashMap::new();
+    if geo.layout != RecordLayout::Variable {
+        return Ok(claimed);
+    }
+    let is_valid_head =
+        |word: u32| word & var::LARGE != 0 && word & var::CONT == 0 && word & var::VALID != 0;
+    let mut words = Vec::with_capacity(used as usize);
+    for b in 0..used {
+        words.push(
+            region
+                .atomic_u32(geo.block_offset(b))?
+                .load(Ordering::Acquire),
+        );
+    }
+    for (b, &word) in (0..used).zip(&words) {
+        if !is_valid_head(word) {
+            continue;
+        }
+        let Some((klen, vlen, _)) = LargeHead::read(region, geo, b)?.lengths() else {
+            continue; // the walk of the head reports it
+        };
+        let span = layout::large_blocks(geo.block_size(), klen, vlen);
+        // Another valid head inside the span (damaged lengths) is walked as itself, so that
+        // its record is not hidden behind the damaged one.
+        let followers = (b + 1..b + span)
+            .filter(|&f| words.get(f as usize).is_some_and(|&w| !is_valid_head(w)));
+        if b + span <= used {
+            claimed.extend(followers.map(|f| (f, (b, f - b))));
+        }
+    }
+    Ok(claimed)
+}
+
 /// Whether the marked record at `off` (a set bit, or a valid inline header) is whole: version
 /// not 0 and, where records carry one, the check matches its bytes. A crash may leave a marked
 /// record that is not (an unacknowledged write, see [`layout::stamp`]). `buf` is scratch space.
