@@ -1467,3 +1467,25 @@ fn another_stores_log_is_refused() {
     read_all(&s, &model, "own log without owner fields").unwrap();
     s.close().unwrap();
 }
+
+/// The crash window of a tie: the tier is tied to superblock `s + 1` before that superblock is
+/// written, so a crash in between leaves the tier one checkpoint ahead of the newest
+/// superblock. That store opens with every value; a tier two checkpoints ahead does not (it
+/// can only be a page file from an older checkpoint).
+#[test]
+fn a_tier_one_checkpoint_ahead_is_the_crash_window_and_opens() {
+    let dir = scratch_dir();
+    let (path, model, nvm) = filled_three_tier_store(dir.path(), None);
+    let [(_, newest), _] = superblocks(&path.join("pages.tb"));
+    let word = |seq: u64| {
+        let low = seq as u32;
+        (u64::from(low) | (u64::from(!low) << 32)).to_le_bytes()
+    };
+    poke(&nvm, 4096 + 40, &word(newest + 1));
+    let s = BTreeStore::open(&path, &opts()).unwrap();
+    read_all(&s, &model, "tier one checkpoint ahead").unwrap();
+    s.close().unwrap();
+    let [(_, newest), _] = superblocks(&path.join("pages.tb"));
+    poke(&nvm, 4096 + 40, &word(newest + 2));
+    refused_naming(&path, &model, &["page file is older than the tier"]);
+}
