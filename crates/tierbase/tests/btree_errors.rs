@@ -1289,12 +1289,26 @@ fn a_wiped_nvm_tier_is_refused_not_formatted_again() {
 }
 
 /// The refusal of opening `path`, whose message must hold every one of `words`.
+/// Opens the store at `path` read-write, checks it holds `model`, and closes it.
+fn opens_with_every_value(path: &Path, model: &Model, ctx: &str) {
+    let s = BTreeStore::open(path, &opts()).unwrap();
+    read_all(&s, model, ctx).unwrap();
+    s.close().unwrap();
+}
+
+/// Fails unless opening the store at `path` (which holds `model`) is refused as corrupt,
+/// naming `nvm.tb` and saying each of `words`.
 fn refused_naming(path: &Path, model: &Model, words: &[&str]) {
+    refused_naming_file(path, model, "nvm.tb", words);
+}
+
+/// [`refused_naming`] for the file named by `file` (a part of its name).
+fn refused_naming_file(path: &Path, model: &Model, file: &str, words: &[&str]) {
     match BTreeStore::open(path, &opts()) {
         Err(e @ Error::Corrupt { .. }) => {
             let m = e.to_string();
             assert!(
-                m.contains("nvm.tb") && words.iter().all(|w| m.contains(w)),
+                m.contains(file) && words.iter().all(|w| m.contains(w)),
                 "{m}"
             )
         }
@@ -1359,9 +1373,7 @@ fn an_older_copy_of_the_tier_or_the_page_file_is_refused() {
     refused_naming(&path, &model, &["page file is older than the tier"]);
     // The store's own files together open, with every value.
     std::fs::write(path.join("pages.tb"), &now_pages).unwrap();
-    let s = BTreeStore::open(&path, &opts()).unwrap();
-    read_all(&s, &model, "the store's own files").unwrap();
-    s.close().unwrap();
+    opens_with_every_value(&path, &model, "the store's own files");
 }
 
 /// A damaged checkpoint word (its complement disagrees) is refused, naming it.
@@ -1441,31 +1453,13 @@ fn another_stores_log_is_refused() {
     for f in ["wal-0.tb", "wal-1.tb"] {
         std::fs::copy(other.join(f), path.join(f)).unwrap();
     }
-    match BTreeStore::open(&path, &opts()) {
-        Err(e @ Error::Corrupt { .. }) => {
-            let m = e.to_string();
-            assert!(m.contains("wal-") && m.contains("another store"), "{m}");
-        }
-        Err(e) => panic!("{e}"),
-        Ok(s) => {
-            let wrong = model
-                .iter()
-                .filter(|(k, v)| s.get(k).unwrap().as_deref() != Some(&v[..]))
-                .count();
-            panic!(
-                "opened, {wrong} of {} keys not the store's own",
-                model.len()
-            );
-        }
-    }
+    refused_naming_file(&path, &model, "wal-", &["another store"]);
     // The store's own log, its headers' owner field cleared (as an older binary wrote them).
     for (f, bytes) in ["wal-0.tb", "wal-1.tb"].iter().zip(&saved) {
         std::fs::write(path.join(f), bytes).unwrap();
         poke(&path.join(f), 28, &[0; 12]);
     }
-    let s = BTreeStore::open(&path, &opts()).unwrap();
-    read_all(&s, &model, "own log without owner fields").unwrap();
-    s.close().unwrap();
+    opens_with_every_value(&path, &model, "own log without owner fields");
 }
 
 /// The crash window of a tie: the tier is tied to superblock `s + 1` before that superblock is
@@ -1482,9 +1476,7 @@ fn a_tier_one_checkpoint_ahead_is_the_crash_window_and_opens() {
         (u64::from(low) | (u64::from(!low) << 32)).to_le_bytes()
     };
     poke(&nvm, 4096 + 40, &word(newest + 1));
-    let s = BTreeStore::open(&path, &opts()).unwrap();
-    read_all(&s, &model, "tier one checkpoint ahead").unwrap();
-    s.close().unwrap();
+    opens_with_every_value(&path, &model, "tier one checkpoint ahead");
     let [(_, newest), _] = superblocks(&path.join("pages.tb"));
     poke(&nvm, 4096 + 40, &word(newest + 2));
     refused_naming(&path, &model, &["page file is older than the tier"]);
