@@ -1257,14 +1257,15 @@ impl BTreeStore {
             ));
         }
         tree.adopt_meta(meta);
-        // Opened read-only: the pages redo changed stay in DRAM; no checkpoint, no new log
-        // generation (a later open redoes from the same checkpoint).
-        // A superblock from before ids takes its tier's, if an interrupted first tie left one.
+        // A superblock from before ids takes its tier's (or NVM direct's region's), if an
+        // interrupted first tie left one there.
         let store_id = sb
             .id
             .or(direct_id)
             .or_else(|| tree.pool.nvm().and_then(NvmTier::store_id))
             .unwrap_or_else(new_store_id);
+        // Opened read-only: the pages redo changed stay in DRAM; no checkpoint, no new log
+        // generation (a later open redoes from the same checkpoint).
         let flushed = (!opts.read_only).then(|| tree.pool.flush_dirty());
         // Whether this open wrote superblocks (with the store's id, which a store from before
         // ids has on media only then).
