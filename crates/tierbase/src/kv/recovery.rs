@@ -147,7 +147,7 @@ pub(crate) fn recover(
     let threads = threads.clamp(1, (used / CHUNK + 1) as usize);
     // Blocks of valid large records, claimed before any block is walked (a damaged marker
     // made such a block look like free space, which a walk after a crash zeroed).
-    let claimed = claimed_by_large_heads(&inner.region, &inner.geo, used)?;
+    let claimed = claimed_by_large_heads(&inner.region, &inner.geo, used, threads)?;
     let next = AtomicU64::new(0);
     let first_error: Mutex<Option<Error>> = Mutex::new(None);
     let results: Vec<ThreadResult> = std::thread::scope(|s| {

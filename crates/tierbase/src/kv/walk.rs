@@ -150,38 +150,67 @@ pub(crate) fn claimed_by_large_heads(
     region: &PmemRegion,
     geo: &Geometry,
     used: u64,
+    threads: usize,
 ) -> Result<std::collections::HashMap<u64, (u64, u64)>> {
     let mut claimed = std::collections::HashMap::new();
-    if geo.layout != RecordLayout::Variable {
+    if geo.layout != RecordLayout::Variable || used == 0 {
         return Ok(claimed);
     }
-    let is_valid_head =
-        |word: u32| word & var::LARGE != 0 && word & var::CONT == 0 && word & var::VALID != 0;
-    let mut words = Vec::with_capacity(used as usize);
-    for b in 0..used {
-        words.push(
-            region
-                .atomic_u32(geo.block_offset(b))?
-                .load(Ordering::Acquire),
-        );
+    // One word per block, most of them a first touch of a page of the mapping (a page
+    // fault): split over the recovery's threads like the walk itself.
+    let threads = threads.clamp(1, used as usize) as u64;
+    let per = used.div_ceil(threads);
+    let found: Vec<Result<Vec<(u64, u64)>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    valid_large_heads(region, geo, t * per..((t + 1) * per).min(used), used)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    let mut heads = Vec::new();
+    for f in found {
+        heads.extend(f?);
     }
-    for (b, &word) in (0..used).zip(&words) {
-        if !is_valid_head(word) {
+    // Another valid head inside a span (damaged lengths) is walked as itself, so that its
+    // record is not hidden behind the damaged one.
+    let is_head: std::collections::HashSet<u64> = heads.iter().map(|&(b, _)| b).collect();
+    for (b, span) in heads {
+        let followers = (b + 1..b + span).filter(|f| !is_head.contains(f));
+        claimed.extend(followers.map(|f| (f, (b, f - b))));
+    }
+    Ok(claimed)
+}
+
+/// The valid large heads among `blocks` whose span fits the `used` blocks, with their spans.
+fn valid_large_heads(
+    region: &PmemRegion,
+    geo: &Geometry,
+    blocks: std::ops::Range<u64>,
+    used: u64,
+) -> Result<Vec<(u64, u64)>> {
+    let mut heads = Vec::new();
+    for b in blocks {
+        let word = region
+            .atomic_u32(geo.block_offset(b))?
+            .load(Ordering::Acquire);
+        if word & var::LARGE == 0 || word & var::CONT != 0 || word & var::VALID == 0 {
             continue;
         }
         let Some((klen, vlen, _)) = LargeHead::read(region, geo, b)?.lengths() else {
             continue; // the walk of the head reports it
         };
         let span = layout::large_blocks(geo.block_size(), klen, vlen);
-        // Another valid head inside the span (damaged lengths) is walked as itself, so that
-        // its record is not hidden behind the damaged one.
-        let followers = (b + 1..b + span)
-            .filter(|&f| words.get(f as usize).is_some_and(|&w| !is_valid_head(w)));
         if b + span <= used {
-            claimed.extend(followers.map(|f| (f, (b, f - b))));
+            heads.push((b, span));
         }
     }
-    Ok(claimed)
+    Ok(heads)
 }
 
 /// Whether the marked record at `off` (a set bit, or a valid inline header) is whole: version
