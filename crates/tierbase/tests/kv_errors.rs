@@ -416,6 +416,17 @@ fn a_damaged_large_record_continuation_marker_is_reported() {
             "{ctx}: {:?}",
             report.problems
         );
+        // The block is the record's: not read as a log of records of its own.
+        assert_eq!(report.problems.len(), 1, "{ctx}: {:?}", report.problems);
+        assert_eq!(
+            (
+                report.valid_records,
+                report.deleted_records,
+                report.torn_records
+            ),
+            (1, 0, 0),
+            "{ctx}"
+        );
         // The open after a crash (the clean-close mark taken off).
         poke(
             &path,

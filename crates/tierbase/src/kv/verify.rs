@@ -12,7 +12,8 @@ use serde::Serialize;
 use super::layout::{self, Geometry, HEADER_LEN, RecordOffset, header};
 use super::store::{FREE, Inner, LARGE};
 use super::walk::{
-    Entry, Malformed, large_record_is_whole, record_is_whole, stamped_free_slots, walk_block,
+    Entry, Malformed, claimed_by_large_heads, large_record_is_whole, record_is_whole,
+    stamped_free_slots, walk_block,
 };
 use crate::device::{PmemRegion, RegionOptions};
 use crate::error::Result;
@@ -222,10 +223,25 @@ fn check_blocks(
     // Fingerprint -> valid copies, to find duplicate keys without holding every key in memory.
     let mut copies: HashMap<u64, u32> = HashMap::new();
     let mut continuations = Vec::new();
-    // Valid large records' (head block, span): each block after the head must say it follows.
-    let mut large_heads = Vec::new();
+    // The blocks valid large records claim, found as recovery finds them: such a block is
+    // the record's whatever it reads as, and is not walked as a log of its own.
+    let claimed = claimed_by_large_heads(region, geo, used, 1)?;
     let (mut key, mut value) = (Vec::new(), Vec::new());
     for b in 0..used {
+        if let Some(&(head, i)) = claimed.get(&b) {
+            // Marked before the head became valid: any other first word is damage (the
+            // value's check covers the bytes after each marker, not the marker).
+            let word = region
+                .atomic_u32(geo.block_offset(b))?
+                .load(Ordering::Acquire);
+            if word != layout::var::cont_word(i) && report.problems.len() < MAX_PROBLEMS {
+                report.problems.push(format!(
+                    "block {b}: not marked as block {i} of the large record at block {head}: \
+                     media damage"
+                ));
+            }
+            continue;
+        }
         let mut problems = Vec::new();
         let walked = walk_block(region, geo, b, used, geo.block_size(), &mut |e| {
             match e {
@@ -266,10 +282,9 @@ fn check_blocks(
                     }
                     report.valid_records += 1;
                 }
-                Entry::LargeHead { valid, span } => {
+                Entry::LargeHead { valid, .. } => {
                     if valid {
                         report.valid_records += 1;
-                        large_heads.push((b, span));
                         if !large_record_is_whole(region, geo, b)? {
                             problems.push(format!(
                                 "block {b}: the large record fails its check: media damage"
@@ -299,21 +314,6 @@ fn check_blocks(
             report.problems.push(format!(
                 "block {b}: continuation marker with impossible distance {distance}"
             ));
-        }
-    }
-    // A valid head's blocks were all marked before it became valid: a block that does not say
-    // it follows its head is damage (the value's check covers the bytes after each marker,
-    // not the marker, and a block that reads as empty could be taken for free space).
-    let followers: HashMap<u64, u64> = continuations.into_iter().collect();
-    for (head, span) in large_heads {
-        for i in 1..span {
-            if followers.get(&(head + i)) != Some(&i) && report.problems.len() < MAX_PROBLEMS {
-                report.problems.push(format!(
-                    "block {}: not marked as block {i} of the large record at block {head}: \
-                     media damage",
-                    head + i
-                ));
-            }
         }
     }
     report.duplicate_keys = copies.values().filter(|&&n| n > 1).count() as u64;
