@@ -343,6 +343,28 @@ fn another_stores_nvm_direct_region_is_refused() {
             s.get(&key(1)).unwrap()
         ),
     }
+    // The store's own region with its owner field cleared (made by a build that gave
+    // superblocks ids but not yet the region): opens with every value, and is tied to the
+    // superblocks' id.
+    std::fs::write(one.join("nvm.tb"), &own).unwrap();
+    damage(&one, UNDO_AT + 40, &[0; 12]);
+    let s = BTreeStore::open(&one, &BTreeOptions::default()).unwrap();
+    assert_eq!(
+        s.get(&key(7)).unwrap().as_deref(),
+        Some(&b"this store's"[..])
+    );
+    s.close().unwrap();
+    let tied = std::fs::read(one.join("nvm.tb")).unwrap();
+    let at = (UNDO_AT + 40) as usize;
+    assert_eq!(
+        tied[at..at + 12],
+        own[at..at + 12],
+        "tied to the same id again"
+    );
+    // A damaged owner field under a superblock with an id is refused.
+    damage(&one, UNDO_AT + 41, &[0x5a]);
+    let e = BTreeStore::open(&one, &BTreeOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("damaged owner field"), "{e}");
     // The store's own region with its owner field cleared (written before ids), under
     // superblocks without an id either: opens with every value, and is tied again.
     std::fs::write(one.join("nvm.tb"), &own).unwrap();

@@ -678,6 +678,7 @@ fn superblock(
 /// The newest valid superblock.
 fn read_superblock(dev: &BlockDevice, path: Option<&Path>) -> Result<Super> {
     let mut best: Option<Super> = None;
+    let mut any_id = None;
     let mut version = None;
     let mut b = AlignedBuf::new(SUPER_LEN)?;
     for slot in 0..2u64 {
@@ -727,6 +728,9 @@ fn read_superblock(dev: &BlockDevice, path: Option<&Path>) -> Result<Super> {
             }
             let id = u64::from_le_bytes(b[48..56].try_into().expect("8"));
             let id = (id != 0 && crc32c::crc32c(&b[..56]).to_le_bytes() == b[56..60]).then_some(id);
+            // Every valid copy names the same store: one whose id check is damaged takes the
+            // other's (a store given a new id would refuse its own log and tier).
+            any_id = any_id.or(id);
             if best.is_none_or(|b| seq > b.seq) {
                 best = Some(Super {
                     page_size: ps,
@@ -749,12 +753,14 @@ fn read_superblock(dev: &BlockDevice, path: Option<&Path>) -> Result<Super> {
             supported: FORMAT_VERSION,
         });
     }
-    best.ok_or_else(|| {
+    let mut best = best.ok_or_else(|| {
         Error::corrupt(
             path,
             "not a tierbase B-tree store: no valid superblock (both copies missing or damaged)",
         )
-    })
+    })?;
+    best.id = best.id.or(any_id);
+    Ok(best)
 }
 
 /// Writes superblock `seq` of store `id` and syncs it; with an NVM tier, ties the tier to it
@@ -809,15 +815,16 @@ fn format_log_and_superblock(devs: &BTreeDevices, page_size: usize, id: u64) -> 
 }
 
 /// The id of the NVM-direct store whose region is `region` and whose superblock names
-/// `superblock_id`: a region naming another store, or none under a superblock that names one,
-/// is refused (its pages would be served as this store's); a read-write open of a store from
-/// before ids ties its region to a new id first (the superblocks take it next).
+/// `superblock_id`: a region naming another store, or whose owner field is damaged, is
+/// refused (its pages would be served as this store's). A region whose owner field was never
+/// written (made before ids) is tied by a read-write open: to the superblock's id, or to a
+/// new one a store from before ids takes next (the region first, the superblocks after).
 fn direct_store_id(
     region: &PmemRegion,
     superblock_id: Option<u64>,
     read_only: bool,
 ) -> Result<Option<u64>> {
-    let owner = crate::buffer::direct::owner(region)?;
+    use crate::buffer::direct::{self, Owner};
     let refuse = |what: String| {
         Err(Error::corrupt(
             region.path(),
@@ -828,19 +835,19 @@ fn direct_store_id(
             ),
         ))
     };
-    match (superblock_id, owner) {
-        (Some(want), Some(is)) if want != is => refuse(format!(
+    match (superblock_id, direct::owner(region)?) {
+        (Some(want), Owner::Store(is)) if want != is => refuse(format!(
             "belongs to another store ({is:016x}, not {want:016x})"
         )),
-        (Some(want), None) => refuse(format!(
-            "names no store, and the store is {want:016x} (another store's region from before \
-             ids, or its owner field damaged)"
+        (Some(want), Owner::Damaged) => refuse(format!(
+            "has a damaged owner field (bytes 40..52 of its undo log header), and the store is \
+             {want:016x}"
         )),
-        (Some(id), Some(_)) | (None, Some(id)) => Ok(Some(id)),
-        (None, None) if read_only => Ok(None),
-        (None, None) => {
-            let id = new_store_id();
-            crate::buffer::direct::tie(region, id)?;
+        (Some(id), Owner::Store(_)) | (None, Owner::Store(id)) => Ok(Some(id)),
+        (id, Owner::Untied | Owner::Damaged) if read_only => Ok(id),
+        (id, Owner::Untied | Owner::Damaged) => {
+            let id = id.unwrap_or_else(new_store_id);
+            direct::tie(region, id)?;
             Ok(Some(id))
         }
     }

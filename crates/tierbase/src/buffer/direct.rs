@@ -113,14 +113,34 @@ pub fn format(region: &PmemRegion, page_size: usize, head: u64) -> Result<()> {
 const OWNER_AT: usize = 40;
 const OWNER_CHECK_AT: usize = 48;
 
-/// The id of the store `region` belongs to, from its undo log's header: `None` when it names
-/// none (a region from before ids, or one whose owner field fails its check).
-pub fn owner(region: &PmemRegion) -> Result<Option<u64>> {
+/// What a region's undo log header says of the store it belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// The owner field was never written (all zero): a region from before ids.
+    Untied,
+    /// The store's id.
+    Store(u64),
+    /// The field fails its check: damaged.
+    Damaged,
+}
+
+/// The store `region` belongs to, from its undo log's header.
+pub fn owner(region: &PmemRegion) -> Result<Owner> {
     let mut h = [0u8; HEAD];
     region.read(0, &mut h)?;
+    let field = &h[OWNER_AT..OWNER_CHECK_AT + 4];
+    if field.iter().all(|&b| b == 0) {
+        return Ok(Owner::Untied);
+    }
     let id = u64::from_le_bytes(h[OWNER_AT..OWNER_CHECK_AT].try_into().expect("8"));
     let check = crc32c::crc32c(&h[OWNER_AT..OWNER_CHECK_AT]).to_le_bytes();
-    Ok((id != 0 && h[OWNER_CHECK_AT..OWNER_CHECK_AT + 4] == check).then_some(id))
+    Ok(
+        if id != 0 && h[OWNER_CHECK_AT..OWNER_CHECK_AT + 4] == check {
+            Owner::Store(id)
+        } else {
+            Owner::Damaged
+        },
+    )
 }
 
 /// Writes the id of the store `region` belongs to into its header, persisted.

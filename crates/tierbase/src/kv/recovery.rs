@@ -17,6 +17,7 @@
 //! unacknowledged write may have left in free space (stamps of unmarked slots, bytes after a
 //! log's tail), so that a later torn write over the same space can never pass for a record.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -163,7 +164,7 @@ pub(crate) fn recover(
                         for b in from..(from + CHUNK).min(used) {
                             let scanned = match claimed.get(&b) {
                                 Some(&(head, i)) => claimed_block(inner, b, head, i, &mut w),
-                                None => scan_block(inner, b, used, !clean, &mut w),
+                                None => scan_block(inner, b, used, !clean, &claimed, &mut w),
                             };
                             if let Err(e) = scanned {
                                 first_error.lock().get_or_insert(e);
@@ -308,7 +309,16 @@ fn claimed_block(inner: &Inner, b: u64, head: u64, i: u64, w: &mut Scanner) -> R
     Ok(())
 }
 
-fn scan_block(inner: &Inner, b: u64, used: u64, check: bool, w: &mut Scanner) -> Result<()> {
+/// Walks block `b` and indexes what it holds; `claimed`: the blocks of valid large records
+/// ([`claimed_by_large_heads`]).
+fn scan_block(
+    inner: &Inner,
+    b: u64,
+    used: u64,
+    check: bool,
+    claimed: &HashMap<u64, (u64, u64)>,
+    w: &mut Scanner,
+) -> Result<()> {
     let Scanner {
         result: r,
         batch,
@@ -355,6 +365,10 @@ fn scan_block(inner: &Inner, b: u64, used: u64, check: bool, w: &mut Scanner) ->
         match entry {
             Entry::LargeHead { valid: true, span } => {
                 large = true;
+                // The blocks the record holds: those claimed for it (lengths that damage
+                // made larger reach blocks of other records, which are not the record's).
+                let claims = |i: &u64| claimed.get(&(b + i)) == Some(&(b, *i));
+                let span = 1 + (1..span).take_while(claims).count() as u64;
                 let (klen, _, version) = inner.large_lengths(b)?;
                 if version == 0 {
                     return Err(

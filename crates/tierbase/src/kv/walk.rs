@@ -181,8 +181,24 @@ pub(crate) fn claimed_by_large_heads(
     // record is not hidden behind the damaged one.
     let is_head: std::collections::HashSet<u64> = heads.iter().map(|&(b, _)| b).collect();
     for (b, span) in heads {
-        let followers = (b + 1..b + span).filter(|f| !is_head.contains(f));
-        claimed.extend(followers.map(|f| (f, (b, f - b))));
+        let marked = |f: u64| -> Result<bool> {
+            let word = region
+                .atomic_u32(geo.block_offset(f))?
+                .load(Ordering::Acquire);
+            Ok(word == var::cont_word(f - b))
+        };
+        let mut all_marked = true;
+        for f in b + 1..b + span {
+            all_marked &= marked(f)?;
+        }
+        // A block without its marker is the record's only if the record passes its check:
+        // damaged lengths would otherwise claim the next blocks, live records' among them.
+        let whole = all_marked || large_record_is_whole(region, geo, b)?;
+        for f in b + 1..b + span {
+            if !is_head.contains(&f) && (whole || marked(f)?) {
+                claimed.insert(f, (b, f - b));
+            }
+        }
     }
     Ok(claimed)
 }
