@@ -70,6 +70,8 @@ const FLAG_NVM_DIRECT: u32 = 4;
 /// LSN of the first log frame of a new store.
 const FIRST_LSN: u64 = 4096;
 const SUPER_LEN: usize = 4096;
+/// Where a superblock holds the store's id (then its check, to byte 60).
+const SUPER_ID_AT: usize = 48;
 /// Share of the DRAM budget in mini pages by default, and the full frames the default leaves
 /// at least (see [`BTreeOptions::mini_page_percent`]).
 const DEFAULT_MINI_PERCENT: u64 = 25;
@@ -669,9 +671,7 @@ fn superblock(
     let c = crc32c::crc32c(&b[..40]);
     b[40..44].copy_from_slice(&c.to_le_bytes());
     // The id with a check of its own over bytes 0..56: code that predates it reads 0..44 only.
-    b[48..56].copy_from_slice(&id.to_le_bytes());
-    let c = crc32c::crc32c(&b[..56]);
-    b[56..60].copy_from_slice(&c.to_le_bytes());
+    crate::wal::seal_store_id(&mut b, SUPER_ID_AT, id);
     Ok(b)
 }
 
@@ -726,8 +726,7 @@ fn read_superblock(dev: &BlockDevice, path: Option<&Path>) -> Result<Super> {
             if flags & !known != 0 {
                 continue; // bits its version never sets
             }
-            let id = u64::from_le_bytes(b[48..56].try_into().expect("8"));
-            let id = (id != 0 && crc32c::crc32c(&b[..56]).to_le_bytes() == b[56..60]).then_some(id);
+            let id = crate::wal::sealed_store_id(&b, SUPER_ID_AT);
             // Every valid copy names the same store: one whose id check is damaged takes the
             // other's (a store given a new id would refuse its own log and tier).
             any_id = any_id.or(id);

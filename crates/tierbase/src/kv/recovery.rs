@@ -26,7 +26,9 @@ use serde::Serialize;
 
 use super::layout::{self, Geometry, RecordLayout, RecordOffset, header, var};
 use super::store::{FREE, Inner, LARGE, SEALED};
-use super::walk::{Entry, Malformed, claimed_by_large_heads, stamped_free_slots, walk_block};
+use super::walk::{
+    Claim, Entry, Malformed, claimed_by_large_heads, stamped_free_slots, walk_block,
+};
 use crate::device::PmemRegion;
 use crate::error::{Error, Result};
 
@@ -163,7 +165,7 @@ pub(crate) fn recover(
                         }
                         for b in from..(from + CHUNK).min(used) {
                             let scanned = match claimed.get(&b) {
-                                Some(&(head, i)) => claimed_block(inner, b, head, i, &mut w),
+                                Some(&claim) => claimed_block(inner, b, claim, &mut w),
                                 None => scan_block(inner, b, used, !clean, &claimed, &mut w),
                             };
                             if let Err(e) = scanned {
@@ -290,15 +292,18 @@ struct Scanner {
     scratch: Vec<u8>,
 }
 
-/// Block `b`, block `i` of the valid large record whose head is block `head`: the record's,
-/// whatever its first word says. A first word other than its continuation marker is media
-/// damage, reported; the record's check covers its payload, and reads go by it.
-fn claimed_block(inner: &Inner, b: u64, head: u64, i: u64, w: &mut Scanner) -> Result<()> {
-    let word = inner
-        .region
-        .atomic_u32(inner.geo.block_offset(b))?
-        .load(Ordering::Acquire);
-    if word != var::cont_word(i) {
+/// Block `b`, claimed by a valid large record: the record's, whatever its first word says.
+/// A first word other than its continuation marker is media damage, reported; the record's
+/// check covers its payload, and reads go by it.
+fn claimed_block(inner: &Inner, b: u64, claim: Claim, w: &mut Scanner) -> Result<()> {
+    if !claim.marked {
+        let Claim {
+            head, distance: i, ..
+        } = claim;
+        let word = inner
+            .region
+            .atomic_u32(inner.geo.block_offset(b))?
+            .load(Ordering::Acquire);
         w.result.damage.push(format!(
             "block {b}: block {i} of the large record at block {head}, but its first word reads \
              {word:#010x}, not that record's marker: media damage; the block is kept as the \
@@ -316,7 +321,7 @@ fn scan_block(
     b: u64,
     used: u64,
     check: bool,
-    claimed: &HashMap<u64, (u64, u64)>,
+    claimed: &HashMap<u64, Claim>,
     w: &mut Scanner,
 ) -> Result<()> {
     let Scanner {
@@ -367,7 +372,11 @@ fn scan_block(
                 large = true;
                 // The blocks the record holds: those claimed for it (lengths that damage
                 // made larger reach blocks of other records, which are not the record's).
-                let claims = |i: &u64| claimed.get(&(b + i)) == Some(&(b, *i));
+                let claims = |i: &u64| {
+                    claimed
+                        .get(&(b + i))
+                        .is_some_and(|c| (c.head, c.distance) == (b, *i))
+                };
                 let span = 1 + (1..span).take_while(claims).count() as u64;
                 let (klen, _, version) = inner.large_lengths(b)?;
                 if version == 0 {

@@ -228,13 +228,11 @@ fn check_blocks(
     let claimed = claimed_by_large_heads(region, geo, used, 1)?;
     let (mut key, mut value) = (Vec::new(), Vec::new());
     for b in 0..used {
-        if let Some(&(head, i)) = claimed.get(&b) {
+        if let Some(claim) = claimed.get(&b) {
             // Marked before the head became valid: any other first word is damage (the
             // value's check covers the bytes after each marker, not the marker).
-            let word = region
-                .atomic_u32(geo.block_offset(b))?
-                .load(Ordering::Acquire);
-            if word != layout::var::cont_word(i) && report.problems.len() < MAX_PROBLEMS {
+            let (head, i) = (claim.head, claim.distance);
+            if !claim.marked && report.problems.len() < MAX_PROBLEMS {
                 report.problems.push(format!(
                     "block {b}: not marked as block {i} of the large record at block {head}: \
                      media damage"

@@ -141,17 +141,29 @@ fn walk_log(
     Ok(Ok(pos))
 }
 
-/// The blocks that valid large records claim after their heads, each with its head and its
-/// distance from it, found from every block's first word (and each valid head's lengths)
-/// before any block is walked: a walk of such a block must not read its bytes as a log,
-/// whatever its first word says (the record's check covers its payload, not its markers,
-/// and damage to a marker made the block look empty or like inline records).
+/// A block a valid large record claims after its head ([`claimed_by_large_heads`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Claim {
+    /// The record's head block.
+    pub head: u64,
+    /// The block's distance from the head.
+    pub distance: u64,
+    /// Whether the block's first word is its continuation marker (if not: media damage, and
+    /// the block is claimed only because the record passes its check).
+    pub marked: bool,
+}
+
+/// The blocks that valid large records claim after their heads, found from every block's
+/// first word (and each valid head's lengths) before any block is walked: a walk of such a
+/// block must not read its bytes as a log, whatever its first word says (the record's check
+/// covers its payload, not its markers, and damage to a marker made the block look empty or
+/// like inline records).
 pub(crate) fn claimed_by_large_heads(
     region: &PmemRegion,
     geo: &Geometry,
     used: u64,
     threads: usize,
-) -> Result<std::collections::HashMap<u64, (u64, u64)>> {
+) -> Result<std::collections::HashMap<u64, Claim>> {
     let mut claimed = std::collections::HashMap::new();
     if geo.layout != RecordLayout::Variable || used == 0 {
         return Ok(claimed);
@@ -181,22 +193,25 @@ pub(crate) fn claimed_by_large_heads(
     // record is not hidden behind the damaged one.
     let is_head: std::collections::HashSet<u64> = heads.iter().map(|&(b, _)| b).collect();
     for (b, span) in heads {
-        let marked = |f: u64| -> Result<bool> {
+        let mut marks = Vec::with_capacity(span as usize);
+        for distance in 1..span {
             let word = region
-                .atomic_u32(geo.block_offset(f))?
+                .atomic_u32(geo.block_offset(b + distance))?
                 .load(Ordering::Acquire);
-            Ok(word == var::cont_word(f - b))
-        };
-        let mut all_marked = true;
-        for f in b + 1..b + span {
-            all_marked &= marked(f)?;
+            marks.push(word == var::cont_word(distance));
         }
         // A block without its marker is the record's only if the record passes its check:
         // damaged lengths would otherwise claim the next blocks, live records' among them.
-        let whole = all_marked || large_record_is_whole(region, geo, b)?;
-        for f in b + 1..b + span {
-            if !is_head.contains(&f) && (whole || marked(f)?) {
-                claimed.insert(f, (b, f - b));
+        let whole = marks.iter().all(|&m| m) || large_record_is_whole(region, geo, b)?;
+        for (distance, marked) in (1..span).zip(marks) {
+            let f = b + distance;
+            if !is_head.contains(&f) && (whole || marked) {
+                let claim = Claim {
+                    head: b,
+                    distance,
+                    marked,
+                };
+                claimed.insert(f, claim);
             }
         }
     }

@@ -46,6 +46,8 @@ pub const FRAME_HEADER: u64 = 24;
 /// Log block size: header block and the alignment of every write.
 const BLOCK: u64 = 4096;
 const MAGIC: &[u8; 8] = b"TBWAL001";
+/// Where a generation header holds its store's id (then its check, to byte 40).
+const OWNER_AT: usize = 28;
 /// Largest payload of one frame.
 pub const MAX_FRAME: usize = 1 << 30;
 
@@ -218,6 +220,23 @@ fn crc(bytes: &[u8]) -> u32 {
     crate::device::cpu::crc32c_append(0, bytes)
 }
 
+/// Writes store id `id` into `buf[at..at + 8]` and a CRC32C of `buf[..at + 8]` into
+/// `buf[at + 8..at + 12]`: an id with a check of its own over everything before it, so that
+/// code reading only the fields before it (older binaries) is unaffected. The log's
+/// generation headers and the B+-tree's superblocks carry their store's id so.
+pub(crate) fn seal_store_id(buf: &mut [u8], at: usize, id: u64) {
+    buf[at..at + 8].copy_from_slice(&id.to_le_bytes());
+    let c = crc(&buf[..at + 8]);
+    buf[at + 8..at + 12].copy_from_slice(&c.to_le_bytes());
+}
+
+/// The id [`seal_store_id`] wrote at `at`: `None` if it is zero (written before ids) or its
+/// check fails.
+pub(crate) fn sealed_store_id(buf: &[u8], at: usize) -> Option<u64> {
+    let id = u64::from_le_bytes(buf[at..at + 8].try_into().expect("8"));
+    (id != 0 && crc(&buf[..at + 8]).to_le_bytes() == buf[at + 8..at + 12]).then_some(id)
+}
+
 /// One of the log's two files: a file on a block device, or a persistent-memory region (the
 /// log on NVM). The bytes are the same (docs/FORMAT-wal.md); only how they become durable
 /// differs.
@@ -365,10 +384,7 @@ fn header_block(generation: u32, start: u64, owner: u64) -> Result<AlignedBuf> {
     let c = crc(&b[..24]);
     b[24..28].copy_from_slice(&c.to_le_bytes());
     if owner != 0 {
-        // With a check of its own over bytes 0..36: code that predates it reads 0..28 only.
-        b[28..36].copy_from_slice(&owner.to_le_bytes());
-        let c = crc(&b[..36]);
-        b[36..40].copy_from_slice(&c.to_le_bytes());
+        seal_store_id(&mut b, OWNER_AT, owner);
     }
     Ok(b)
 }
@@ -390,12 +406,10 @@ fn read_header(file: &LogFile) -> Result<Option<Header>> {
     if &b[..8] != MAGIC || crc(&b[..24]).to_le_bytes() != b[24..28] {
         return Ok(None);
     }
-    let owner = u64::from_le_bytes(b[28..36].try_into().expect("8"));
-    let owner_checked = crc(&b[..36]).to_le_bytes() == b[36..40];
     Ok(Some(Header {
         generation: u32::from_le_bytes(b[8..12].try_into().expect("4")),
         start: u64::from_le_bytes(b[16..24].try_into().expect("8")),
-        owner: (owner != 0 && owner_checked).then_some(owner),
+        owner: sealed_store_id(&b, OWNER_AT),
     }))
 }
 
