@@ -311,6 +311,7 @@ struct Counters {
     payload_bytes: Counter,
     payload_chunks: Counter,
     payload_collections: Counter,
+    payload_chunks_damaged: Counter,
     payload_moved: Counter,
 }
 
@@ -1575,6 +1576,7 @@ impl PlushStore {
             ("back_pressure", c.back_pressure.get()),
             ("payload_bytes_written", c.payload_bytes.get()),
             ("payload_collections", c.payload_collections.get()),
+            ("payload_chunks_damaged", c.payload_chunks_damaged.get()),
             ("payload_entries_moved", c.payload_moved.get()),
         ]
         .into_iter()

@@ -1079,6 +1079,66 @@ impl Inner {
         Ok((total, live))
     }
 
+    /// Where the image of sealed chunk `c` (epoch `epoch`) shows an entry that fails its check
+    /// and may still be some key's newest record — which a collection, copying only the
+    /// entries that pass, would lose. Two signs, either enough:
+    /// - bytes other than zeros between two entries that pass, in a chunk no crash cut writes
+    ///   short in (not [`payload_chunk::CRASHED`]): entries are appended back to back (padding
+    ///   written as zeros), so only damage leaves them;
+    /// - an entry with the magic whose key, as its header gives it, has this entry as its
+    ///   newest record (covers a crashed chunk, and a chunk's last entry, after which the
+    ///   bytes of earlier epochs may follow).
+    ///
+    /// Left undetected: damage to both the header or key and the position (the last entry of
+    /// a chunk, or any entry of a crashed chunk) — see docs/FORMAT-plush.md.
+    fn damaged_entry(&self, p: &Payload, c: u32, image: &[u8], epoch: u64) -> Result<Option<u64>> {
+        let off = p.chunks[c as usize].off.load(Ordering::Acquire);
+        let state = self
+            .region
+            .atomic_u64(off + payload_chunk::STATE)?
+            .load(Ordering::Acquire);
+        let crashed = state & payload_chunk::CRASHED != 0;
+        let indexed_here = |from: usize, to: usize| -> Result<Option<u64>> {
+            for pos in (from..to.min(image.len())).step_by(8) {
+                let Some(w) = image.get(pos..pos + HEADER as usize) else {
+                    break;
+                };
+                let w0 = u64::from_le_bytes(w[..8].try_into().expect("8"));
+                let w1 = u64::from_le_bytes(w[8..].try_into().expect("8"));
+                let (kl, _, _) = split_payload_header(w0);
+                let Some(key) = image.get(pos + HEADER as usize..pos + HEADER as usize + kl) else {
+                    continue;
+                };
+                if w1 as u32 != ENTRY_MAGIC || key.is_empty() {
+                    continue;
+                }
+                let here = Locator {
+                    chunk: c,
+                    epoch: epoch as u32,
+                    offset: pos as u32,
+                }
+                .encode();
+                if self.newest_word(self.geo.hash_key(key), key)? == Some(here) {
+                    return Ok(Some(pos as u64));
+                }
+            }
+            Ok(None)
+        };
+        let mut end = PAYLOAD_CHUNK_HEADER as usize;
+        for e in entries(image, epoch) {
+            if e.pos > end {
+                if !crashed && image[end..e.pos].iter().any(|&b| b != 0) {
+                    return Ok(Some(end as u64));
+                }
+                if let Some(at) = indexed_here(end, e.pos)? {
+                    return Ok(Some(at));
+                }
+            }
+            end = e.pos + e.bytes;
+        }
+        indexed_here(end, image.len())
+    }
+
     /// Collects `victim` (default: the sealed chunk with the most known-dead bytes): copies the
     /// entries that are their key's newest record into the spare, points those keys at the
     /// copies, then raises the victim's epoch and makes it the spare. Returns the bytes
@@ -1118,6 +1178,24 @@ impl Inner {
             (victim, spare)
         };
         let (image, v_epoch) = self.read_sealed(p, victim)?;
+        if let Some(at) = self.damaged_entry(p, victim, &image, v_epoch)? {
+            // Copying only the entries that pass their check would leave the damaged one's
+            // record dangling once the victim's epoch moves: its key's reads would go on to
+            // an older version. Left alone, as a chunk recovery found damage in; its reads
+            // report the damage.
+            p.chunks[victim as usize]
+                .suspect
+                .store(true, Ordering::Relaxed);
+            p.pool.lock().spare = Some(spare);
+            self.counters.payload_chunks_damaged.incr();
+            tracing::warn!(
+                "plush {:?}: payload chunk {victim} holds an entry that fails its check at \
+                 offset {at} (media damage); the chunk is not collected and reads of its \
+                 entries check them",
+                self.path
+            );
+            return Ok(0);
+        }
         let s = &p.chunks[spare as usize];
         let s_off = s.off.load(Ordering::Acquire);
         let s_epoch = s.epoch.load(Ordering::Acquire);
