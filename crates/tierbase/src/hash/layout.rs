@@ -640,6 +640,12 @@ pub mod log_chunk {
     /// there; 0: not known (after a crash, or in files from before 2026-12-03) — the log
     /// starts its next entry in another chunk.
     pub const RESUME: u64 = 24;
+    /// The generation (u64) in which a crash may have cut entries short: set (persisted) to
+    /// the chunk's generation by the open after a crash (variable layout), stale once the
+    /// chunk is restarted. After a clean close, a slot before the chunk's last valid entry
+    /// that fails its check, in a chunk whose generation is not this one, was damaged on
+    /// media. 0 in files from before 2026-12-04.
+    pub const CRASHED_GEN: u64 = 32;
 }
 
 // ----- payload entries and locators ------------------------------------------------------------

@@ -321,6 +321,39 @@ impl Inner {
         Ok(())
     }
 
+    /// Of a chunk whose slots before `end` were all written in its generation (after a clean
+    /// close, in a chunk no crash held): the slots there that hold no valid entry of this log
+    /// (`found`, from [`Self::scan_chunk`]) yet carry the generation's flag bits — media
+    /// damage. (Zeros, or another generation's flag bits, are what a file from before
+    /// 2026-12-04 can hold in a slot a crash left unwritten; such slots are not counted.)
+    pub(super) fn damaged_log_slots(
+        &self,
+        off: u64,
+        generation: u64,
+        found: &[(u64, usize, LogRecord)],
+        end: u64,
+    ) -> Result<u64> {
+        let mut valid = vec![false; end as usize];
+        for f in found {
+            if let Some(v) = valid.get_mut(f.0 as usize) {
+                *v = true;
+            }
+        }
+        let b = generation & 1;
+        let mut damaged = 0;
+        for slot in (0..end).filter(|&s| !valid[s as usize]) {
+            let at = off + LOG_CHUNK_HEADER + slot * LOG_ENTRY_BYTES;
+            let mut w = [0u64; 3];
+            for (i, x) in w.iter_mut().enumerate() {
+                *x = self.region.read_u64(at + 8 * i as u64)?;
+            }
+            if w.iter().all(|x| x & 1 == b) && w.iter().any(|&x| x != 0) {
+                damaged += 1;
+            }
+        }
+        Ok(damaged)
+    }
+
     /// The valid entries of the chunk at `off` in generation `generation`: (slot in the chunk,
     /// DRAM entry, record).
     pub(super) fn scan_chunk(

@@ -1355,7 +1355,13 @@ impl PlushStore {
         let e = &inner.dram.entries[idx];
         let mut guard = e.insert.lock();
         let mut bytes = Vec::new();
-        let current = match inner.find(&probe, Some(&mut bytes))? {
+        let found = inner.find(&probe, Some(&mut bytes))?;
+        // The record this one supersedes: its payload entry is dead once the new one is
+        // indexed (as a write marks it), which is what collection starts from.
+        let superseded = found.as_ref().map(|f| match f {
+            Found::Value(w) | Found::Deleted(w) => *w,
+        });
+        let current = match found {
             Some(Found::Value(_)) => Some(bytes),
             _ => None,
         };
@@ -1408,6 +1414,9 @@ impl PlushStore {
             return Err(e);
         }
         drop(pending);
+        if let (Some(old), Some(p)) = (superseded, &inner.payload) {
+            p.mark_dead(&inner.region, old);
+        }
         drop(guard);
         match (existed, deleting) {
             (false, false) => {

@@ -113,6 +113,17 @@ pub(super) struct Payload {
     /// sealed chunk has been estimated once, the estimator looks regardless (one chunk a
     /// rotation), and then `live` is set from what it found.
     live_known: AtomicBool,
+    /// Payload bytes written after which the next `modify` looks for a chunk to collect
+    /// ([`Inner::payload_relief`]): once per chunk's worth, not on every call.
+    relief_due: AtomicU64,
+}
+
+/// What a payload log short of room should collect, if anything ([`Payload::collection_due`]).
+enum Due {
+    /// A sealed chunk at least half dead is known: collect the one with the most dead bytes.
+    Collect,
+    /// Estimate this sealed chunk's live bytes, and collect it if at least half is dead.
+    Estimate(u32),
 }
 
 /// [`Payload::live`]: bytes added and bytes found dead in per-thread counter shards (every
@@ -190,6 +201,7 @@ impl Payload {
             soft_limit: chunks.saturating_sub(logs + 1).max(logs + 1),
             live: LiveBytes::default(),
             live_known: AtomicBool::new(true),
+            relief_due: AtomicU64::new(0),
         }
     }
 
@@ -472,6 +484,21 @@ impl Payload {
             && !c.suspect.load(Ordering::Relaxed)
     }
 
+    /// What to collect before a chunk is allocated (`allocated` chunks are, `written` payload
+    /// bytes were written so far): a sealed chunk known to be at least half dead, else one
+    /// whose live bytes are worth estimating; `None` if allocating is the way.
+    fn collection_due(&self, allocated: u32, written: u64) -> Option<Due> {
+        if self
+            .chunks
+            .iter()
+            .any(|c| self.sealed(c) && c.reclaimable() >= self.chunk_bytes / 2)
+        {
+            return Some(Due::Collect);
+        }
+        self.estimate_candidate(allocated, written)
+            .map(Due::Estimate)
+    }
+
     /// The oldest sealed chunk whose live bytes were not estimated since each payload log wrote
     /// another chunk's worth — once the payload has more than a few chunks per log.
     fn estimate_candidate(&self, allocated: u32, written: u64) -> Option<u32> {
@@ -696,8 +723,7 @@ impl Inner {
         /// What a rotation does next, decided under the log's and the pool's locks.
         enum Next {
             Start(u32, u64),
-            Collect(Option<u32>),
-            Estimate(u32),
+            Collect(Due),
             Full,
         }
         // A collection that got nothing back lets this rotation grow into the chunks kept for
@@ -732,18 +758,12 @@ impl Inner {
                     Next::Start(c, pos)
                 } else if let Some(c) = pool.free.pop() {
                     Next::Start(c, PAYLOAD_CHUNK_HEADER)
-                } else if collect
-                    && p.chunks
-                        .iter()
-                        .any(|c| p.sealed(c) && c.reclaimable() >= p.chunk_bytes / 2)
-                {
-                    // Known to be at least half dead: collect before growing.
-                    Next::Collect(None)
-                } else if let Some(c) = collect
-                    .then(|| p.estimate_candidate(allocated, written))
+                } else if let Some(due) = collect
+                    .then(|| p.collection_due(allocated, written))
                     .flatten()
                 {
-                    Next::Estimate(c)
+                    // Known to be at least half dead, or worth a look: before growing.
+                    Next::Collect(due)
                 } else if allocated
                     < if collect {
                         p.soft_limit
@@ -754,7 +774,7 @@ impl Inner {
                     // (One chunk always stays for the collector's copies.)
                     Next::Start(self.alloc_payload_chunk(p)?, PAYLOAD_CHUNK_HEADER)
                 } else if collect {
-                    Next::Collect(None)
+                    Next::Collect(Due::Collect)
                 } else {
                     Next::Full
                 };
@@ -782,17 +802,11 @@ impl Inner {
             // holding one of those may be waiting for this log.
             match next {
                 Next::Start(..) => unreachable!("handled above"),
-                Next::Estimate(c) => {
-                    let live = self.estimate_chunk(p, c)?;
-                    if 2 * live <= p.chunk_bytes - PAYLOAD_CHUNK_HEADER {
-                        self.collect_payload(p, Some(c))?;
-                    }
+                Next::Collect(due @ Due::Estimate(_)) => {
+                    self.collect_due(p, due)?;
                 }
-                Next::Collect(victim) => {
-                    let got = match victim {
-                        Some(_) => self.collect_payload(p, victim)?,
-                        None => self.collect_best(p)?,
-                    };
+                Next::Collect(due) => {
+                    let got = self.collect_due(p, due)?;
                     collections += 1;
                     fruitless = got == 0 || collections > p.chunks.len();
                 }
@@ -847,22 +861,62 @@ impl Inner {
     /// threshold, collects until enough are (the caller holds no lock).
     pub(super) fn payload_relief(&self) -> Result<()> {
         let p = self.payload()?;
+        // Looked at once per chunk's worth of payload written (walking the chunk table on
+        // every call would cost a modify more than its write), as often as a log rotates.
+        let written = self.counters.payload_bytes.get();
+        let due = p.relief_due.load(Ordering::Acquire);
+        if written < due
+            || p.relief_due
+                .compare_exchange(
+                    due,
+                    written + p.chunk_bytes,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_err()
+        {
+            return Ok(());
+        }
         for _ in 0..2 * p.logs.len() + 2 {
-            let pressed = {
+            let next = {
                 let pool = p.pool.lock();
                 let allocated = p
                     .chunks
                     .iter()
                     .filter(|c| c.off.load(Ordering::Acquire) != 0)
                     .count() as u32;
-                pool.free.len() + pool.partial.len() <= p.logs.len()
-                    && allocated + p.logs.len() as u32 >= p.soft_limit
+                if pool.free.len() + pool.partial.len() > p.logs.len() {
+                    None
+                } else if allocated + p.logs.len() as u32 >= p.soft_limit {
+                    Some(Due::Collect)
+                } else {
+                    // What a write's rotation would collect (a modify's cannot).
+                    p.collection_due(allocated, written)
+                }
             };
-            if !pressed || self.payload_relief_now()? == 0 {
+            let Some(due) = next else {
+                break;
+            };
+            if self.collect_due(p, due)? == 0 {
                 break;
             }
         }
         Ok(())
+    }
+
+    /// Does what `due` says; returns the bytes reclaimed.
+    fn collect_due(&self, p: &Payload, due: Due) -> Result<u64> {
+        match due {
+            Due::Collect => self.collect_best(p),
+            Due::Estimate(c) => {
+                let live = self.estimate_chunk(p, c)?;
+                if 2 * live <= p.chunk_bytes - PAYLOAD_CHUNK_HEADER {
+                    self.collect_payload(p, Some(c))
+                } else {
+                    Ok(0)
+                }
+            }
+        }
     }
 
     /// Collects one chunk now ([`Inner::collect_best`]); returns the bytes reclaimed.

@@ -49,6 +49,11 @@ pub struct RecoveryReport {
     /// their keys fails with the damage (no older version comes back) until they are written
     /// again; reported by `stats`, `plush verify` and `serve`.
     pub damaged_payloads: u64,
+    /// Recovery-log entries that fail their check after a clean close, in a chunk no crash cut
+    /// writes short in, before the chunk's last valid entry: damaged on media (variable
+    /// layout). Their writes are lost (the key's older record is what reads find); reported by
+    /// `stats`, `plush verify` and `serve`, at every open until the chunk is reused.
+    pub damaged_log_entries: u64,
     /// Time to check the header and tables and read the level-0 stamps.
     pub scan: Duration,
     /// Time to copy the DRAM filters.
@@ -188,7 +193,9 @@ pub(super) fn open(
         logs.push(log);
         log_chunks.push(found);
     }
-    // Payload chunk table and headers.
+    // Payload chunk table and headers; whether the last close was clean (variable layout:
+    // the payload's resume words say so; the fixed layout cannot tell).
+    let mut closed_cleanly = false;
     let payload = match geo.layout {
         super::layout::PlushLayout::Fixed8 => None,
         super::layout::PlushLayout::Variable => {
@@ -256,6 +263,18 @@ pub(super) fn open(
             // one a crash may have cut an entry short in. An entry that fails its check is
             // media damage only in a chunk so marked never, after a clean close.
             let clean_close = !resumed.is_empty();
+            closed_cleanly = clean_close;
+            if !clean_close {
+                // Likewise every started recovery-log chunk, for its current generation.
+                for &(_, off, generation, _) in log_chunks.iter().flatten() {
+                    if generation != 0 {
+                        region
+                            .atomic_u64(off + log_chunk::CRASHED_GEN)?
+                            .store(generation, Ordering::Release);
+                        region.persist(off + log_chunk::CRASHED_GEN, 8)?;
+                    }
+                }
+            }
             for (c, off) in unmarked {
                 if clean_close {
                     pl.chunks[c as usize]
@@ -362,7 +381,7 @@ pub(super) fn open(
                     if l >= geo.logs as usize || failed.lock().is_some() {
                         break;
                     }
-                    match replay_log(&inner, l, &log_chunks[l]) {
+                    match replay_log(&inner, l, &log_chunks[l], closed_cleanly) {
                         Ok(r) => results.lock().push(r),
                         Err(e) => {
                             failed.lock().get_or_insert(e);
@@ -376,12 +395,13 @@ pub(super) fn open(
         return Err(e);
     }
     let mut reseal = Vec::new();
-    for ((chunks, entries, replayed, frozen, damaged), r) in results.into_inner() {
+    for ((chunks, entries, replayed, frozen, damaged, damaged_log), r) in results.into_inner() {
         report.log_chunks += chunks;
         report.log_entries += entries;
         report.replayed += replayed;
         report.frozen_halves += frozen;
         report.damaged_payloads += damaged;
+        report.damaged_log_entries += damaged_log;
         reseal.extend(r);
     }
     if let Some(d) = report.damage() {
@@ -399,14 +419,28 @@ impl RecoveryReport {
     /// sentence.
     pub fn damage(&self) -> Option<String> {
         let n = self.damaged_payloads;
-        (n > 0).then(|| {
+        let payloads = (n > 0).then(|| {
             format!(
                 "{n} record{} the recovery logs hold had a payload entry that fails its check \
                  after a clean close (media damage): reading their keys reports the damage \
                  until they are written again",
                 if n == 1 { "" } else { "s" }
             )
-        })
+        });
+        let n = self.damaged_log_entries;
+        let log = (n > 0).then(|| {
+            format!(
+                "{n} recovery-log entr{} fail{} their check after a clean close (media \
+                 damage): the writes they logged are lost, and their keys read as they were \
+                 before those writes (an older value, or absent)",
+                if n == 1 { "y" } else { "ies" },
+                if n == 1 { "s" } else { "" }
+            )
+        });
+        match (payloads, log) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -420,6 +454,7 @@ fn replay_log(
     inner: &Inner,
     l: usize,
     chunks: &[(u32, u64, u64, u64)],
+    closed_cleanly: bool,
 ) -> Result<(Replayed, Vec<usize>)> {
     let geo = &inner.geo;
     let log = &inner.logs[l];
@@ -430,8 +465,37 @@ fn replay_log(
     let mut valid = vec![0u64; geo.log_chunks as usize];
     // Per chunk, one past its last valid entry's slot.
     let mut valid_end = vec![0u64; geo.log_chunks as usize];
-    for &(c, off, generation, _) in chunks {
-        for (slot, entry, r) in inner.scan_chunk(off, generation, l as u32)? {
+    let mut damaged_log = 0u64;
+    let scans = chunks
+        .iter()
+        .map(|&(_, off, generation, _)| inner.scan_chunk(off, generation, l as u32))
+        .collect::<Result<Vec<_>>>()?;
+    // The chunk the log appended to last: the newest (by sequence) holding entries.
+    let newest = chunks
+        .iter()
+        .zip(&scans)
+        .filter(|(_, found)| !found.is_empty())
+        .max_by_key(|(c, _)| c.3)
+        .map(|(c, _)| c.0);
+    for (&(c, off, generation, _), found) in chunks.iter().zip(scans) {
+        // After a clean close, a chunk holding entries that no crash held in its generation
+        // had every slot before its end written: entries fill a chunk from slot 0 in order,
+        // and a log moves on only from a full chunk. The newest one ends where the close
+        // recorded its next entry (no record: it was full).
+        if closed_cleanly
+            && !found.is_empty()
+            && word(&inner.region, off + log_chunk::CRASHED_GEN)? != generation
+        {
+            let n = geo.log_chunk_entries();
+            let resume = word(&inner.region, off + log_chunk::RESUME)?;
+            let end = if Some(c) == newest && resume > 0 && resume < n {
+                resume
+            } else {
+                n
+            };
+            damaged_log += inner.damaged_log_slots(off, generation, &found, end)?;
+        }
+        for (slot, entry, r) in found {
             entries += 1;
             valid[c as usize] += 1;
             valid_end[c as usize] = valid_end[c as usize].max(slot + 1);
@@ -557,11 +621,18 @@ fn replay_log(
     }
     log.pos.store(pos, Ordering::Release);
     Ok((
-        (chunks.len() as u64, entries, replayed, frozen, damaged),
+        (
+            chunks.len() as u64,
+            entries,
+            replayed,
+            frozen,
+            damaged,
+            damaged_log,
+        ),
         reseal,
     ))
 }
 
-/// (chunks read, entries found, records replayed, frozen halves, damaged payload entries) of
-/// one log.
-type Replayed = (u64, u64, u64, u64, u64);
+/// (chunks read, entries found, records replayed, frozen halves, damaged payload entries,
+/// damaged log entries) of one log.
+type Replayed = (u64, u64, u64, u64, u64, u64);
