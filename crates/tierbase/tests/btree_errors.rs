@@ -1522,3 +1522,66 @@ fn a_damaged_superblock_id_check_keeps_the_stores_id() {
     s.abandon();
     opens_with_every_value(&path, &model, "after a crash");
 }
+
+/// A `modify` closure that panics has changed nothing: the store stays writable, as kv's and
+/// Plush's do. Before, the panic froze the pool and every later write (and the close) got
+/// `ReadOnly` ("a change failed half-way (panic)") until the store was reopened (a user's
+/// trial, 2026-12-04).
+#[test]
+fn a_panicking_modify_closure_leaves_the_store_writable() {
+    use tierbase::store::{Change, Store};
+    let dir = scratch_dir();
+    let s = BTreeStore::create(dir.path(), &opts()).unwrap();
+    s.put(b"k", b"before").unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = Store::modify(&s, b"k", &mut |_| -> Change {
+            panic!("the caller's closure")
+        });
+    }));
+    assert!(r.is_err(), "the closure's panic reaches the caller");
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"before"[..]));
+    s.put(b"k", b"after").unwrap();
+    Store::modify(&s, b"n", &mut |cur| {
+        assert_eq!(cur, None);
+        Change::Put(b"1".to_vec())
+    })
+    .unwrap();
+    s.close().unwrap();
+    let s = BTreeStore::open(dir.path(), &opts()).unwrap();
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"after"[..]));
+    assert_eq!(s.get(b"n").unwrap().as_deref(), Some(&b"1"[..]));
+    s.close().unwrap();
+}
+
+/// A store made without an NVM tier, opened with `nvm_bytes` (as the option's doc offers:
+/// "or of a store opened without one"), gets a tier. Before, the open made `nvm.tb` and then
+/// refused it as a wiped tier ("the newest copies of its pages may be lost"), telling the user
+/// their intact store had lost data (a user's trial, 2026-12-04). A store that had a tier
+/// still refuses a blank one.
+#[test]
+fn a_tier_can_be_added_to_a_store_made_without_one() {
+    let dir = scratch_dir();
+    let s = BTreeStore::create(dir.path(), &opts()).unwrap();
+    for i in 0..2_000 {
+        s.put(&key(i), &val(i)).unwrap();
+    }
+    s.checkpoint().unwrap();
+    s.close().unwrap();
+    let with_tier = opts().nvm_bytes(4 << 20);
+    let s = BTreeStore::open(dir.path(), &with_tier).unwrap();
+    assert!(dir.path().join("nvm.tb").exists());
+    for i in 0..2_000 {
+        assert_eq!(s.get(&key(i)).unwrap(), Some(val(i)), "key {i}");
+    }
+    for i in 2_000..3_000 {
+        s.put(&key(i), &val(i)).unwrap();
+    }
+    s.close().unwrap();
+    // The tier is the store's now: opened without the option too.
+    let s = BTreeStore::open(dir.path(), &opts()).unwrap();
+    for i in 0..3_000 {
+        assert_eq!(s.get(&key(i)).unwrap(), Some(val(i)), "key {i}");
+    }
+    s.verify().unwrap();
+    s.close().unwrap();
+}

@@ -1343,10 +1343,12 @@ impl Tree {
         self.check_entry(key, None)?;
         let mut w = self.lock_writer(std::iter::once(key));
         self.begin(&mut w)?;
-        let guard = FreezeOnUnwind(&self.pool);
         // By lines when the put can be made by lines too (`put_by_lines`).
         let current = self.get_from(key, self.pool.line_grained())?;
+        // The caller's closure runs before anything changes: a panic in it leaves the store
+        // as it was, and writable (the writer lock is released as the panic unwinds).
         let change = decide(current.as_deref());
+        let guard = FreezeOnUnwind(&self.pool);
         let r = match change {
             crate::store::Change::Keep => Ok(()),
             crate::store::Change::Put(v) => {

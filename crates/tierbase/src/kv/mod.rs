@@ -699,9 +699,13 @@ impl KvStore {
     }
 
     /// Every live record, in no particular order. Weakly consistent: a record written or
-    /// deleted during the walk may or may not be seen; every record present throughout is
-    /// seen exactly once, never torn. While an iterator lives, compaction skips its work (so
-    /// do not keep one for long). Drop it to stop early.
+    /// deleted during the walk may or may not be seen, and so may a key overwritten during
+    /// the walk — or it may be seen twice, old and new value (the walk goes by where records
+    /// lie, and an overwrite writes the key elsewhere); a record neither written nor deleted
+    /// during the walk is seen exactly once, and nothing is torn. For every key present
+    /// throughout, whatever happens to it, use the cursor walk [`KvStore::scan`]. While an
+    /// iterator lives, compaction skips its work (so do not keep one for long). Drop it to
+    /// stop early.
     pub fn iter(&self) -> Iter {
         let inner = self.shared.inner.clone();
         let gate = inner.compaction_gate.read_arc();
