@@ -181,9 +181,11 @@ pub enum Error {
         expected: usize,
     },
 
-    /// The store cannot take more data: its region may not grow (growth disabled or the
-    /// reservation is exhausted). Existing data is untouched.
-    #[error("store full: {used} of {capacity} bytes in use and the region may not grow ({reason})")]
+    /// The store cannot take more data: its region may not grow (growth disabled, the
+    /// reservation exhausted, the device full), or a structure of fixed size is full (a
+    /// Plush subtree's last level, every frame of a buffer pool); `reason` says which.
+    /// Existing data is untouched.
+    #[error("store full: {reason} ({used} of {capacity} bytes in use)")]
     StoreFull {
         /// Bytes in use.
         used: u64,

@@ -1138,7 +1138,7 @@ impl Inner {
         let full = |reason: String| Error::StoreFull {
             used: self.geo.region_len_for(have),
             capacity: self.region.len(),
-            reason,
+            reason: format!("the region may not grow: {reason}"),
         };
         if !self.allow_growth {
             return Err(full("growth is disabled".into()));

@@ -106,7 +106,7 @@ impl RegionBump {
                 return Err(Error::StoreFull {
                     used: *reserved,
                     capacity: region.max_len(),
-                    reason: "the region's reservation is used up".into(),
+                    reason: "the region may not grow: its reservation is used up".into(),
                 });
             }
             // A full device refuses the allocation like a used-up reservation: nothing changed,
@@ -116,7 +116,7 @@ impl RegionBump {
                     Error::DeviceFull { .. } => Error::StoreFull {
                         used: *reserved,
                         capacity: region.len(),
-                        reason: e.to_string(),
+                        reason: format!("the region may not grow: {e}"),
                     },
                     e => e,
                 })?;
