@@ -1016,12 +1016,15 @@ impl Inner {
     fn value_of(&self, word: u64) -> Result<Vec<u8>> {
         match &self.payload {
             None => Ok(word.to_le_bytes().to_vec()),
-            Some(p) => p.read(&self.region, word)?.map(|e| e.value).ok_or_else(|| {
-                Error::corrupt(
-                    self.path.as_deref(),
-                    "a payload entry vanished while an ordered scan held off collection",
-                )
-            }),
+            Some(p) => p
+                .read_checked(&self.region, word)?
+                .map(|e| e.value)
+                .ok_or_else(|| {
+                    Error::corrupt(
+                        self.path.as_deref(),
+                        "a payload entry vanished while an ordered scan held off collection",
+                    )
+                }),
         }
     }
 
