@@ -184,6 +184,21 @@ fn bench_then_report_end_to_end() {
     let html = std::fs::read_to_string(tmp.path().join("r.html")).unwrap();
     assert!(html.contains("<svg"));
     assert!(html.contains("data-series=\"memory-btree (none) · DRAM (anonymous)\""));
+
+    // A result file with no runs is nothing to report: one line, exit 1, no page (it
+    // wrote an empty page and said "0 runs").
+    let mut empty = v.clone();
+    empty["runs"] = serde_json::json!([]);
+    std::fs::write(tmp.path().join("empty.json"), empty.to_string()).unwrap();
+    let out = tierbase(&["report", "empty.json", "--out", "e.html"], tmp.path());
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with("tierbase: error: nothing to report: empty.json holds no runs"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(!tmp.path().join("e.html").exists());
 }
 
 #[test]

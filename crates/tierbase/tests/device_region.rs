@@ -655,3 +655,31 @@ fn a_record_read_copies_the_value_only_behind_its_key_and_checks_its_bounds() {
         Err(Error::OutOfRange { .. })
     ));
 }
+
+/// A region whose persists run no flush instruction says so, whatever was asked: on a disk
+/// file (msync) a benchmark's report said `flush clwb` (or whatever `--flush` named), which
+/// never ran (a user's trial, 2026-12-04).
+#[test]
+fn a_msync_region_names_no_flush_instruction() {
+    let d = disk_dir();
+    if d.expected_durability() != DurabilityMode::Msync {
+        return; // the target directory is memory-backed here
+    }
+    let Some(f) = [FlushInstruction::Clwb, FlushInstruction::Clflushopt]
+        .into_iter()
+        .find(|f| f.is_supported())
+    else {
+        return;
+    };
+    let path = d.join("named.region");
+    let o = RegionOptions {
+        flush: Some(f),
+        ..opts()
+    };
+    let r = PmemRegion::create(&path, 16 * 4096, &o).unwrap();
+    assert_eq!(r.durability(), DurabilityMode::Msync);
+    assert_eq!(r.flush_instruction(), FlushInstruction::None);
+    drop(r);
+    let r = PmemRegion::open(&path, &o).unwrap();
+    assert_eq!(r.flush_instruction(), FlushInstruction::None);
+}

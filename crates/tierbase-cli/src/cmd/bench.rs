@@ -125,7 +125,7 @@ struct YcsbArgs {
     /// Cache-line flush instruction for `kv`, `plush` and the B+-tree's NVM tier and log (clwb,
     /// clflushopt, clflush, none)
     /// [default: the medium's: best by CPUID on DAX, none on tmpfs where flushing buys no
-    /// durability].
+    /// durability; a disk file's persists are msync and run none, whatever is asked].
     #[arg(long, value_name = "NAME", value_parser = parse_flush)]
     flush: Option<tierbase::device::FlushInstruction>,
     /// Start each store at its minimum size, as a new user's store does, instead of pre-sizing
@@ -177,11 +177,11 @@ struct YcsbArgs {
     page_size: Option<u64>,
     /// B-tree stores: point reads pass the inner pages without latching them (optimistic
     /// lock coupling; off by default: slower on the 2-vCPU machines it was measured on, see
-    /// docs/BENCHMARKS.md Figure 37). Ignored by `btree-direct`.
+    /// docs/BENCHMARKS.md Figure 37). Ignored by `btree-nvm-direct`.
     #[arg(long)]
     optimistic_reads: bool,
     /// B-tree stores: swizzle inner pages' references to children in DRAM (pointer
-    /// swizzling), `true` or `false` [default: the store's, true]. Ignored by `btree-direct`.
+    /// swizzling), `true` or `false` [default: the store's, true]. Ignored by `btree-nvm-direct`.
     #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
     swizzle: Option<bool>,
     /// RocksDB stores with --dram: charge their memtables to the budget (two write buffers of
@@ -268,7 +268,7 @@ struct MicroArgs {
     /// Cache-line flush instruction for `kv`, `plush` and the B+-tree's NVM tier and log (clwb,
     /// clflushopt, clflush, none)
     /// [default: the medium's: best by CPUID on DAX, none on tmpfs where flushing buys no
-    /// durability].
+    /// durability; a disk file's persists are msync and run none, whatever is asked].
     #[arg(long, value_name = "NAME", value_parser = parse_flush)]
     flush: Option<tierbase::device::FlushInstruction>,
 

@@ -47,7 +47,7 @@ fn print_machine(r: &MachineReport) {
         r.cpu_model, r.cpus
     );
     println!(
-        "  flush instruction  {} in use (clwb {}, clflushopt {}, clflush {}; AVX2 {}, AVX-512F {})",
+        "  flush instruction  {}, the best this CPU has (clwb {}, clflushopt {}, clflush {}; AVX2 {}, AVX-512F {})",
         r.flush_instruction,
         yes_no(f.clwb),
         yes_no(f.clflushopt),
@@ -81,6 +81,15 @@ fn print_machine(r: &MachineReport) {
         r.durability,
         r.durability.guarantee()
     );
+    let why = match r.durability {
+        tierbase::device::DurabilityMode::Dax => "",
+        tierbase::device::DurabilityMode::ProcessCrash => {
+            " (a memory-backed file: nothing to write back; `--flush` asks for one to model \
+             persistent memory's cost)"
+        }
+        _ => " (persists are msync)",
+    };
+    println!("  stores here flush  {}{why}", r.flush_in_data_dir);
     println!(
         "  io_uring           {}: {}",
         yes_no(r.io_uring.available),

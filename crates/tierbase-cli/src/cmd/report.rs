@@ -32,6 +32,19 @@ pub fn run(args: ReportArgs, _ctx: &Ctx) -> anyhow::Result<()> {
     let inputs: Vec<&std::path::Path> = args.inputs.iter().map(PathBuf::as_path).collect();
     tierbase_bench::results::check_distinct(&[("--out", &args.out)], &inputs)?;
     let s = write_report(&args.inputs, &args.out, &args.title)?;
+    if s.runs == 0 && s.charts == 0 {
+        // A page with nothing on it is no report: say so rather than succeed.
+        let _ = std::fs::remove_file(&s.path);
+        anyhow::bail!(
+            "nothing to report: {} hold{} no runs",
+            args.inputs
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            if args.inputs.len() == 1 { "s" } else { "" }
+        );
+    }
     println!(
         "wrote {}: {} runs, {} workloads, {} charts",
         s.path.display(),

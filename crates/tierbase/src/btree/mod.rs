@@ -1163,10 +1163,12 @@ impl BTreeStore {
             // Only the superblock a create writes (sequence 1) may precede the tier's header: any
             // later one was written by an open that had formatted the tier first.
             // A store whose superblock says it had no tier is given one now (`nvm_bytes` at
-            // open): its blank header is a new tier, not a wiped one, whatever the sequence.
+            // open): its blank header is a new tier, not a wiped one. Tied to the real
+            // sequence, so that a copy of it kept from before a later checkpoint is refused.
             let tie = StoreTie {
                 id: sb.id,
-                seq: if sb.flags & FLAG_NVM != 0 { seq } else { 1 },
+                seq,
+                adding: sb.flags & FLAG_NVM == 0,
             };
             let tier = NvmTier::open_in_store(region, page_size, opts.nvm_admission, tie)
                 .map_err(|e| with_path(e, path.as_deref()))?;

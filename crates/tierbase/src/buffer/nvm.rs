@@ -248,6 +248,9 @@ pub struct StoreTie {
     pub id: Option<u64>,
     /// The sequence number of the store's newest superblock.
     pub seq: u64,
+    /// The store's superblock says it has no tier: one is being added (`nvm_bytes` given at
+    /// an open), so a blank header is a new tier to format, not a wiped one, whatever `seq`.
+    pub adding: bool,
 }
 
 /// The checkpoint word for superblock sequence `seq`.
@@ -392,7 +395,7 @@ impl NvmTier {
         admission: Option<Admission>,
         store: StoreTie,
     ) -> Result<Self> {
-        let formatted = store.seq > 1;
+        let formatted = store.seq > 1 && !store.adding;
         let path = region.path().map(std::path::Path::to_path_buf);
         let corrupt = |detail: String| Error::corrupt(path.as_deref(), detail);
         let len = region.len();

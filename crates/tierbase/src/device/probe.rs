@@ -50,8 +50,12 @@ pub struct MachineReport {
     pub cpus: usize,
     /// Persistence-related CPU features.
     pub cpu_features: CpuFeatures,
-    /// Flush instruction tierbase uses.
+    /// The best flush instruction this CPU has (what persists run on DAX).
     pub flush_instruction: FlushInstruction,
+    /// What a store's persists run by default in the data directory: the best instruction on
+    /// DAX; none on a memory-backed file (it survives kill -9 from the page cache; `--flush`
+    /// asks for one) or on a disk file (msync).
+    pub flush_in_data_dir: FlushInstruction,
     /// Kernel release.
     pub kernel: String,
     /// `/dev/pmem*` and `/dev/dax*` devices found.
@@ -95,6 +99,11 @@ pub fn probe(data_dir: &Path) -> Result<MachineReport> {
         cpus: std::thread::available_parallelism().map_or(1, usize::from),
         cpu_features: features,
         flush_instruction: features.best_flush(),
+        flush_in_data_dir: if durability == DurabilityMode::Dax {
+            features.best_flush()
+        } else {
+            FlushInstruction::None
+        },
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|_| "unknown".into()),

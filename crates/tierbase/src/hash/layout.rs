@@ -642,9 +642,10 @@ pub mod log_chunk {
     pub const RESUME: u64 = 24;
     /// The generation (u64) in which a crash may have cut entries short: set (persisted) to
     /// the chunk's generation by the open after a crash (variable layout), stale once the
-    /// chunk is restarted. After a clean close, a slot before the chunk's last valid entry
-    /// that fails its check, in a chunk whose generation is not this one, was damaged on
-    /// media. 0 in files from before 2026-12-04.
+    /// chunk is restarted. After a clean close, a slot that fails its check before the
+    /// chunk's end (the resume slot of the log's newest chunk, else its last valid entry), in
+    /// a chunk whose generation is not this one, was damaged on media. 0 in files from before
+    /// 2026-12-04.
     pub const CRASHED_GEN: u64 = 32;
 }
 

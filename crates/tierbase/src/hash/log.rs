@@ -324,8 +324,10 @@ impl Inner {
     /// Of a chunk whose slots before `end` were all written in its generation (after a clean
     /// close, in a chunk no crash held): the slots there that hold no valid entry of this log
     /// (`found`, from [`Self::scan_chunk`]) yet carry the generation's flag bits — media
-    /// damage. (Zeros, or another generation's flag bits, are what a file from before
-    /// 2026-12-04 can hold in a slot a crash left unwritten; such slots are not counted.)
+    /// damage. (Zeros, or the previous generation's flag bits, are what a file written
+    /// before 2026-12-04 can hold in a slot a crash left unwritten; such slots are not
+    /// counted. A slot a crash left half written in such a file is counted: a false alarm
+    /// those files can give once.)
     pub(super) fn damaged_log_slots(
         &self,
         off: u64,

@@ -1640,9 +1640,13 @@ impl PlushStore {
             // and say where the payload logs' chunks take their next entries.
             let r = self.inner().space.release(&self.inner().region);
             self.inner().failure.record("plush", r)?;
-            let r = self.inner().record_payload_resume();
-            self.inner().failure.record("plush", r)?;
+            // The logs' resume slots first: the payload's resume words are what the next open
+            // takes for a clean close, so they go last — a crash between the two must read as
+            // a crash (after a clean close, recovery takes a log slot that fails its check
+            // before the resume slot for media damage).
             let r = self.inner().record_log_resume();
+            self.inner().failure.record("plush", r)?;
+            let r = self.inner().record_payload_resume();
             self.inner().failure.record("plush", r)?;
         }
         match self.inner().failure.reason() {

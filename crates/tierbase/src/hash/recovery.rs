@@ -479,19 +479,23 @@ fn replay_log(
         .map(|(c, _)| c.0);
     for (&(c, off, generation, _), found) in chunks.iter().zip(scans) {
         // After a clean close, a chunk holding entries that no crash held in its generation
-        // had every slot before its end written: entries fill a chunk from slot 0 in order,
-        // and a log moves on only from a full chunk. The newest one ends where the close
-        // recorded its next entry (no record: it was full).
+        // had every slot before its end written: entries fill a chunk from slot 0 in order.
+        // The newest one ends where the close recorded its next entry; the others (and the
+        // newest without that record) are taken to end after their last valid entry, which
+        // leaves out damage to their last slots but never takes a tail the generation did not
+        // write (a chunk restarted twice still holds the entries of two generations ago,
+        // with the same flag bits, past its end) for damage.
         if closed_cleanly
             && !found.is_empty()
             && word(&inner.region, off + log_chunk::CRASHED_GEN)? != generation
         {
             let n = geo.log_chunk_entries();
             let resume = word(&inner.region, off + log_chunk::RESUME)?;
+            let last = found.iter().map(|f| f.0 + 1).max().unwrap_or(0);
             let end = if Some(c) == newest && resume > 0 && resume < n {
-                resume
+                resume.max(last)
             } else {
-                n
+                last
             };
             damaged_log += inner.damaged_log_slots(off, generation, &found, end)?;
         }

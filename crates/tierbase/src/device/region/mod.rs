@@ -431,6 +431,12 @@ impl PmemRegion {
         if opts.commit.defers() && region.mode == DurabilityMode::Msync {
             region.deferred = Some(persist::Deferred::default());
         }
+        if matches!(region.mode, DurabilityMode::Msync | DurabilityMode::None) {
+            // Persists of these modes run no flush instruction (msync or nothing): the region
+            // says so, and so does every report that names its instruction (a disk file's
+            // benchmarks said `clwb`, which never ran).
+            region.flush = FlushInstruction::None;
+        }
         if region.mode == DurabilityMode::ProcessCrash && opts.flush.is_none() {
             // A memory-backed file survives kill -9 from the page cache; writing cache lines
             // back buys nothing there, so by default nothing is flushed (fences stay). Ask for
