@@ -422,6 +422,15 @@ enum Found {
     Deleted(u64),
 }
 
+impl Found {
+    /// The record's value word, a deletion's too.
+    fn word(&self) -> u64 {
+        match *self {
+            Found::Value(w) | Found::Deleted(w) => w,
+        }
+    }
+}
+
 impl Inner {
     fn probe<'a>(&self, key: &'a [u8]) -> Result<Probe<'a>> {
         match self.geo.layout {
@@ -564,9 +573,7 @@ impl Inner {
             bytes: key,
             report_damage: false,
         };
-        Ok(self.find(&probe, None)?.map(|f| match f {
-            Found::Value(w) | Found::Deleted(w) => w,
-        }))
+        Ok(self.find(&probe, None)?.as_ref().map(Found::word))
     }
 
     /// Appends a record to DRAM entry `entry` (the caller holds its `insert` lock), logging
@@ -1361,9 +1368,7 @@ impl PlushStore {
         let found = inner.find(&probe, Some(&mut bytes))?;
         // The record this one supersedes: its payload entry is dead once the new one is
         // indexed (as a write marks it), which is what collection starts from.
-        let superseded = found.as_ref().map(|f| match f {
-            Found::Value(w) | Found::Deleted(w) => *w,
-        });
+        let mut superseded = found.as_ref().map(Found::word);
         let current = match found {
             Some(Found::Value(_)) => Some(bytes),
             _ => None,
@@ -1389,7 +1394,11 @@ impl PlushStore {
                     inner.failure.record("plush", r)?;
                     guard = e.insert.lock();
                     let mut bytes = Vec::new();
-                    let now = match inner.find(&probe, Some(&mut bytes))? {
+                    let found = inner.find(&probe, Some(&mut bytes))?;
+                    // The collection may have moved the record: the one now indexed is the
+                    // one this write supersedes.
+                    superseded = found.as_ref().map(Found::word);
+                    let now = match found {
                         Some(Found::Value(_)) => Some(bytes),
                         _ => None,
                     };
