@@ -377,9 +377,10 @@ fn run_repetition(
         return Err(BenchError::unsupported(
             &info.name,
             format!(
-                "ordered scans, which workload '{}' needs (use a store with scans, e.g. \
-                 memory-btree or rocksdb)",
-                spec.name
+                "ordered scans, which workload '{}' needs (stores with scans in this build: \
+                 {})",
+                spec.name,
+                crate::adapter::built_stores_with_scans().join(", ")
             ),
         ));
     }

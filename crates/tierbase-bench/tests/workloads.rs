@@ -295,6 +295,52 @@ fn scans_on_a_hash_store_are_the_typed_unsupported_error() {
     let e = run_plan(&plan, &SilentProgress).unwrap_err();
     assert!(e.is_unsupported());
     assert!(matches!(e, BenchError::Unsupported { .. }));
+    // It suggests only stores this build has: a default build has no RocksDB.
+    let text = e.to_string();
+    assert!(
+        text.contains(
+            "stores with scans in this build: btree, btree-3tier, plush-range, memory-btree"
+        ),
+        "{text}"
+    );
+    for name in tierbase_bench::adapter::built_stores_with_scans() {
+        let entry = tierbase_bench::adapter::find_store(name).unwrap();
+        assert!(entry.built, "{name}");
+    }
+    assert_eq!(
+        text.contains("rocksdb"),
+        tierbase_bench::adapter::find_store("rocksdb")
+            .unwrap()
+            .built,
+        "{text}"
+    );
+}
+
+/// A memory region refuses a block device's profile and a block device a memory one: the
+/// two kinds read α and the slots differently, so the figures would label a device no one
+/// emulated.
+#[test]
+fn a_profile_of_the_other_kind_is_refused() {
+    let cat = tierbase::device::Catalogue::builtin();
+    let mut p = small_plan("kv", &[CoreWorkload::C], &[1]);
+    p.emulate = Some(cat.require("hdd").unwrap().clone());
+    let e = run_plan(&p, &SilentProgress).unwrap_err().to_string();
+    assert!(
+        e.contains("a memory region cannot emulate hdd, a block device profile"),
+        "{e}"
+    );
+    let mut p = small_plan("btree", &[CoreWorkload::C], &[1]);
+    p.emulate = Some(cat.require("optane-pmem-100").unwrap().clone());
+    let e = run_plan(&p, &SilentProgress).unwrap_err().to_string();
+    assert!(
+        e.contains("a block device cannot emulate optane-pmem-100, a memory device profile"),
+        "{e}"
+    );
+    // The in-memory reference charges each operation to any profile.
+    let mut p = small_plan("memory", &[CoreWorkload::C], &[1]);
+    p.workloads = vec![CoreWorkload::C.spec(20, 20)];
+    p.emulate = Some(cat.require("hdd").unwrap().clone());
+    run_plan(&p, &SilentProgress).unwrap();
 }
 
 /// A store that fails (or panics) on the n-th read, to check that a phase stops cleanly.

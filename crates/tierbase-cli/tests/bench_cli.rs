@@ -357,6 +357,72 @@ fn refusals_that_keep_results_and_reports_honest() {
     );
 }
 
+/// A device profile of the other kind is refused; a `--flush` the store's medium does not
+/// run is said, once per store; workload E's refusal names only stores this build has.
+#[test]
+fn mismatched_device_options_are_refused_or_said() {
+    fails_with(
+        &ycsb(&["--store", "kv", "--emulate", "hdd"]),
+        "a memory region cannot emulate hdd, a block device profile: choose a memory profile",
+    );
+    fails_with(
+        &ycsb(&["--store", "btree", "--emulate", "optane-pmem-100"]),
+        "a block device cannot emulate optane-pmem-100, a memory device profile",
+    );
+    fails_with(
+        &ycsb(&["--store", "kv", "--workload", "e"]),
+        "stores with scans in this build: btree, btree-3tier, plush-range, memory-btree",
+    );
+    // A data dir on a disk-backed file system: the store's persists are msync, not clwb.
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let flush = ["clwb", "clflushopt", "clflush"]
+        .into_iter()
+        .find(|f| tierbase::device::FlushInstruction::parse(f).is_some_and(|i| i.is_supported()))
+        .unwrap_or("none");
+    let out = tierbase(
+        &[
+            "bench",
+            "micro",
+            "--stores",
+            "kv,plush",
+            "--ops",
+            "get",
+            "--records",
+            "200",
+            "--flush",
+            flush,
+            "--dir",
+            data.path().to_str().unwrap(),
+            "--out",
+            "m.json",
+            "-q",
+        ],
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("m.json")).unwrap()).unwrap();
+    let err = text(&out.stderr);
+    for store in ["kv", "plush"] {
+        let ran = json["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["store"] == store)
+            .unwrap()["flush"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let note = format!("note: --flush {flush} was asked, but {store} ran flush {ran}");
+        assert_eq!(
+            err.matches(&note).count(),
+            usize::from(ran != flush),
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn an_interrupted_benchmark_removes_the_data_it_made() {
     use std::process::Stdio;

@@ -497,6 +497,25 @@ fn not_built(name: &str, feature: &'static str, hint: &'static str) -> BenchErro
     }
 }
 
+/// The stores of this build that serve ordered scans (workload E), the tierbase ones first;
+/// what an error suggests, so it never names a store the user would have to rebuild for.
+pub fn built_stores_with_scans() -> Vec<&'static str> {
+    const WITH_SCANS: [&str; 8] = [
+        "btree",
+        "btree-3tier",
+        "plush-range",
+        "memory-btree",
+        "rocksdb",
+        "rocksdb-nosync",
+        "redb",
+        "lmdb",
+    ];
+    WITH_SCANS
+        .into_iter()
+        .filter(|name| find_store(name).is_ok_and(|e| e.built))
+        .collect()
+}
+
 /// Looks a store up by name (case-insensitive).
 pub fn find_store(name: &str) -> Result<&'static StoreEntry> {
     STORES

@@ -600,6 +600,7 @@ fn micro(a: MicroArgs, ctx: &Ctx) -> anyhow::Result<()> {
     file.write(&a.out)
         .with_context(|| format!("writing results to {}", a.out.display()))?;
     print_micro_table(&file.runs, &stores);
+    note_flush_overrides(&file.runs, a.flush);
     println!(
         "\nresults: {} ({} runs); HTML report: tierbase report {} --out report.html",
         a.out.display(),
@@ -607,6 +608,41 @@ fn micro(a: MicroArgs, ctx: &Ctx) -> anyhow::Result<()> {
         a.out.display()
     );
     Ok(())
+}
+
+/// A throughput ratio to two significant digits, never rounded to a bare zero: `1.23x`,
+/// `0.50x`, `0.0031x`.
+fn format_ratio(r: f64) -> String {
+    if !(r.is_finite() && r > 0.0) {
+        return format!("{r:.2}x");
+    }
+    let decimals = if r >= 0.1 {
+        2
+    } else {
+        (1 - r.log10().floor() as i32).clamp(2, 12) as usize
+    };
+    format!("{r:.decimals$}x")
+}
+
+/// Says when a store ran another flush instruction than `--flush` asked (a region whose
+/// persists are msync runs none, whatever is asked), so a figure is never read as the asked
+/// instruction's: once per store.
+fn note_flush_overrides(runs: &[RunResult], asked: Option<tierbase::device::FlushInstruction>) {
+    let Some(asked) = asked else { return };
+    let mut told: Vec<&str> = Vec::new();
+    for r in runs {
+        if let Some(ran) = r.flush.as_deref()
+            && ran != asked.name()
+            && !told.contains(&r.store.as_str())
+        {
+            told.push(&r.store);
+            eprintln!(
+                "note: --flush {asked} was asked, but {} ran flush {ran}: its region ({}) \
+                 persists by durability mode {}, which runs no flush instruction",
+                r.store, r.medium, r.durability
+            );
+        }
+    }
 }
 
 /// One row per (workload, threads), one throughput column per store, and each store's ratio
@@ -653,7 +689,7 @@ fn print_micro_table(runs: &[RunResult], stores: &[String]) {
         let base_tp = find(base).map(|r| r.throughput);
         for name in &stores[..stores.len().saturating_sub(1)] {
             let ratio = match (find(name).map(|r| r.throughput), base_tp) {
-                (Some(x), Some(b)) if b > 0.0 => format!("{:.2}x", x / b),
+                (Some(x), Some(b)) if b > 0.0 => format_ratio(x / b),
                 _ => "-".into(),
             };
             print!(" {ratio:>12}");
@@ -860,6 +896,7 @@ fn ycsb(a: YcsbArgs, ctx: &Ctx) -> anyhow::Result<()> {
     file.write(&a.out)
         .with_context(|| format!("writing results to {}", a.out.display()))?;
     print_table(&file.runs);
+    note_flush_overrides(&file.runs, a.flush);
     println!(
         "\nresults: {} ({} run{}); HTML report: tierbase report {} --out report.html",
         a.out.display(),
@@ -1064,4 +1101,19 @@ fn ace(a: AceArgs, ctx: &Ctx) -> anyhow::Result<()> {
         if charts == 1 { "" } else { "s" }
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::format_ratio;
+
+    #[test]
+    fn small_ratios_keep_two_significant_digits() {
+        assert_eq!(format_ratio(1.234), "1.23x");
+        assert_eq!(format_ratio(0.5), "0.50x");
+        assert_eq!(format_ratio(0.05), "0.050x");
+        assert_eq!(format_ratio(0.0031), "0.0031x");
+        assert_eq!(format_ratio(0.000_012_3), "0.000012x");
+        assert_eq!(format_ratio(0.0), "0.00x");
+    }
 }

@@ -35,7 +35,7 @@ use super::aligned::AlignedBuf;
 use super::block_sim::{MemDisk, SimDisk, SimPower};
 use super::counters::{CounterSnapshot, DeviceCounters};
 use super::emulate::{Direction, Emulator, now_ns};
-use super::profile::DeviceProfile;
+use super::profile::{DeviceKind, DeviceProfile};
 use super::region::{io_err, lock_file, sync_parent_dir};
 use crate::error::{Error, Result};
 
@@ -340,7 +340,11 @@ impl BlockDevice {
                 Err(e) => return Err(Error::Unsupported(format!("io_uring: {e}"))),
             },
         };
-        let emulator = opts.emulate.as_ref().map(Emulator::new).transpose()?;
+        let emulator = opts
+            .emulate
+            .as_ref()
+            .map(|p| Emulator::for_medium(p, DeviceKind::Block, "a block device"))
+            .transpose()?;
         let file_fs = super::regular_file_fs(&file);
         Ok(BlockDevice {
             file_fs,
@@ -443,7 +447,11 @@ impl BlockDevice {
         }
         let n = usize::try_from(len)
             .map_err(|_| Error::InvalidArgument(format!("size {len} too large")))?;
-        let emulator = opts.emulate.as_ref().map(Emulator::new).transpose()?;
+        let emulator = opts
+            .emulate
+            .as_ref()
+            .map(|p| Emulator::for_medium(p, DeviceKind::Block, "a block device"))
+            .transpose()?;
         Ok(BlockDevice {
             backing: Backing::Memory(MemDisk::new(n)),
             path: PathBuf::from(name),

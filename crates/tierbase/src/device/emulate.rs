@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use super::profile::DeviceProfile;
-use crate::error::Result;
+use super::profile::{DeviceKind, DeviceProfile};
+use crate::error::{Error, Result};
 
 /// Direction of an emulated operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,7 +150,24 @@ pub struct Emulator {
 }
 
 impl Emulator {
-    /// An emulator for `profile` (validated).
+    /// An emulator for a medium of `kind`, which `medium` names in the error: a memory
+    /// region refuses a block profile and a block device a memory one, since α and the
+    /// service slots mean different things for the two kinds (docs/EMULATION.md) — an
+    /// HDD's figures charged to cache-line persists would label numbers no such device
+    /// could give.
+    pub fn for_medium(profile: &DeviceProfile, kind: DeviceKind, medium: &str) -> Result<Self> {
+        if profile.kind != kind {
+            return Err(Error::InvalidArgument(format!(
+                "{medium} cannot emulate {}, a {} device profile: choose a {kind} profile \
+                 (`tierbase devices` lists them)",
+                profile.name, profile.kind
+            )));
+        }
+        Self::new(profile)
+    }
+
+    /// An emulator for `profile` (validated), whatever its kind (the memory baseline and the
+    /// profiler's virtual devices take either).
     pub fn new(profile: &DeviceProfile) -> Result<Self> {
         profile.validate()?;
         Ok(Emulator {

@@ -70,7 +70,7 @@ use super::crash::{CrashSim, CrashSimConfig};
 use super::durability::{Durability, DurabilityMode, FsKind, fs_kind};
 use super::emulate::{Direction, Emulator, now_ns};
 use super::group_sync::GroupSync;
-use super::profile::DeviceProfile;
+use super::profile::{DeviceKind, DeviceProfile};
 use super::shared_mem;
 use crate::error::{Error, Result};
 
@@ -444,7 +444,11 @@ impl PmemRegion {
             region.flush = FlushInstruction::None;
         }
         if let Some(p) = &opts.emulate {
-            region.emulator = Some(Emulator::new(p)?);
+            region.emulator = Some(Emulator::for_medium(
+                p,
+                DeviceKind::Memory,
+                "a memory region",
+            )?);
         }
         if region.prefault {
             region.prefault_range(0, data_len);
@@ -518,7 +522,11 @@ impl PmemRegion {
             region.deferred = Some(persist::Deferred::default());
         }
         if let Some(p) = &opts.emulate {
-            region.emulator = Some(Emulator::new(p)?);
+            region.emulator = Some(Emulator::for_medium(
+                p,
+                DeviceKind::Memory,
+                "a memory region",
+            )?);
         }
         region.grow(data_len as u64)?;
         Ok(region)
