@@ -247,11 +247,25 @@ fn parse_i64(arg: &[u8]) -> Option<i64> {
     s.parse().ok()
 }
 
+/// Redis's reply: the name cut at 128 bytes, then the arguments while fewer than 128 bytes of
+/// them were quoted, each cut to what is left of the 128 (a 1 MB argument was echoed whole).
 fn unknown_command(args: &[&[u8]]) -> Reply {
-    let name = String::from_utf8_lossy(args.first().copied().unwrap_or_default()).into_owned();
+    const SHOWN: usize = 128;
+    let cut = |bytes: &[u8], at: usize| -> String {
+        let text = String::from_utf8_lossy(bytes);
+        let mut end = at.min(text.len());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text[..end].to_string()
+    };
+    let name = cut(args.first().copied().unwrap_or_default(), SHOWN);
     let mut rest = String::new();
-    for a in args.iter().skip(1).take(16) {
-        rest.push_str(&format!("'{}' ", String::from_utf8_lossy(a)));
+    for a in args.iter().skip(1) {
+        if rest.len() >= SHOWN {
+            break;
+        }
+        rest.push_str(&format!("'{}' ", cut(a, SHOWN - rest.len())));
     }
     Reply::error(format!(
         "ERR unknown command '{name}', with args beginning with: {rest}"
@@ -1293,6 +1307,21 @@ mod tests {
 
     /// Keys and values come back whole and in order, empty ones and ones that look alike
     /// included; a cleared batch starts over.
+    /// A megabyte argument of an unknown command is not echoed: Redis's 128-byte limits.
+    #[test]
+    fn an_unknown_command_quotes_at_most_128_bytes_of_its_arguments() {
+        let huge = vec![b'x'; 1 << 20];
+        let name = "é".repeat(100); // 200 bytes, cut on a character boundary
+        let reply = super::unknown_command(&[name.as_bytes(), b"a", &huge, b"never"]);
+        let super::Reply::Error(text) = reply else {
+            panic!("{reply:?}")
+        };
+        assert!(text.len() < 400, "{} bytes", text.len());
+        assert!(text.starts_with(&format!("ERR unknown command '{}'", "é".repeat(64))));
+        assert!(text.contains("'a' 'xxx"), "{text}");
+        assert!(!text.contains("never"), "{text}");
+    }
+
     #[test]
     fn a_set_batch_gives_back_each_key_and_value() {
         let mut batch = SetBatch::default();

@@ -314,7 +314,7 @@ pub fn reply_policy(store: &dyn Store, level: Durability) -> ReplyPolicy {
         ),
         ("power loss", Durability::None) => (
             "acknowledged writes survive a process crash; a power loss may take everything \
-             since the last clean close"
+             since the last sync or clean close"
                 .to_string(),
             "process-crash",
         ),
@@ -366,10 +366,10 @@ mod tests {
         }
     }
 
-    /// The guarantee each store states at each level on each medium there is here: the KV
-    /// store's applied writes are in the mapped file (a process crash keeps them), the
-    /// B+-tree's may wait in its log tail in the process until a sync; memory keeps nothing
-    /// through a power loss.
+    /// The guarantee each store states at each level on each medium there is here: an
+    /// applied write is in the mapped file (KV) or, but at `none`, written to the log file
+    /// (B+-tree), so a process crash keeps it; at `none` the B+-tree's may wait in its log
+    /// tail in the process until a sync; memory keeps nothing through a power loss.
     #[test]
     fn the_reply_policy_says_what_each_store_keeps() {
         use std::time::Duration;
@@ -388,29 +388,20 @@ mod tests {
                     let (class, says) = match (kind, level, memory) {
                         (_, Durability::Immediate, false) => ("power-loss", "survives power loss"),
                         (_, Durability::Immediate, true) => ("process-crash", "not a power loss"),
-                        ("kv", _, true) => ("process-crash", "not a power loss"),
-                        ("kv", Durability::None, false) => (
-                            "process-crash",
-                            "a power loss may take everything since the last clean close",
-                        ),
-                        ("kv", _, false) => {
-                            ("process-crash", "a power loss may take the last 50 ms")
-                        }
-                        (_, Durability::None, true) => (
+                        ("btree", Durability::None, true) => (
                             "none",
                             "since the last sync (a checkpoint or a clean close), and a power loss all",
                         ),
-                        (_, _, true) => (
-                            "none",
-                            "process may take the last 50 ms of acknowledged writes, and a power loss all",
-                        ),
-                        (_, Durability::None, false) => (
+                        ("btree", Durability::None, false) => (
                             "none",
                             "process or a power loss may take every acknowledged write since",
                         ),
-                        (_, _, false) => {
-                            ("none", "process or a power loss may take the last 50 ms")
-                        }
+                        (_, _, true) => ("process-crash", "not a power loss"),
+                        (_, Durability::None, false) => (
+                            "process-crash",
+                            "a power loss may take everything since the last sync or clean close",
+                        ),
+                        (_, _, false) => ("process-crash", "a power loss may take the last 50 ms"),
                     };
                     assert_eq!(policy.guarantee_class, class, "{ctx}");
                     assert!(policy.guarantee.contains(says), "{ctx}");

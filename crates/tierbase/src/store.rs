@@ -217,6 +217,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Reads `key` and applies what `decide` returns, atomically: no other write of `key`
     /// happens between the read and the write. `decide` is called exactly once.
+    ///
+    /// `decide` runs while the store holds the key's write lock (the B+-tree: its one writer
+    /// lock; KV: the lock stripe of the key's hash; Plush: the key's DRAM entry). It must
+    /// not write to the same store — a write that needs that lock waits for it forever.
+    /// Compute in `decide`, and write other keys after `modify` returns.
     fn modify(&self, key: &[u8], decide: &mut dyn FnMut(Option<&[u8]>) -> Change) -> Result<()>;
 
     /// Number of keys.

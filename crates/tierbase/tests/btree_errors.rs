@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use tierbase::Error;
 use tierbase::btree::{BTreeOptions, BTreeStore};
 use tierbase::device::Durability;
+use tierbase::store::{Change, Store};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -1247,10 +1248,24 @@ fn a_value_too_large_for_the_pool_is_refused_before_anything_changes() {
         .dram_bytes(2 << 20)
         .durability(Durability::Immediate);
     let s = BTreeStore::open(&path, &small).unwrap();
-    for attempt in ["delete", "replace"] {
+    // `modify` is what a server's GETDEL, GETSET, SET … GET and SET … XX run: it made the
+    // store read-only after stop 60's refusal, which only `put` and `delete` returned as is.
+    let modify = |change: Change| {
+        let mut seen = 0;
+        let r = Store::modify(&s, b"big", &mut |old| {
+            seen = old.map_or(0, <[u8]>::len);
+            change.clone()
+        });
+        assert_eq!(seen, big.len());
+        r.unwrap_err()
+    };
+    for attempt in ["delete", "replace", "update", "modify-delete", "modify-put"] {
         let err = match attempt {
             "delete" => s.delete(b"big").unwrap_err(),
-            _ => s.put(b"big", b"short").unwrap_err(),
+            "replace" => s.put(b"big", b"short").unwrap_err(),
+            "update" => s.update(b"big", b"short").unwrap_err(),
+            "modify-delete" => modify(Change::Delete),
+            _ => modify(Change::Put(b"short".to_vec())),
         };
         assert!(matches!(err, Error::InvalidArgument(_)), "{attempt}: {err}");
         assert!(err.to_string().contains("larger DRAM budget"), "{err}");
@@ -1260,7 +1275,10 @@ fn a_value_too_large_for_the_pool_is_refused_before_anything_changes() {
     }
     s.close().unwrap();
     let s = BTreeStore::open(&path, &large()).unwrap();
-    assert_eq!(s.get(b"small").unwrap().as_deref(), Some(&b"replace"[..]));
+    assert_eq!(
+        s.get(b"small").unwrap().as_deref(),
+        Some(&b"modify-put"[..])
+    );
     assert!(s.delete(b"big").unwrap());
     assert_eq!(s.get(b"big").unwrap(), None);
     s.close().unwrap();

@@ -38,7 +38,7 @@ use tierbase::device::Durability;
 use tierbase::testing::crash::{TextState, Write};
 use tierbase::testing::kill::{self, KillLoop, LockTest, TestRng, fork_guard, value_token};
 
-/// Child mode of the kill loop: `seed|path`.
+/// Child mode of the kill loop: `seed|durability|path`.
 const WRITER_ENV: &str = "TIERBASE_BTREE_KILL_CHILD";
 /// Child mode of the lock test: the store path.
 const HOLDER_ENV: &str = "TIERBASE_BTREE_HOLD_CHILD";
@@ -50,13 +50,17 @@ const KEYS: u64 = 48;
 const BATCH_KEYS: u64 = 8;
 
 fn opts() -> BTreeOptions {
+    opts_at(Durability::Immediate)
+}
+
+fn opts_at(durability: Durability) -> BTreeOptions {
     // 256 frames of 4 KiB: a 1 MiB pool, so values up to 256 KiB (a quarter of the pool).
     // Every page leaving DRAM enters the NVM tier when the store has one (the three-tier
     // loop), so the tier is in use at every kill.
     BTreeOptions::default()
         .page_size(4096)
         .dram_bytes(256 * 4096)
-        .durability(Durability::Immediate)
+        .durability(durability)
         .nvm_admission(tierbase::buffer::nvm::Admission::All)
 }
 
@@ -87,9 +91,11 @@ fn batch_thread(t: u64, j: usize) -> u64 {
 /// Any error or panic prints an `error` line (which fails the parent) and ends the process.
 fn writer_child(spec: &str) {
     kill::child_setup();
-    let (seed, path) = spec.split_once('|').unwrap();
-    let seed: u64 = seed.parse().unwrap();
-    let store = kill::open_or_exit("open", BTreeStore::open(path, &opts()));
+    let mut parts = spec.splitn(3, '|');
+    let seed: u64 = parts.next().unwrap().parse().unwrap();
+    let durability = Durability::parse(parts.next().unwrap()).unwrap();
+    let path = parts.next().unwrap();
+    let store = kill::open_or_exit("open", BTreeStore::open(path, &opts_at(durability)));
     kill::run_writers(WRITERS, |t| writer_thread(&store, t, seed));
 }
 
@@ -262,13 +268,26 @@ fn file_len(dir: &Path, name: &str) -> u64 {
 /// `rounds` kill -9 rounds on one store (`test`: the name of the calling test, which the child
 /// re-runs).
 fn kill_loop(test: &str, rounds: u64, seed: u64, nvm_bytes: u64) {
-    kill_loop_of(test, rounds, seed, nvm_bytes, false);
+    kill_loop_of(test, rounds, seed, nvm_bytes, false, Durability::Immediate);
 }
 
-/// [`kill_loop`]; with `direct`, the NVM-direct design in a region of `nvm_bytes`.
-fn kill_loop_of(test: &str, rounds: u64, seed: u64, nvm_bytes: u64, direct: bool) {
+/// [`kill_loop`]; with `direct`, the NVM-direct design in a region of `nvm_bytes`; the
+/// children write at `durability` (a deferring level in a disk directory, where its syncs
+/// are deferred for real).
+fn kill_loop_of(
+    test: &str,
+    rounds: u64,
+    seed: u64,
+    nvm_bytes: u64,
+    direct: bool,
+    durability: Durability,
+) {
     let mut kills = KillLoop::new(test, WRITER_ENV, rounds, seed, 400);
-    let dir = store_dir();
+    let dir = if durability == Durability::Immediate {
+        store_dir()
+    } else {
+        tempfile::tempdir().unwrap()
+    };
     let path = dir.path().join("killed");
     {
         let _fork = fork_guard();
@@ -282,7 +301,7 @@ fn kill_loop_of(test: &str, rounds: u64, seed: u64, nvm_bytes: u64, direct: bool
     let mut batches = Batches::default();
     let (mut replayed, mut undone) = (0, 0);
     let (mut max_live, mut max_pages, mut max_log) = (0u64, 0u64, 0u64);
-    let child_spec = |child_seed| format!("{child_seed}|{}", path.display());
+    let child_spec = |child_seed| format!("{child_seed}|{}|{}", durability.name(), path.display());
     while let Some(round) = kills.next_round(&mut state, child_spec, |line| batches.line(line)) {
         let ctx = &round.ctx;
         let _fork = fork_guard();
@@ -401,6 +420,26 @@ fn nvm_direct_acknowledged_writes_and_whole_batches_survive_kill_9() {
         0x6469_7263,
         32 << 20,
         true,
+        Durability::Immediate,
+    );
+}
+
+/// At a deferring level a write is acknowledged before the log's sync, but after its frame
+/// was written to the log file: a crash of the process must not take it (only a power loss
+/// may take the last interval). Until this test, the frame waited in the process's log tail.
+#[test]
+fn deferred_acknowledged_writes_and_whole_batches_survive_kill_9() {
+    if let Ok(spec) = std::env::var(WRITER_ENV) {
+        writer_child(&spec);
+        return;
+    }
+    kill_loop_of(
+        "deferred_acknowledged_writes_and_whole_batches_survive_kill_9",
+        20,
+        0x6576_656e,
+        0,
+        false,
+        Durability::Eventual(std::time::Duration::from_millis(20)),
     );
 }
 

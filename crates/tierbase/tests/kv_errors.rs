@@ -151,6 +151,11 @@ fn a_full_store_without_growth_says_so_and_keeps_working() {
         assert!(c.delete(&i.to_le_bytes()).unwrap());
     }
     drop(c);
+    // A threshold that is no fraction is refused (NaN compacted nothing and said nothing).
+    for bad in [f64::NAN, -0.5, 1.5] {
+        let r = store.compact(bad);
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{bad}: {r:?}");
+    }
     // Reclaiming space makes room again.
     store.compact(0.0).unwrap();
     let mut c = store.client();
@@ -159,6 +164,55 @@ fn a_full_store_without_growth_says_so_and_keeps_working() {
     store.close().unwrap();
     let store = KvStore::open(&path, &o).unwrap();
     assert_eq!(store.len() as u64, written - written / 2 + 1);
+}
+
+/// A store that may not grow, filled, then half deleted: the next writes must find the space
+/// the deletes left. A writer waited for the reclaimer only while dead space outweighed twice
+/// the live bytes, so these writes were refused as `StoreFull` until a reclaimer round
+/// happened to run. Now a writer that finds no block first has the reclaimer run.
+#[test]
+fn a_full_store_without_growth_reuses_deleted_space_at_once() {
+    for (layout, every_other) in [
+        (
+            RecordLayout::Fixed {
+                key_size: 8,
+                value_size: 200,
+            },
+            true,
+        ),
+        (RecordLayout::Variable, false),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let o = opts(layout).allow_growth(false);
+        let store = KvStore::create(dir.path().join("full.tb"), &o).unwrap();
+        let mut c = store.client();
+        let (written, err) = fill_until_refused(&mut c);
+        assert!(matches!(err, Error::StoreFull { .. }), "{err}");
+        let deleted: Vec<u64> = if every_other {
+            (0..written).step_by(2).collect()
+        } else {
+            (0..written / 2).collect()
+        };
+        for &i in &deleted {
+            assert!(c.delete(&i.to_le_bytes()).unwrap());
+        }
+        // Fewer than were deleted. The fixed layout refills partly free blocks in place; the
+        // variable one reuses blocks the deletes emptied (compacting a partly dead block needs
+        // a free block to move its records to, which a full store may not have).
+        let again = deleted.len() as u64 * if every_other { 3 } else { 1 } / 4;
+        for j in 0..again {
+            let key = (1_000_000 + j).to_le_bytes();
+            if let Err(e) = c.put(&key, &[3u8; 200]) {
+                panic!(
+                    "{layout:?}: put {j} of {again} after {} deletes: {e}",
+                    deleted.len()
+                );
+            }
+        }
+        drop(c);
+        assert_eq!(store.len() as u64, written - deleted.len() as u64 + again);
+        store.close().unwrap();
+    }
 }
 
 #[test]

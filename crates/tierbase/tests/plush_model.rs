@@ -707,6 +707,15 @@ fn an_oversized_value_is_refused_without_making_the_store_read_only() {
         other => panic!("{other:?}"),
     }
     assert_eq!(store.stats().read_only, None, "a refused put is no failure");
+    // A key longer than an entry is named as the key (it was `ValueTooLarge { len: 0, max:
+    // 0 }`, a value's error about an empty value).
+    match store.put(&big, b"v") {
+        Err(Error::KeyTooLarge { len, max }) => {
+            assert_eq!(len, big.len());
+            assert!(max < 64 << 10 && max > 60 << 10, "{max}");
+        }
+        other => panic!("{other:?}"),
+    }
     assert!(matches!(
         store.modify(b"a", &mut |_| Change::Put(big.clone())),
         Err(Error::ValueTooLarge { .. })

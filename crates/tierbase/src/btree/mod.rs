@@ -13,7 +13,9 @@
 //! Durability: a batch is one log frame. With [`Durability::Immediate`] a write returns once
 //! the log holds it durably (concurrent writers share the `fdatasync`); with `Eventual` a
 //! background flush makes it durable within the interval; with `None` at [`BTreeStore::sync`],
-//! a checkpoint or close. Pages reach the page file only after the log (WAL rule), and only
+//! a checkpoint or close. At `Eventual` a write returns once its frame is written to the log
+//! file (unsynced), so a crash of the process keeps it; at `None` the log's tail may wait in
+//! the process until a sync. Pages reach the page file only after the log (WAL rule), and only
 //! with complete batches (no steal), so restart needs redo only. The format is described in
 //! docs/FORMAT-btree.md and docs/FORMAT-wal.md.
 
@@ -112,7 +114,12 @@ pub struct BTreeOptions {
     /// Frames larger than the log's tail limit (1/128 of the budget, at least 64 KiB) get a
     /// buffer of their own until they are written out.
     pub dram_bytes: u64,
-    /// When a write is durable.
+    /// When a write is durable (default `Immediate`). At `Eventual` a write is written to the
+    /// log file before it returns, unsynced, so it survives a crash of the process (the log
+    /// files are then opened buffered, not `O_DIRECT`); at `None` the log's tail may wait in
+    /// the process until [`BTreeStore::sync`], a checkpoint or close, so a crash of the
+    /// process may take what was written since (a bulk load's level: a write costs no
+    /// system call).
     pub durability: Durability,
     /// Log bytes after which a checkpoint starts a new log generation (default 512 MiB: each generation logs an image of every page it changes first, so short generations multiply log volume).
     pub checkpoint_bytes: u64,
@@ -941,9 +948,10 @@ impl BTreeStore {
             let logs = if nvm.is_some() && opts.nvm_log && !opts.nvm_direct {
                 create_nvm_logs(dir, opts, &mut made_nvm)?
             } else {
-                let log0 = BlockDevice::create(&names[1], 4096, &opts.block)?;
+                let log_opts = log_block_options(opts);
+                let log0 = BlockDevice::create(&names[1], 4096, &log_opts)?;
                 made.push(&names[1]);
-                let log1 = BlockDevice::create(&names[2], 4096, &opts.block)?;
+                let log1 = BlockDevice::create(&names[2], 4096, &log_opts)?;
                 made.push(&names[2]);
                 [log0.into(), log1.into()]
             };
@@ -1736,8 +1744,20 @@ fn open_log(path: &Path, opts: &BTreeOptions) -> Result<LogFile> {
     if is_region {
         PmemRegion::open(path, &opts.nvm_region).map(LogFile::Pmem)
     } else {
-        BlockDevice::open(path, &opts.block).map(LogFile::Block)
+        BlockDevice::open(path, &log_block_options(opts)).map(LogFile::Block)
     }
+}
+
+/// The block options of the log files: the store's, but buffered at `Eventual`, where every
+/// commit writes the log's tail to the file unsynced (so that a crash of the process keeps
+/// it) and a sync comes later: through the page cache that write is a copy; with `O_DIRECT`
+/// it would be a device write per commit.
+fn log_block_options(opts: &BTreeOptions) -> BlockOptions {
+    let mut block = opts.block.clone();
+    if matches!(opts.durability, Durability::Eventual(_)) && !opts.nvm_direct {
+        block.direct = crate::device::DirectIo::Off;
+    }
+    block
 }
 
 /// The NVM tier's region of the store in `dir`: the one it has (`nvm.tb`, possibly a
@@ -1788,14 +1808,17 @@ impl Inner {
         self.log.get().expect("log is open after restart")
     }
 
-    /// Waits until the batch ending at `lsn` is as durable as the level promises.
+    /// Waits until the batch ending at `lsn` is as durable as the level promises: synced at
+    /// `Immediate`; at `Eventual` written to the log file (not synced), so that a crash of
+    /// the process never takes an acknowledged write, as with the other stores; at `None`
+    /// nothing (the tail may wait in the process until a sync: a bulk load's level).
     fn wait(&self, lsn: u64) -> Result<()> {
-        if self.durability == Durability::Immediate
-            && let Err(e) = self.wal().flush_to(lsn)
-        {
-            return Err(self.failed(e));
-        }
-        Ok(())
+        let done = match self.durability {
+            Durability::Immediate => self.wal().flush_to(lsn),
+            Durability::Eventual(_) => self.wal().write_to(lsn),
+            Durability::None => Ok(()),
+        };
+        done.map_err(|e| self.failed(e))
     }
 
     /// A log or page write failed: the store refuses writes from now on.
@@ -2260,11 +2283,13 @@ impl Store for BTreeStore {
         self.inner.durability != Durability::Immediate
     }
 
-    /// A log in files keeps its tail in DRAM until a commit, the write-behind thread or a
-    /// checkpoint writes it out; a log on NVM stores each frame into the mapping; NVM direct
-    /// persists every batch in place before it returns.
+    /// At `None` a log in files keeps its tail in DRAM until a sync, the write-behind thread
+    /// or a checkpoint writes it out (`Eventual` writes it at each commit); a log on NVM
+    /// stores each frame into the mapping; NVM direct persists every batch in place before it
+    /// returns.
     fn applied_survives_process_crash(&self) -> bool {
-        self.inner.tree.pool.direct().is_some()
+        self.inner.durability != Durability::None
+            || self.inner.tree.pool.direct().is_some()
             || self
                 .inner
                 .log

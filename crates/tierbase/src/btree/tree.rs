@@ -1357,8 +1357,14 @@ impl Tree {
             }
             crate::store::Change::Delete => self.delete_locked(&mut w, key).map(|_| ()),
         };
-        if let Err(e) = r {
-            return Err(self.fail(&mut w, e));
+        match r {
+            Ok(()) => {}
+            // Refused before anything changed (no record logged), as in `apply`: e.g. an
+            // overflow chain too long for this pool to free. The store goes on.
+            Err(e @ Error::InvalidArgument(_)) if w.rec.is_empty() && !w.direct => {
+                return Err(e);
+            }
+            Err(e) => return Err(self.fail(&mut w, e)),
         }
         let end = self.commit(&mut w);
         drop(guard);

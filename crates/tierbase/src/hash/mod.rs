@@ -1346,7 +1346,8 @@ impl PlushStore {
     }
 
     /// Reads `key` and applies `decide`'s answer atomically (no other writer of the key acts
-    /// in between); `decide` is called exactly once.
+    /// in between); `decide` is called exactly once, holding the key's DRAM entry, and must
+    /// not write to this store (a key of the same entry would wait for it forever).
     pub fn modify(
         &self,
         key: &[u8],

@@ -210,10 +210,14 @@ impl Payload {
         (self.chunk_bytes - PAYLOAD_CHUNK_HEADER - HEADER).min(MAX_PAYLOAD_VALUE as u64)
     }
 
-    /// Refuses an entry of `key_len + value_len` bytes over [`Payload::max_entry`]: a value
-    /// too large, named by its own length and the most this key leaves room for.
+    /// Refuses an entry of `key_len + value_len` bytes over [`Payload::max_entry`]: a key
+    /// longer than an entry is too large itself; else the value is, named
+    /// by its own length and the most this key leaves room for.
     pub fn check_entry(&self, key_len: usize, value_len: usize) -> Result<()> {
         let max = self.max_entry() as usize;
+        if key_len > max {
+            return Err(Error::KeyTooLarge { len: key_len, max });
+        }
         if key_len + value_len > max {
             return Err(Error::ValueTooLarge {
                 len: value_len,

@@ -139,7 +139,9 @@ impl Client {
     /// holding the key's lock, so no other write of `key` comes between the read and the
     /// write: the base of atomic read-modify-write (counters, appends, conditional puts).
     /// `decide` runs exactly once; it should be quick (writers of keys sharing the lock's
-    /// stripe wait for it). Durable when it returns, like [`Client::put`].
+    /// stripe wait for it), and must not write to this store (a key of the same stripe
+    /// would wait for the lock `decide` runs under, forever). Durable when it returns, like
+    /// [`Client::put`].
     pub fn modify(
         &mut self,
         key: &[u8],

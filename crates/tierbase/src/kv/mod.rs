@@ -684,8 +684,14 @@ impl KvStore {
 
     /// Compacts every sealed block at least `free_threshold` free (0..1). Returns
     /// (blocks compacted, records moved). Safe to call while other threads use the store;
-    /// blocks are skipped while an iteration runs.
+    /// blocks are skipped while an iteration runs. A threshold outside 0..=1 (or NaN) is
+    /// refused with [`Error::InvalidArgument`].
     pub fn compact(&self, free_threshold: f64) -> Result<(u64, u64)> {
+        if !(0.0..=1.0).contains(&free_threshold) {
+            return Err(Error::InvalidArgument(format!(
+                "compaction threshold {free_threshold}: give the free fraction of a block that                  makes it worth compacting, from 0 to 1"
+            )));
+        }
         let mut client = self.client();
         let inner = self.shared.inner.clone();
         compact::compact_all(&inner, free_threshold, &mut client.writer(), true)

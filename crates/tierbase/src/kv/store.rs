@@ -1331,6 +1331,36 @@ impl Inner {
         if may_wait {
             self.wait_for_reclaimer(1);
         }
+        match self.take_block() {
+            Err(Error::StoreFull { .. }) if may_wait && self.reclaimer_may_make_room() => {
+                self.take_block()
+            }
+            taken => taken,
+        }
+    }
+
+    /// After a refusal for want of space: if deleted records hold at least a block's worth of
+    /// it and there is a reclaimer, has it run (two rounds, so one starts after the call) and
+    /// says so; the caller tries again once. A store that may not grow reports `StoreFull`
+    /// only when even that found nothing, not while its dead space waits for a round.
+    fn reclaimer_may_make_room(&self) -> bool {
+        let used = self
+            .next_block
+            .load(Ordering::Acquire)
+            .saturating_sub(self.free.blocks())
+            * self.geo.block_size();
+        if self.reclaim.is_none() || used < self.live_bytes() + self.geo.block_size() {
+            return false;
+        }
+        let waited = self.wake_reclaimer_and_wait(2);
+        if waited {
+            self.metrics.reclaim_waits.incr();
+        }
+        waited
+    }
+
+    /// [`Inner::acquire_block`]'s search: a partly free block, a freed one, a fresh one.
+    fn take_block(&self) -> Result<u64> {
         while let Some(b) = self.partial.pop() {
             if self
                 .block_meta(b)?
@@ -1371,7 +1401,13 @@ impl Inner {
         if let Some(head) = self.free.take_run(n) {
             return Ok(head);
         }
-        self.take_fresh_blocks(n)
+        match self.take_fresh_blocks(n) {
+            Err(Error::StoreFull { .. }) if may_wait && self.reclaimer_may_make_room() => self
+                .free
+                .take_run(n)
+                .map_or_else(|| self.take_fresh_blocks(n), Ok),
+            taken => taken,
+        }
     }
 
     /// Zeroes a reclaimed variable-layout block (durably), so that its log reads as empty and

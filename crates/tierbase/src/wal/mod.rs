@@ -890,6 +890,17 @@ impl Wal {
         }
     }
 
+    /// Hands every frame up to `lsn` to the operating system (written, not synced), so that
+    /// it survives a crash of the process: what a deferring durability level promises of an
+    /// acknowledged write. Concurrent callers share one write; on persistent memory the
+    /// frames are in the mapping already.
+    pub fn write_to(&self, lsn: u64) -> Result<()> {
+        if self.files[0].region().is_some() || self.written.load(Ordering::Acquire) >= lsn {
+            return Ok(());
+        }
+        self.write_out(false).map(|_| ())
+    }
+
     /// Makes every appended frame durable.
     pub fn flush(&self) -> Result<()> {
         self.flush_to(self.appended.load(Ordering::Acquire))
