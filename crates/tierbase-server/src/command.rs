@@ -71,6 +71,11 @@ pub(crate) struct Session {
     pub name: Option<Vec<u8>>,
     pub protocol: Protocol,
     pub authenticated: bool,
+    /// A `MULTI` was refused (no transactions here) and its `EXEC` or `DISCARD` has not come
+    /// yet: the commands in between are refused, not run, so that a client that queued a
+    /// transaction without reading `MULTI`'s reply (a pipelined transaction) never has part
+    /// of it applied.
+    pub refusing_transaction: bool,
 }
 
 /// What the connection does after a command.
@@ -272,12 +277,55 @@ fn unknown_command(args: &[&[u8]]) -> Reply {
     ))
 }
 
+/// `MULTI` and what follows it: transactions are not served, and the commands a client
+/// queues after a `MULTI` are refused until its `EXEC` (which answers `EXECABORT`, as Redis
+/// does for a transaction with an error in its queue) or `DISCARD`; before 2026-12-05 they
+/// ran at once, one by one, while the client took them for a transaction. `None`: run the
+/// command.
+fn refuse_transaction(session: &mut Session, name: &[u8]) -> Option<Reply> {
+    if !session.authenticated {
+        return None; // NOAUTH first, as for any other command
+    }
+    let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
+    if !session.refusing_transaction {
+        if is("multi") {
+            session.refusing_transaction = true;
+            return Some(Reply::error(
+                "ERR MULTI is not supported: this server has no transactions; the commands \
+                 up to EXEC or DISCARD are refused, not run",
+            ));
+        }
+        return None;
+    }
+    if is("exec") {
+        session.refusing_transaction = false;
+        Some(Reply::error(
+            "EXECABORT Transaction discarded because of previous errors.",
+        ))
+    } else if is("discard") {
+        session.refusing_transaction = false;
+        Some(Reply::ok())
+    } else if is("quit") {
+        None
+    } else if is("multi") {
+        Some(Reply::error("ERR MULTI calls can not be nested"))
+    } else {
+        Some(Reply::error(
+            "ERR not run: this connection's MULTI was refused (no transactions here); send \
+             EXEC or DISCARD to end it",
+        ))
+    }
+}
+
 /// Executes one command.
 pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[&[u8]]) -> Outcome {
     shared.stats.commands.incr();
     let Some(first) = args.first() else {
         return Outcome::read(Reply::error("ERR empty command"));
     };
+    if let Some(reply) = refuse_transaction(session, first) {
+        return Outcome::read(reply);
+    }
     // Found without lowering the name into a new String: a command per request counts.
     let Some(spec) = COMMANDS
         .iter()
@@ -531,13 +579,19 @@ fn incr_by(store: &dyn Store, key: &[u8], delta: Option<i64>) -> Outcome {
 /// Whether `args` is a plain `SET key value` (no options) that `session` may run: the one
 /// command the server groups with its pipelined neighbours ([`execute_plain_sets`]).
 pub(crate) fn is_plain_set(session: &Session, args: &[&[u8]]) -> bool {
-    session.authenticated && args.len() == 3 && args[0].eq_ignore_ascii_case(b"set")
+    session.authenticated
+        && !session.refusing_transaction
+        && args.len() == 3
+        && args[0].eq_ignore_ascii_case(b"set")
 }
 
 /// Whether `args` is a plain `GET key` that may be gathered with the GETs next to it into one
 /// batched read ([`execute_plain_gets`]).
 pub(crate) fn is_plain_get(session: &Session, args: &[&[u8]]) -> bool {
-    session.authenticated && args.len() == 2 && args[0].eq_ignore_ascii_case(b"get")
+    session.authenticated
+        && !session.refusing_transaction
+        && args.len() == 2
+        && args[0].eq_ignore_ascii_case(b"get")
 }
 
 /// Runs plain GETs (see [`is_plain_get`]) as one [`Store::get_many`], a store that can

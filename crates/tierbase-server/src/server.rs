@@ -487,6 +487,7 @@ async fn connection(
         name: None,
         protocol: Protocol::Resp2,
         authenticated: shared.config.requirepass.is_none(),
+        refusing_transaction: false,
     };
     let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut output: Vec<u8> = Vec::with_capacity(READ_CHUNK);

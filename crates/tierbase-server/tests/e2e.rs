@@ -804,6 +804,39 @@ fn pipelined_requests_are_answered_in_order() {
     server.stop();
 }
 
+/// A transaction pipelined whole (MULTI, SETs, EXEC in one write, as redis-py's
+/// `pipeline(transaction=True)` sends it): MULTI is refused, and so is every command up to
+/// EXEC, which answers EXECABORT — none of the SETs is applied. (They all ran, one by one,
+/// while the client was told its transaction failed.) DISCARD ends the refusal too.
+#[test]
+fn a_pipelined_transaction_is_refused_whole() {
+    let mut server = TestServer::start();
+    let mut raw = server.raw();
+    let mut batch = resp(&[b"MULTI"]);
+    batch.extend(resp(&[b"SET", b"t1", b"x"]));
+    batch.extend(resp(&[b"SET", b"t2", b"y"]));
+    batch.extend(resp(&[b"GET", b"t1"]));
+    batch.extend(resp(&[b"EXEC"]));
+    raw.send(&batch);
+    let multi = show(&raw.reply());
+    assert!(multi.starts_with("-ERR MULTI is not supported"), "{multi}");
+    for what in ["SET", "SET", "GET"] {
+        let r = show(&raw.reply());
+        assert!(r.starts_with("-ERR not run"), "{what}: {r}");
+    }
+    let exec = show(&raw.reply());
+    assert!(exec.starts_with("-EXECABORT"), "{exec}");
+    assert_eq!(raw.cmd(&[b"EXISTS", b"t1", b"t2"]), b":0\r\n".to_vec());
+    // After EXEC, commands run again; DISCARD ends a refused MULTI as well.
+    assert_eq!(raw.cmd(&[b"SET", b"t1", b"z"]), b"+OK\r\n".to_vec());
+    assert!(show(&raw.cmd(&[b"MULTI"])).starts_with("-ERR MULTI"));
+    assert!(show(&raw.cmd(&[b"DEL", b"t1"])).starts_with("-ERR not run"));
+    assert_eq!(raw.cmd(&[b"DISCARD"]), b"+OK\r\n".to_vec());
+    assert_eq!(raw.cmd(&[b"GET", b"t1"]), bulk(b"z"));
+    drop(raw);
+    server.stop();
+}
+
 #[test]
 fn pipeline_replies_larger_than_a_flush_arrive_whole_and_in_order() {
     let mut server = TestServer::start();

@@ -1259,13 +1259,26 @@ fn a_value_too_large_for_the_pool_is_refused_before_anything_changes() {
         assert_eq!(seen, big.len());
         r.unwrap_err()
     };
-    for attempt in ["delete", "replace", "update", "modify-delete", "modify-put"] {
+    // A replacement that needs overflow pages of its own was written and logged before the
+    // old chain was checked: that refusal still made the store read-only.
+    let large_value = vec![9u8; 100_000];
+    for attempt in [
+        "delete",
+        "replace",
+        "update",
+        "modify-delete",
+        "modify-put",
+        "replace-large",
+        "modify-put-large",
+    ] {
         let err = match attempt {
             "delete" => s.delete(b"big").unwrap_err(),
             "replace" => s.put(b"big", b"short").unwrap_err(),
             "update" => s.update(b"big", b"short").unwrap_err(),
             "modify-delete" => modify(Change::Delete),
-            _ => modify(Change::Put(b"short".to_vec())),
+            "modify-put" => modify(Change::Put(b"short".to_vec())),
+            "replace-large" => s.put(b"big", &large_value).unwrap_err(),
+            _ => modify(Change::Put(large_value.clone())),
         };
         assert!(matches!(err, Error::InvalidArgument(_)), "{attempt}: {err}");
         assert!(err.to_string().contains("larger DRAM budget"), "{err}");
@@ -1277,7 +1290,7 @@ fn a_value_too_large_for_the_pool_is_refused_before_anything_changes() {
     let s = BTreeStore::open(&path, &large()).unwrap();
     assert_eq!(
         s.get(b"small").unwrap().as_deref(),
-        Some(&b"modify-put"[..])
+        Some(&b"modify-put-large"[..])
     );
     assert!(s.delete(b"big").unwrap());
     assert_eq!(s.get(b"big").unwrap(), None);

@@ -286,7 +286,9 @@ fn kill_loop_of(
     let dir = if durability == Durability::Immediate {
         store_dir()
     } else {
-        tempfile::tempdir().unwrap()
+        // The target directory is on the disk the project is on; the temporary directory
+        // may be a tmpfs.
+        tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
     };
     let path = dir.path().join("killed");
     {

@@ -1623,10 +1623,14 @@ fn describe_medium(devs: &BTreeDevices, dir: Option<&Path>) -> (String, &'static
     let (mut medium, mut guarantee) = match dir {
         None => ("simulated block devices".to_string(), "power loss"),
         Some(d) => {
-            let direct = if devs.pages.is_direct() {
-                "O_DIRECT"
-            } else {
-                "buffered"
+            // The logs are opened buffered at `Eventual` (`log_block_options`).
+            let pages = devs.pages.is_direct();
+            let log = devs.logs[0].block().map_or(pages, BlockDevice::is_direct);
+            let direct = match (pages, log) {
+                (true, true) => "O_DIRECT",
+                (false, false) => "buffered",
+                (true, false) => "O_DIRECT pages, buffered log",
+                (false, true) => "buffered pages, O_DIRECT log",
             };
             match fs_kind(d) {
                 FsKind::Memory => (
@@ -1751,10 +1755,13 @@ fn open_log(path: &Path, opts: &BTreeOptions) -> Result<LogFile> {
 /// The block options of the log files: the store's, but buffered at `Eventual`, where every
 /// commit writes the log's tail to the file unsynced (so that a crash of the process keeps
 /// it) and a sync comes later: through the page cache that write is a copy; with `O_DIRECT`
-/// it would be a device write per commit.
+/// it would be a device write per commit (still what `DirectIo::Require` gets).
 fn log_block_options(opts: &BTreeOptions) -> BlockOptions {
     let mut block = opts.block.clone();
-    if matches!(opts.durability, Durability::Eventual(_)) && !opts.nvm_direct {
+    if matches!(opts.durability, Durability::Eventual(_))
+        && !opts.nvm_direct
+        && block.direct == crate::device::DirectIo::Auto
+    {
         block.direct = crate::device::DirectIo::Off;
     }
     block

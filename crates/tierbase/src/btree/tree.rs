@@ -1819,6 +1819,12 @@ impl Tree {
         }
         let chain;
         let (value, is_ref) = if value.len() > self.limits.max_inline {
+            // An old chain this pool cannot free is refused before the new chain is written
+            // and logged (after that, the refusal would fail the store, as `put_entry`'s
+            // check alone did for a large value over a larger one).
+            if let Some(r) = self.old_ref(leaf_pid, key)? {
+                self.check_chain_fits(&r, path.len())?;
+            }
             chain = self.write_chain(w, value)?;
             (&chain[..], true)
         } else {
@@ -1897,6 +1903,20 @@ impl Tree {
         n.set_lsn(lsn);
         Self::put_record(&mut w.rec, leaf_pid, key, value, false);
         Ok(Some(new))
+    }
+
+    /// The overflow reference of `key`'s value in leaf `leaf_pid`, if it has one.
+    fn old_ref(&self, leaf_pid: u64, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let leaf = self.pool.fix_shared(leaf_pid)?;
+        let n = Node(leaf.bytes());
+        if n.kind() != Some(Kind::Leaf) || n.level() != 0 {
+            return Err(corrupt(format!(
+                "page {leaf_pid}: not a leaf below a level-1 page"
+            )));
+        }
+        Ok(n.search(key)
+            .ok()
+            .and_then(|i| n.is_ref(i).then(|| n.value(i).to_vec())))
     }
 
     /// Puts an entry (value stored as given) into the leaf at the end of `path`, after

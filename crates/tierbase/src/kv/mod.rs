@@ -689,7 +689,8 @@ impl KvStore {
     pub fn compact(&self, free_threshold: f64) -> Result<(u64, u64)> {
         if !(0.0..=1.0).contains(&free_threshold) {
             return Err(Error::InvalidArgument(format!(
-                "compaction threshold {free_threshold}: give the free fraction of a block that                  makes it worth compacting, from 0 to 1"
+                "compaction threshold {free_threshold}: give the free fraction of a block that \
+                 makes it worth compacting, from 0 to 1"
             )));
         }
         let mut client = self.client();

@@ -898,7 +898,7 @@ impl Wal {
         if self.files[0].region().is_some() || self.written.load(Ordering::Acquire) >= lsn {
             return Ok(());
         }
-        self.write_out(false).map(|_| ())
+        self.write_out_upto(false, lsn).map(|_| ())
     }
 
     /// Makes every appended frame durable.
@@ -919,6 +919,13 @@ impl Wal {
     /// never lands over frames a later write put there. Returns whether it wrote bytes to a
     /// file.
     fn write_out(&self, sync: bool) -> Result<bool> {
+        self.write_out_upto(sync, u64::MAX)
+    }
+
+    /// [`Wal::write_out`] for a caller that needs only the frames up to `lsn`: a write-out
+    /// that ran while it waited for the spare's lock may have covered them (unsynced writes
+    /// only: `lsn` is not consulted for a sync), and then it writes nothing.
+    fn write_out_upto(&self, sync: bool, lsn: u64) -> Result<bool> {
         if self.files[0].region().is_some() {
             if !sync {
                 return Ok(false);
@@ -954,6 +961,9 @@ impl Wal {
         // A write that fails after taking frames off the tail fails the log before the spare's
         // lock is released (in `write_out_file`), so no later write-out (which waits for that
         // lock) reports frames beyond the missing ones; any other failure fails it here.
+        if !sync && self.written.load(Ordering::Acquire) >= lsn {
+            return Ok(false);
+        }
         self.write_out_file(sync, spare).map_err(|e| match e {
             e @ Error::ReadOnly { .. } => e,
             e => self.fail(e),
