@@ -213,12 +213,28 @@ fn syntax_error() -> Reply {
 
 /// A store failure as a reply: Redis's generic error prefix with the store's one line.
 fn store_error(e: &tierbase::Error) -> Reply {
+    Reply::Error(store_error_text(e))
+}
+
+fn store_error_text(e: &tierbase::Error) -> String {
     match e {
         // Redis's reply to a write on a read-only replica: client libraries raise their
         // read-only error for it.
-        tierbase::Error::OpenedReadOnly { .. } => Reply::error(format!("READONLY {e}")),
-        e => Reply::error(format!("ERR {e}")),
+        tierbase::Error::OpenedReadOnly { .. } => format!("READONLY {e}"),
+        e => format!("ERR {e}"),
     }
+}
+
+/// A store error that stopped a multi-key delete (`DEL`, `FLUSHDB`) part-way: the keys
+/// deleted before it stay deleted (these commands are not atomic across keys), and the reply
+/// says how many, so that a client does not take the error for "nothing changed".
+fn store_error_after_deletes(e: &tierbase::Error, removed: u64) -> Reply {
+    let text = store_error_text(e);
+    Reply::Error(match removed {
+        0 => text,
+        1 => format!("{text} (1 key before it was deleted)"),
+        n => format!("{text} ({n} keys before it were deleted)"),
+    })
 }
 
 /// Whether `e` says the key is one the store cannot hold (empty, or over its key limit): such
@@ -252,18 +268,23 @@ fn parse_i64(arg: &[u8]) -> Option<i64> {
     s.parse().ok()
 }
 
+/// Most bytes of a client's argument an error reply quotes (Redis's limit).
+const SHOWN: usize = 128;
+
+/// `bytes` as text, cut at `at` bytes (on a character boundary): an error reply never echoes
+/// a megabyte argument whole.
+fn cut(bytes: &[u8], at: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let mut end = at.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
 /// Redis's reply: the name cut at 128 bytes, then the arguments while fewer than 128 bytes of
 /// them were quoted, each cut to what is left of the 128 (a 1 MB argument was echoed whole).
 fn unknown_command(args: &[&[u8]]) -> Reply {
-    const SHOWN: usize = 128;
-    let cut = |bytes: &[u8], at: usize| -> String {
-        let text = String::from_utf8_lossy(bytes);
-        let mut end = at.min(text.len());
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text[..end].to_string()
-    };
     let name = cut(args.first().copied().unwrap_or_default(), SHOWN);
     let mut rest = String::new();
     for a in args.iter().skip(1) {
@@ -283,10 +304,14 @@ fn unknown_command(args: &[&[u8]]) -> Reply {
 /// ran at once, one by one, while the client took them for a transaction. `None`: run the
 /// command.
 fn refuse_transaction(session: &mut Session, name: &[u8]) -> Option<Reply> {
-    if !session.authenticated {
-        return None; // NOAUTH first, as for any other command
-    }
     let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
+    if !session.authenticated {
+        // NOAUTH first, as for any other command Redis knows (these are not in `COMMANDS`).
+        return ["multi", "exec", "discard"]
+            .iter()
+            .any(|n| is(n))
+            .then(|| Reply::error("NOAUTH Authentication required."));
+    }
     if !session.refusing_transaction {
         if is("multi") {
             session.refusing_transaction = true;
@@ -460,7 +485,9 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[&[u8]]) ->
                     Ok(true) => removed += 1,
                     Ok(false) => {}
                     Err(e) if unstorable_key(&e) => {}
-                    Err(e) => return Outcome::write(store_error(&e)),
+                    Err(e) => {
+                        return Outcome::write(store_error_after_deletes(&e, removed as u64));
+                    }
                 }
             }
             Outcome::write(Reply::Integer(removed))
@@ -787,15 +814,17 @@ fn flushdb(store: &dyn Store, rest: &[&[u8]]) -> Outcome {
     }
     let mut cursor = 0;
     let mut keys = Vec::new();
+    let mut removed = 0;
     loop {
         keys.clear();
         cursor = match store.scan(cursor, 1024, &mut keys) {
             Ok(c) => c,
-            Err(e) => return Outcome::write(store_error(&e)),
+            Err(e) => return Outcome::write(store_error_after_deletes(&e, removed)),
         };
         for key in &keys {
-            if let Err(e) = store.delete(key) {
-                return Outcome::write(store_error(&e));
+            match store.delete(key) {
+                Ok(found) => removed += u64::from(found),
+                Err(e) => return Outcome::write(store_error_after_deletes(&e, removed)),
             }
         }
         if cursor == 0 {
@@ -975,8 +1004,9 @@ fn client(session: &mut Session, rest: &[&[u8]]) -> Reply {
                 Protocol::Resp3 => 3,
             }
         )),
-        (sub, _) => Reply::error(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{sub}'. Try CLIENT HELP."
+        (_, _) => Reply::error(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
+            cut(rest[0], SHOWN)
         )),
     }
 }
@@ -1107,18 +1137,20 @@ fn command(rest: &[&[u8]]) -> Reply {
                 .filter_map(|n| find_doc(&lower(n)).map(Doc::entry))
                 .collect(),
         ),
-        Some(sub) => Reply::error(format!("ERR unknown subcommand '{sub}'. Try COMMAND HELP.")),
+        Some(_) => Reply::error(format!(
+            "ERR unknown subcommand '{}'. Try COMMAND HELP.",
+            cut(rest[0], SHOWN)
+        )),
     }
 }
 
 /// CONFIG GET pattern…; CONFIG SET and the rest are refused (start-up flags configure the
 /// server).
 fn config(shared: &Shared, rest: &[&[u8]]) -> Reply {
-    let sub = lower(rest[0]);
-    if sub != "get" {
+    if !rest[0].eq_ignore_ascii_case(b"get") {
         return Reply::error(format!(
             "ERR CONFIG {} is not supported by tierbase (configure the server with its start-up flags)",
-            sub.to_ascii_uppercase()
+            cut(rest[0], SHOWN).to_ascii_uppercase()
         ));
     }
     if rest.len() < 2 {
@@ -1359,8 +1391,6 @@ mod tests {
         assert_eq!(served, documented);
     }
 
-    /// Keys and values come back whole and in order, empty ones and ones that look alike
-    /// included; a cleared batch starts over.
     /// A megabyte argument of an unknown command is not echoed: Redis's 128-byte limits.
     #[test]
     fn an_unknown_command_quotes_at_most_128_bytes_of_its_arguments() {
@@ -1376,6 +1406,8 @@ mod tests {
         assert!(!text.contains("never"), "{text}");
     }
 
+    /// Keys and values come back whole and in order, empty ones and ones that look alike
+    /// included; a cleared batch starts over.
     #[test]
     fn a_set_batch_gives_back_each_key_and_value() {
         let mut batch = SetBatch::default();

@@ -804,6 +804,29 @@ fn pipelined_requests_are_answered_in_order() {
     server.stop();
 }
 
+/// A megabyte subcommand is not echoed back whole by CLIENT, COMMAND or CONFIG (Redis quotes
+/// at most 128 bytes of an argument); each still names the subcommand's start.
+#[test]
+fn unknown_subcommands_are_quoted_at_most_128_bytes() {
+    let mut server = TestServer::start();
+    let mut raw = server.raw();
+    let mut huge = b"nosuch".to_vec();
+    huge.resize(1 << 20, b'x');
+    for name in [&b"CLIENT"[..], b"COMMAND", b"CONFIG"] {
+        let reply = show(&raw.cmd(&[name, &huge]));
+        let what = String::from_utf8_lossy(name);
+        assert!(reply.starts_with("-ERR "), "{what}: {reply}");
+        assert!(reply.len() < 400, "{what}: {} bytes", reply.len());
+        assert!(
+            reply.to_ascii_lowercase().contains("nosuchxx"),
+            "{what}: {reply}"
+        );
+    }
+    assert_eq!(raw.cmd(&[b"PING"]), b"+PONG\r\n".to_vec());
+    drop(raw);
+    server.stop();
+}
+
 /// A transaction pipelined whole (MULTI, SETs, EXEC in one write, as redis-py's
 /// `pipeline(transaction=True)` sends it): MULTI is refused, and so is every command up to
 /// EXEC, which answers EXECABORT — none of the SETs is applied. (They all ran, one by one,
@@ -1035,6 +1058,15 @@ fn auth_with_requirepass() {
     );
     let e = raw.cmd(&[b"HELLO", b"3"]);
     assert!(e.starts_with(b"-NOAUTH"), "{:?}", show(&e));
+    // Commands Redis knows but this server refuses are NOAUTH too, not "unknown command".
+    for name in [&b"MULTI"[..], b"EXEC", b"DISCARD"] {
+        assert_eq!(
+            show(&raw.cmd(&[name])),
+            "-NOAUTH Authentication required.\r\n",
+            "{}",
+            String::from_utf8_lossy(name)
+        );
+    }
     let e = raw.cmd(&[b"AUTH", b"wrong"]);
     assert!(e.starts_with(b"-WRONGPASS"), "{:?}", show(&e));
     let e = raw.cmd(&[b"AUTH", b"sekre"]);

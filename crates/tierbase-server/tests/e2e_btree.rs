@@ -318,3 +318,62 @@ fn sets_from_many_connections_keep_each_connections_order() {
     drop(raw);
     served.stop();
 }
+
+/// A `DEL` of several keys stopped by one the store refuses (a value whose overflow pages,
+/// freed in one change, do not fit the smaller pool it was reopened with) leaves the keys
+/// before it deleted — `DEL` is not atomic across keys — and its error says how many, instead
+/// of an error a client would take for "nothing changed". `FLUSHDB` the same.
+#[test]
+fn a_multi_key_delete_stopped_by_a_refusal_says_how_many_keys_it_deleted() {
+    let mut dir = StoreDir::new(BTREE);
+    let mut served = dir.serve();
+    let mut raw = served.raw();
+    for key in [&b"a"[..], b"b", b"c", b"d"] {
+        assert_eq!(raw.cmd(&[b"SET", key, b"small"]), b"+OK\r\n".to_vec());
+    }
+    let big = vec![b'v'; 10 << 20];
+    assert_eq!(raw.cmd(&[b"SET", b"big", &big]), b"+OK\r\n".to_vec());
+    drop(raw);
+    served.stop();
+
+    dir.store = BTREE.dram_budget(1 << 20);
+    let mut served = dir.serve();
+    let mut raw = served.raw();
+    let reply = String::from_utf8_lossy(&raw.cmd(&[b"DEL", b"a", b"big", b"d"])).into_owned();
+    assert!(
+        reply.starts_with("-ERR ") && reply.contains("(1 key before it was deleted)"),
+        "{reply}"
+    );
+    assert_eq!(raw.cmd(&[b"EXISTS", b"a"]), b":0\r\n".to_vec());
+    assert_eq!(raw.cmd(&[b"EXISTS", b"big", b"d"]), b":2\r\n".to_vec());
+    // FLUSHDB walks in key order: b, then big (refused); c and d stay.
+    let reply = String::from_utf8_lossy(&raw.cmd(&[b"FLUSHDB"])).into_owned();
+    assert!(
+        reply.starts_with("-ERR ") && reply.contains("(1 key before it was deleted)"),
+        "{reply}"
+    );
+    assert_eq!(raw.cmd(&[b"EXISTS", b"b"]), b":0\r\n".to_vec());
+    assert_eq!(
+        raw.cmd(&[b"EXISTS", b"big", b"c", b"d"]),
+        b":3\r\n".to_vec()
+    );
+    // The store goes on: a write after the refusals is kept.
+    assert_eq!(raw.cmd(&[b"SET", b"e", b"after"]), b"+OK\r\n".to_vec());
+    drop(raw);
+    served.stop();
+
+    // The budget the error names is enough.
+    let mib: u64 = reply
+        .split("--dram ")
+        .nth(1)
+        .and_then(|rest| rest.split('M').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no --dram size in: {reply}"));
+    dir.store = BTREE.dram_budget(mib << 20);
+    let mut served = dir.serve();
+    let mut raw = served.raw();
+    assert_eq!(raw.cmd(&[b"DEL", b"big", b"c"]), b":2\r\n".to_vec());
+    assert_eq!(raw.cmd(&[b"GET", b"e"]), b"$5\r\nafter\r\n".to_vec());
+    drop(raw);
+    served.stop();
+}

@@ -1281,7 +1281,7 @@ fn a_value_too_large_for_the_pool_is_refused_before_anything_changes() {
             _ => modify(Change::Put(large_value.clone())),
         };
         assert!(matches!(err, Error::InvalidArgument(_)), "{attempt}: {err}");
-        assert!(err.to_string().contains("larger DRAM budget"), "{err}");
+        assert!(err.to_string().contains("DRAM budget of at least"), "{err}");
         // Nothing changed, and other writes go on.
         assert_eq!(s.get(b"big").unwrap().as_deref(), Some(&big[..]));
         s.put(b"small", attempt.as_bytes()).unwrap();

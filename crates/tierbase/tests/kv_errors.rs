@@ -215,6 +215,81 @@ fn a_full_store_without_growth_reuses_deleted_space_at_once() {
     }
 }
 
+/// A variable-layout store that may not grow, filled, then every other record deleted: each
+/// block is half dead, none empty. Compacting one needs an empty block to move its live half
+/// to, so the store keeps its last block for that. Before, writers took it, and every write
+/// was refused for good (also after a reopen) while the reclaimer failed each round.
+#[test]
+fn a_full_variable_store_with_every_block_half_dead_compacts_and_takes_writes_again() {
+    for reopen in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("full.tb");
+        let o = opts(RecordLayout::Variable)
+            .allow_growth(false)
+            .initial_size(40 * 8192);
+        let store = KvStore::create(&path, &o).unwrap();
+        let mut c = store.client();
+        let (written, err) = fill_until_refused(&mut c);
+        assert!(matches!(err, Error::StoreFull { .. }), "{err}");
+        let mut expected: std::collections::BTreeMap<u64, u8> =
+            (0..written).map(|i| (i, i as u8)).collect();
+        for i in (0..written).step_by(2) {
+            assert!(c.delete(&i.to_le_bytes()).unwrap());
+            expected.remove(&i);
+        }
+        drop(c);
+        let store = if reopen {
+            store.close().unwrap();
+            KvStore::open(&path, &o).unwrap()
+        } else {
+            store
+        };
+        let mut c = store.client();
+        // A third of what was deleted: the live half stays, and the spare block and the
+        // reclaimer's partly filled destination block hold some of the rest.
+        let again = written / 2 / 3;
+        for j in 0..again {
+            let key = 1_000_000 + j;
+            if let Err(e) = c.put(&key.to_le_bytes(), &[7u8; 200]) {
+                panic!("reopen {reopen}: put {j} of {again} after {written} puts: {e}");
+            }
+            expected.insert(key, 7);
+        }
+        // Then on until full again: most of the deleted half comes back, and the refusal is
+        // still a clean `StoreFull`.
+        let mut more = 0u64;
+        let err = loop {
+            let key = 2_000_000 + more;
+            match c.put(&key.to_le_bytes(), &[8u8; 200]) {
+                Ok(_) => {
+                    expected.insert(key, 8);
+                    more += 1;
+                }
+                Err(e) => break e,
+            }
+            assert!(more < written, "reopen {reopen}: never full again");
+        };
+        assert!(matches!(err, Error::StoreFull { .. }), "{err}");
+        assert!(
+            again + more >= written / 2 * 3 / 4,
+            "reopen {reopen}: {again} + {more} puts after deleting {} of {written}",
+            written / 2
+        );
+        drop(c);
+        assert_eq!(store.len(), expected.len(), "reopen {reopen}");
+        store.close().unwrap();
+        let store = KvStore::open(&path, &o).unwrap();
+        let mut c = store.client();
+        for (&k, &v) in &expected {
+            let value = c.get(&k.to_le_bytes()).unwrap();
+            assert_eq!(value.as_deref(), Some(&[v; 200][..]), "key {k}");
+        }
+        assert_eq!(store.len(), expected.len(), "reopen {reopen}");
+        drop(c);
+        store.close().unwrap();
+    }
+}
+
 #[test]
 fn opening_with_mismatched_record_sizes_is_a_layout_error() {
     let dir = tempfile::tempdir().unwrap();

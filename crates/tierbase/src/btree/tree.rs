@@ -1018,7 +1018,6 @@ impl Tree {
         Ok(r)
     }
 
-    /// Frees the overflow chain `r` refers to.
     /// Refuses, before anything changes, to free the overflow chain `r` refers to when its
     /// pages with a change's path and splits would not fit the buffer pool: freeing
     /// changes every page of the chain, and a batch's pages stay in DRAM until it commits. A
@@ -1037,15 +1036,17 @@ impl Tree {
         // and only past it did the frames run out.
         let frames = self.pool.frames() as u64;
         if chain + path > frames {
+            let mib = ((chain + path) * self.pool.page_size() as u64).div_ceil(1 << 20);
             return Err(Error::InvalidArgument(format!(
                 "the key's value takes {chain} overflow pages, and freeing them changes more \
-                 pages than this buffer pool holds ({frames}): reopen with a larger DRAM budget \
-                 (--dram) to delete or replace it"
+                 pages than this buffer pool holds ({frames}): reopen with a DRAM budget of at \
+                 least about {mib} MiB (--dram {mib}M) to delete or replace it"
             )));
         }
         Ok(())
     }
 
+    /// Frees the overflow chain `r` refers to.
     fn free_chain(&self, w: &mut Writer, r: &[u8]) -> Result<()> {
         let total = node::u64_at(r, 0);
         let mut next = node::u64_at(r, 8);

@@ -52,6 +52,8 @@ pub(crate) struct ClientState {
     buf: Vec<u8>,
     /// The reclaimer's own client never waits for the reclaimer.
     may_wait: bool,
+    /// Moving records for compaction: may take the last block (see `Inner::acquire_block`).
+    compacting: bool,
 }
 
 /// A client's state with the store borrowed (not cloned: a shared `Arc` count bumped on every
@@ -92,6 +94,7 @@ impl Client {
                 scratch: Vec::new(),
                 buf: Vec::new(),
                 may_wait: true,
+                compacting: false,
             },
         }
     }
@@ -196,11 +199,18 @@ impl Writer<'_> {
         if let Some(b) = self.st.block {
             return Ok(b);
         }
-        let b = self.inner.acquire_block(self.st.may_wait)?;
+        let b = self
+            .inner
+            .acquire_block(self.st.may_wait, self.st.compacting)?;
         self.st.block = Some(b);
         self.st.page = self.random_page();
         self.st.tried = 0;
         Ok(b)
+    }
+
+    /// Marks the writes that follow as compaction's record moves (or ends that).
+    pub(crate) fn set_compacting(&mut self, compacting: bool) {
+        self.st.compacting = compacting;
     }
 
     /// Gives up the insert block (it becomes a compaction candidate).

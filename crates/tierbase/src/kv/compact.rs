@@ -113,7 +113,10 @@ pub(crate) fn compact_block(
         block: b,
         done: false,
     };
-    let moved = inner.fail_on_error(move_records(inner, b, writer, wait_for_keys))?;
+    writer.set_compacting(true);
+    let moved = move_records(inner, b, writer, wait_for_keys);
+    writer.set_compacting(false);
+    let moved = inner.fail_on_error(moved)?;
     if meta.live.load(Ordering::Acquire) != 0 {
         // Something still valid that was not indexed: leave the block sealed.
         return Ok(Some(moved));

@@ -96,7 +96,10 @@ pub struct KvOptions {
     /// (8–16 bytes per record the size holds) and loading needs no segment splits.
     pub initial_size: u64,
     /// Whether the region may grow. If not, inserts beyond capacity fail with
-    /// [`Error::StoreFull`] and the store stays usable.
+    /// [`Error::StoreFull`] and the store stays usable. A variable-layout store that cannot
+    /// grow (growth off, or its device full) keeps its last block for compaction: inserts are
+    /// refused when only that one is left, so that partly dead blocks can always be compacted
+    /// and deleted space comes back.
     pub allow_growth: bool,
     /// Threads used to rebuild the index on open. Default: available parallelism.
     pub recovery_threads: usize,

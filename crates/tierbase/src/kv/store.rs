@@ -1269,12 +1269,15 @@ impl Inner {
     /// Whether dead space outweighs live space (used blocks beyond twice the live bytes and
     /// a little slack).
     pub fn under_pressure(&self) -> bool {
-        let used = self
-            .next_block
+        self.used_bytes() > 2 * self.live_bytes() + 4 * self.geo.block_size()
+    }
+
+    /// Bytes of the blocks in use (taken and not freed), live or dead.
+    fn used_bytes(&self) -> u64 {
+        self.next_block
             .load(Ordering::Acquire)
             .saturating_sub(self.free.blocks())
-            * self.geo.block_size();
-        used > 2 * self.live_bytes() + 4 * self.geo.block_size()
+            * self.geo.block_size()
     }
 
     /// Writers back off instead of growing the file: when no freed block is left and dead space
@@ -1326,17 +1329,56 @@ impl Inner {
 
     /// A block for a client's inserts: a partly free one queued for reuse (fixed layout), else
     /// a reclaimed one, else a fresh one. A client that `may_wait` (not the reclaimer's own)
-    /// first waits for the reclaimer when dead space outweighs live space.
-    pub fn acquire_block(&self, may_wait: bool) -> Result<u64> {
+    /// first waits for the reclaimer when dead space outweighs live space. Only a client moving
+    /// records for compaction may take the variable layout's last block (see
+    /// [`Inner::keep_spare_block`]).
+    pub fn acquire_block(&self, may_wait: bool, for_compaction: bool) -> Result<u64> {
         if may_wait {
             self.wait_for_reclaimer(1);
         }
-        match self.take_block() {
-            Err(Error::StoreFull { .. }) if may_wait && self.reclaimer_may_make_room() => {
-                self.take_block()
-            }
+        let take = || {
+            let b = self.take_block()?;
+            self.keep_spare_block(b, 1, for_compaction)?;
+            Ok(b)
+        };
+        match take() {
+            Err(Error::StoreFull { .. }) if may_wait && self.reclaimer_may_make_room() => take(),
             taken => taken,
         }
+    }
+
+    /// Variable layout: compacting a partly dead block needs an empty block to move its live
+    /// records to, so a store that may not grow keeps its last block for compaction. After a
+    /// client (not a compaction) took blocks `head..head + n`: if neither a freed block nor
+    /// room for a fresh one is left, the blocks go back to the free set and the take is
+    /// refused as `StoreFull`. Without the spare, a full store whose blocks are all partly dead
+    /// could never compact one, and would refuse writes for good. Takers racing for the last
+    /// blocks may both give theirs back (one spare too many for a moment), never both keep
+    /// them: the later check sees both takes.
+    fn keep_spare_block(&self, head: u64, n: u64, for_compaction: bool) -> Result<()> {
+        if for_compaction || self.geo.layout != RecordLayout::Variable || self.free.blocks() > 0 {
+            return Ok(());
+        }
+        let full = match self.ensure_allocated(self.next_block.load(Ordering::Acquire) + 1) {
+            Ok(()) => return Ok(()),
+            Err(Error::StoreFull {
+                used,
+                capacity,
+                reason,
+            }) => Error::StoreFull {
+                used,
+                capacity,
+                reason: format!("{reason}; its last block is kept for compaction"),
+            },
+            Err(e) => e,
+        };
+        for b in head..head + n {
+            let meta = self.block_meta(b)?;
+            meta.tail.store(0, Ordering::Release);
+            meta.state.store(FREE, Ordering::Release);
+        }
+        self.free.free(head, n);
+        Err(full)
     }
 
     /// After a refusal for want of space: if deleted records hold at least a block's worth of
@@ -1344,12 +1386,7 @@ impl Inner {
     /// says so; the caller tries again once. A store that may not grow reports `StoreFull`
     /// only when even that found nothing, not while its dead space waits for a round.
     fn reclaimer_may_make_room(&self) -> bool {
-        let used = self
-            .next_block
-            .load(Ordering::Acquire)
-            .saturating_sub(self.free.blocks())
-            * self.geo.block_size();
-        if self.reclaim.is_none() || used < self.live_bytes() + self.geo.block_size() {
+        if self.reclaim.is_none() || self.used_bytes() < self.live_bytes() + self.geo.block_size() {
             return false;
         }
         let waited = self.wake_reclaimer_and_wait(2);
@@ -1391,21 +1428,22 @@ impl Inner {
     }
 
     /// `n` consecutive blocks for a large record: a freed run if one fits, else fresh blocks.
+    /// Like [`Inner::acquire_block`], the run leaves a spare block (never taken for compaction:
+    /// large records are not moved).
     pub fn acquire_run(&self, n: u64, may_wait: bool) -> Result<u64> {
-        if let Some(head) = self.free.take_run(n) {
-            return Ok(head);
-        }
         if may_wait {
             self.wait_for_reclaimer(n);
         }
-        if let Some(head) = self.free.take_run(n) {
-            return Ok(head);
-        }
-        match self.take_fresh_blocks(n) {
-            Err(Error::StoreFull { .. }) if may_wait && self.reclaimer_may_make_room() => self
-                .free
-                .take_run(n)
-                .map_or_else(|| self.take_fresh_blocks(n), Ok),
+        let take = || {
+            let head = match self.free.take_run(n) {
+                Some(head) => head,
+                None => self.take_fresh_blocks(n)?,
+            };
+            self.keep_spare_block(head, n, false)?;
+            Ok(head)
+        };
+        match take() {
+            Err(Error::StoreFull { .. }) if may_wait && self.reclaimer_may_make_room() => take(),
             taken => taken,
         }
     }
