@@ -17,7 +17,8 @@
 //! must come back as the model at one step between the last durable point and the crash.
 //!
 //! Also: the `Store::scan` cursor walk (every key present for the whole walk returned exactly
-//! once, in order, while other keys come and go; unknown and expired cursors are errors), and
+//! once, in order, while other keys come and go; a cursor the store no longer keeps resumes
+//! at its key's first bytes, missing nothing), and
 //! oversized keys and values (`Error::KeyTooLarge` / `ValueTooLarge`, the store unchanged and
 //! still writable — in a batch, none of its ops applied).
 //!
@@ -907,32 +908,8 @@ fn scan_cursor_walk_returns_every_stable_key_once_in_order() {
         );
     }
     store.verify().unwrap();
-    // Unknown cursors are errors, not a fresh start or a panic.
-    let mut out = Vec::new();
-    for bogus in [1u64 << 40, u64::MAX] {
-        let r = Store::scan(&store, bogus, 10, &mut out);
-        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
-        assert!(out.is_empty());
-    }
-    // A cursor expires once 4096 newer ones were handed out.
-    let first = Store::scan(&store, 0, 1, &mut out).unwrap();
-    assert_ne!(first, 0);
-    let mut c = 0;
-    for _ in 0..4096 {
-        // Walks of one key at a time, starting over at the end: every call hands out a cursor.
-        c = Store::scan(&store, c, 1, &mut out).unwrap();
-        if c == 0 {
-            c = Store::scan(&store, 0, 1, &mut out).unwrap();
-        }
-        assert_ne!(c, 0);
-    }
-    let r = Store::scan(&store, first, 1, &mut out);
-    assert!(
-        matches!(r, Err(Error::InvalidArgument(_))),
-        "expired cursor: {r:?}"
-    );
     // Count 0 still makes progress.
-    out.clear();
+    let mut out = Vec::new();
     let c = Store::scan(&store, 0, 0, &mut out).unwrap();
     assert_eq!(out.len(), 1);
     assert_ne!(c, 0);
@@ -941,6 +918,63 @@ fn scan_cursor_walk_returns_every_stable_key_once_in_order() {
     out.clear();
     assert_eq!(Store::scan(&empty, 0, 10, &mut out).unwrap(), 0);
     assert!(out.is_empty());
+}
+
+/// A cursor the store no longer keeps — expired once 4096 newer ones were handed out, from
+/// before a reopen, or made up — resumes at its key's first 4 bytes: the walk goes on to the
+/// end and misses no key (those between that prefix and the kept key come back again, as
+/// Redis allows). Before, it was an error, and a client scanning across a restart or past
+/// 4096 other scans had to start over.
+#[test]
+fn a_scan_cursor_the_store_no_longer_keeps_resumes_without_missing_a_key() {
+    let dir = scratch_dir();
+    let path = dir.path().join("c");
+    let store = BTreeStore::create(&path, &opts(4096, Durability::Immediate)).unwrap();
+    let all: Vec<Vec<u8>> = (0..1000).map(|i| format!("{i:06}").into_bytes()).collect();
+    for k in &all {
+        store.put(k, b"v").unwrap();
+    }
+    let walk_from = |store: &BTreeStore, mut cursor: u64| {
+        let mut out = Vec::new();
+        while cursor != 0 {
+            cursor = Store::scan(store, cursor, 7, &mut out).unwrap();
+        }
+        out
+    };
+    let mut out = Vec::new();
+    // Kept: the walk resumes exactly at the next key.
+    let kept = Store::scan(&store, 0, 437, &mut out).unwrap();
+    assert_eq!(out, all[..437]);
+    assert_eq!(walk_from(&store, kept), all[437..]);
+    // Expired: it resumes at "0004", the first 4 bytes of "000437".
+    let mut c = 0;
+    for _ in 0..4096 {
+        c = Store::scan(&store, c, 1, &mut out).unwrap();
+        if c == 0 {
+            c = Store::scan(&store, 0, 1, &mut out).unwrap();
+        }
+    }
+    assert_eq!(walk_from(&store, kept), all[400..], "expired cursor");
+    // Made up: from its prefix on (zero bytes at its end dropped), or done past the last key.
+    assert_eq!(
+        walk_from(&store, u64::from_be_bytes(*b"0009\0\0\0\x01")),
+        all[900..]
+    );
+    assert_eq!(walk_from(&store, 1 << 40), all);
+    out.clear();
+    assert_eq!(Store::scan(&store, u64::MAX, 10, &mut out).unwrap(), 0);
+    assert!(out.is_empty());
+    // From before a reopen.
+    out.clear();
+    let before = Store::scan(&store, 0, 555, &mut out).unwrap();
+    store.close().unwrap();
+    let store = BTreeStore::open(&path, &opts(4096, Durability::Immediate)).unwrap();
+    assert_eq!(
+        walk_from(&store, before),
+        all[500..],
+        "cursor from before a reopen"
+    );
+    store.close().unwrap();
 }
 
 // ----- oversized keys and values -------------------------------------------------------------

@@ -566,9 +566,38 @@ struct Inner {
 
 #[derive(Default)]
 struct Cursors {
-    next: u64,
-    keys: HashMap<u64, Vec<u8>>,
-    order: VecDeque<u64>,
+    next: u32,
+    keys: HashMap<u32, Vec<u8>>,
+    order: VecDeque<u32>,
+}
+
+/// A scan cursor: the resume key's first 4 bytes (zero-padded) in the high half, the id under
+/// which [`Cursors`] keeps the whole key in the low half (never 0, so the cursor is never 0).
+fn scan_cursor(key: &[u8], id: u32) -> u64 {
+    (u64::from(cursor_prefix(key)) << 32) | u64::from(id)
+}
+
+fn cursor_prefix(key: &[u8]) -> u32 {
+    let mut p = [0u8; 4];
+    let n = key.len().min(4);
+    p[..n].copy_from_slice(&key[..n]);
+    u32::from_be_bytes(p)
+}
+
+/// Where a scan resumes for `cursor`: the key it kept, or, for a cursor it no longer keeps
+/// (expired, or from before a restart), the smallest key with the cursor's 4-byte prefix
+/// (trailing zero bytes dropped, so that a shorter key padded with them is not passed over):
+/// keys between it and the kept key come back again, none is missed.
+fn scan_resume(cursors: &Cursors, cursor: u64) -> Vec<u8> {
+    let (prefix, id) = ((cursor >> 32) as u32, cursor as u32);
+    if let Some(key) = cursors.keys.get(&id)
+        && cursor_prefix(key) == prefix
+    {
+        return key.clone();
+    }
+    let bytes = prefix.to_be_bytes();
+    let len = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    bytes[..len].to_vec()
 }
 
 /// An ordered, durable key-value store on a B+-tree. Cheap to share: clone the handle or
@@ -2232,24 +2261,12 @@ impl Store for BTreeStore {
         BTreeStore::len(self)
     }
 
-    /// Cursors name the key to continue from; the store keeps the last 4096 handed out, and
-    /// an unknown cursor is an error (start again from 0).
+    /// Cursors name the key to continue from: the store keeps the last 4096 handed out, and
+    /// any other cursor (expired, from before a restart, or made up) resumes at its first 4
+    /// bytes ([`scan_resume`]): some keys may come back twice, as Redis allows, none is missed
+    /// and no cursor is an error.
     fn scan(&self, cursor: u64, count: usize, out: &mut Vec<Vec<u8>>) -> Result<u64> {
-        let start = if cursor == 0 {
-            None
-        } else {
-            Some(
-                self.inner
-                    .cursors
-                    .lock()
-                    .keys
-                    .get(&cursor)
-                    .cloned()
-                    .ok_or_else(|| {
-                        Error::InvalidArgument(format!("unknown or expired scan cursor {cursor}"))
-                    })?,
-            )
-        };
+        let start = (cursor != 0).then(|| scan_resume(&self.inner.cursors.lock(), cursor));
         let want = count.max(1);
         let mut got = 0;
         let mut next: Option<Vec<u8>> = None;
@@ -2274,8 +2291,9 @@ impl Store for BTreeStore {
             return Ok(0);
         };
         let mut c = self.inner.cursors.lock();
-        c.next += 1;
+        c.next = c.next.checked_add(1).unwrap_or(1);
         let id = c.next;
+        let cursor = scan_cursor(&next, id);
         c.keys.insert(id, next);
         c.order.push_back(id);
         if c.order.len() > MAX_CURSORS
@@ -2283,7 +2301,7 @@ impl Store for BTreeStore {
         {
             c.keys.remove(&old);
         }
-        Ok(id)
+        Ok(cursor)
     }
 
     fn defers_sync(&self) -> bool {
