@@ -101,7 +101,7 @@ fn main() -> ExitCode {
                 .map(|values| format!("; possible values: {values}"))
                 .unwrap_or_default();
             eprintln!("tierbase: error: {first}{accepted} (see --help)");
-            return ExitCode::from(2);
+            return ExitCode::from(ERROR);
         }
     };
     // Stores and the server read no device profile: a profile given to them would be ignored
@@ -111,7 +111,7 @@ fn main() -> ExitCode {
             "tierbase: error: --profiles is for devices, bench and profile; `tierbase {name}` \
              reads no device profile (see --help)"
         );
-        return ExitCode::from(2);
+        return ExitCode::from(ERROR);
     }
     let ctx = cmd::Ctx {
         profile_files: cli.profiles,
@@ -136,10 +136,15 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!("tierbase: error: {}", one_line(&e));
-            ExitCode::FAILURE
+            ExitCode::from(ERROR)
         }
     }
 }
+
+/// Exit status of an error (as for bad usage), kept apart from a negative answer's 1 ("not
+/// found", "verify found problems"), as `grep` does: a script that tests for a key must not
+/// take a failed read for an absent key.
+const ERROR: u8 = 2;
 
 /// Exit status after the output's reader went away: what a shell reports for a process that
 /// SIGPIPE ended (128 + 13), without a message, as Unix tools do.
@@ -154,7 +159,7 @@ fn closed_pipe(e: &anyhow::Error) -> bool {
 }
 
 /// Output that cannot be written (`tierbase kv get k > /dev/full`: the device is full, or the
-/// pipe is gone with SIGPIPE ignored) ends the process with one line and exit status 1, like
+/// pipe is gone with SIGPIPE ignored) ends the process with one line and exit status 2, like
 /// any other error, instead of `print!`'s panic and backtrace. What the command did before
 /// (an acknowledged write) is durable already; the store is left as a crash would leave it,
 /// which every store recovers from.
@@ -175,7 +180,7 @@ fn exit_quietly_when_output_fails() {
                 std::process::exit(i32::from(CLOSED_PIPE));
             }
             eprintln!("tierbase: error: cannot write the output: {cause}");
-            std::process::exit(1);
+            std::process::exit(i32::from(ERROR));
         }
         default(info);
     }));

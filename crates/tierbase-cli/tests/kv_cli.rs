@@ -255,7 +255,7 @@ fn bad_input_is_one_clear_line() {
 }
 
 /// A file-size limit (the shell's `ulimit -f`) met while the store grows is a full device:
-/// one clear line and exit status 1, and the store keeps what it held. (The kernel's
+/// one clear line and exit status 2, and the store keeps what it held. (The kernel's
 /// `SIGXFSZ` killed the command mid-write, with no error line and the store left open.)
 #[test]
 fn a_file_size_limit_is_a_full_store_not_a_killing_signal() {
@@ -300,7 +300,7 @@ fn a_file_size_limit_is_a_full_store_not_a_killing_signal() {
     assert!(o.status.success(), "{}", stdout(&o));
 }
 
-/// Output that cannot be written (a full device) is one clear line and exit status 1, not a
+/// Output that cannot be written (a full device) is one clear line and exit status 2, not a
 /// panic with a backtrace; a write made before the output is kept.
 #[test]
 fn output_that_cannot_be_written_is_one_clear_line() {
@@ -322,7 +322,7 @@ fn output_that_cannot_be_written_is_one_clear_line() {
     };
     let put = run(&["kv", "put", "--path", p, "k", "v"]);
     one_line_error(&put, "cannot write the output");
-    assert_eq!(put.status.code(), Some(1));
+    assert_eq!(put.status.code(), Some(2));
     let o = tierbase(&["kv", "get", "--path", p, "k"]);
     assert_eq!(stdout(&o).trim(), "v", "{}", stderr(&o));
     one_line_error(&run(&["kv", "get", "--path", p, "k"]), "No space left");

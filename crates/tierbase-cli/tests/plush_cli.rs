@@ -431,7 +431,7 @@ fn bad_input_is_one_clear_line() {
     ]);
     let o = tierbase(&["plush", "verify", "--path", kv.to_str().unwrap()]);
     one_line_error(&o, "not a tierbase Plush store file (bad magic number)");
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     // One process per store: while this test holds it open, a command fails naming the holder.
     let held =
         tierbase::hash::PlushStore::open(&path, &tierbase::hash::PlushOptions::small()).unwrap();
@@ -440,7 +440,7 @@ fn bad_input_is_one_clear_line() {
         "holds its lock",
     );
     held.close().unwrap();
-    // Exit codes: success 0, negative answers 1, errors 1, usage errors 2.
+    // Exit codes: success 0, negative answers 1, errors and usage errors 2.
     assert_eq!(
         tierbase(&["plush", "get", "--path", p, "nope"])
             .status

@@ -17,6 +17,7 @@ pub(crate) struct Metrics {
     pub gets: Counter,
     pub get_hits: Counter,
     pub read_retries: Counter,
+    pub damaged_reads: Counter,
     pub compactions: Counter,
     pub records_moved: Counter,
     pub large_records: Counter,
@@ -47,6 +48,8 @@ pub struct KvMetrics {
     pub get_hits: u64,
     /// Optimistic reads retried because a writer changed the page.
     pub read_retries: u64,
+    /// Reads refused because the record failed its check (media damage; never served).
+    pub damaged_reads: u64,
     /// Blocks compacted.
     pub compactions: u64,
     /// Records moved by compaction.
@@ -76,6 +79,7 @@ impl Metrics {
             gets: self.gets.get(),
             get_hits: self.get_hits.get(),
             read_retries: self.read_retries.get(),
+            damaged_reads: self.damaged_reads.get(),
             compactions: self.compactions.get(),
             records_moved: self.records_moved.get(),
             large_records: self.large_records.get(),

@@ -1097,6 +1097,7 @@ impl Store for KvStore {
             ("gets", m.gets),
             ("get_hits", m.get_hits),
             ("read_retries", m.read_retries),
+            ("damaged_reads", m.damaged_reads),
             ("compactions", m.compactions),
             ("records_moved", m.records_moved),
             ("large_records", m.large_records),

@@ -504,6 +504,11 @@ impl Inner {
                 // The key checked in place and the value copied straight into the caller's
                 // buffer: the shorter this copy, the sooner the next get's misses can start.
                 value.resize(v, 0);
+                let stamp_word = if self.self_validating {
+                    self.region.atomic_u64(slot)?.load(Ordering::Acquire)
+                } else {
+                    0
+                };
                 let is_key = self.region.read_if_key(
                     slot + layout::SLOT_KEY,
                     key,
@@ -513,11 +518,18 @@ impl Inner {
                 if !latch.validate(v1) {
                     return Ok(ReadOutcome::Retry);
                 }
-                Ok(if is_key {
-                    ReadOutcome::Found
-                } else {
-                    ReadOutcome::NotThisKey
-                })
+                if !is_key {
+                    return Ok(ReadOutcome::NotThisKey);
+                }
+                // A zero stamp: invalidated since the index was read (the value is still the
+                // one the key had), nothing to check.
+                if stamp_word != 0 {
+                    let (version, check) = stamp::unpack(stamp_word);
+                    if fixed_check(version, key, k, value, v) != check {
+                        return Err(self.damaged_record(off));
+                    }
+                }
+                Ok(ReadOutcome::Found)
             }
             None => self.read_var_record(off, key, value, scratch),
         }
@@ -605,10 +617,13 @@ impl Inner {
         scratch.resize(klen, 0);
         self.region.read(pos + var::INLINE_HEADER, scratch)?;
         let is_key = scratch.as_slice() == key;
+        // Check and version (bytes 4..16 of the record, on its first line).
+        let mut sealed = [0u8; 12];
         if is_key {
             value.resize(vlen, 0);
             self.region
                 .read(pos + var::INLINE_HEADER + klen as u64, value)?;
+            self.region.read(pos + var::INLINE_CHECK, &mut sealed)?;
         }
         if !head_latch.validate(v1) {
             return Ok(ReadOutcome::Retry);
@@ -618,11 +633,28 @@ impl Inner {
                 return Ok(ReadOutcome::Retry);
             }
         }
-        Ok(if is_key {
-            ReadOutcome::Found
-        } else {
-            ReadOutcome::NotThisKey
-        })
+        if !is_key {
+            return Ok(ReadOutcome::NotThisKey);
+        }
+        // Read consistently (no page moved): a record whose check fails is damaged on media.
+        // A delete clears only the valid bit, so an invalidated record still passes.
+        let (check, version) = sealed.split_at(4);
+        let crc = stamp::check(version);
+        let crc = crate::device::cpu::crc32c_append(crc, key);
+        let crc = crate::device::cpu::crc32c_append(crc, value);
+        if crc != u32::from_le_bytes(check.try_into().unwrap_or_default()) {
+            return Err(self.damaged_record(off));
+        }
+        Ok(ReadOutcome::Found)
+    }
+
+    /// A record read consistently whose check fails: media damage, reported, never served.
+    fn damaged_record(&self, off: RecordOffset) -> Error {
+        self.metrics.damaged_reads.incr();
+        self.corrupt(format!(
+            "the record at {off} fails its check: media damage (`kv verify` lists every \
+             damaged record; writing the key again replaces it)"
+        ))
     }
 
     /// Point lookup. Optimistic: never takes a latch, but retries while a writer holds the
@@ -1467,6 +1499,17 @@ impl Inner {
                 .compare_exchange(OWNED, SEALED, Ordering::AcqRel, Ordering::Acquire);
         }
     }
+}
+
+/// The check of a fixed slot holding `key` and `value` with `version`: CRC32C of the slot's
+/// bytes after the check (version, then key and value each zero-padded to 8 bytes).
+fn fixed_check(version: u32, key: &[u8], key_size: usize, value: &[u8], value_size: usize) -> u32 {
+    const ZEROS: [u8; 8] = [0; 8];
+    let pad = |n: usize| &ZEROS[..n.next_multiple_of(8) - n];
+    let append = crate::device::cpu::crc32c_append;
+    let crc = stamp::check(&version.to_le_bytes());
+    let crc = append(append(crc, key), pad(key_size));
+    append(append(crc, value), pad(value_size))
 }
 
 impl Retired {
