@@ -701,25 +701,34 @@ impl SetBatch {
     }
 }
 
-/// Runs plain SETs (see [`is_plain_set`]) in order as one [`Store::put_many`]; one reply per
-/// SET, as if each had run alone. If the batch fails, each SET runs alone, so each gets its
-/// own reply: a batch the store refuses whole (too large, a value over the limit) or one
-/// that stopped half-way (each SET only sets a value, so running the applied ones again
-/// changes nothing).
+/// Runs plain SETs (see [`is_plain_set`]) in order; one reply per SET, as if each had run
+/// alone. On a store whose [`Store::put_many`] is all or nothing, as one batch, and if the
+/// store refuses it whole (too large, a value over the limit), each SET runs alone for its
+/// own reply; on any other store each SET runs alone from the start.
 pub(crate) fn execute_plain_sets(shared: &Shared, sets: &SetBatch) -> Vec<Reply> {
     shared.stats.commands.add(sets.len() as u64);
     let store = shared.store.as_ref();
     let pairs: Vec<(&[u8], &[u8])> = sets.pairs().collect();
-    match store.put_many(&pairs) {
-        Ok(_) => pairs.iter().map(|_| Reply::ok()).collect(),
-        Err(_) => pairs
+    let one_by_one = || {
+        pairs
             .iter()
             .map(|&(key, value)| {
                 set(store, &[key, value])
                     .reply
                     .unwrap_or_else(|| Reply::error("ERR no reply"))
             })
-            .collect(),
+            .collect()
+    };
+    // A batch that fails part-way leaves its first pairs applied, and a SET run again after
+    // it may fail where the first run succeeded (a full store has no room for the rewrite):
+    // each SET then needs its own answer from its own run. Before 2026-12-05, pipelined SETs
+    // on a full `kv` store were answered "store full" yet stored.
+    if !store.put_many_is_all_or_nothing() {
+        return one_by_one();
+    }
+    match store.put_many(&pairs) {
+        Ok(_) => pairs.iter().map(|_| Reply::ok()).collect(),
+        Err(_) => one_by_one(),
     }
 }
 

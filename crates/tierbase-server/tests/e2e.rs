@@ -827,6 +827,70 @@ fn unknown_subcommands_are_quoted_at_most_128_bytes() {
     server.stop();
 }
 
+/// Pipelined SETs on a `kv` store that may not grow, until it is full: every SET answered
+/// OK is stored with its value, every one answered with an error is not. (The server ran
+/// them as one batch and, when it stopped part-way, each SET again: the applied ones then
+/// found no room for the rewrite and were answered "store full", yet stored.) Both layouts.
+#[test]
+fn pipelined_sets_on_a_full_store_are_answered_as_they_were_applied() {
+    use tierbase::kv::RecordLayout;
+    for layout in [
+        RecordLayout::Variable,
+        RecordLayout::Fixed {
+            key_size: 8,
+            value_size: 1000,
+        },
+    ] {
+        let dir = common::StoreDir::new(common::KV);
+        let opts = KvOptions::default()
+            .layout(layout)
+            .allow_growth(false)
+            .initial_size(2 << 20);
+        let store = KvStore::create(&dir.path, &opts).unwrap();
+        let mut server = dir.serve_store(Box::new(store));
+        let mut raw = server.raw();
+        let key = |i: u64| format!("{i:08}").into_bytes();
+        let value = |i: u64| vec![b'a' + (i % 26) as u8; 1000];
+        let (mut answered_ok, mut refused) = (Vec::new(), Vec::new());
+        let mut next = 0u64;
+        while refused.len() < 100 {
+            assert!(next < 100_000, "{layout:?}: never full");
+            let batch: Vec<u8> = (next..next + 50)
+                .flat_map(|i| resp(&[b"SET", &key(i), &value(i)]))
+                .collect();
+            raw.send(&batch);
+            for i in next..next + 50 {
+                let reply = raw.reply();
+                if reply == b"+OK\r\n" {
+                    answered_ok.push(i);
+                } else {
+                    assert!(show(&reply).contains("store full"), "{}", show(&reply));
+                    refused.push(i);
+                }
+            }
+            next += 50;
+        }
+        for &i in &answered_ok {
+            assert_eq!(
+                raw.cmd(&[b"GET", &key(i)]),
+                bulk(&value(i)),
+                "{layout:?}: SET {i} answered OK"
+            );
+        }
+        for &i in &refused {
+            assert_eq!(
+                raw.cmd(&[b"EXISTS", &key(i)]),
+                b":0\r\n".to_vec(),
+                "{layout:?}: SET {i} answered with an error, yet stored"
+            );
+        }
+        let size = format!(":{}\r\n", answered_ok.len()).into_bytes();
+        assert_eq!(raw.cmd(&[b"DBSIZE"]), size, "{layout:?}");
+        drop(raw);
+        server.stop();
+    }
+}
+
 /// A transaction pipelined whole (MULTI, SETs, EXEC in one write, as redis-py's
 /// `pipeline(transaction=True)` sends it): MULTI is refused, and so is every command up to
 /// EXEC, which answers EXECABORT — none of the SETs is applied. (They all ran, one by one,

@@ -215,6 +215,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         pairs.iter().map(|(k, v)| self.put(k, v)).collect()
     }
 
+    /// Whether [`Store::put_many`] applies all of its pairs or none when it returns `Err`
+    /// (the B+-tree's one checked batch). By default not: the pairs before the failing one
+    /// stay applied, and a caller that answers per pair must put them one by one to know
+    /// which were.
+    fn put_many_is_all_or_nothing(&self) -> bool {
+        false
+    }
+
     /// Reads `key` and applies what `decide` returns, atomically: no other write of `key`
     /// happens between the read and the write. `decide` is called exactly once.
     ///

@@ -920,7 +920,7 @@ fn scan_cursor_walk_returns_every_stable_key_once_in_order() {
     assert!(out.is_empty());
 }
 
-/// A cursor the store no longer keeps — expired once 4096 newer ones were handed out, from
+/// A cursor the store no longer keeps — expired once 16,384 newer ones were handed out, from
 /// before a reopen, or made up — resumes at its key's first 4 bytes: the walk goes on to the
 /// end and misses no key (those between that prefix and the kept key come back again, as
 /// Redis allows). Before, it was an error, and a client scanning across a restart or past
@@ -946,9 +946,9 @@ fn a_scan_cursor_the_store_no_longer_keeps_resumes_without_missing_a_key() {
     let kept = Store::scan(&store, 0, 437, &mut out).unwrap();
     assert_eq!(out, all[..437]);
     assert_eq!(walk_from(&store, kept), all[437..]);
-    // Expired: it resumes at "0004", the first 4 bytes of "000437".
+    // Expired (16,384 newer cursors): it resumes at "0004", the first 4 bytes of "000437".
     let mut c = 0;
-    for _ in 0..4096 {
+    for _ in 0..16_384 {
         c = Store::scan(&store, c, 1, &mut out).unwrap();
         if c == 0 {
             c = Store::scan(&store, 0, 1, &mut out).unwrap();

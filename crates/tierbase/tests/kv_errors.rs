@@ -215,79 +215,95 @@ fn a_full_store_without_growth_reuses_deleted_space_at_once() {
     }
 }
 
-/// A variable-layout store that may not grow, filled, then every other record deleted: each
-/// block is half dead, none empty. Compacting one needs an empty block to move its live half
-/// to, so the store keeps its last block for that. Before, writers took it, and every write
-/// was refused for good (also after a reopen) while the reclaimer failed each round.
+/// A store that may not grow, filled, then every other (or every third) record deleted:
+/// each block is partly dead, none empty. Compacting one needs an empty block to move its
+/// live records to, so the variable layout keeps its last block for that; and a write refused
+/// for want of room has the reclaimer take blocks far less free than its usual 40 %. Before,
+/// writers took the last block, and blocks a third free were never candidates: every write
+/// was refused for good (also after a reopen) while the deleted space sat there.
 #[test]
-fn a_full_variable_store_with_every_block_half_dead_compacts_and_takes_writes_again() {
-    for reopen in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("full.tb");
-        let o = opts(RecordLayout::Variable)
-            .allow_growth(false)
-            .initial_size(40 * 8192);
-        let store = KvStore::create(&path, &o).unwrap();
-        let mut c = store.client();
-        let (written, err) = fill_until_refused(&mut c);
-        assert!(matches!(err, Error::StoreFull { .. }), "{err}");
-        let mut expected: std::collections::BTreeMap<u64, u8> =
-            (0..written).map(|i| (i, i as u8)).collect();
-        for i in (0..written).step_by(2) {
-            assert!(c.delete(&i.to_le_bytes()).unwrap());
-            expected.remove(&i);
+fn a_full_store_with_every_block_partly_dead_compacts_and_takes_writes_again() {
+    let fixed = RecordLayout::Fixed {
+        key_size: 8,
+        value_size: 200,
+    };
+    for (layout, step) in [
+        (RecordLayout::Variable, 2),
+        (RecordLayout::Variable, 3),
+        (fixed, 3),
+    ] {
+        for reopen in [false, true] {
+            full_store_refills(layout, step, reopen);
         }
-        drop(c);
-        let store = if reopen {
-            store.close().unwrap();
-            KvStore::open(&path, &o).unwrap()
-        } else {
-            store
-        };
-        let mut c = store.client();
-        // A third of what was deleted: the live half stays, and the spare block and the
-        // reclaimer's partly filled destination block hold some of the rest.
-        let again = written / 2 / 3;
-        for j in 0..again {
-            let key = 1_000_000 + j;
-            if let Err(e) = c.put(&key.to_le_bytes(), &[7u8; 200]) {
-                panic!("reopen {reopen}: put {j} of {again} after {written} puts: {e}");
-            }
-            expected.insert(key, 7);
-        }
-        // Then on until full again: most of the deleted half comes back, and the refusal is
-        // still a clean `StoreFull`.
-        let mut more = 0u64;
-        let err = loop {
-            let key = 2_000_000 + more;
-            match c.put(&key.to_le_bytes(), &[8u8; 200]) {
-                Ok(_) => {
-                    expected.insert(key, 8);
-                    more += 1;
-                }
-                Err(e) => break e,
-            }
-            assert!(more < written, "reopen {reopen}: never full again");
-        };
-        assert!(matches!(err, Error::StoreFull { .. }), "{err}");
-        assert!(
-            again + more >= written / 2 * 3 / 4,
-            "reopen {reopen}: {again} + {more} puts after deleting {} of {written}",
-            written / 2
-        );
-        drop(c);
-        assert_eq!(store.len(), expected.len(), "reopen {reopen}");
-        store.close().unwrap();
-        let store = KvStore::open(&path, &o).unwrap();
-        let mut c = store.client();
-        for (&k, &v) in &expected {
-            let value = c.get(&k.to_le_bytes()).unwrap();
-            assert_eq!(value.as_deref(), Some(&[v; 200][..]), "key {k}");
-        }
-        assert_eq!(store.len(), expected.len(), "reopen {reopen}");
-        drop(c);
-        store.close().unwrap();
     }
+}
+
+fn full_store_refills(layout: RecordLayout, step: usize, reopen: bool) {
+    let ctx = format!("{layout:?}, one in {step} deleted, reopen {reopen}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("full.tb");
+    let o = opts(layout).allow_growth(false).initial_size(40 * 8192);
+    let store = KvStore::create(&path, &o).unwrap();
+    let mut c = store.client();
+    let (written, err) = fill_until_refused(&mut c);
+    assert!(matches!(err, Error::StoreFull { .. }), "{ctx}: {err}");
+    let mut expected: std::collections::BTreeMap<u64, u8> =
+        (0..written).map(|i| (i, i as u8)).collect();
+    let mut deleted = 0u64;
+    for i in (0..written).step_by(step) {
+        assert!(c.delete(&i.to_le_bytes()).unwrap());
+        expected.remove(&i);
+        deleted += 1;
+    }
+    drop(c);
+    let store = if reopen {
+        store.close().unwrap();
+        KvStore::open(&path, &o).unwrap()
+    } else {
+        store
+    };
+    let mut c = store.client();
+    // A third of what was deleted: the live records stay, and the spare block and the
+    // reclaimer's partly filled destination block hold some of the rest.
+    let again = deleted / 3;
+    for j in 0..again {
+        let key = 1_000_000 + j;
+        if let Err(e) = c.put(&key.to_le_bytes(), &[7u8; 200]) {
+            panic!("{ctx}: put {j} of {again} after {written} puts: {e}");
+        }
+        expected.insert(key, 7);
+    }
+    // Then on until full again: most of the deleted space comes back, and the refusal is
+    // still a clean `StoreFull`.
+    let mut more = 0u64;
+    let err = loop {
+        let key = 2_000_000 + more;
+        match c.put(&key.to_le_bytes(), &[8u8; 200]) {
+            Ok(_) => {
+                expected.insert(key, 8);
+                more += 1;
+            }
+            Err(e) => break e,
+        }
+        assert!(more < written, "{ctx}: never full again");
+    };
+    assert!(matches!(err, Error::StoreFull { .. }), "{ctx}: {err}");
+    assert!(
+        again + more >= deleted * 3 / 4,
+        "{ctx}: {again} + {more} puts after deleting {deleted} of {written}"
+    );
+    drop(c);
+    assert_eq!(store.len(), expected.len(), "{ctx}");
+    store.close().unwrap();
+    let store = KvStore::open(&path, &o).unwrap();
+    let mut c = store.client();
+    for (&k, &v) in &expected {
+        let value = c.get(&k.to_le_bytes()).unwrap();
+        assert_eq!(value.as_deref(), Some(&[v; 200][..]), "{ctx}: key {k}");
+    }
+    assert_eq!(store.len(), expected.len(), "{ctx}");
+    drop(c);
+    store.close().unwrap();
 }
 
 #[test]

@@ -116,6 +116,13 @@ impl StoreDir {
         self.serve_opened(store, policy, adjust)
     }
 
+    /// Starts a server on `store`, opened by the test (options `open_store_with` does not
+    /// give, e.g. a store that may not grow), with the reply policy `serve` would use.
+    pub fn serve_store(&self, store: Box<dyn tierbase::store::Store>) -> TestServer {
+        let policy = tierbase_server::reply_policy(store.as_ref(), Durability::Immediate);
+        self.serve_opened(store, policy, |_| {})
+    }
+
     /// Starts a server on the existing store opened read-only (`serve --read-only`).
     pub fn serve_read_only(&self) -> TestServer {
         let (store, policy) = tierbase_server::open_store_read_only(

@@ -82,6 +82,45 @@ const MIN_FULL_FRAMES: u64 = 256;
 /// [`DEFAULT_TAIL_LIMIT`]); its buffers hold up to four times the limit plus two blocks.
 const LOG_TAIL_SHARE: u64 = 128;
 
+/// How a DRAM budget divides into the log's buffers, mini pages and full frames: the open's
+/// arithmetic, also run backwards to name the budget that gives a pool of a given size.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DramSizing {
+    page_size: u64,
+    log_on_nvm: bool,
+    /// The pool keeps mini pages (an NVM tier with line-grained pages).
+    mini_pages: bool,
+    mini_page_percent: Option<u8>,
+}
+
+impl DramSizing {
+    /// Bytes of `pool_bytes` (the budget less the log's buffers) given to mini pages.
+    fn mini_bytes(&self, pool_bytes: u64) -> u64 {
+        match self.mini_page_percent {
+            _ if !self.mini_pages => 0,
+            Some(p) => pool_bytes / 100 * u64::from(p.min(90)),
+            None => (pool_bytes / 100 * DEFAULT_MINI_PERCENT)
+                .min(pool_bytes.saturating_sub(MIN_FULL_FRAMES * self.page_size)),
+        }
+    }
+
+    /// Full frames of a pool opened with a budget of `dram_bytes`.
+    fn frames_for(&self, dram_bytes: u64) -> u64 {
+        let (_, _, inside) = log_budget(dram_bytes, self.log_on_nvm);
+        let pool_bytes = dram_bytes.saturating_sub(inside);
+        (pool_bytes - self.mini_bytes(pool_bytes)) / self.page_size
+    }
+
+    /// The smallest budget in whole MiB whose pool has at least `frames` full frames.
+    pub(crate) fn mib_for_frames(&self, frames: u64) -> u64 {
+        let mut mib = (frames * self.page_size).div_ceil(1 << 20).max(1);
+        while self.frames_for(mib << 20) < frames {
+            mib += 1;
+        }
+        mib
+    }
+}
+
 /// The log's tail limit for a DRAM budget, and the DRAM its buffers may hold when the log is
 /// in files: 264 KiB up to a budget of 8 MiB (the limit's 64 KiB floor), 1/32 of the budget
 /// up to 512 MiB, 16 MiB + 8 KiB above. They are taken out of the budget when they are at
@@ -98,8 +137,9 @@ fn log_budget(dram_bytes: u64, log_on_nvm: bool) -> (usize, u64, u64) {
     };
     (limit, buffers, inside)
 }
-/// Cursors of [`Store::scan`] kept at once.
-const MAX_CURSORS: usize = 4096;
+/// Cursors of [`Store::scan`] kept at once, and the most bytes of keys they may hold.
+const MAX_CURSORS: usize = 16_384;
+const MAX_CURSOR_BYTES: usize = 4 << 20;
 
 /// Options for creating or opening a B+-tree store.
 #[derive(Clone, Debug)]
@@ -564,11 +604,49 @@ struct Inner {
     log_buffers: u64,
 }
 
-#[derive(Default)]
 struct Cursors {
     next: u32,
     keys: HashMap<u32, Vec<u8>>,
     order: VecDeque<u32>,
+    /// Bytes of the keys kept.
+    bytes: usize,
+}
+
+impl Cursors {
+    /// Ids start at a value of the clock, not at 1: a cursor from before a restart must not
+    /// name a key the new process keeps under the same id (it would resume there, past keys
+    /// it never returned), but fall back to its prefix.
+    fn new() -> Self {
+        let t = crate::device::now_ns();
+        Cursors {
+            next: (t ^ (t >> 32)) as u32,
+            keys: HashMap::new(),
+            order: VecDeque::new(),
+            bytes: 0,
+        }
+    }
+
+    /// Keeps `key` and returns its id; forgets the oldest beyond the limits.
+    fn keep(&mut self, key: Vec<u8>) -> u32 {
+        self.next = self.next.checked_add(1).unwrap_or(1);
+        let id = self.next;
+        self.bytes += key.len();
+        if let Some(old) = self.keys.insert(id, key) {
+            // Ids wrapped around onto one still kept (2^32 scans later): it goes.
+            self.bytes -= old.len();
+            self.order.retain(|&o| o != id);
+        }
+        self.order.push_back(id);
+        while self.order.len() > MAX_CURSORS || self.bytes > MAX_CURSOR_BYTES {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(k) = self.keys.remove(&old) {
+                self.bytes -= k.len();
+            }
+        }
+        id
+    }
 }
 
 /// A scan cursor: the resume key's first 4 bytes (zero-padded) in the high half, the id under
@@ -1141,13 +1219,14 @@ impl BTreeStore {
                 min_dram >> 10
             )));
         }
-        let pool_bytes = opts.dram_bytes - log_in_budget;
-        let mini_bytes = match opts.mini_page_percent {
-            _ if devs.nvm.is_none() || !opts.nvm_lines => 0,
-            Some(p) => pool_bytes / 100 * u64::from(p.min(90)),
-            None => (pool_bytes / 100 * DEFAULT_MINI_PERCENT)
-                .min(pool_bytes.saturating_sub(MIN_FULL_FRAMES * page_size as u64)),
+        let sizing = DramSizing {
+            page_size: page_size as u64,
+            log_on_nvm,
+            mini_pages: devs.nvm.is_some() && opts.nvm_lines,
+            mini_page_percent: opts.mini_page_percent,
         };
+        let pool_bytes = opts.dram_bytes - log_in_budget;
+        let mini_bytes = sizing.mini_bytes(pool_bytes);
         let mut nvm_report = (0, 0);
         let mut undone_lines = 0;
         // NVM direct's region names its store as a tier does (None: not yet).
@@ -1227,6 +1306,7 @@ impl BTreeStore {
         }
         let mut tree = Tree::new(pool, placeholder, redo_gen, log.clone());
         tree.optimistic_reads = opts.optimistic_reads && tree.pool.direct().is_none();
+        tree.sizing = Some(sizing);
         let logs = devs.logs;
         let mut restart = RestartReport {
             nvm_pages: nvm_report.0,
@@ -1396,7 +1476,7 @@ impl BTreeStore {
             store_id_on_media: sb.id.is_some() || wrote_superblocks,
             restart,
             counters: StoreCounters::default(),
-            cursors: Mutex::new(Cursors::default()),
+            cursors: Mutex::new(Cursors::new()),
             hand_over: opts.nvm_hand_over,
             dram_budget: opts.dram_bytes,
             log_buffers,
@@ -2245,6 +2325,10 @@ impl Store for BTreeStore {
     }
 
     /// One crash-atomic write batch ([`BTreeStore::write_batch`]).
+    fn put_many_is_all_or_nothing(&self) -> bool {
+        true
+    }
+
     fn put_many(&self, pairs: &[(&[u8], &[u8])]) -> Result<Vec<bool>> {
         let ops: Vec<(&[u8], Option<&[u8]>)> = pairs.iter().map(|&(k, v)| (k, Some(v))).collect();
         let existed = self.write_batch(&ops)?;
@@ -2261,7 +2345,8 @@ impl Store for BTreeStore {
         BTreeStore::len(self)
     }
 
-    /// Cursors name the key to continue from: the store keeps the last 4096 handed out, and
+    /// Cursors name the key to continue from: the store keeps the last 16,384 handed out (at
+    /// most 4 MiB of keys), and
     /// any other cursor (expired, from before a restart, or made up) resumes at its first 4
     /// bytes ([`scan_resume`]): some keys may come back twice, as Redis allows, none is missed
     /// and no cursor is an error.
@@ -2290,18 +2375,9 @@ impl Store for BTreeStore {
         let Some(next) = next else {
             return Ok(0);
         };
-        let mut c = self.inner.cursors.lock();
-        c.next = c.next.checked_add(1).unwrap_or(1);
-        let id = c.next;
-        let cursor = scan_cursor(&next, id);
-        c.keys.insert(id, next);
-        c.order.push_back(id);
-        if c.order.len() > MAX_CURSORS
-            && let Some(old) = c.order.pop_front()
-        {
-            c.keys.remove(&old);
-        }
-        Ok(cursor)
+        let prefix_of = scan_cursor(&next, 0);
+        let id = self.inner.cursors.lock().keep(next);
+        Ok(prefix_of | u64::from(id))
     }
 
     fn defers_sync(&self) -> bool {
@@ -2338,5 +2414,32 @@ impl Store for BTreeStore {
 
     fn close(self: Box<Self>) -> Result<()> {
         BTreeStore::close(*self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two processes (here: two cursor tables made at different times) hand out different ids,
+    /// so a cursor from before a restart does not name a key the new process keeps under the
+    /// same id; and a kept cursor is found again only with its own prefix.
+    #[test]
+    fn cursor_ids_differ_between_processes_and_carry_their_prefix() {
+        let mut first = Cursors::new();
+        let a = first.keep(b"user:0042".to_vec());
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_micros(50) {
+            std::hint::spin_loop();
+        }
+        let mut second = Cursors::new();
+        let b = second.keep(b"user:0042".to_vec());
+        assert_ne!(a, b, "ids repeat across restarts");
+        let cursor = scan_cursor(b"user:0042", b);
+        assert_eq!(scan_resume(&second, cursor), b"user:0042");
+        // The same id with another prefix: not this key; resume at the cursor's own prefix.
+        let other = scan_cursor(b"zzzz", b);
+        assert_eq!(scan_resume(&second, other), b"zzzz");
+        assert_eq!(scan_resume(&second, scan_cursor(b"ab", 7)), b"ab");
     }
 }

@@ -296,6 +296,9 @@ pub(crate) struct Tree {
     /// Point reads pass the inner pages optimistically ([`Tree::leaf_optimistic`]; the
     /// store's `optimistic_reads` option, never in NVM direct).
     pub(crate) optimistic_reads: bool,
+    /// How the store's DRAM budget became this pool (to name the budget a refused change
+    /// needs); `None` until the open sets it.
+    pub(crate) sizing: Option<super::DramSizing>,
     /// Point reads that reached their leaf through the inner pages without latching them
     /// ([`Tree::leaf_optimistic`]).
     pub(crate) optimistic_descents: Counter,
@@ -526,6 +529,7 @@ impl Tree {
             read_batches: Counter::default(),
             leaf_writes: Counter::default(),
             optimistic_reads: false,
+            sizing: None,
             optimistic_descents: Counter::default(),
             optimistic_restarts: Counter::default(),
             miss_restarts: Counter::default(),
@@ -1036,7 +1040,10 @@ impl Tree {
         // and only past it did the frames run out.
         let frames = self.pool.frames() as u64;
         if chain + path > frames {
-            let mib = ((chain + path) * self.pool.page_size() as u64).div_ceil(1 << 20);
+            let mib = match self.sizing {
+                Some(sizing) => sizing.mib_for_frames(chain + path),
+                None => ((chain + path) * self.pool.page_size() as u64).div_ceil(1 << 20),
+            };
             return Err(Error::InvalidArgument(format!(
                 "the key's value takes {chain} overflow pages, and freeing them changes more \
                  pages than this buffer pool holds ({frames}): reopen with a DRAM budget of at \

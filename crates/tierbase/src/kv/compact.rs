@@ -28,6 +28,8 @@ use crate::sync::Ticker;
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReclaimOptions {
     /// Compact a sealed block once this share of it is free (0..1). Viper's default: 0.4.
+    /// After a write was refused for want of room, one round goes down to
+    /// [`FULL_FREE_THRESHOLD`] (5 %).
     pub free_threshold: f64,
     /// How often the reclaimer looks for victims (it is also woken when dead space outweighs
     /// live space).
@@ -42,6 +44,13 @@ impl Default for ReclaimOptions {
         }
     }
 }
+
+/// The threshold of a round run because a write found the store full (it may not grow) while
+/// deleted records hold at least a block: blocks this free are reclaimed too, so that deletes
+/// spread thinly over every block (a third of the keys, each block a third free) still make
+/// room. Before, only blocks past the usual threshold (40 %) were, and such a store refused
+/// writes for good.
+pub(crate) const FULL_FREE_THRESHOLD: f64 = 0.05;
 
 /// Free share of a sealed block, or `None` if it is not a candidate.
 fn free_share(inner: &Inner, b: u64) -> Option<f64> {
@@ -320,8 +329,13 @@ pub(crate) fn help(inner: &Inner, writer: &mut Writer<'_>) {
 pub(crate) fn reclaim_loop(inner: &std::sync::Arc<Inner>, ticker: &Ticker, opts: &ReclaimOptions) {
     let mut client = super::client::Client::for_reclaimer(inner.clone());
     while ticker.next() {
+        let threshold = if inner.full_pressure.swap(false, Ordering::AcqRel) {
+            opts.free_threshold.min(FULL_FREE_THRESHOLD)
+        } else {
+            opts.free_threshold
+        };
         if inner.check_writable().is_ok()
-            && let Err(e) = reclaim_all(inner, opts.free_threshold, &mut client.writer(), false)
+            && let Err(e) = reclaim_all(inner, threshold, &mut client.writer(), false)
         {
             tracing::error!("kv reclamation failed: {e}");
             inner.metrics.reclaim_errors.incr();

@@ -408,6 +408,7 @@ impl KvStore {
             reclaimer: Mutex::new(None),
             reclaim: opts.reclaim.clone(),
             space_pressure: AtomicBool::new(false),
+            full_pressure: AtomicBool::new(false),
             reclaim_rounds: Mutex::new(0),
             reclaim_done: parking_lot::Condvar::new(),
             opened: AtomicBool::new(false),

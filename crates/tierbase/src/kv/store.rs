@@ -133,6 +133,10 @@ pub(crate) struct Inner {
     pub reclaim: Option<super::compact::ReclaimOptions>,
     /// Set when dead space passed live space: writers help compact before they write.
     pub space_pressure: AtomicBool,
+    /// Set when a write was refused for want of room while deleted records hold at least a
+    /// block: the reclaimer's next round takes every block at least
+    /// [`super::compact::FULL_FREE_THRESHOLD`] free, not only those past its threshold.
+    pub full_pressure: AtomicBool,
     /// Completed reclaimer rounds, for writers that wait for one instead of growing the file.
     pub reclaim_rounds: Mutex<u64>,
     pub reclaim_done: parking_lot::Condvar,
@@ -1421,6 +1425,7 @@ impl Inner {
         if self.reclaim.is_none() || self.used_bytes() < self.live_bytes() + self.geo.block_size() {
             return false;
         }
+        self.full_pressure.store(true, Ordering::Release);
         let waited = self.wake_reclaimer_and_wait(2);
         if waited {
             self.metrics.reclaim_waits.incr();
