@@ -29,7 +29,7 @@ use crate::sync::Ticker;
 pub struct ReclaimOptions {
     /// Compact a sealed block once this share of it is free (0..1). Viper's default: 0.4.
     /// After a write was refused for want of room, one round goes down to
-    /// [`FULL_FREE_THRESHOLD`] (5 %).
+    /// 5 % free.
     pub free_threshold: f64,
     /// How often the reclaimer looks for victims (it is also woken when dead space outweighs
     /// live space).
