@@ -303,7 +303,8 @@ fn unknown_command(args: &[&[u8]]) -> Reply {
 /// does for a transaction with an error in its queue) or `DISCARD`; before 2026-12-05 they
 /// ran at once, one by one, while the client took them for a transaction. `None`: run the
 /// command.
-fn refuse_transaction(session: &mut Session, name: &[u8]) -> Option<Reply> {
+fn refuse_transaction(session: &mut Session, args: &[&[u8]]) -> Option<Reply> {
+    let name = args.first().copied().unwrap_or_default();
     let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
     if !session.authenticated {
         // NOAUTH first, as for any other command Redis knows (these are not in `COMMANDS`).
@@ -313,6 +314,10 @@ fn refuse_transaction(session: &mut Session, name: &[u8]) -> Option<Reply> {
             .then(|| Reply::error("NOAUTH Authentication required."));
     }
     if !session.refusing_transaction {
+        if is("multi") && args.len() > 1 {
+            // Redis's arity error, and no transaction begins.
+            return Some(wrong_args("multi"));
+        }
         if is("multi") {
             session.refusing_transaction = true;
             return Some(Reply::error(
@@ -348,7 +353,7 @@ pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[&[u8]]) ->
     let Some(first) = args.first() else {
         return Outcome::read(Reply::error("ERR empty command"));
     };
-    if let Some(reply) = refuse_transaction(session, first) {
+    if let Some(reply) = refuse_transaction(session, args) {
         return Outcome::read(reply);
     }
     // Found without lowering the name into a new String: a command per request counts.

@@ -920,6 +920,10 @@ fn a_pipelined_transaction_is_refused_whole() {
     assert!(show(&raw.cmd(&[b"DEL", b"t1"])).starts_with("-ERR not run"));
     assert_eq!(raw.cmd(&[b"DISCARD"]), b"+OK\r\n".to_vec());
     assert_eq!(raw.cmd(&[b"GET", b"t1"]), bulk(b"z"));
+    // MULTI with an argument is an arity error and begins nothing.
+    let r = show(&raw.cmd(&[b"MULTI", b"x"]));
+    assert!(r.starts_with("-ERR wrong number of arguments"), "{r}");
+    assert_eq!(raw.cmd(&[b"GET", b"t1"]), bulk(b"z"));
     drop(raw);
     server.stop();
 }
