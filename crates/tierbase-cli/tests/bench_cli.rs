@@ -185,7 +185,7 @@ fn bench_then_report_end_to_end() {
     assert!(html.contains("<svg"));
     assert!(html.contains("data-series=\"memory-btree (none) · DRAM (anonymous)\""));
 
-    // A result file with no runs is nothing to report: one line, exit 1, no page (it
+    // A result file with no runs is nothing to report: one line, exit 2, no page (it
     // wrote an empty page and said "0 runs").
     let mut empty = v.clone();
     empty["runs"] = serde_json::json!([]);

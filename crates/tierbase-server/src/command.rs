@@ -306,6 +306,11 @@ fn unknown_command(args: &[&[u8]]) -> Reply {
 fn refuse_transaction(session: &mut Session, args: &[&[u8]]) -> Option<Reply> {
     let name = args.first().copied().unwrap_or_default();
     let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
+    if is("multi") && args.len() > 1 {
+        // Redis's arity error (checked before authentication, as for every command), and no
+        // transaction begins.
+        return Some(wrong_args("multi"));
+    }
     if !session.authenticated {
         // NOAUTH first, as for any other command Redis knows (these are not in `COMMANDS`).
         return ["multi", "exec", "discard"]
@@ -314,10 +319,6 @@ fn refuse_transaction(session: &mut Session, args: &[&[u8]]) -> Option<Reply> {
             .then(|| Reply::error("NOAUTH Authentication required."));
     }
     if !session.refusing_transaction {
-        if is("multi") && args.len() > 1 {
-            // Redis's arity error, and no transaction begins.
-            return Some(wrong_args("multi"));
-        }
         if is("multi") {
             session.refusing_transaction = true;
             return Some(Reply::error(

@@ -961,9 +961,20 @@ fn a_scan_cursor_the_store_no_longer_keeps_resumes_without_missing_a_key() {
         all[900..]
     );
     assert_eq!(walk_from(&store, 1 << 40), all);
+    assert_eq!(
+        walk_from(&store, u64::from_be_bytes(*b"\xff\xff\xff\xff\0\0\0\x01")),
+        Vec::<Vec<u8>>::new()
+    );
+    // A cursor handed out by a fallback, expired in turn: an error, not a walk that starts
+    // at the same prefix for ever.
     out.clear();
-    assert_eq!(Store::scan(&store, u64::MAX, 10, &mut out).unwrap(), 0);
-    assert!(out.is_empty());
+    let fell_back =
+        Store::scan(&store, u64::from_be_bytes(*b"0007\0\0\0\x01"), 3, &mut out).unwrap();
+    assert_eq!(out, all[700..703]);
+    assert_ne!(fell_back & (1 << 31), 0, "{fell_back:#x}");
+    assert_eq!(walk_from(&store, fell_back), all[703..], "kept: exact");
+    let r = Store::scan(&store, u64::MAX, 10, &mut out);
+    assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
     // From before a reopen.
     out.clear();
     let before = Store::scan(&store, 0, 555, &mut out).unwrap();

@@ -613,22 +613,29 @@ struct Cursors {
 }
 
 impl Cursors {
-    /// Ids start at a value of the clock, not at 1: a cursor from before a restart must not
-    /// name a key the new process keeps under the same id (it would resume there, past keys
-    /// it never returned), but fall back to its prefix.
+    /// Ids start at a random value, not at 1: a cursor from before a restart must not name a
+    /// key the new process keeps under the same id (it would resume there, past keys it never
+    /// returned), but fall back to its prefix. (The wall clock's nanoseconds through the
+    /// standard library's randomly keyed hasher: a process-relative clock started near zero
+    /// in every process.)
     fn new() -> Self {
-        let t = crate::device::now_ns();
+        use std::hash::BuildHasher;
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let seed = std::collections::hash_map::RandomState::new().hash_one(wall);
         Cursors {
-            next: (t ^ (t >> 32)) as u32,
+            next: (seed ^ (seed >> 32)) as u32,
             keys: HashMap::new(),
             order: VecDeque::new(),
             bytes: 0,
         }
     }
 
-    /// Keeps `key` and returns its id; forgets the oldest beyond the limits.
+    /// Keeps `key` and returns its id (31 bits, never 0); forgets the oldest beyond the
+    /// limits.
     fn keep(&mut self, key: Vec<u8>) -> u32 {
-        self.next = self.next.checked_add(1).unwrap_or(1);
+        self.next = (self.next.wrapping_add(1) & !FELL_BACK).max(1);
         let id = self.next;
         self.bytes += key.len();
         if let Some(old) = self.keys.insert(id, key) {
@@ -650,10 +657,17 @@ impl Cursors {
 }
 
 /// A scan cursor: the resume key's first 4 bytes (zero-padded) in the high half, the id under
-/// which [`Cursors`] keeps the whole key in the low half (never 0, so the cursor is never 0).
+/// which [`Cursors`] keeps the whole key in the low half (never 0, so the cursor is never 0),
+/// with [`FELL_BACK`] set when the call that handed it out had resumed at a prefix.
 fn scan_cursor(key: &[u8], id: u32) -> u64 {
     (u64::from(cursor_prefix(key)) << 32) | u64::from(id)
 }
+
+/// Cursor flag (the low half's top bit): the call that handed this cursor out resumed at the
+/// prefix of a cursor the store no longer kept. A walk whose every cursor expires before its
+/// next call would otherwise start again at the same prefix for ever when more than COUNT
+/// keys share it; a second fallback in a row is an error instead.
+const FELL_BACK: u32 = 1 << 31;
 
 fn cursor_prefix(key: &[u8]) -> u32 {
     let mut p = [0u8; 4];
@@ -666,16 +680,26 @@ fn cursor_prefix(key: &[u8]) -> u32 {
 /// (expired, or from before a restart), the smallest key with the cursor's 4-byte prefix
 /// (trailing zero bytes dropped, so that a shorter key padded with them is not passed over):
 /// keys between it and the kept key come back again, none is missed.
-fn scan_resume(cursors: &Cursors, cursor: u64) -> Vec<u8> {
+///
+/// Returns the key and whether it is the kept one; an error for a cursor handed out by a
+/// fallback that would fall back again ([`FELL_BACK`]).
+fn scan_resume(cursors: &Cursors, cursor: u64) -> Result<(Vec<u8>, bool)> {
     let (prefix, id) = ((cursor >> 32) as u32, cursor as u32);
-    if let Some(key) = cursors.keys.get(&id)
+    if let Some(key) = cursors.keys.get(&(id & !FELL_BACK))
         && cursor_prefix(key) == prefix
     {
-        return key.clone();
+        return Ok((key.clone(), true));
+    }
+    if id & FELL_BACK != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "scan cursor {cursor} expired again right after a walk resumed from an expired one \
+             (the store keeps the last {MAX_CURSORS} cursors, and more scans ran between two \
+             calls): start again from 0, with a larger count"
+        )));
     }
     let bytes = prefix.to_be_bytes();
     let len = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-    bytes[..len].to_vec()
+    Ok((bytes[..len].to_vec(), false))
 }
 
 /// An ordered, durable key-value store on a B+-tree. Cheap to share: clone the handle or
@@ -2350,7 +2374,13 @@ impl Store for BTreeStore {
     /// resumes at its first 4 bytes ([`scan_resume`]): some keys may come back twice, as
     /// Redis allows, none is missed and no cursor is an error.
     fn scan(&self, cursor: u64, count: usize, out: &mut Vec<Vec<u8>>) -> Result<u64> {
-        let start = (cursor != 0).then(|| scan_resume(&self.inner.cursors.lock(), cursor));
+        let (start, exact) = match cursor {
+            0 => (None, true),
+            c => {
+                let (key, exact) = scan_resume(&self.inner.cursors.lock(), c)?;
+                (Some(key), exact)
+            }
+        };
         let want = count.max(1);
         let mut got = 0;
         let mut next: Option<Vec<u8>> = None;
@@ -2376,7 +2406,8 @@ impl Store for BTreeStore {
         };
         let prefix_of = scan_cursor(&next, 0);
         let id = self.inner.cursors.lock().keep(next);
-        Ok(prefix_of | u64::from(id))
+        let flag = if exact { 0 } else { FELL_BACK };
+        Ok(prefix_of | u64::from(id | flag))
     }
 
     fn defers_sync(&self) -> bool {
@@ -2425,20 +2456,25 @@ mod tests {
     /// same id; and a kept cursor is found again only with its own prefix.
     #[test]
     fn cursor_ids_differ_between_processes_and_carry_their_prefix() {
-        let mut first = Cursors::new();
-        let a = first.keep(b"user:0042".to_vec());
-        let started = std::time::Instant::now();
-        while started.elapsed() < std::time::Duration::from_micros(50) {
-            std::hint::spin_loop();
-        }
+        // Tables made one after another (as by processes started alike): their first ids
+        // differ. Eight, so that one chance collision cannot fail the test.
+        let firsts: std::collections::HashSet<u32> = (0..8)
+            .map(|_| Cursors::new().keep(b"user:0042".to_vec()))
+            .collect();
+        assert!(firsts.len() >= 7, "ids repeat across restarts: {firsts:?}");
         let mut second = Cursors::new();
         let b = second.keep(b"user:0042".to_vec());
-        assert_ne!(a, b, "ids repeat across restarts");
         let cursor = scan_cursor(b"user:0042", b);
-        assert_eq!(scan_resume(&second, cursor), b"user:0042");
+        let resume = |c| scan_resume(&second, c).unwrap();
+        assert_eq!(resume(cursor), (b"user:0042".to_vec(), true));
         // The same id with another prefix: not this key; resume at the cursor's own prefix.
-        let other = scan_cursor(b"zzzz", b);
-        assert_eq!(scan_resume(&second, other), b"zzzz");
-        assert_eq!(scan_resume(&second, scan_cursor(b"ab", 7)), b"ab");
+        assert_eq!(resume(scan_cursor(b"zzzz", b)), (b"zzzz".to_vec(), false));
+        assert_eq!(resume(scan_cursor(b"ab", 7)), (b"ab".to_vec(), false));
+        // A kept cursor handed out by a fallback resumes as kept; one not kept is an error.
+        assert_eq!(
+            resume(cursor | u64::from(FELL_BACK)),
+            (b"user:0042".to_vec(), true)
+        );
+        assert!(scan_resume(&second, scan_cursor(b"ab", 7 | FELL_BACK)).is_err());
     }
 }

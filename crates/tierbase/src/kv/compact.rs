@@ -329,13 +329,17 @@ pub(crate) fn help(inner: &Inner, writer: &mut Writer<'_>) {
 pub(crate) fn reclaim_loop(inner: &std::sync::Arc<Inner>, ticker: &Ticker, opts: &ReclaimOptions) {
     let mut client = super::client::Client::for_reclaimer(inner.clone());
     while ticker.next() {
-        let threshold = if inner.full_pressure.swap(false, Ordering::AcqRel) {
+        let full = inner.full_pressure.swap(false, Ordering::AcqRel);
+        let threshold = if full {
             opts.free_threshold.min(FULL_FREE_THRESHOLD)
         } else {
             opts.free_threshold
         };
+        // A round for a full store waits for busy keys: a victim left half-moved (a record
+        // skipped) would keep the block its records went to and free none, and with the last
+        // block gone no later round could move anything. Every other round skips them.
         if inner.check_writable().is_ok()
-            && let Err(e) = reclaim_all(inner, threshold, &mut client.writer(), false)
+            && let Err(e) = reclaim_all(inner, threshold, &mut client.writer(), full)
         {
             tracing::error!("kv reclamation failed: {e}");
             inner.metrics.reclaim_errors.incr();

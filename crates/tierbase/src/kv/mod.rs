@@ -868,6 +868,9 @@ impl Iter {
                         break;
                     }
                     store::ReadOutcome::NotThisKey => break,
+                    // Not the key's record (any more): it would be skipped once read, and a
+                    // stale one whose bytes fail their check reads as `Retry` for ever.
+                    store::ReadOutcome::Retry if !inner.indexed_at(&key, off) => break,
                     store::ReadOutcome::Retry => crate::sync::backoff(&mut round),
                 }
             }

@@ -530,7 +530,7 @@ impl Inner {
                 if stamp_word != 0 {
                     let (version, check) = stamp::unpack(stamp_word);
                     if fixed_check(version, key, k, value, v) != check {
-                        return Err(self.damaged_record(off));
+                        return self.damaged_record(key, off);
                     }
                 }
                 Ok(ReadOutcome::Found)
@@ -647,18 +647,23 @@ impl Inner {
         let crc = crate::device::cpu::crc32c_append(crc, key);
         let crc = crate::device::cpu::crc32c_append(crc, value);
         if crc != u32::from_le_bytes(check.try_into().unwrap_or_default()) {
-            return Err(self.damaged_record(off));
+            return self.damaged_record(key, off);
         }
         Ok(ReadOutcome::Found)
     }
 
-    /// A record read consistently whose check fails: media damage, reported, never served.
-    fn damaged_record(&self, off: RecordOffset) -> Error {
+    /// A record of `key` read consistently whose check fails: media damage, reported, never
+    /// served — if the index still names it (else the entry was stale, and the bytes there
+    /// belong to whatever reused the space since: read again).
+    fn damaged_record(&self, key: &[u8], off: RecordOffset) -> Result<ReadOutcome> {
+        if !self.indexed_at(key, off) {
+            return Ok(ReadOutcome::Retry);
+        }
         self.metrics.damaged_reads.incr();
-        self.corrupt(format!(
+        Err(self.corrupt(format!(
             "the record at {off} fails its check: media damage (`kv verify` lists every \
              damaged record; writing the key again replaces it)"
-        ))
+        )))
     }
 
     /// Point lookup. Optimistic: never takes a latch, but retries while a writer holds the
@@ -1318,8 +1323,9 @@ impl Inner {
 
     /// Writers back off instead of growing the file: when no freed block is left and dead space
     /// outweighs live space, wake the reclaimer and wait for one round of it. The reclaimer
-    /// never waits for a key a writer holds (it skips such records), so this cannot deadlock;
-    /// the bounded wait is only a safety net for a reclaimer that stopped.
+    /// never waits for a key a writer holds (it skips such records) except in a round for a
+    /// full store ([`Inner::full_pressure`]); a writer's wait is bounded (100 ms without a
+    /// finished round), so a reclaimer waiting for the writer's key gets it then.
     fn wait_for_reclaimer(&self, run: u64) {
         if self.reclaim.is_none()
             || self.free.longest() >= run
