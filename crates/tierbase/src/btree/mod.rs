@@ -2372,7 +2372,8 @@ impl Store for BTreeStore {
     /// Cursors name the key to continue from: the store keeps the last 16,384 handed out (at
     /// most 4 MiB of keys), and any other cursor (expired, from before a restart, or made up)
     /// resumes at its first 4 bytes ([`scan_resume`]): some keys may come back twice, as
-    /// Redis allows, none is missed and no cursor is an error.
+    /// Redis allows, and none is missed. Only a cursor a fallback handed out that expires in
+    /// turn is an error ([`FELL_BACK`]).
     fn scan(&self, cursor: u64, count: usize, out: &mut Vec<Vec<u8>>) -> Result<u64> {
         let (start, exact) = match cursor {
             0 => (None, true),
