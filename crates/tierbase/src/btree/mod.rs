@@ -637,12 +637,9 @@ impl Cursors {
     fn keep(&mut self, key: Vec<u8>) -> u32 {
         self.next = (self.next.wrapping_add(1) & !FELL_BACK).max(1);
         let id = self.next;
+        // The id is not kept already: only the last MAX_CURSORS are, of 2^31 ids.
         self.bytes += key.len();
-        if let Some(old) = self.keys.insert(id, key) {
-            // Ids wrapped around onto one still kept (2^32 scans later): it goes.
-            self.bytes -= old.len();
-            self.order.retain(|&o| o != id);
-        }
+        self.keys.insert(id, key);
         self.order.push_back(id);
         while self.order.len() > MAX_CURSORS || self.bytes > MAX_CURSOR_BYTES {
             let Some(old) = self.order.pop_front() else {
@@ -1328,9 +1325,8 @@ impl BTreeStore {
         if opts.swizzle {
             pool = pool.with_swizzling(node::child_refs);
         }
-        let mut tree = Tree::new(pool, placeholder, redo_gen, log.clone());
+        let mut tree = Tree::new(pool, placeholder, redo_gen, log.clone(), sizing);
         tree.optimistic_reads = opts.optimistic_reads && tree.pool.direct().is_none();
-        tree.sizing = Some(sizing);
         let logs = devs.logs;
         let mut restart = RestartReport {
             nvm_pages: nvm_report.0,

@@ -297,8 +297,8 @@ pub(crate) struct Tree {
     /// store's `optimistic_reads` option, never in NVM direct).
     pub(crate) optimistic_reads: bool,
     /// How the store's DRAM budget became this pool (to name the budget a refused change
-    /// needs); `None` until the open sets it.
-    pub(crate) sizing: Option<super::DramSizing>,
+    /// needs).
+    sizing: super::DramSizing,
     /// Point reads that reached their leaf through the inner pages without latching them
     /// ([`Tree::leaf_optimistic`]).
     pub(crate) optimistic_descents: Counter,
@@ -496,6 +496,7 @@ impl Tree {
         meta: Meta,
         generation: u32,
         log: std::sync::Arc<super::LogLink>,
+        sizing: super::DramSizing,
     ) -> Tree {
         // NVM direct: a batch must fit the undo log (lines saved at most twice their size),
         // and a value stays small against the region (a sixty-fourth of the undo log).
@@ -529,7 +530,7 @@ impl Tree {
             read_batches: Counter::default(),
             leaf_writes: Counter::default(),
             optimistic_reads: false,
-            sizing: None,
+            sizing,
             optimistic_descents: Counter::default(),
             optimistic_restarts: Counter::default(),
             miss_restarts: Counter::default(),
@@ -1040,10 +1041,7 @@ impl Tree {
         // and only past it did the frames run out.
         let frames = self.pool.frames() as u64;
         if chain + path > frames {
-            let mib = match self.sizing {
-                Some(sizing) => sizing.mib_for_frames(chain + path),
-                None => ((chain + path) * self.pool.page_size() as u64).div_ceil(1 << 20),
-            };
+            let mib = self.sizing.mib_for_frames(chain + path);
             return Err(Error::InvalidArgument(format!(
                 "the key's value takes {chain} overflow pages, and freeing them changes more \
                  pages than this buffer pool holds ({frames}): reopen with a DRAM budget of at \

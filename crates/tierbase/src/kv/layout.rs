@@ -353,6 +353,33 @@ pub mod stamp {
         }
     }
 
+    /// The check of a fixed slot holding `key` and `value` with `version`, computed from the
+    /// pieces a reader has (not a copy of the slot): CRC32C of the slot's bytes after the
+    /// check — version, then key and value each zero-padded to 8 bytes.
+    #[inline]
+    pub fn slot_check(
+        version: u32,
+        key: &[u8],
+        key_size: usize,
+        value: &[u8],
+        value_size: usize,
+    ) -> u32 {
+        const ZEROS: [u8; 8] = [0; 8];
+        let pad = |n: usize| &ZEROS[..n.next_multiple_of(8) - n];
+        let append = crate::device::cpu::crc32c_append;
+        let crc = check(&version.to_le_bytes());
+        let crc = append(append(crc, key), pad(key_size));
+        append(append(crc, value), pad(value_size))
+    }
+
+    /// The check of an inline variable-layout record from its pieces: CRC32C of its version
+    /// field (8 bytes), key and value.
+    #[inline]
+    pub fn inline_check(version_field: &[u8], key: &[u8], value: &[u8]) -> u32 {
+        let append = crate::device::cpu::crc32c_append;
+        append(append(check(version_field), key), value)
+    }
+
     /// Whether `checked[..4]` holds the check of `checked[4..]` (see [`seal`]).
     #[inline]
     pub fn is_sealed(checked: &[u8]) -> bool {

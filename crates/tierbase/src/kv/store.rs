@@ -529,7 +529,7 @@ impl Inner {
                 // one the key had), nothing to check.
                 if stamp_word != 0 {
                     let (version, check) = stamp::unpack(stamp_word);
-                    if fixed_check(version, key, k, value, v) != check {
+                    if stamp::slot_check(version, key, k, value, v) != check {
                         return self.damaged_record(key, off);
                     }
                 }
@@ -643,9 +643,7 @@ impl Inner {
         // Read consistently (no page moved): a record whose check fails is damaged on media.
         // A delete clears only the valid bit, so an invalidated record still passes.
         let (check, version) = sealed.split_at(4);
-        let crc = stamp::check(version);
-        let crc = crate::device::cpu::crc32c_append(crc, key);
-        let crc = crate::device::cpu::crc32c_append(crc, value);
+        let crc = stamp::inline_check(version, key, value);
         if crc != u32::from_le_bytes(check.try_into().unwrap_or_default()) {
             return self.damaged_record(key, off);
         }
@@ -1510,17 +1508,6 @@ impl Inner {
                 .compare_exchange(OWNED, SEALED, Ordering::AcqRel, Ordering::Acquire);
         }
     }
-}
-
-/// The check of a fixed slot holding `key` and `value` with `version`: CRC32C of the slot's
-/// bytes after the check (version, then key and value each zero-padded to 8 bytes).
-fn fixed_check(version: u32, key: &[u8], key_size: usize, value: &[u8], value_size: usize) -> u32 {
-    const ZEROS: [u8; 8] = [0; 8];
-    let pad = |n: usize| &ZEROS[..n.next_multiple_of(8) - n];
-    let append = crate::device::cpu::crc32c_append;
-    let crc = stamp::check(&version.to_le_bytes());
-    let crc = append(append(crc, key), pad(key_size));
-    append(append(crc, value), pad(value_size))
 }
 
 impl Retired {
